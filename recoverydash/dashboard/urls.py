@@ -1,0 +1,3 @@
+"""Dashboard URLs (server-rendered pages for on-call people)."""
+
+urlpatterns: list = []

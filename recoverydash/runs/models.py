@@ -1,0 +1,328 @@
+"""The data model: projects and their tokens, runs, attempts, the raw event log, and the typed
+tables that ingest projects events into (ledger rows, heartbeats, generations, checkpoint objects,
+audit windows), plus the stored analysis of each run.
+
+Vocabulary follows ../shared/DESIGN.md ("Words") and the wire contract (spec sections 2 to 4).
+The raw event log is the record of what trainers said; every typed table can be rebuilt from it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+SCOPE_INGEST = "ingest"
+SCOPE_READ = "read"
+SCOPES = (SCOPE_INGEST, SCOPE_READ)
+TOKEN_PREFIX = "rdt_"
+
+
+class Project(models.Model):
+    """A team's space: runs, tokens, members, storage locations and alert endpoints belong to one."""
+
+    name = models.CharField(max_length=100, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    """A user who may see and act on a project's runs in the dashboard."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="memberships")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "user"], name="uniq_member")]
+
+
+def hash_token(raw: str) -> str:
+    """sha256 hex of a raw token. Tokens carry 256 random bits, so a plain digest is enough."""
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+
+class ApiToken(models.Model):
+    """A bearer token of one project with scopes ``ingest`` and/or ``read`` (spec section 1).
+
+    The raw token is shown once at creation; only its sha256 is stored. ``prefix`` (the first
+    characters) lets people tell tokens apart in lists.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="tokens")
+    name = models.CharField(max_length=100, blank=True, default="")
+    prefix = models.CharField(max_length=16)
+    token_hash = models.CharField(max_length=64, unique=True)
+    scopes = models.JSONField(default=list)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    @classmethod
+    def issue(cls, project: Project, scopes: list[str], name: str = "") -> tuple["ApiToken", str]:
+        """Create a token; returns ``(row, raw_token)``. Raises ValueError on an unknown scope."""
+        unknown = sorted(set(scopes) - set(SCOPES))
+        if unknown or not scopes:
+            raise ValueError(f"scopes must be a non-empty subset of {list(SCOPES)}, got {scopes}")
+        raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        row = cls.objects.create(project=project, name=name, prefix=raw[:12],
+                                 token_hash=hash_token(raw), scopes=sorted(set(scopes)))
+        return row, raw
+
+    @classmethod
+    def authenticate(cls, raw: str) -> "ApiToken | None":
+        """The live (not revoked) token for a raw bearer value, or None."""
+        if not raw or len(raw) > 200:
+            return None
+        return (cls.objects.select_related("project")
+                .filter(token_hash=hash_token(raw), revoked_at__isnull=True).first())
+
+    def has_scope(self, scope: str) -> bool:
+        return scope in (self.scopes or [])
+
+
+class Run(models.Model):
+    """A logical training run (spec 2, ``run_id``), created on first sight, within one project.
+
+    ``ingest_seq`` counts accepted batches that touched the run; it is incremented under a row
+    lock, so rows stamped with it are ordered by commit. The analysis records the seq it has
+    absorbed: ``pending_analysis`` is ``ingest_seq > analysis.ingest_seq``.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
+    run_id = models.CharField(max_length=128)
+    created_at = models.DateTimeField(default=timezone.now)
+    first_event_at = models.DateTimeField(null=True, blank=True)   # trainer clock
+    last_event_at = models.DateTimeField(null=True, blank=True)    # trainer clock
+    last_received_at = models.DateTimeField(null=True, blank=True)  # server clock
+    event_count = models.BigIntegerField(default=0)
+    ingest_seq = models.BigIntegerField(default=0)
+    contract = models.JSONField(default=dict, blank=True)  # the latest attempt_started contract
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "run_id"], name="uniq_run")]
+
+    def __str__(self) -> str:
+        return self.run_id
+
+
+class Event(models.Model):
+    """One accepted event as received: append-only, unique per ``(run, event_id)``.
+
+    ``content_hash`` is the sha256 of the canonical JSON (sorted keys, no spaces) of the event; an
+    event re-sent with the same id and hash is a duplicate, with another hash a conflict (409).
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    event_id = models.CharField(max_length=200)
+    type = models.CharField(max_length=32)
+    attempt = models.IntegerField()
+    rank = models.IntegerField(null=True, blank=True)
+    time = models.DateTimeField()
+    received_at = models.DateTimeField(default=timezone.now)
+    batch_seq = models.BigIntegerField(default=0)
+    content_hash = models.CharField(max_length=64)
+    body = models.JSONField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "event_id"], name="uniq_event")]
+        indexes = [models.Index(fields=["run", "type", "attempt"], name="event_run_type")]
+
+
+class Attempt(models.Model):
+    """One launch of a run (spec 4, ``attempt_started`` / ``attempt_ended``).
+
+    A row may exist before its ``attempt_started`` arrives (events can come out of order);
+    ``started_at`` is then null. ``resumed_from`` is the wire object or null (fresh start).
+    ``fetched`` holds the furthest read cursor per stratum reported by heartbeats or the end.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
+    attempt = models.IntegerField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    world_size = models.IntegerField(null=True, blank=True)
+    dataset_version = models.CharField(max_length=500, blank=True, default="")
+    global_batch_size = models.IntegerField(null=True, blank=True)
+    micro_batch_size = models.IntegerField(null=True, blank=True)
+    grad_accum_steps = models.IntegerField(null=True, blank=True)
+    config_digest = models.CharField(max_length=500, blank=True, default="")
+    sampler = models.JSONField(default=dict, blank=True)
+    resumed_from = models.JSONField(null=True, blank=True)
+    contract = models.JSONField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end_reason = models.CharField(max_length=16, blank=True, default="")
+    end_update = models.BigIntegerField(null=True, blank=True)
+    end_message = models.TextField(blank=True, default="")
+    fetched = models.JSONField(default=list, blank=True)
+    last_update = models.BigIntegerField(default=0)          # highest committed update seen
+    last_update_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    last_event_at = models.DateTimeField(null=True, blank=True)
+    restore_generation_id = models.CharField(max_length=200, blank=True, default="")
+    restore_seconds = models.FloatField(null=True, blank=True)
+    restored_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "attempt"], name="uniq_attempt")]
+
+
+GLOBAL_RANK = -1  # a ledger report with a null rank: the coordinator's global view
+
+
+class LedgerRow(models.Model):
+    """Positions one data-parallel rank contributed to one committed update (spec 4,
+    ``update_committed``). One row per ``(run, attempt, update, rank)``; ``rank`` -1 stands for a
+    null rank. Reports of the same rank for one update are united: a later piece appends its spans
+    and raises ``last_seq`` above ``first_seq``. ``spans`` are the wire spans, which are already
+    compact (ranges, strided ranges).
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="ledger_rows")
+    attempt = models.IntegerField()
+    update = models.BigIntegerField()
+    rank = models.IntegerField(default=GLOBAL_RANK)
+    time = models.DateTimeField()
+    spans = models.JSONField(default=list)
+    samples = models.BigIntegerField(null=True, blank=True)
+    tokens = models.BigIntegerField(null=True, blank=True)
+    first_seq = models.BigIntegerField(default=0)
+    last_seq = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "attempt", "update", "rank"], name="uniq_ledger")
+        ]
+        indexes = [models.Index(fields=["run", "last_seq"], name="ledger_run_seq")]
+
+
+class Heartbeat(models.Model):
+    """A liveness report with the read cursor (spec 4, ``heartbeat``): charts fetched cursors."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="heartbeats")
+    attempt = models.IntegerField()
+    rank = models.IntegerField(null=True, blank=True)
+    time = models.DateTimeField()
+    update = models.BigIntegerField()
+    fetched = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["run", "attempt", "time"], name="heartbeat_run_time")]
+
+
+class Generation(models.Model):
+    """One checkpoint save (``generation_id``) with what was reported of it.
+
+    ``manifest`` is the first committed manifest; ``manifest_conflict`` is set when a different
+    one arrives for the same generation (spec 5, ``manifest_conflict``). ``status`` and
+    ``reasons`` are written by the analysis (spec 5 statuses and reason codes).
+    """
+
+    STATUS_CHOICES = [(s, s) for s in ("pending", "committed", "restorable", "rejected", "abandoned")]
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="generations")
+    generation_id = models.CharField(max_length=200)
+    attempt = models.IntegerField(null=True, blank=True)
+    update = models.BigIntegerField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    required_shards = models.JSONField(default=list, blank=True)
+    components = models.JSONField(default=list, blank=True)
+    committed_at = models.DateTimeField(null=True, blank=True)
+    commit_reported_at = models.DateTimeField(null=True, blank=True)
+    manifest = models.JSONField(null=True, blank=True)
+    manifest_hash = models.CharField(max_length=64, blank=True, default="")
+    manifest_conflict = models.BooleanField(default=False)
+    discovered = models.BooleanField(default=False)  # found by listing storage (seed 002)
+    status = models.CharField(max_length=16, choices=STATUS_CHOICES, default="pending")
+    reasons = models.JSONField(default=list, blank=True)
+    verified_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "generation_id"], name="uniq_generation")
+        ]
+        indexes = [models.Index(fields=["run", "update"], name="generation_run_update")]
+
+
+class ShardReport(models.Model):
+    """A ``shard_written`` report: one shard of a generation, the update its state belongs to."""
+
+    generation = models.ForeignKey(Generation, on_delete=models.CASCADE, related_name="shards")
+    shard = models.CharField(max_length=200)
+    update = models.BigIntegerField()
+    object_list = models.JSONField(default=list)  # the wire ``objects`` of the report
+    reported_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["generation", "shard"], name="uniq_shard_report")
+        ]
+
+
+class CheckpointObject(models.Model):
+    """One object of a generation (spec 4, Object) and the result of checking it in storage.
+
+    ``check_status``: ``pending`` (not checked yet), ``ok``, ``object_missing``,
+    ``size_mismatch``, ``digest_mismatch``, ``storage_unverified`` (a scheme the server cannot
+    read), or ``error`` (a transient failure; checked again).
+    """
+
+    CHECK_CHOICES = [(s, s) for s in ("pending", "ok", "object_missing", "size_mismatch",
+                                      "digest_mismatch", "storage_unverified", "error")]
+
+    generation = models.ForeignKey(Generation, on_delete=models.CASCADE, related_name="checkpoint_objects")
+    uri = models.CharField(max_length=2000)
+    shard = models.CharField(max_length=200, blank=True, default="")
+    component = models.CharField(max_length=200, blank=True, default="")
+    size = models.BigIntegerField(null=True, blank=True)
+    sha256 = models.CharField(max_length=64, blank=True, default="")
+    update = models.BigIntegerField(null=True, blank=True)
+    in_manifest = models.BooleanField(default=False)
+    check_status = models.CharField(max_length=24, choices=CHECK_CHOICES, default="pending")
+    check_detail = models.TextField(blank=True, default="")
+    observed_size = models.BigIntegerField(null=True, blank=True)
+    observed_sha256 = models.CharField(max_length=64, blank=True, default="")
+    checked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["generation", "uri"], name="uniq_checkpoint_object")
+        ]
+
+
+class AuditWindow(models.Model):
+    """Readable sample identities around a checkpoint or resume (spec 4, ``audit_window``)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="audit_windows")
+    attempt = models.IntegerField()
+    update = models.BigIntegerField()
+    rank = models.IntegerField()
+    accum_slot = models.IntegerField()
+    sample_ids = models.JSONField(default=list)
+    time = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["run", "attempt", "update"], name="audit_run_update")]
+
+
+class Analysis(models.Model):
+    """The stored analysis of a run: the recovery core's result and its incremental state.
+
+    ``result`` holds the core's ``to_dict()`` (spec 5 fields, costs, chart series);
+    ``state`` the core's serialised incremental state; ``ingest_seq`` the run's ingest seq the
+    result reflects. Figures that depend on the current time (seconds since last restorable)
+    are computed when read, from ``result``.
+    """
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="analysis")
+    computed_at = models.DateTimeField(default=timezone.now)
+    ingest_seq = models.BigIntegerField(default=0)
+    duration_s = models.FloatField(default=0.0)
+    health = models.CharField(max_length=16, default="ok")
+    result = models.JSONField(default=dict)
+    state = models.BinaryField(null=True, blank=True)

@@ -1,0 +1,213 @@
+"""Django settings for recoverydash, read from the environment.
+
+Nothing set: an embedded install that needs no servers (SQLite and Celery's filesystem broker,
+both under ``var/``). Production sets ``DATABASE_URL``, ``CELERY_BROKER_URL``, ``SECRET_KEY`` and
+``ALLOWED_HOSTS``. A value that cannot be understood stops the process at start with a message
+naming the variable, rather than running with a guess.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("RECOVERYDASH_VAR_DIR", BASE_DIR / "var"))
+
+
+def envbool(name: str, default: bool) -> bool:
+    """Read a boolean: exactly ``true``/``false`` (also 1/0, yes/no); anything else raises."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise ImproperlyConfigured(f"{name} must be true or false, got {raw!r}")
+
+
+def envint(name: str, default: int, minimum: int = 0) -> int:
+    """Read an integer >= ``minimum``; anything else raises ImproperlyConfigured."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw.strip().replace("_", ""))
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def envfloat(name: str, default: float, minimum: float = 0.0) -> float:
+    """Read a number >= ``minimum``; anything else raises ImproperlyConfigured."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from None
+    if not value >= minimum:
+        raise ImproperlyConfigured(f"{name} must be >= {minimum}, got {raw!r}")
+    return value
+
+
+def envlist(name: str, default: list[str]) -> list[str]:
+    """Read a comma-separated list; blanks are dropped."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+DEBUG = envbool("DEBUG", False)
+_secret = os.environ.get("SECRET_KEY", "")
+if not _secret:
+    # Embedded default only: a key private to this install, kept under var/ so sessions survive
+    # restarts. Production sets SECRET_KEY.
+    _key_file = VAR_DIR / "secret_key"
+    try:
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        if not _key_file.exists():
+            import secrets
+
+            _key_file.write_text(secrets.token_urlsafe(50))
+            _key_file.chmod(0o600)
+        _secret = _key_file.read_text().strip()
+    except OSError as exc:
+        raise ImproperlyConfigured(f"SECRET_KEY is not set and {_key_file} is not writable: {exc}")
+SECRET_KEY = _secret
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
+# The public address of the dashboard, used in alert links.
+SITE_URL = os.environ.get("SITE_URL", "http://localhost:8000").rstrip("/")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "ninja",
+    "recoverydash.runs",
+    "recoverydash.ingest",
+    "recoverydash.storage",
+    "recoverydash.alerts",
+    "recoverydash.dashboard",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "recoverydash.urls"
+WSGI_APPLICATION = "recoverydash.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+import dj_database_url  # noqa: E402
+
+_database_url = os.environ.get("DATABASE_URL", "")
+if _database_url:
+    try:
+        _db = dj_database_url.parse(_database_url, conn_max_age=60, conn_health_checks=True)
+    except Exception as exc:  # dj_database_url raises several types for bad URLs
+        raise ImproperlyConfigured(f"DATABASE_URL cannot be parsed: {exc}") from None
+    if not _db.get("ENGINE"):
+        raise ImproperlyConfigured(f"DATABASE_URL has an unknown scheme: {_database_url!r}")
+else:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    _db = {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": str(VAR_DIR / "recoverydash.sqlite3"),
+        # WAL and a busy timeout let web, worker and beat share one file.
+        "OPTIONS": {
+            "timeout": 30,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        },
+    }
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "staticfiles"))
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+# Serve from the finders too, so `make serve` works without collectstatic.
+WHITENOISE_USE_FINDERS = True
+
+# --- Celery -------------------------------------------------------------------------------------
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+if not CELERY_BROKER_URL.split("://", 1)[0] in ("filesystem", "redis", "rediss", "amqp", "memory"):
+    raise ImproperlyConfigured(
+        f"CELERY_BROKER_URL must be redis://, amqp:// or filesystem://, got {CELERY_BROKER_URL!r}"
+    )
+CELERY_BROKER_DIR = Path(os.environ.get("CELERY_BROKER_DIR", VAR_DIR / "broker"))
+CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
+
+# --- Ingest limits (spec section 1) --------------------------------------------------------------
+RECOVERYDASH_MAX_EVENTS_PER_REQUEST = envint("RECOVERYDASH_MAX_EVENTS_PER_REQUEST", 10_000, 1)
+RECOVERYDASH_MAX_BODY_BYTES = envint("RECOVERYDASH_MAX_BODY_BYTES", 8 * 1024 * 1024, 1024)
+# Token bucket per token: sustained requests per second and burst size. 0 disables the limit.
+RECOVERYDASH_RATE_LIMIT_PER_SECOND = envfloat("RECOVERYDASH_RATE_LIMIT_PER_SECOND", 50.0)
+RECOVERYDASH_RATE_LIMIT_BURST = envint("RECOVERYDASH_RATE_LIMIT_BURST", 200, 1)
+RECOVERYDASH_REDIS_URL = os.environ.get("RECOVERYDASH_REDIS_URL", "")
+
+# --- Analysis, storage, alerts -------------------------------------------------------------------
+RECOVERYDASH_ANALYSIS_DEBOUNCE_S = envfloat("RECOVERYDASH_ANALYSIS_DEBOUNCE_S", 1.0)
+RECOVERYDASH_FULL_HASH_MAX_BYTES = envint("RECOVERYDASH_FULL_HASH_MAX_BYTES", 256 * 1024 * 1024)
+RECOVERYDASH_RUN_SILENT_S = envfloat("RECOVERYDASH_RUN_SILENT_S", 900.0, 1.0)
+RECOVERYDASH_WEBHOOK_ALLOW_PRIVATE = envbool("RECOVERYDASH_WEBHOOK_ALLOW_PRIVATE", False)
+RECOVERYDASH_WEBHOOK_TIMEOUT_S = envfloat("RECOVERYDASH_WEBHOOK_TIMEOUT_S", 10.0, 0.1)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
