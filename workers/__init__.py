@@ -1,0 +1,1 @@
+"""Celery workers: the app, the tasks (thin wrappers) and the beat schedule."""
