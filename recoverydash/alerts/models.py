@@ -1,0 +1,181 @@
+"""Alerts as rows, their state changes as rows, and the webhook endpoints and deliveries.
+
+Following healthchecks' ``Flip``: every state change of an alert is an ``AlertFlip`` row; that
+table is both the history the dashboard draws and the queue of notifications to send. Each flip
+becomes one ``Delivery`` per enabled endpoint of the project; a delivery keeps a stable
+``webhook_id`` across retries so receivers can deduplicate (spec section 6).
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+
+from django.conf import settings
+from django.db import models, transaction
+from django.utils import timezone
+
+from recoverydash.runs.models import Project, Run
+
+SEVERITIES = ("info", "warning", "critical")
+STATES = ("firing", "acknowledged", "resolved")
+
+
+class Alert(models.Model):
+    """One episode of an alert condition on a run (spec 5 ``alerts``, spec 6).
+
+    ``dedup_key`` is ``run:rule:subject`` and stable across episodes; at most one alert per key is
+    open (firing or acknowledged) at a time, enforced by a partial unique constraint.
+    ``silenced_until`` mutes notifications (not the state) until that time.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="alerts")
+    rule = models.CharField(max_length=48)
+    subject = models.CharField(max_length=300, blank=True, default="")
+    dedup_key = models.CharField(max_length=600)
+    severity = models.CharField(max_length=16, choices=[(s, s) for s in SEVERITIES])
+    state = models.CharField(max_length=16, choices=[(s, s) for s in STATES], default="firing")
+    summary = models.TextField()
+    opened_at = models.DateTimeField(default=timezone.now)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.CharField(max_length=150, blank=True, default="")
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.CharField(max_length=150, blank=True, default="")  # "" = condition cleared
+    silenced_until = models.DateTimeField(null=True, blank=True)
+    last_seen_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["dedup_key"], condition=~models.Q(state="resolved"),
+                                    name="uniq_open_alert"),
+        ]
+        indexes = [models.Index(fields=["run", "state"], name="alert_run_state")]
+
+    @property
+    def public_id(self) -> str:
+        return f"al_{self.pk}"
+
+    def to_dict(self) -> dict:
+        """The spec 5 ``alerts`` item."""
+        return {
+            "id": self.public_id,
+            "rule": self.rule,
+            "severity": self.severity,
+            "state": self.state,
+            "opened_at": self.opened_at.isoformat(),
+            "resolved_at": self.resolved_at.isoformat() if self.resolved_at else None,
+            "summary": self.summary,
+        }
+
+    def is_silenced(self, now=None) -> bool:
+        return bool(self.silenced_until and self.silenced_until > (now or timezone.now()))
+
+    def change_state(self, new_state: str, *, by: str = "", reason: str = "") -> "AlertFlip | None":
+        """Move to ``new_state`` and record the flip; returns it, or None if nothing changed.
+
+        Takes the row with ``select_for_update`` so a person acknowledging and the evaluator
+        resolving at the same moment cannot both flip from the same old state.
+        Raises ValueError for an unknown state.
+        """
+        if new_state not in STATES:
+            raise ValueError(f"state must be one of {STATES}, got {new_state!r}")
+        with transaction.atomic():
+            alert = Alert.objects.select_for_update().get(pk=self.pk)
+            if alert.state == new_state or alert.state == "resolved":
+                return None
+            now = timezone.now()
+            old_state = alert.state
+            alert.state = new_state
+            if new_state == "acknowledged":
+                alert.acknowledged_at, alert.acknowledged_by = now, by
+            elif new_state == "resolved":
+                alert.resolved_at, alert.resolved_by = now, by
+            alert.save()
+            flip = AlertFlip.objects.create(alert=alert, old_state=old_state,
+                                            new_state=new_state, reason=reason, created_at=now,
+                                            notify=not alert.is_silenced(now))
+            self.__dict__.update({k: getattr(alert, k) for k in
+                                  ("state", "acknowledged_at", "acknowledged_by",
+                                   "resolved_at", "resolved_by")})
+            return flip
+
+
+class AlertFlip(models.Model):
+    """A state change of an alert (``old_state`` empty when it opened). ``processed_at`` is set
+    once its deliveries have been created; ``notify`` is False when the alert was silenced."""
+
+    alert = models.ForeignKey(Alert, on_delete=models.CASCADE, related_name="flips")
+    old_state = models.CharField(max_length=16, blank=True, default="")
+    new_state = models.CharField(max_length=16)
+    reason = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    notify = models.BooleanField(default=True)
+    processed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["processed_at"], name="flip_processed")]
+
+
+def new_webhook_secret() -> str:
+    """A Standard Webhooks secret: ``whsec_`` + base64 of 32 random bytes."""
+    import base64
+
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+class WebhookEndpoint(models.Model):
+    """Where a project's alert notifications go. ``kind``: ``standard`` (spec 6 body, signed per
+    Standard Webhooks), ``slack`` (incoming-webhook body) or ``pagerduty`` (Events v2; the
+    routing key is ``routing_key``). A permanent 4xx disables it with the reason stored."""
+
+    KINDS = [("standard", "Signed JSON (Standard Webhooks)"), ("slack", "Slack incoming webhook"),
+             ("pagerduty", "PagerDuty Events v2")]
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="webhooks")
+    name = models.CharField(max_length=100, blank=True, default="")
+    url = models.URLField(max_length=2000)
+    kind = models.CharField(max_length=16, choices=KINDS, default="standard")
+    secret = models.CharField(max_length=100, default=new_webhook_secret)
+    routing_key = models.CharField(max_length=100, blank=True, default="")
+    min_severity = models.CharField(max_length=16, choices=[(s, s) for s in SEVERITIES],
+                                    default="info")
+    enabled = models.BooleanField(default=True)
+    disabled_reason = models.TextField(blank=True, default="")
+    last_error = models.TextField(blank=True, default="")
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def wants(self, severity: str) -> bool:
+        return SEVERITIES.index(severity) >= SEVERITIES.index(self.min_severity)
+
+
+def new_webhook_id() -> str:
+    return "msg_" + uuid.uuid4().hex
+
+
+class Delivery(models.Model):
+    """One notification of one flip to one endpoint, retried with exponential backoff until it
+    is delivered, refused for good (a permanent 4xx), or out of attempts."""
+
+    STATUSES = [(s, s) for s in ("pending", "delivered", "failed")]
+
+    flip = models.ForeignKey(AlertFlip, on_delete=models.CASCADE, related_name="deliveries")
+    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE,
+                                 related_name="deliveries")
+    webhook_id = models.CharField(max_length=64, default=new_webhook_id, unique=True)
+    payload = models.JSONField()
+    status = models.CharField(max_length=16, choices=STATUSES, default="pending")
+    attempts = models.IntegerField(default=0)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    last_status_code = models.IntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["flip", "endpoint"], name="uniq_delivery")]
+        indexes = [models.Index(fields=["status", "next_attempt_at"], name="delivery_due")]
+
+
+WEBHOOK_MAX_ATTEMPTS = getattr(settings, "RECOVERYDASH_WEBHOOK_MAX_ATTEMPTS", 12)
