@@ -155,6 +155,11 @@ else:
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         },
     }
+if "postgresql" in _db.get("ENGINE", ""):
+    # Each test process gets its own test database, so two test runs on one machine (a
+    # developer's and CI's, or parallel sessions) never drop each other's database.
+    _db.setdefault("TEST", {})["NAME"] = os.environ.get(
+        "RECOVERYDASH_TEST_DB_NAME", f"test_{_db.get('NAME') or 'recoverydash'}_{os.getpid()}")
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
