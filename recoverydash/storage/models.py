@@ -41,3 +41,18 @@ class StorageLocation(models.Model):
         """True when ``uri`` lies under this location (its credentials apply)."""
         base = self.url.rstrip("/") + "/"
         return uri.startswith(base)
+
+
+class SeenManifest(models.Model):
+    """A manifest URI that discovery has already read and ingested, so a listing every minute
+    does not read every manifest again. ``generation_id`` and ``run_id`` are what it held."""
+
+    location = models.ForeignKey(StorageLocation, on_delete=models.CASCADE,
+                                 related_name="seen_manifests")
+    uri = models.CharField(max_length=2000)
+    run_id = models.CharField(max_length=128)
+    generation_id = models.CharField(max_length=200)
+    seen_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["location", "uri"], name="uniq_seen")]

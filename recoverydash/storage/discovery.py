@@ -1,0 +1,107 @@
+"""Manifest discovery: list each storage location and ingest committed manifests not seen yet.
+
+Seed 002: "If the coordinator dies after writing the manifest but before reporting success, the
+manifest is the durable authority." A manifest found in storage becomes a ``checkpoint_committed``
+event through the same ingest action as the API (so it is in the event log, idempotent by its
+``event_id``, and conflicts with a different committed manifest are detected the same way).
+
+Layout and file name: ``<location>/<generation_id>/recoverydash-manifest.json``
+(``recoverydash.storage.objects.MANIFEST_NAME``), written by the SDK's checkpoint publisher.
+The manifest's extra fields ``run_id`` and ``attempt`` name the run and attempt; a location's
+``run_id`` is used when the manifest has none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+
+from django.db import IntegrityError
+from django.utils import timezone
+
+from recoverydash.storage.models import SeenManifest, StorageLocation
+from recoverydash.storage.objects import (PermanentStorageError, StorageError, list_manifests,
+                                          make_s3_client, read_manifest)
+
+log = logging.getLogger(__name__)
+
+
+def manifest_event(manifest: dict, run_id: str, uri: str) -> dict:
+    """The ``checkpoint_committed`` event (spec 4) for a manifest found at ``uri``.
+
+    The ``event_id`` is derived from the manifest's content, so listing it again is a duplicate,
+    never a second event. Raises ValueError when the manifest lacks what an event needs."""
+    generation_id = manifest.get("generation_id")
+    committed_at = manifest.get("committed_at")
+    if not isinstance(generation_id, str) or not isinstance(committed_at, str):
+        raise ValueError("manifest has no generation_id or committed_at")
+    attempt = manifest.get("attempt")
+    digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
+    return {
+        "event_id": f"discovered:{generation_id}:{digest}",
+        "type": "checkpoint_committed",
+        "run_id": run_id,
+        "attempt": attempt if isinstance(attempt, int) and attempt >= 0 else 0,
+        "time": committed_at,
+        "manifest": manifest,
+        "discovered_at": uri,
+    }
+
+
+def discover_location(location: StorageLocation) -> int:
+    """Ingest the manifests of one location not seen before; returns how many were ingested.
+
+    Listing errors are stored on the location (shown in the dashboard) and, when they may pass,
+    raised for the task to retry. A manifest that cannot be ingested (invalid) is recorded as seen
+    with the error logged, so it does not block the others."""
+    from recoverydash.ingest.actions import ingest_discovered
+
+    client = None
+    if location.url.startswith("s3://"):
+        client = make_s3_client(endpoint_url=location.endpoint_url or None,
+                                region=location.region or None,
+                                access_key_id=location.access_key_id or None,
+                                secret_access_key=location.secret_access_key or None)
+    try:
+        uris = list_manifests(location.url, s3_client=client)
+    except StorageError as exc:
+        StorageLocation.objects.filter(pk=location.pk).update(
+            last_error=str(exc)[:2000], last_listed_at=timezone.now())
+        if isinstance(exc, PermanentStorageError):
+            return 0
+        raise
+    seen = set(SeenManifest.objects.filter(location=location).values_list("uri", flat=True))
+    ingested = 0
+    for uri in uris:
+        if uri in seen:
+            continue
+        try:
+            manifest = read_manifest(uri, s3_client=client)
+        except PermanentStorageError as exc:
+            log.warning("manifest %s unreadable: %s", uri, exc)
+            continue
+        run_id = manifest.get("run_id") if isinstance(manifest.get("run_id"), str) else ""
+        run_id = run_id or location.run_id
+        if not run_id:
+            log.warning("manifest %s names no run and location %s has no run_id", uri, location)
+            continue
+        try:
+            event = manifest_event(manifest, run_id, uri)
+            ingest_discovered(location.project, [event])
+            ingested += 1
+        except Exception as exc:  # an invalid manifest must not block the others
+            log.warning("manifest %s not ingested: %s", uri, exc)
+        try:
+            SeenManifest.objects.create(location=location, uri=uri, run_id=run_id,
+                                        generation_id=str(manifest.get("generation_id", "")))
+        except IntegrityError:
+            pass  # another worker recorded it at the same moment
+    StorageLocation.objects.filter(pk=location.pk).update(last_error="",
+                                                          last_listed_at=timezone.now())
+    return ingested
+
+
+def discover_all() -> int:
+    """Discover manifests in every enabled location; returns the number ingested."""
+    return sum(discover_location(loc) for loc in StorageLocation.objects.filter(enabled=True))

@@ -1,0 +1,69 @@
+"""The Celery app: broker from ``CELERY_BROKER_URL`` (Redis in production), or kombu's filesystem
+transport under ``var/broker`` in the embedded default; the beat schedule is defined here, in one
+place. Task defaults follow "Celery without tears": acks late, requeue when a worker is lost,
+no results stored, and an ``expires`` on periodic tasks of about 1.5 periods so a backlog does not
+run the same periodic job many times.
+"""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "recoverydash.settings")
+
+app = Celery("recoverydash")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+
+
+def _configure() -> None:
+    from django.conf import settings
+
+    broker = settings.CELERY_BROKER_URL
+    if broker.startswith("filesystem://"):
+        folder = settings.CELERY_BROKER_DIR
+        for sub in ("queue", "processed"):
+            (folder / sub).mkdir(parents=True, exist_ok=True)
+        app.conf.broker_transport_options = {
+            "data_folder_in": str(folder / "queue"),
+            "data_folder_out": str(folder / "queue"),
+            "processed_folder": str(folder / "processed"),
+            "store_processed": False,
+        }
+    elif broker.startswith("redis"):
+        # A task not acknowledged within this time is given to another worker: longer than
+        # the longest verification or analysis.
+        app.conf.broker_transport_options = {"visibility_timeout": 3600}
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_ignore_result=True,
+        worker_prefetch_multiplier=1,
+        task_always_eager=settings.CELERY_TASK_ALWAYS_EAGER,
+        broker_connection_retry_on_startup=True,
+        beat_schedule=BEAT_SCHEDULE,
+        timezone="UTC",
+    )
+
+
+def _every(seconds: float, task: str) -> dict:
+    return {"task": task, "schedule": seconds, "options": {"expires": seconds * 1.5}}
+
+
+# Periodic work, in one place.
+BEAT_SCHEDULE = {
+    # runs whose events arrived while the broker was down, or whose analysis failed
+    "sweep-runs": _every(15.0, "workers.tasks.sweep_runs"),
+    # time-based rules (checkpoint_stale, run_silent) change without new events
+    "evaluate-alerts": _every(30.0, "workers.tasks.evaluate_all_alerts"),
+    # notifications whose retry is due, and flips not yet turned into deliveries
+    "deliver-due": _every(10.0, "workers.tasks.deliver_due"),
+    # manifests written to storage whose commit event never arrived (seed 002)
+    "discover-manifests": _every(60.0, "workers.tasks.discover_manifests"),
+    # retention that deleted the last restorable generation, objects not yet checked
+    "recheck-storage": _every(600.0, "workers.tasks.recheck_storage"),
+}
+
+_configure()
+app.autodiscover_tasks(["workers"], related_name="tasks", force=True)

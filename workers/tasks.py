@@ -1,0 +1,89 @@
+"""Celery tasks: two lines around plain functions that tests call directly.
+
+Every task is idempotent by its natural key (a run, a generation, a delivery), acknowledged late
+and requeued if its worker dies. Only errors that may pass are retried (``autoretry_for``): a
+database that is briefly unreachable, a storage service that throttles. A user's
+misconfiguration (a bad bucket, a refused webhook address) is stored as a state and shown, never
+retried in a loop. Imports happen inside the task bodies so the broker can load this module
+cheaply.
+"""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.db import InterfaceError, OperationalError
+
+from recoverydash.storage.objects import TransientStorageError  # pure module, no Django
+
+TRANSIENT = (OperationalError, InterfaceError, ConnectionError, TimeoutError,
+             TransientStorageError)
+
+
+RETRY = {"autoretry_for": TRANSIENT, "retry_backoff": 2, "retry_backoff_max": 120,
+         "retry_jitter": True, "max_retries": 8}
+
+
+@shared_task(name="workers.tasks.analyze_run", **RETRY)
+def analyze_run(run_pk: int) -> None:
+    """Bring the run's stored analysis up to date, then evaluate its alerts."""
+    from recoverydash.runs.analysis import analyze_and_alert
+
+    analyze_and_alert(run_pk)
+
+
+@shared_task(name="workers.tasks.verify_generation", **RETRY)
+def verify_generation(generation_pk: int) -> None:
+    """Check every object of a committed generation in storage, then re-analyse its run."""
+    from recoverydash.storage.verification import verify_generation as verify
+
+    verify(generation_pk)
+
+
+@shared_task(name="workers.tasks.deliver_webhook", **RETRY)
+def deliver_webhook(delivery_pk: int) -> None:
+    """Send one webhook delivery if it is due (retries are scheduled in the row, not here)."""
+    from recoverydash.alerts.delivery import deliver
+
+    deliver(delivery_pk)
+
+
+@shared_task(name="workers.tasks.sweep_runs", **RETRY)
+def sweep_runs() -> None:
+    """Enqueue analysis for runs whose stored analysis is behind their events."""
+    from recoverydash.runs.analysis import sweep
+
+    sweep()
+
+
+@shared_task(name="workers.tasks.evaluate_all_alerts", **RETRY)
+def evaluate_all_alerts() -> None:
+    """Evaluate time-based alert rules of every analysed run and send what flipped."""
+    from recoverydash.runs.analysis import evaluate_all
+
+    evaluate_all()
+
+
+@shared_task(name="workers.tasks.deliver_due", **RETRY)
+def deliver_due() -> None:
+    """Create deliveries for new flips and send every delivery whose attempt is due."""
+    from recoverydash.alerts.delivery import deliver, due_deliveries, process_flips
+
+    process_flips()
+    for pk in due_deliveries():
+        deliver(pk)
+
+
+@shared_task(name="workers.tasks.discover_manifests", **RETRY)
+def discover_manifests() -> None:
+    """List every enabled storage location and ingest committed manifests not seen yet."""
+    from recoverydash.storage.discovery import discover_all
+
+    discover_all()
+
+
+@shared_task(name="workers.tasks.recheck_storage", **RETRY)
+def recheck_storage() -> None:
+    """Re-verify each run's last restorable generation and objects left unchecked."""
+    from recoverydash.storage.verification import recheck
+
+    recheck()
