@@ -1,0 +1,156 @@
+"""Alert rules from a stored analysis: which conditions hold, and the rows they become."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from recoverydash.alerts.models import Alert, AlertFlip
+from recoverydash.alerts.rules import DEFAULT_CONTRACT, conditions, evaluate_run
+from recoverydash.runs.models import Analysis, Run
+
+T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+
+
+def result(**overrides):
+    base = {
+        "health": "ok",
+        "last_restorable": {"generation_id": "g78", "update": 78,
+                            "committed_at": T0.isoformat()},
+        "generations": [
+            {"generation_id": "g78", "attempt": 0, "update": 78, "status": "restorable",
+             "reasons": []},
+        ],
+        "restarts": [],
+    }
+    base.update(overrides)
+    return base
+
+
+def restart(**overrides):
+    r = {"attempt": 1, "resumed_from": "g1250", "resumed_update": 1250, "world_size_before": 8,
+         "world_size_after": 8, "replayed": 0, "omitted": 0, "recomputed": 48,
+         "verdict": "exact", "findings": []}
+    r.update(overrides)
+    return r
+
+
+def rules_of(res, now=T0 + timedelta(minutes=5), contract=None, ended=False, received=None):
+    found = conditions(res, dict(contract or DEFAULT_CONTRACT), now=now, first_event_at=T0,
+                       last_received_at=received or now, ended=ended)
+    return [(c.rule, c.subject, c.severity) for c in found]
+
+
+def test_it_finds_nothing_for_a_healthy_run():
+    assert rules_of(result()) == []
+
+
+def test_it_fires_checkpoint_stale_past_the_contract_age():
+    assert rules_of(result(), now=T0 + timedelta(seconds=3600)) == []
+    assert rules_of(result(), now=T0 + timedelta(seconds=3601)) == [
+        ("checkpoint_stale", "", "warning")]
+    assert rules_of(result(), now=T0 + timedelta(seconds=7201)) == [
+        ("checkpoint_stale", "", "critical")]
+    contract = dict(DEFAULT_CONTRACT, max_checkpoint_age_s=600)
+    assert rules_of(result(), now=T0 + timedelta(seconds=601), contract=contract) == [
+        ("checkpoint_stale", "", "warning")]
+
+
+def test_it_measures_staleness_from_the_first_event_when_nothing_is_restorable():
+    res = result(last_restorable=None, generations=[])
+    assert rules_of(res, now=T0 + timedelta(seconds=3601)) == [
+        ("checkpoint_stale", "", "warning")]
+
+
+def test_it_fires_replay_and_omission_above_the_contract_bounds():
+    res = result(restarts=[restart(replayed=64, verdict="replay",
+                                   findings=[{"code": "replay", "detail": ""}])])
+    assert rules_of(res) == [("restart_replay", "1", "critical")]
+    allowed = dict(DEFAULT_CONTRACT, max_replay_samples=64)
+    assert rules_of(res, contract=allowed) == []
+    res = result(restarts=[restart(omitted=48, verdict="omission")])
+    assert rules_of(res) == [("restart_omission", "1", "critical")]
+
+
+def test_it_ignores_unverified_restarts_for_replay_and_omission():
+    res = result(restarts=[restart(replayed=64, verdict="unverified")])
+    assert rules_of(res) == []
+
+
+def test_it_fires_generation_rejected_until_a_newer_generation_is_restorable():
+    rejected = {"generation_id": "g1100", "attempt": 0, "update": 1100, "status": "rejected",
+                "reasons": [{"code": "shard_missing", "detail": "rank3"}]}
+    res = result(generations=[result()["generations"][0], rejected])
+    assert rules_of(res) == [("generation_rejected", "g1100", "warning")]
+    newer = {"generation_id": "g1200", "attempt": 1, "update": 1200, "status": "restorable",
+             "reasons": []}
+    res = result(generations=[result()["generations"][0], rejected, newer])
+    assert rules_of(res) == []
+
+
+def test_it_fires_no_restorable_generation_when_every_committed_one_is_rejected():
+    rejected = {"generation_id": "g1", "attempt": 0, "update": 10, "status": "rejected",
+                "reasons": [{"code": "digest_mismatch", "detail": ""}]}
+    res = result(last_restorable=None, generations=[rejected])
+    assert ("no_restorable_generation", "", "critical") in rules_of(res)
+
+
+def test_it_fires_restart_findings():
+    findings = [{"code": c, "detail": ""} for c in
+                ("resumed_from_unrestorable", "dataset_version_changed", "world_size_changed")]
+    res = result(restarts=[restart(findings=findings, world_size_after=4)])
+    assert rules_of(res) == [("dataset_version_changed", "1", "warning"),
+                             ("resumed_from_unrestorable", "1", "critical"),
+                             ("world_size_changed", "1", "info")]
+
+
+def test_it_fires_run_silent_and_not_for_an_ended_run(settings):
+    settings.RECOVERYDASH_RUN_SILENT_S = 60
+    now = T0 + timedelta(minutes=5)
+    assert rules_of(result(), now=now, received=now - timedelta(seconds=61)) == [
+        ("run_silent", "", "warning")]
+    assert rules_of(result(), now=now, received=now - timedelta(seconds=61), ended=True) == []
+
+
+@pytest.mark.django_db
+def test_it_opens_keeps_and_resolves_alert_rows_without_flapping(project):
+    run = Run.objects.create(project=project, run_id="r1", first_event_at=T0,
+                             last_received_at=T0)
+    Analysis.objects.create(run=run, result=result(), health="ok")
+    late = T0 + timedelta(hours=2)
+    Run.objects.filter(pk=run.pk).update(last_received_at=late)
+    run.refresh_from_db()
+    flips = evaluate_run(run, now=late)
+    assert [(f.alert.rule, f.new_state) for f in flips] == [("checkpoint_stale", "firing")]
+    assert evaluate_run(run, now=late + timedelta(seconds=30)) == []  # still holds: no flip
+    alert = Alert.objects.get(rule="checkpoint_stale")
+    assert alert.dedup_key == "r1:checkpoint_stale:" and alert.state == "firing"
+    # a new restorable generation clears it
+    fresh = result(last_restorable={"generation_id": "g99", "update": 99,
+                                    "committed_at": late.isoformat()})
+    Analysis.objects.filter(run=run).update(result=fresh)
+    run.refresh_from_db()
+    flips = evaluate_run(run, now=late + timedelta(seconds=60))
+    assert [(f.alert.rule, f.old_state, f.new_state) for f in flips] == [
+        ("checkpoint_stale", "firing", "resolved")]
+    assert AlertFlip.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_it_keeps_a_restart_alert_until_a_person_resolves_it_and_never_reopens_it(project):
+    run = Run.objects.create(project=project, run_id="r2", first_event_at=T0,
+                             last_received_at=T0)
+    res = result(restarts=[restart(omitted=48, verdict="omission")])
+    Analysis.objects.create(run=run, result=res, health="failing")
+    now = T0 + timedelta(minutes=1)
+    [flip] = evaluate_run(run, now=now)
+    alert = flip.alert
+    assert alert.rule == "restart_omission" and alert.subject == "1"
+    alert.change_state("acknowledged", by="oncall")
+    assert evaluate_run(run, now=now) == []
+    alert.refresh_from_db()
+    assert alert.state == "acknowledged"
+    alert.change_state("resolved", by="oncall")
+    assert evaluate_run(run, now=now) == []
+    assert Alert.objects.filter(run=run).count() == 1
