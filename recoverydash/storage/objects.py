@@ -1,0 +1,563 @@
+"""Checkpoint storage access with no Django: object verification and manifest publication.
+
+Shared by the trainer SDK (``recoverydash.sdk``) and the server's Celery workers. Pure functions
+over two URI schemes, plus a boto3 client factory; nothing here imports Django or Celery, and boto3
+is imported only when an ``s3://`` URI is touched.
+
+URIs
+    ``s3://bucket/key`` and ``file:///abs/path``. A *location* (where generations live) is a folder
+    (``file:///abs/dir``, or a plain absolute path) or an S3 prefix (``s3://bucket/prefix``).
+
+Layout of a location (decided here, used by the SDK and the server's manifest discovery)::
+
+    <location>/<generation_id>/recoverydash-manifest.json      # the commit marker
+    <location>/<generation_id>/...                              # the generation's objects
+
+The manifest document is spec section 4's manifest (``schema_revision`` 1, ``generation_id``,
+``update``, ``world_size``, ``required_shards``, ``components``, ``objects``, ``data_progress``,
+``dataset_version``, ``config_digest``, ``committed_at``) plus the extra fields ``run_id`` and
+``attempt`` (and, when the writer knows it, ``required_components``). Its presence is the commit:
+readers enumerate manifests, never raw generation folders.
+
+Errors
+    ``verify_object`` reports what it saw as an ``ObjectCheck`` status; it raises only when it could
+    not look: ``TransientStorageError`` for what may pass (network, 5xx, throttling, timeouts;
+    retry later) and ``PermanentStorageError`` for what will not (access denied, bad credentials,
+    malformed URI or bucket). Both derive from ``StorageError``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Iterator
+from urllib.parse import unquote, urlparse
+
+MANIFEST_NAME = "recoverydash-manifest.json"
+"""File name of the commit marker inside ``<location>/<generation_id>/``."""
+
+DEFAULT_FULL_HASH_MAX_BYTES = 256 * 1024 * 1024
+"""Objects up to this size (bytes) are read whole to compute sha256 when storage holds no digest."""
+
+CHUNK_BYTES = 1024 * 1024
+
+STATUSES = ("ok", "object_missing", "size_mismatch", "digest_mismatch", "storage_unverified")
+
+
+class StorageError(Exception):
+    """Storage could not be read; see the two subclasses."""
+
+
+class TransientStorageError(StorageError):
+    """An error that may pass: network failure, timeout, HTTP 5xx, throttling. Retry later."""
+
+
+class PermanentStorageError(StorageError):
+    """An error that retrying will not fix: access denied, no credentials, malformed URI."""
+
+
+class ManifestConflictError(StorageError):
+    """A different manifest is already published for this generation (spec: manifest_conflict).
+
+    Seed 002: a second coordinator must verify the published manifest, never overwrite it."""
+
+
+@dataclass(frozen=True)
+class ObjectCheck:
+    """What storage says about one object.
+
+    status: one of ``STATUSES``. detail: a sentence for humans. observed_size: bytes, or None when
+    the object is missing or unverifiable. observed_sha256: 64 hex chars when a digest was obtained
+    (from the S3 ``ChecksumSHA256`` or by reading the bytes), else None. ``ok`` with
+    ``observed_sha256`` None means the size matched but the digest was not checked (no expected
+    digest, or the object is over ``full_hash_max_bytes`` and storage holds no full-object sha256);
+    the detail says which.
+    """
+
+    status: str
+    detail: str
+    observed_size: int | None = None
+    observed_sha256: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True)
+class ParsedURI:
+    """``scheme`` is ``"s3"``, ``"file"`` or another scheme; ``bucket``/``key`` for s3, ``path`` for
+    file (absolute, no trailing slash kept except for ``/``)."""
+
+    scheme: str
+    bucket: str = ""
+    key: str = ""
+    path: str = ""
+
+
+def parse_uri(uri: str) -> ParsedURI:
+    """Split ``s3://bucket/key``, ``file:///abs/path`` (or a plain absolute path, taken as file).
+
+    Raises PermanentStorageError for an s3 URI without a bucket or a file URI with a host or a
+    relative path. Other schemes come back with only ``scheme`` set."""
+    if not isinstance(uri, str) or not uri:
+        raise PermanentStorageError(f"expected a URI string, got {uri!r}")
+    if uri.startswith("/"):
+        return ParsedURI("file", path=os.path.normpath(uri))
+    u = urlparse(uri)
+    scheme = u.scheme.lower()
+    if scheme == "s3":
+        if not u.netloc:
+            raise PermanentStorageError(f"s3 URI without a bucket: {uri!r}")
+        return ParsedURI("s3", bucket=u.netloc, key=u.path.lstrip("/"))
+    if scheme == "file":
+        if u.netloc not in ("", "localhost"):
+            raise PermanentStorageError(f"file URI with a host is not local: {uri!r}")
+        path = unquote(u.path)
+        if not path.startswith("/"):
+            raise PermanentStorageError(f"file URI must hold an absolute path: {uri!r}")
+        return ParsedURI("file", path=os.path.normpath(path))
+    return ParsedURI(scheme)
+
+
+def join_uri(location: str, *parts: str) -> str:
+    """``location`` + ``/`` + parts, keeping the scheme (plain paths become ``file://`` URIs)."""
+    p = parse_uri(location)
+    tail = "/".join(s.strip("/") for s in parts if s)
+    if p.scheme == "file":
+        return "file://" + os.path.join(p.path, tail) if tail else "file://" + p.path
+    if p.scheme == "s3":
+        key = "/".join(s for s in (p.key.rstrip("/"), tail) if s)
+        return f"s3://{p.bucket}/{key}"
+    return location.rstrip("/") + "/" + tail
+
+
+def file_uri(path: str) -> str:
+    """``file://`` URI of a local path (made absolute)."""
+    return "file://" + os.path.abspath(path)
+
+
+def make_s3_client(endpoint_url: str | None = None, region: str | None = None,
+                   access_key_id: str | None = None, secret_access_key: str | None = None,
+                   *, connect_timeout: float = 5.0, read_timeout: float = 30.0,
+                   max_attempts: int = 3):
+    """A boto3 S3 client. Unset arguments fall back to boto3's usual chain (environment, profile).
+
+    Timeouts are seconds. Path-style addressing is used when ``endpoint_url`` is given (MinIO, moto,
+    on-premise gateways). Raises PermanentStorageError when boto3 is not installed."""
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError as e:  # pragma: no cover - boto3 is in the sdk extra
+        raise PermanentStorageError("boto3 is required for s3:// URIs") from e
+    cfg = Config(connect_timeout=connect_timeout, read_timeout=read_timeout,
+                 retries={"max_attempts": max_attempts, "mode": "standard"},
+                 s3={"addressing_style": "path"} if endpoint_url else None)
+    return boto3.client("s3", endpoint_url=endpoint_url, region_name=region or "us-east-1",
+                        aws_access_key_id=access_key_id, aws_secret_access_key=secret_access_key,
+                        config=cfg)
+
+
+# --- error classification ---------------------------------------------------------------------
+
+_TRANSIENT_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
+                    "RequestTimeoutException", "InternalError", "ServiceUnavailable",
+                    "RequestLimitExceeded", "TooManyRequestsException", "503", "500", "502", "504"}
+_MISSING_CODES = {"404", "NoSuchKey", "NotFound", "NoSuchBucket"}
+
+
+def _s3_error(e: Exception, what: str) -> StorageError:
+    """Map a botocore exception to Transient/Permanent (missing objects are handled by callers)."""
+    try:
+        from botocore import exceptions as bx
+    except ImportError:  # pragma: no cover
+        return TransientStorageError(f"{what}: {e}")
+    if isinstance(e, bx.ClientError):
+        err = e.response.get("Error", {})
+        code = str(err.get("Code", ""))
+        status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+        if code in _TRANSIENT_CODES or status >= 500 or status in (408, 429):
+            return TransientStorageError(f"{what}: {code or status} {err.get('Message', '')}".strip())
+        return PermanentStorageError(f"{what}: {code or status} {err.get('Message', '')}".strip())
+    if isinstance(e, (bx.NoCredentialsError, bx.PartialCredentialsError, bx.ParamValidationError,
+                      bx.NoRegionError)):
+        return PermanentStorageError(f"{what}: {e}")
+    if isinstance(e, (bx.HTTPClientError, bx.ConnectionError, bx.ReadTimeoutError,
+                      bx.ConnectTimeoutError, OSError)):
+        return TransientStorageError(f"{what}: {e}")
+    return TransientStorageError(f"{what}: {type(e).__name__}: {e}")
+
+
+def _is_missing(e: Exception) -> bool:
+    try:
+        from botocore.exceptions import ClientError
+    except ImportError:  # pragma: no cover
+        return False
+    if not isinstance(e, ClientError):
+        return False
+    code = str(e.response.get("Error", {}).get("Code", ""))
+    status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return code in _MISSING_CODES or status == 404
+
+
+def _s3(s3_client):
+    return s3_client if s3_client is not None else make_s3_client()
+
+
+# --- verification -------------------------------------------------------------------------------
+
+def _hash_stream(read, chunk: int = CHUNK_BYTES) -> tuple[str, int]:
+    h = hashlib.sha256()
+    n = 0
+    while True:
+        b = read(chunk)
+        if not b:
+            return h.hexdigest(), n
+        h.update(b)
+        n += len(b)
+
+
+def sha256_file(path: str) -> tuple[str, int]:
+    """(sha256 hex, size in bytes) of a local file, read in 1 MiB chunks. Raises OSError."""
+    with open(path, "rb") as f:
+        return _hash_stream(f.read)
+
+
+def _digest_verdict(expected: str | None, observed: str, size: int, how: str) -> ObjectCheck:
+    if expected is not None and observed != expected.lower():
+        return ObjectCheck("digest_mismatch",
+                           f"sha256 {how} is {observed}, manifest says {expected.lower()}",
+                           size, observed)
+    return ObjectCheck("ok", f"size {size} and sha256 {how} match" if expected else
+                       f"size {size} matches; sha256 {how} (no expected digest)", size, observed)
+
+
+def verify_object(uri: str, size: int, sha256: str | None = None, *, s3_client=None,
+                  full_hash_max_bytes: int = DEFAULT_FULL_HASH_MAX_BYTES) -> ObjectCheck:
+    """Check one object against its manifest entry.
+
+    uri: ``s3://bucket/key`` or ``file:///abs/path`` (other schemes: ``storage_unverified``).
+    size: expected bytes. sha256: expected 64 hex chars, or None to check size only.
+    S3: HEAD (with ``ChecksumMode=ENABLED``) for existence and size; a full-object
+    ``ChecksumSHA256`` stored with the object is compared without reading it; otherwise objects of at
+    most ``full_hash_max_bytes`` are streamed and hashed. File: ``stat`` then a streamed sha256 under
+    the same limit. Over the limit with no stored digest: ``ok`` with ``observed_sha256`` None and a
+    detail saying the digest was not checked.
+
+    Returns ObjectCheck. Raises TransientStorageError (may pass: retry) or PermanentStorageError
+    (access denied, bad credentials, malformed URI)."""
+    p = parse_uri(uri)
+    if p.scheme == "file":
+        return _verify_file(p.path, size, sha256, full_hash_max_bytes)
+    if p.scheme == "s3":
+        return _verify_s3(_s3(s3_client), p.bucket, p.key, size, sha256, full_hash_max_bytes)
+    return ObjectCheck("storage_unverified", f"scheme {p.scheme or '(none)'!r} cannot be verified")
+
+
+def _verify_file(path: str, size: int, sha256: str | None, limit: int) -> ObjectCheck:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return ObjectCheck("object_missing", f"no file at {path}")
+    except PermissionError as e:
+        raise PermanentStorageError(f"stat {path}: {e}") from e
+    except OSError as e:
+        raise TransientStorageError(f"stat {path}: {e}") from e
+    if st.st_size != size:
+        return ObjectCheck("size_mismatch", f"file has {st.st_size} bytes, manifest says {size}",
+                           st.st_size)
+    if sha256 is None or st.st_size > limit:
+        why = "no expected digest" if sha256 is None else f"over {limit} bytes"
+        return ObjectCheck("ok", f"size {size} matches; sha256 not checked ({why})", st.st_size)
+    try:
+        observed, n = sha256_file(path)
+    except FileNotFoundError:
+        return ObjectCheck("object_missing", f"file vanished while reading: {path}")
+    except PermissionError as e:
+        raise PermanentStorageError(f"read {path}: {e}") from e
+    except OSError as e:
+        raise TransientStorageError(f"read {path}: {e}") from e
+    if n != size:
+        return ObjectCheck("size_mismatch", f"file changed while reading: {n} bytes", n)
+    return _digest_verdict(sha256, observed, n, "of the file")
+
+
+def _b64_sha256_to_hex(value: str) -> str | None:
+    """Hex of a full-object base64 ChecksumSHA256; None for composite (multipart ``...-N``) ones."""
+    if not value or "-" in value:
+        return None
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return raw.hex() if len(raw) == 32 else None
+
+
+def _verify_s3(client, bucket: str, key: str, size: int, sha256: str | None,
+               limit: int) -> ObjectCheck:
+    where = f"s3://{bucket}/{key}"
+    try:
+        head = client.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+    except Exception as e:  # botocore raises many types; classified below
+        if _is_missing(e):
+            return ObjectCheck("object_missing", f"no object at {where}")
+        raise _s3_error(e, f"HEAD {where}") from e
+    observed_size = int(head.get("ContentLength", -1))
+    if observed_size != size:
+        return ObjectCheck("size_mismatch",
+                           f"object has {observed_size} bytes, manifest says {size}", observed_size)
+    if sha256 is None:
+        return ObjectCheck("ok", f"size {size} matches; sha256 not checked (no expected digest)",
+                           observed_size)
+    stored = None
+    if head.get("ChecksumType", "FULL_OBJECT") != "COMPOSITE":
+        stored = _b64_sha256_to_hex(head.get("ChecksumSHA256") or "")
+    if stored is not None:
+        return _digest_verdict(sha256, stored, observed_size, "stored by S3 (ChecksumSHA256)")
+    if observed_size > limit:
+        return ObjectCheck("ok", f"size {size} matches; sha256 not checked (over {limit} bytes "
+                                 "and no full-object ChecksumSHA256 stored)", observed_size)
+    try:
+        body = client.get_object(Bucket=bucket, Key=key)["Body"]
+        try:
+            observed, n = _hash_stream(body.read)
+        finally:
+            body.close()
+    except Exception as e:
+        if _is_missing(e):
+            return ObjectCheck("object_missing", f"object vanished while reading: {where}")
+        raise _s3_error(e, f"GET {where}") from e
+    if n != size:
+        return ObjectCheck("size_mismatch", f"object changed while reading: {n} bytes", n)
+    return _digest_verdict(sha256, observed, n, "of the object")
+
+
+# --- manifests ------------------------------------------------------------------------------------
+
+def manifest_uri(location: str, generation_id: str) -> str:
+    """``<location>/<generation_id>/recoverydash-manifest.json``."""
+    return join_uri(location, generation_id, MANIFEST_NAME)
+
+
+def list_manifests(location: str, *, s3_client=None) -> list[str]:
+    """URIs of every published manifest directly under ``location`` (one per generation folder).
+
+    location: a folder (``file:///dir`` or ``/dir``) or an S3 prefix (``s3://bucket/prefix``).
+    Returns manifest URIs sorted by generation folder name; a location that does not exist gives
+    ``[]``. Raises TransientStorageError / PermanentStorageError when the listing fails."""
+    p = parse_uri(location)
+    if p.scheme == "file":
+        try:
+            names = sorted(os.listdir(p.path))
+        except FileNotFoundError:
+            return []
+        except PermissionError as e:
+            raise PermanentStorageError(f"list {p.path}: {e}") from e
+        except OSError as e:
+            raise TransientStorageError(f"list {p.path}: {e}") from e
+        return [file_uri(os.path.join(p.path, n, MANIFEST_NAME)) for n in names
+                if os.path.isfile(os.path.join(p.path, n, MANIFEST_NAME))]
+    if p.scheme == "s3":
+        return sorted(_list_s3_manifests(_s3(s3_client), p.bucket, p.key))
+    raise PermanentStorageError(f"cannot list {location!r}: only s3:// and file:// locations")
+
+
+def _list_s3_manifests(client, bucket: str, prefix: str) -> Iterator[str]:
+    prefix = prefix.rstrip("/") + "/" if prefix.strip("/") else ""
+    token = None
+    while True:
+        kw: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+        if token:
+            kw["ContinuationToken"] = token
+        try:
+            page = client.list_objects_v2(**kw)
+        except Exception as e:
+            if _is_missing(e):
+                return
+            raise _s3_error(e, f"LIST s3://{bucket}/{prefix}") from e
+        for obj in page.get("Contents", ()):
+            rest = obj["Key"][len(prefix):]
+            parts = rest.split("/")
+            if len(parts) == 2 and parts[1] == MANIFEST_NAME and parts[0]:
+                yield f"s3://{bucket}/{obj['Key']}"
+        if not page.get("IsTruncated"):
+            return
+        token = page.get("NextContinuationToken")
+
+
+def read_manifest(uri: str, *, s3_client=None) -> dict:
+    """The manifest document at ``uri`` (a manifest file URI, not a location).
+
+    Raises PermanentStorageError when it is missing or not a JSON object (a published manifest is
+    immutable, so that will not pass), TransientStorageError when reading failed for a reason that
+    may pass."""
+    raw = read_bytes(uri, s3_client=s3_client)
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise PermanentStorageError(f"manifest {uri} is not JSON: {e}") from e
+    if not isinstance(doc, dict):
+        raise PermanentStorageError(f"manifest {uri} is not a JSON object")
+    return doc
+
+
+def read_bytes(uri: str, *, s3_client=None) -> bytes:
+    """Whole content of a small object (manifests, per-rank state). Missing: PermanentStorageError."""
+    p = parse_uri(uri)
+    if p.scheme == "file":
+        try:
+            with open(p.path, "rb") as f:
+                return f.read()
+        except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
+            raise PermanentStorageError(f"read {p.path}: {e}") from e
+        except OSError as e:
+            raise TransientStorageError(f"read {p.path}: {e}") from e
+    if p.scheme == "s3":
+        client = _s3(s3_client)
+        try:
+            body = client.get_object(Bucket=p.bucket, Key=p.key)["Body"]
+            try:
+                return body.read()
+            finally:
+                body.close()
+        except Exception as e:
+            if _is_missing(e):
+                raise PermanentStorageError(f"no object at {uri}") from e
+            raise _s3_error(e, f"GET {uri}") from e
+    raise PermanentStorageError(f"cannot read {uri!r}: only s3:// and file:// URIs")
+
+
+def encode_manifest(manifest: dict) -> bytes:
+    """Canonical bytes of a manifest: sorted keys, UTF-8, trailing newline."""
+    return (json.dumps(manifest, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode()
+
+
+def write_manifest_atomically(location: str, manifest: dict, *, s3_client=None) -> str:
+    """Publish ``manifest`` as ``<location>/<manifest["generation_id"]>/recoverydash-manifest.json``.
+
+    This is the commit. Filesystem: write a temporary file in the same folder, fsync it, link it
+    into place (atomic, and refuses to replace an existing manifest), fsync the folder. S3: one
+    PUT with ``IfNoneMatch="*"`` (and a ChecksumSHA256), so readers see all of it or nothing.
+    Publishing the same bytes again is a no-op; a different manifest already in place raises
+    ManifestConflictError (seed 002: a second coordinator verifies, never overwrites).
+
+    Returns the manifest URI. Raises ManifestConflictError, TransientStorageError,
+    PermanentStorageError, or ValueError when ``generation_id`` is missing or holds a ``/``."""
+    gen = manifest.get("generation_id")
+    if not isinstance(gen, str) or not gen or "/" in gen or gen in (".", ".."):
+        raise ValueError(f"manifest needs a generation_id without '/', got {gen!r}")
+    data = encode_manifest(manifest)
+    uri = manifest_uri(location, gen)
+    p = parse_uri(uri)
+    if p.scheme == "file":
+        return _write_file_atomically(p.path, data, uri)
+    if p.scheme == "s3":
+        return _put_s3_once(_s3(s3_client), p.bucket, p.key, data, uri)
+    raise PermanentStorageError(f"cannot publish to {location!r}: only s3:// and file://")
+
+
+def _same_manifest(existing: bytes, data: bytes) -> bool:
+    try:
+        return json.loads(existing) == json.loads(data)
+    except ValueError:
+        return False
+
+
+def _write_file_atomically(path: str, data: bytes, uri: str) -> str:
+    folder = os.path.dirname(path)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix="." + MANIFEST_NAME + ".", suffix=".tmp", dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)          # atomic and never replaces an existing manifest
+            except FileExistsError:
+                with open(path, "rb") as f:
+                    if _same_manifest(f.read(), data):
+                        return uri
+                raise ManifestConflictError(f"a different manifest is already published at {uri}")
+            except OSError:                 # filesystems without hard links
+                if os.path.exists(path):
+                    with open(path, "rb") as f:
+                        if _same_manifest(f.read(), data):
+                            return uri
+                    raise ManifestConflictError(f"a different manifest is published at {uri}")
+                os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        dfd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except (ManifestConflictError, StorageError):
+        raise
+    except PermissionError as e:
+        raise PermanentStorageError(f"write {path}: {e}") from e
+    except OSError as e:
+        raise TransientStorageError(f"write {path}: {e}") from e
+    return uri
+
+
+def _put_s3_once(client, bucket: str, key: str, data: bytes, uri: str) -> str:
+    checksum = base64.b64encode(hashlib.sha256(data).digest()).decode()
+    try:
+        client.put_object(Bucket=bucket, Key=key, Body=data, ContentType="application/json",
+                          ChecksumAlgorithm="SHA256", ChecksumSHA256=checksum,
+                          IfNoneMatch="*")
+        return uri
+    except Exception as e:
+        status = None
+        code = ""
+        if hasattr(e, "response"):
+            code = str(e.response.get("Error", {}).get("Code", ""))
+            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if status == 412 or code == "PreconditionFailed":
+            existing = read_bytes(uri, s3_client=client)
+            if _same_manifest(existing, data):
+                return uri
+            raise ManifestConflictError(f"a different manifest is already published at {uri}") from e
+        raise _s3_error(e, f"PUT {uri}") from e
+
+
+def put_object(uri: str, data: bytes, *, s3_client=None) -> tuple[int, str]:
+    """Write ``data`` at ``uri`` (file: temp + fsync + rename; s3: one PUT with ChecksumSHA256).
+
+    Returns (size in bytes, sha256 hex). For the SDK's small per-rank state files.
+    Raises TransientStorageError / PermanentStorageError."""
+    digest = hashlib.sha256(data).hexdigest()
+    p = parse_uri(uri)
+    if p.scheme == "file":
+        folder = os.path.dirname(p.path)
+        try:
+            os.makedirs(folder, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, p.path)
+        except PermissionError as e:
+            raise PermanentStorageError(f"write {p.path}: {e}") from e
+        except OSError as e:
+            raise TransientStorageError(f"write {p.path}: {e}") from e
+        return len(data), digest
+    if p.scheme == "s3":
+        client = _s3(s3_client)
+        try:
+            client.put_object(Bucket=p.bucket, Key=p.key, Body=data, ChecksumAlgorithm="SHA256",
+                              ChecksumSHA256=base64.b64encode(bytes.fromhex(digest)).decode())
+        except Exception as e:
+            raise _s3_error(e, f"PUT {uri}") from e
+        return len(data), digest
+    raise PermanentStorageError(f"cannot write {uri!r}: only s3:// and file://")

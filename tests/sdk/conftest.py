@@ -1,0 +1,129 @@
+"""Fixtures of the SDK tests: a tiny ingest server in a thread, free ports, a moto S3 server.
+
+Nothing here needs Django: run the pure parts with ``pytest tests/sdk -p no:django``."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class FakeIngest:
+    """Records every request to ``/api/v1/events``; stores events idempotently on event_id.
+
+    ``script``: a list of responses used one per request before the default 202, each
+    ``(status, headers_dict)``. ``down``: when True the socket is closed without an answer."""
+
+    def __init__(self):
+        self.requests: list[dict] = []
+        self.stored: dict[str, dict] = {}
+        self.deliveries: dict[str, int] = {}
+        self.script: list[tuple[int, dict]] = []
+        self.delay = 0.0  # seconds each request waits before it is answered
+        self.lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(n)
+                body = gzip.decompress(raw) if self.headers.get("Content-Encoding") == "gzip" else raw
+                events = json.loads(body)["events"]
+                if fake.delay:
+                    time.sleep(fake.delay)
+                with fake.lock:
+                    fake.requests.append({"path": self.path, "headers": dict(self.headers),
+                                          "raw_len": len(raw), "events": events,
+                                          "t": time.monotonic()})
+                    status, headers = fake.script.pop(0) if fake.script else (202, {})
+                    dup = 0
+                    if status == 202:
+                        for e in events:
+                            fake.deliveries[e["event_id"]] = fake.deliveries.get(e["event_id"], 0) + 1
+                            if e["event_id"] in fake.stored:
+                                dup += 1
+                            else:
+                                fake.stored[e["event_id"]] = e
+                out = json.dumps({"accepted": len(events) - dup, "duplicates": dup}
+                                 if status == 202 else {"errors": [{"index": None, "path": "",
+                                                                    "message": "scripted"}]}).encode()
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def restart(self):
+        """Serve again on the same port (after ``stop``), keeping what was stored."""
+        handler = self.server.RequestHandlerClass
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def event_count(self) -> int:
+        return sum(len(r["events"]) for r in self.requests)
+
+
+@pytest.fixture
+def ingest():
+    srv = FakeIngest()
+    yield srv
+    try:
+        srv.stop()
+    except Exception:
+        pass
+
+
+@pytest.fixture
+def spool(tmp_path):
+    return str(tmp_path / "spool")
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's S3 in server mode over HTTP on 127.0.0.1: ``(endpoint_url, client)``."""
+    from moto.server import ThreadedMotoServer
+
+    from recoverydash.storage.objects import make_s3_client
+
+    port = free_port()
+    srv = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    srv.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    client = make_s3_client(endpoint, access_key_id="testing", secret_access_key="testing")
+    yield endpoint, client
+    srv.stop()
