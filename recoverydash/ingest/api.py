@@ -1,4 +1,211 @@
-"""The v1 API (django-ninja). Being built: see issue 2."""
-from ninja import NinjaAPI
+"""The v1 HTTP API (django-ninja), mounted at ``/api/v1/``.
 
-api = NinjaAPI(title="recoverydash API", version="1", urls_namespace="api-v1")
+Views only parse the request, check access, call one action and answer; every refusal is an
+:mod:`~recoverydash.ingest.errors` exception turned into JSON in one place.
+
+- ``POST /events`` (scope ``ingest``): spec 1-4, see :func:`post_events`.
+- ``GET /runs`` (scope ``read``): the project's runs, see :func:`list_runs`.
+- ``GET /openapi.json`` and ``GET /docs`` (Swagger UI served from django-ninja's bundled static
+  files through WhiteNoise: nothing is fetched from the internet).
+
+Other issues add their endpoints to ``api`` with ``auth=read_auth`` (see
+:mod:`recoverydash.ingest.auth`).
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from datetime import datetime
+from typing import Any, Optional
+
+from django.conf import settings
+from django.db.models import Count, Max
+from django.http import HttpRequest
+from ninja import NinjaAPI, Query, Schema, Status
+from ninja.openapi.docs import Swagger
+from pydantic import Field
+
+from recoverydash.runs.models import Run
+
+from . import errors
+from .actions import ingest_batch
+from .auth import ingest_auth, read_auth
+from .errors import BadRequest, ErrorItem, PayloadTooLarge, UnsupportedMediaType, short
+from .schemas import IngestBody, ValidEvent, validate_events
+
+
+class RecoveryDashAPI(NinjaAPI):
+    """NinjaAPI whose OpenAPI document also describes the hand-parsed ingest body."""
+
+    def get_openapi_schema(self, **kwargs: Any):
+        schema = super().get_openapi_schema(**kwargs)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components.update(_BODY_DEFS)
+        return schema
+
+
+_body_schema = IngestBody.model_json_schema(ref_template="#/components/schemas/{model}")
+_BODY_DEFS = {**_body_schema.pop("$defs", {}), "IngestBody": _body_schema}
+
+api = RecoveryDashAPI(
+    title="recoverydash API", version="1", urls_namespace="api-v1",
+    docs=Swagger(),
+    description="Wire contract v1: trainers push events; on-call tools read runs and analyses. "
+                "Auth: `Authorization: Bearer <token>` with scope `ingest` or `read`. "
+                "Errors: `{\"error\": code, \"errors\": [{\"index\", \"path\", \"message\"}]}`.")
+errors.install(api)
+
+
+# --- response shapes ----------------------------------------------------------------------------
+class Accepted(Schema):
+    accepted: int = Field(description="events stored by this request")
+    duplicates: int = Field(description="events already stored (or repeated in the batch) "
+                                        "with the same content: counted, not stored again")
+
+
+class ErrorItemOut(Schema):
+    index: Optional[int] = Field(description="position of the event in the batch, or null")
+    path: str = Field(description="wire path of the offending field, "
+                                  "e.g. events[3].spans[0].ranges[1]")
+    message: str = Field(description="what was expected and what came")
+
+
+class ErrorOut(Schema):
+    error: str = Field(description="machine code: invalid, unauthorized, forbidden, not_found, "
+                                   "event_conflict, too_large, unsupported_media_type, "
+                                   "rate_limited")
+    errors: list[ErrorItemOut] = Field(description="at most 100")
+    index: Optional[int] = Field(None, description="409 only: the conflicting event's index")
+
+
+ERROR_RESPONSES = {code: ErrorOut for code in (400, 401, 403, 409, 413, 415, 429)}
+
+
+# --- POST /events -------------------------------------------------------------------------------
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"expected standard JSON numbers, got {name}")
+
+
+def read_body(request: HttpRequest) -> bytes:
+    """The decoded request body (spec 1): JSON content type only (415), gzip or identity
+    content encoding (415 otherwise), at most ``RECOVERYDASH_MAX_BODY_BYTES`` once decoded
+    (413; gzip is inflated in bounded steps, never further than the limit), gzip that does not
+    inflate: 400."""
+    limit = settings.RECOVERYDASH_MAX_BODY_BYTES
+    media = request.META.get("CONTENT_TYPE", "").split(";")[0].strip().lower()
+    if media != "application/json":
+        raise UnsupportedMediaType(f"expected Content-Type application/json, got "
+                                   f"{short(media or None)}")
+    encoding = request.META.get("HTTP_CONTENT_ENCODING", "").strip().lower()
+    if encoding not in ("", "identity", "gzip", "x-gzip"):
+        raise UnsupportedMediaType(f"expected Content-Encoding gzip or none, got {short(encoding)}")
+    gzipped = encoding in ("gzip", "x-gzip")
+    # A compressed body is never much larger than what it inflates to.
+    wire_limit = limit + 64 * 1024 if gzipped else limit
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > wire_limit:
+        raise PayloadTooLarge(f"expected a body of at most {limit} bytes, got {declared}")
+    raw = request.read(wire_limit + 1)
+    if len(raw) > wire_limit:
+        raise PayloadTooLarge(f"expected a body of at most {limit} bytes, got more")
+    if not gzipped:
+        return raw
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        body = inflater.decompress(raw, limit + 1)
+    except zlib.error as exc:
+        raise BadRequest("bad gzip", [ErrorItem(None, "", f"expected a gzip body that inflates, "
+                                                          f"got a broken stream ({exc})")])
+    if len(body) > limit:
+        raise PayloadTooLarge(f"expected a body of at most {limit} bytes once inflated, got more")
+    if not inflater.eof or inflater.unused_data:
+        raise BadRequest("bad gzip", [ErrorItem(None, "", "expected one complete gzip stream, "
+                                                          "got a truncated one or trailing bytes")])
+    return body
+
+
+def parse_batch(request: HttpRequest) -> list[ValidEvent]:
+    """Decode the body and validate ``{"events": [...]}``: 413 over the events limit, 400 for
+    JSON that does not parse or events that break spec 2-4."""
+    body = read_body(request)
+    try:
+        doc = json.loads(body, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise BadRequest("bad JSON", [ErrorItem(
+            None, "", f"expected a JSON object {{\"events\": [...]}}, got a body that is not "
+                      f"JSON ({str(exc)[:200]})")])
+    if not isinstance(doc, dict) or "events" not in doc:
+        raise BadRequest("bad body", [ErrorItem(
+            None, "events" if isinstance(doc, dict) else "",
+            f"expected a JSON object with an events list, got {short(doc)}")])
+    raw_events = doc["events"]
+    limit = settings.RECOVERYDASH_MAX_EVENTS_PER_REQUEST
+    if isinstance(raw_events, list) and len(raw_events) > limit:
+        raise PayloadTooLarge(f"expected at most {limit} events per request, "
+                              f"got {len(raw_events)}")
+    return validate_events(raw_events)
+
+
+@api.post(
+    "/events", auth=ingest_auth, response={202: Accepted, **ERROR_RESPONSES},
+    summary="Push a batch of events (spec 1-4)",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/IngestBody"}}},
+            "description": "Optionally gzip-compressed (Content-Encoding: gzip). At most 10,000 "
+                           "events and 8 MiB decoded (settings). Unknown fields are kept.",
+        },
+    },
+)
+def post_events(request: HttpRequest):
+    """Store a batch atomically: 202 ``{"accepted", "duplicates"}``; 400 invalid (located
+    errors); 401/403 token; 409 an event_id stored with other content (names the index);
+    413 too large; 415 not JSON or unknown encoding; 429 rate limit with ``Retry-After``."""
+    events = parse_batch(request)
+    result = ingest_batch(request.auth, events)
+    return Status(202, result.as_response())
+
+
+# --- GET /runs ----------------------------------------------------------------------------------
+class RunOut(Schema):
+    run_id: str
+    created_at: datetime
+    first_event_at: Optional[datetime] = Field(description="trainer clock")
+    last_event_at: Optional[datetime] = Field(description="trainer clock")
+    last_received_at: Optional[datetime] = Field(description="server clock")
+    event_count: int
+    attempts: int = Field(description="number of attempts (launches) seen")
+    latest_attempt: Optional[int] = Field(description="highest attempt number, null if none")
+    health: Optional[str] = Field(description="ok | at_risk | failing | ended from the stored "
+                                              "analysis; null until the run is analysed")
+    seconds_since_last_restorable: Optional[float] = Field(
+        description="now minus committed_at of the last restorable generation; null when "
+                    "unknown")
+
+
+class RunsQuery(Schema):
+    limit: int = Field(500, ge=1, le=5000, description="at most this many runs, newest first")
+
+
+@api.get("/runs", auth=read_auth, response={200: list[RunOut], **ERROR_RESPONSES},
+         summary="The project's runs (spec 5)")
+def list_runs(request: HttpRequest, query: Query[RunsQuery]):
+    """The token's project's runs, most recently heard from first."""
+    runs = (Run.objects.filter(project_id=request.auth.project_id)
+            .select_related("analysis")
+            .annotate(n_attempts=Count("attempts"), max_attempt=Max("attempts__attempt"))
+            .order_by("-last_received_at", "-pk")[: query.limit])
+    out = []
+    for run in runs:
+        health, seconds = run.analysis_summary()
+        out.append({"run_id": run.run_id, "created_at": run.created_at,
+                    "first_event_at": run.first_event_at, "last_event_at": run.last_event_at,
+                    "last_received_at": run.last_received_at, "event_count": run.event_count,
+                    "attempts": run.n_attempts, "latest_attempt": run.max_attempt,
+                    "health": health, "seconds_since_last_restorable": seconds})
+    return Status(200, out)

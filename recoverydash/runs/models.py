@@ -86,6 +86,20 @@ class ApiToken(models.Model):
     def has_scope(self, scope: str) -> bool:
         return scope in (self.scopes or [])
 
+    def touch(self, now=None, every_s: float = 60.0) -> None:
+        """Record use: ``last_used_at`` is written at most once per ``every_s`` seconds, so a
+        busy token does not turn every request into a row write."""
+        now = now or timezone.now()
+        if self.last_used_at is None or (now - self.last_used_at).total_seconds() >= every_s:
+            type(self).objects.filter(pk=self.pk).update(last_used_at=now)
+            self.last_used_at = now
+
+    def revoke(self) -> None:
+        """Revoke the token: it authenticates no more (401)."""
+        if self.revoked_at is None:
+            self.revoked_at = timezone.now()
+            self.save(update_fields=["revoked_at"])
+
 
 class Run(models.Model):
     """A logical training run (spec 2, ``run_id``), created on first sight, within one project.
@@ -104,12 +118,39 @@ class Run(models.Model):
     event_count = models.BigIntegerField(default=0)
     ingest_seq = models.BigIntegerField(default=0)
     contract = models.JSONField(default=dict, blank=True)  # the latest attempt_started contract
+    # stratum -> "ranges" | "ids": the kind of span the stratum uses; spec 3 says one kind
+    # throughout a run, and ingest refuses a batch that mixes them (400).
+    strata = models.JSONField(default=dict, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["project", "run_id"], name="uniq_run")]
+        indexes = [models.Index(fields=["project", "-last_received_at"], name="run_recent")]
 
     def __str__(self) -> str:
         return self.run_id
+
+    def analysis_summary(self, now=None) -> tuple[str | None, float | None]:
+        """``(health, seconds_since_last_restorable)`` for lists (spec 5), read from the stored
+        :class:`Analysis`: both None while no analysis exists. Seconds are counted from
+        ``result["last_restorable"]["committed_at"]`` to ``now`` (default: the current time);
+        None when there is no restorable generation or the time cannot be read."""
+        try:
+            analysis = self.analysis
+        except Analysis.DoesNotExist:
+            return None, None
+        seconds = None
+        last = (analysis.result or {}).get("last_restorable") or {}
+        committed_at = last.get("committed_at") if isinstance(last, dict) else None
+        if isinstance(committed_at, str):
+            from django.utils.dateparse import parse_datetime
+
+            try:
+                when = parse_datetime(committed_at)
+            except ValueError:
+                when = None
+            if when is not None and when.tzinfo is not None:
+                seconds = max(0.0, ((now or timezone.now()) - when).total_seconds())
+        return analysis.health, seconds
 
 
 class Event(models.Model):
@@ -171,6 +212,22 @@ class Attempt(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "attempt"], name="uniq_attempt")]
 
+    def advance_fetched(self, cursors: list[dict]) -> bool:
+        """Keep the furthest read cursor per ``(stratum, epoch)`` (spec 3 Cursor dicts).
+        Returns True when ``fetched`` changed."""
+        merged = {(c["stratum"], c["epoch"]): c for c in self.fetched or []}
+        changed = False
+        for c in cursors:
+            key = (c["stratum"], c["epoch"])
+            old = merged.get(key)
+            if old is None or c["position"] > old["position"]:
+                merged[key] = {"stratum": c["stratum"], "epoch": c["epoch"],
+                               "position": c["position"]}
+                changed = True
+        if changed:
+            self.fetched = sorted(merged.values(), key=lambda c: (c["stratum"], c["epoch"]))
+        return changed
+
 
 GLOBAL_RANK = -1  # a ledger report with a null rank: the coordinator's global view
 
@@ -199,6 +256,20 @@ class LedgerRow(models.Model):
             models.UniqueConstraint(fields=["run", "attempt", "update", "rank"], name="uniq_ledger")
         ]
         indexes = [models.Index(fields=["run", "last_seq"], name="ledger_run_seq")]
+
+    def unite(self, spans: list[dict], samples: int | None, tokens: int | None, seq: int) -> None:
+        """Unite a further report of the same ``(attempt, update, rank)`` into this row: spans
+        not already present are appended (peers and re-sent reports add nothing), counts keep
+        the larger value (tensor/pipeline peers repeat the same count), ``last_seq`` becomes
+        the batch's seq while ``first_seq`` stays."""
+        for span in spans:
+            if span not in self.spans:
+                self.spans.append(span)
+        if samples is not None:
+            self.samples = max(samples, self.samples or 0)
+        if tokens is not None:
+            self.tokens = max(tokens, self.tokens or 0)
+        self.last_seq = seq
 
 
 class Heartbeat(models.Model):
@@ -247,6 +318,34 @@ class Generation(models.Model):
             models.UniqueConstraint(fields=["run", "generation_id"], name="uniq_generation")
         ]
         indexes = [models.Index(fields=["run", "update"], name="generation_run_update")]
+
+    def record_manifest(self, manifest: dict, manifest_hash: str, committed_at, reported_at,
+                        attempt: int) -> bool:
+        """Apply a ``checkpoint_committed`` manifest (spec 4). The first one is kept; a later
+        one with other content sets ``manifest_conflict`` (spec 5: neither is trusted), the same
+        one again changes nothing. Returns True when the generation changed (the analysis and
+        verification must look at it again)."""
+        if self.manifest is None:
+            self.manifest = manifest
+            self.manifest_hash = manifest_hash
+            self.committed_at = committed_at
+            self.commit_reported_at = reported_at
+            if self.attempt is None:
+                self.attempt = attempt
+            update = manifest.get("update")
+            if isinstance(update, int) and not isinstance(update, bool) and 0 <= update < 2**63:
+                self.update = update
+            for field in ("required_shards", "components"):
+                value = manifest.get(field)
+                if isinstance(value, list) and not getattr(self, field):
+                    setattr(self, field, value)
+            if self.status == "pending":
+                self.status = "committed"
+            return True
+        if manifest_hash != self.manifest_hash and not self.manifest_conflict:
+            self.manifest_conflict = True
+            return True
+        return False
 
 
 class ShardReport(models.Model):

@@ -1,0 +1,430 @@
+"""The one writer of ingest: :func:`ingest_batch` stores a validated batch and projects it into
+the typed tables, in one transaction (spec section 1: "a batch is atomic").
+
+Order of work inside the transaction, per batch:
+
+1. lock (create on first sight) every run the batch names, in the token's own project only;
+2. read the stored content hashes of the batch's ``event_id``\\s in one query: same hash is a
+   duplicate (counted, not stored), another hash a 409 naming the index; the same within the batch;
+3. check that each stratum keeps one span kind (ranges or ids) against the run's record;
+4. bump ``Run.ingest_seq`` once per run that gains events and stamp rows with it;
+5. write the events (PostgreSQL: ``COPY``; elsewhere ``bulk_create``) and project them into
+   attempts, ledger rows, heartbeats, generations, shard reports, checkpoint objects, audit windows;
+6. after commit, hand the touched runs and newly committed generations to
+   :func:`workers.dispatch.after_ingest`, which never fails the request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from recoverydash.runs.models import (GLOBAL_RANK, ApiToken, Attempt, AuditWindow,
+                                      CheckpointObject, Event, Generation, Heartbeat, LedgerRow,
+                                      Project, Run, ShardReport)
+
+from .errors import BadRequest, Conflict, ErrorItem, MAX_ERRORS
+from .schemas import ValidEvent, canonical_json, manifest_committed_at, validate_events
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class IngestResult:
+    """What a batch did: ``accepted`` new events, ``duplicates`` (already stored or repeated in
+    the batch with the same content), the pks of runs that gained events and of generations whose
+    manifest arrived or conflicted (both handed to the workers after commit)."""
+
+    accepted: int = 0
+    duplicates: int = 0
+    run_pks: list[int] = field(default_factory=list)
+    generation_pks: list[int] = field(default_factory=list)
+
+    def as_response(self) -> dict[str, int]:
+        """The 202 body of spec 1."""
+        return {"accepted": self.accepted, "duplicates": self.duplicates}
+
+
+def ingest_batch(token: ApiToken | Project, events: Sequence[ValidEvent | dict]) -> IngestResult:
+    """Store ``events`` for the token's project atomically and idempotently (spec 1-4).
+
+    ``token``: the authenticated :class:`ApiToken` (its project receives the events; a project
+    may be passed directly by internal callers). ``events``: the output of
+    :func:`~recoverydash.ingest.schemas.validate_events`, or raw wire dicts that are validated
+    here. Raises :class:`~recoverydash.ingest.errors.BadRequest` (invalid events, a stratum
+    changing its span kind) or :class:`~recoverydash.ingest.errors.Conflict` (409: an
+    ``event_id`` with different content); nothing is stored then.
+    """
+    project = token.project if isinstance(token, ApiToken) else token
+    if events and isinstance(events[0], dict):
+        events = validate_events(list(events))
+    result = IngestResult()
+    if not events:
+        return result
+    with transaction.atomic():
+        runs = _lock_runs(project, {ev.model.run_id for ev in events})
+        fresh = _drop_duplicates(runs, events, result)
+        _check_span_kinds(runs, fresh)
+        now = timezone.now()
+        # One seq per batch per run, taken under the run's row lock: two batches of one run
+        # cannot interleave their seqs, so a worker that has absorbed everything up to seq N
+        # never later sees a row stamped <= N appear (the race: batch A takes seq 5, batch B
+        # takes 6 and commits first, the worker absorbs 6, then A's rows commit with 5 and
+        # would be skipped forever). The lock makes seq order equal commit order.
+        touched = {ev.model.run_id for ev in fresh}
+        for run_id in touched:
+            runs[run_id].ingest_seq += 1
+        _insert_events(runs, fresh, now)
+        projection = _Projection(runs)
+        for ev in fresh:
+            projection.add(ev)
+        projection.flush()
+        _update_runs(runs, fresh, touched, now, projection)
+        result.accepted = len(fresh)
+        result.run_pks = sorted(runs[r].pk for r in touched)
+        result.generation_pks = sorted(projection.committed_generation_pks)
+        run_pks, generation_pks = list(result.run_pks), list(result.generation_pks)
+        if run_pks:
+            transaction.on_commit(lambda: _after_commit(run_pks, generation_pks))
+    return result
+
+
+def _after_commit(run_pks: list[int], generation_pks: list[int]) -> None:
+    """Enqueue the workers' follow-up; a failure is logged, never raised (events are stored)."""
+    try:
+        from workers.dispatch import after_ingest
+
+        after_ingest(run_pks, generation_pks)
+    except Exception:  # noqa: BLE001 - the batch is committed; the periodic sweep catches up
+        log.exception("after_ingest failed for runs %s", run_pks)
+
+
+def _lock_runs(project: Project, run_ids: set[str]) -> dict[str, Run]:
+    """The batch's runs of ``project``, created if new, locked FOR UPDATE in pk order."""
+    wanted = sorted(run_ids)
+    runs = {r.run_id: r for r in
+            Run.objects.select_for_update().filter(project=project, run_id__in=wanted).order_by("pk")}
+    missing = [r for r in wanted if r not in runs]
+    if missing:
+        # ignore_conflicts: a concurrent batch may create the same run; then we wait on its lock.
+        Run.objects.bulk_create([Run(project=project, run_id=r) for r in missing],
+                                ignore_conflicts=True)
+        runs.update({r.run_id: r for r in Run.objects.select_for_update()
+                     .filter(project=project, run_id__in=missing).order_by("pk")})
+    return runs
+
+
+def _drop_duplicates(runs: dict[str, Run], events: Sequence[ValidEvent],
+                     result: IngestResult) -> list[ValidEvent]:
+    """Events not yet stored. Counts duplicates into ``result``; raises Conflict (409) for an
+    ``event_id`` stored or earlier in the batch with another content hash."""
+    stored: dict[tuple[int, str], str] = {}
+    ids = {ev.model.event_id for ev in events}
+    for run_pk, event_id, content_hash in (
+            Event.objects.filter(run__in=[r.pk for r in runs.values()], event_id__in=ids)
+            .values_list("run_id", "event_id", "content_hash")):
+        stored[(run_pk, event_id)] = content_hash
+    seen: dict[tuple[int, str], ValidEvent] = {}
+    fresh: list[ValidEvent] = []
+    for ev in events:
+        key = (runs[ev.model.run_id].pk, ev.model.event_id)
+        if key in stored:
+            if stored[key] != ev.content_hash:
+                raise Conflict(ev.index, f"event_id {ev.model.event_id!r} is already stored for "
+                               f"run {ev.model.run_id!r} with different content (index "
+                               f"{ev.index}); expected the same content or a new event_id")
+            result.duplicates += 1
+        elif key in seen:
+            first = seen[key]
+            if first.content_hash != ev.content_hash:
+                raise Conflict(ev.index, f"event_id {ev.model.event_id!r} of run "
+                               f"{ev.model.run_id!r} appears at index {first.index} and at index "
+                               f"{ev.index} with different content; expected one content per "
+                               "event_id")
+            result.duplicates += 1
+        else:
+            seen[key] = ev
+            fresh.append(ev)
+    return fresh
+
+
+def _check_span_kinds(runs: dict[str, Run], events: Iterable[ValidEvent]) -> None:
+    """Spec 3: a stratum uses one kind (ranges or ids) throughout a run. Records first use in
+    ``Run.strata``; raises BadRequest naming each span that breaks the rule."""
+    items: list[ErrorItem] = []
+    for ev in events:
+        if ev.model.type != "update_committed":
+            continue
+        strata = runs[ev.model.run_id].strata
+        for j, span in enumerate(ev.model.spans):
+            kind = span.kind
+            known = strata.setdefault(span.stratum, kind)
+            if known != kind:
+                items.append(ErrorItem(ev.index, f"events[{ev.index}].spans[{j}].{kind}",
+                                       f"expected {known} for stratum {span.stratum!r}, which "
+                                       f"uses {known} in run {ev.model.run_id!r}, got {kind}"))
+                if len(items) >= MAX_ERRORS:
+                    break
+    if items:
+        raise BadRequest("spans of one stratum mix ranges and ids", items)
+
+
+def _insert_events(runs: dict[str, Run], events: Sequence[ValidEvent], now) -> None:
+    """Append the new events. The run locks guarantee no concurrent writer of these keys, so a
+    plain COPY (PostgreSQL) or INSERT is safe."""
+    rows = [(runs[ev.model.run_id].pk, ev.model.event_id, ev.model.type, ev.model.attempt,
+             ev.model.rank, ev.model.time, now, runs[ev.model.run_id].ingest_seq,
+             ev.content_hash, ev.canonical) for ev in events]
+    if not rows:
+        return
+    columns = ("run_id", "event_id", "type", "attempt", "rank", "time", "received_at",
+               "batch_seq", "content_hash", "body")
+    if connection.vendor == "postgresql":
+        _copy(Event._meta.db_table, columns, rows)
+        return
+    Event.objects.bulk_create(
+        [Event(run_id=r[0], event_id=r[1], type=r[2], attempt=r[3], rank=r[4], time=r[5],
+               received_at=r[6], batch_seq=r[7], content_hash=r[8], body=ev.body)
+         for r, ev in zip(rows, events)], batch_size=500)
+
+
+def _copy(table: str, columns: Sequence[str], rows: Iterable[tuple]) -> None:
+    """psycopg 3 ``COPY ... FROM STDIN`` of ``rows`` (jsonb columns take JSON text)."""
+    sql = f'COPY "{table}" ({", ".join(columns)}) FROM STDIN'
+    with connection.cursor() as cursor:
+        with cursor.cursor.copy(sql) as copy:
+            for row in rows:
+                copy.write_row(row)
+
+
+class _Projection:
+    """Projects new events into the typed tables, batching writes; call :meth:`flush` once."""
+
+    def __init__(self, runs: dict[str, Run]):
+        self.runs = runs
+        self.by_pk = {r.pk: r for r in runs.values()}
+        self.attempts: dict[tuple[int, int], Attempt] = {
+            (a.run_id, a.attempt): a for a in Attempt.objects.filter(run__in=list(self.by_pk))}
+        self.dirty_attempts: set[tuple[int, int]] = set()
+        self.ledger: dict[tuple[int, int, int, int], dict[str, Any]] = {}
+        self.heartbeats: list[Heartbeat] = []
+        self.audit: list[AuditWindow] = []
+        self.generation_events: list[ValidEvent] = []
+        self.committed_generation_pks: set[int] = set()
+
+    def attempt(self, run: Run, number: int) -> Attempt:
+        key = (run.pk, number)
+        row = self.attempts.get(key)
+        if row is None:  # created lazily: events may come before attempt_started
+            row = self.attempts[key] = Attempt(run=run, attempt=number)
+        self.dirty_attempts.add(key)
+        return row
+
+    def add(self, ev: ValidEvent) -> None:
+        m, body = ev.model, ev.body
+        run = self.runs[m.run_id]
+        att = self.attempt(run, m.attempt)
+        if att.last_event_at is None or m.time > att.last_event_at:
+            att.last_event_at = m.time
+        kind = m.type
+        if kind == "update_committed":
+            key = (run.pk, m.attempt, m.update, GLOBAL_RANK if m.rank is None else m.rank)
+            entry = self.ledger.get(key)
+            if entry is None:
+                self.ledger[key] = {"time": m.time, "spans": list(body["spans"]),
+                                    "samples": m.samples, "tokens": m.tokens}
+            else:
+                for span in body["spans"]:
+                    if span not in entry["spans"]:
+                        entry["spans"].append(span)
+                for name in ("samples", "tokens"):
+                    value = getattr(m, name)
+                    if value is not None:
+                        entry[name] = max(value, entry[name] or 0)
+            if m.update > att.last_update or att.last_update_at is None:
+                att.last_update_at = m.time if m.update >= att.last_update else att.last_update_at
+                att.last_update = max(att.last_update, m.update)
+        elif kind == "heartbeat":
+            fetched = body.get("fetched") or []
+            self.heartbeats.append(Heartbeat(run=run, attempt=m.attempt, rank=m.rank, time=m.time,
+                                             update=m.update, fetched=fetched))
+            if att.heartbeat_at is None or m.time > att.heartbeat_at:
+                att.heartbeat_at = m.time
+            att.advance_fetched(fetched)
+        elif kind == "attempt_started":
+            att.started_at = m.time
+            att.world_size = m.world_size
+            att.dataset_version = m.dataset_version
+            att.global_batch_size = m.global_batch_size
+            att.micro_batch_size = m.micro_batch_size
+            att.grad_accum_steps = m.grad_accum_steps
+            att.config_digest = m.config_digest or ""
+            att.sampler = body.get("sampler") or {}
+            att.resumed_from = body.get("resumed_from")
+            att.contract = body.get("contract")
+        elif kind == "attempt_ended":
+            att.ended_at = m.time
+            att.end_reason = m.reason
+            att.end_update = m.update
+            att.end_message = m.message or ""
+            att.advance_fetched(body.get("fetched") or [])
+        elif kind == "restore_completed":
+            att.restore_generation_id = m.generation_id
+            att.restore_seconds = float(m.seconds)
+            att.restored_at = m.time
+        elif kind == "audit_window":
+            self.audit.append(AuditWindow(run=run, attempt=m.attempt, update=m.update,
+                                          rank=m.rank, accum_slot=m.accum_slot,
+                                          sample_ids=body["sample_ids"], time=m.time))
+        else:  # checkpoint_started, shard_written, checkpoint_committed
+            self.generation_events.append(ev)
+
+    # --- writing ------------------------------------------------------------------------------
+    def flush(self) -> None:
+        self._flush_attempts()
+        self._flush_ledger()
+        if self.heartbeats:
+            Heartbeat.objects.bulk_create(self.heartbeats, batch_size=500)
+        if self.audit:
+            AuditWindow.objects.bulk_create(self.audit, batch_size=500)
+        for ev in self.generation_events:
+            self._project_generation(ev)
+
+    def _flush_attempts(self) -> None:
+        new = [self.attempts[k] for k in self.dirty_attempts if self.attempts[k].pk is None]
+        old = [self.attempts[k] for k in self.dirty_attempts if self.attempts[k].pk is not None]
+        if new:
+            Attempt.objects.bulk_create(new)
+        for row in old:
+            row.save()
+
+    def _flush_ledger(self) -> None:
+        if not self.ledger:
+            return
+        keys = self.ledger
+        existing = {
+            (row.run_id, row.attempt, row.update, row.rank): row
+            for row in LedgerRow.objects.filter(
+                run__in={k[0] for k in keys}, attempt__in={k[1] for k in keys},
+                update__in={k[2] for k in keys}, rank__in={k[3] for k in keys})}
+        changed: list[LedgerRow] = []
+        new_rows: list[tuple] = []
+        for key, entry in keys.items():
+            seq = self.by_pk[key[0]].ingest_seq
+            row = existing.get(key)
+            if row is not None:
+                row.unite(entry["spans"], entry["samples"], entry["tokens"], seq)
+                changed.append(row)
+            else:
+                new_rows.append((key[0], key[1], key[2], key[3], entry["time"], entry["spans"],
+                                 entry["samples"], entry["tokens"], seq, seq))
+        if changed:
+            LedgerRow.objects.bulk_update(changed, ["spans", "samples", "tokens", "last_seq"],
+                                          batch_size=500)
+        if not new_rows:
+            return
+        if connection.vendor == "postgresql":
+            _copy(LedgerRow._meta.db_table,
+                  ("run_id", "attempt", "update", "rank", "time", "spans", "samples", "tokens",
+                   "first_seq", "last_seq"),
+                  (r[:5] + (canonical_json(r[5]),) + r[6:] for r in new_rows))
+        else:
+            LedgerRow.objects.bulk_create(
+                [LedgerRow(run_id=r[0], attempt=r[1], update=r[2], rank=r[3], time=r[4],
+                           spans=r[5], samples=r[6], tokens=r[7], first_seq=r[8], last_seq=r[9])
+                 for r in new_rows], batch_size=500)
+
+    def _generation(self, run: Run, generation_id: str) -> Generation:
+        gen, _ = Generation.objects.get_or_create(run=run, generation_id=generation_id)
+        return gen
+
+    def _project_generation(self, ev: ValidEvent) -> None:
+        m, body = ev.model, ev.body
+        run = self.runs[m.run_id]
+        if m.type == "checkpoint_started":
+            gen = self._generation(run, m.generation_id)
+            gen.attempt = m.attempt if gen.attempt is None else gen.attempt
+            if gen.manifest is None:  # the manifest, once in, is the authority
+                gen.update = m.update
+                gen.required_shards = list(m.required_shards)
+                gen.components = list(m.components)
+            gen.started_at = gen.started_at or m.time
+            gen.save()
+        elif m.type == "shard_written":
+            gen = self._generation(run, m.generation_id)
+            if gen.attempt is None:
+                gen.attempt = m.attempt
+                gen.save(update_fields=["attempt"])
+            ShardReport.objects.update_or_create(
+                generation=gen, shard=m.shard,
+                defaults={"update": m.update, "object_list": body["objects"],
+                          "reported_at": m.time})
+            _upsert_objects(gen, body["objects"], default_shard=m.shard, in_manifest=False)
+        elif m.type == "checkpoint_committed":
+            manifest = body["manifest"]
+            gen = self._generation(run, manifest["generation_id"])
+            digest = hashlib.sha256(canonical_json(manifest).encode("utf-8")).hexdigest()
+            committed_at = ev.manifest.committed_at if ev.manifest else \
+                manifest_committed_at(manifest)
+            first = gen.manifest is None
+            if gen.record_manifest(manifest, digest, committed_at, m.time, m.attempt):
+                gen.save()
+                self.committed_generation_pks.add(gen.pk)
+                if first and ev.manifest is not None:
+                    _upsert_objects(gen, manifest["objects"], default_shard="", in_manifest=True)
+
+
+def _upsert_objects(gen: Generation, objects: list[dict], default_shard: str,
+                    in_manifest: bool) -> None:
+    """Record a generation's objects by uri. Manifest objects are the authority: they mark
+    ``in_manifest`` and overwrite what a shard report said (resetting the storage check when
+    size or digest change); shard-report objects never overwrite a manifest's."""
+    existing = {o.uri: o for o in CheckpointObject.objects.filter(
+        generation=gen, uri__in=[o["uri"] for o in objects])}
+    new: dict[str, CheckpointObject] = {}
+    for obj in objects:
+        values = {"shard": obj.get("shard") or default_shard, "component": obj["component"],
+                  "size": obj["size"], "sha256": (obj.get("sha256") or "").lower(),
+                  "update": obj.get("update")}
+        row = existing.get(obj["uri"]) or new.get(obj["uri"])
+        if row is None:
+            new[obj["uri"]] = CheckpointObject(generation=gen, uri=obj["uri"],
+                                               in_manifest=in_manifest, **values)
+            continue
+        if row.in_manifest and not in_manifest:
+            continue
+        checked = (row.size, row.sha256)
+        for name, value in values.items():
+            setattr(row, name, value)
+        row.in_manifest = row.in_manifest or in_manifest
+        if (row.size, row.sha256) != checked:
+            row.check_status, row.check_detail, row.checked_at = "pending", "", None
+        if row.pk is not None:
+            row.save()
+    if new:
+        CheckpointObject.objects.bulk_create(list(new.values()))
+
+
+def _update_runs(runs: dict[str, Run], events: Sequence[ValidEvent], touched: set[str], now,
+                 projection: _Projection) -> None:
+    """Counters and times of the runs that gained events; the latest contract; span kinds."""
+    for run_id in touched:
+        run = runs[run_id]
+        mine = [ev.model.time for ev in events if ev.model.run_id == run_id]
+        run.event_count += len(mine)
+        first, last = min(mine), max(mine)
+        run.first_event_at = first if run.first_event_at is None else min(run.first_event_at, first)
+        run.last_event_at = last if run.last_event_at is None else max(run.last_event_at, last)
+        run.last_received_at = now
+        # The latest contract wins: the one of the highest attempt that declared one.
+        declared = [a for (pk, _), a in projection.attempts.items()
+                    if pk == run.pk and a.contract is not None]
+        if declared:
+            run.contract = max(declared, key=lambda a: a.attempt).contract
+        run.save(update_fields=["event_count", "first_event_at", "last_event_at",
+                                "last_received_at", "ingest_seq", "contract", "strata"])
