@@ -1,0 +1,910 @@
+"""The sender: a client that never hurts its host (after sentry-python and posthog-python).
+
+``Client.emit`` completes an event (run_id, attempt, rank, time, event_id) and puts it on a bounded
+queue with ``put_nowait``: it never blocks and never raises; a full queue drops the event and counts
+it. A daemon sender thread batches events (by count, bytes and time, with jitter), gzips them and
+POSTs ``{"events": [...]}`` to ``{url}/api/v1/events`` with ``Authorization: Bearer <token>``.
+
+Delivery, per batch:
+- 2xx: sent. The server answers ``{"accepted", "duplicates"}``; duplicates are counted.
+- 5xx, 408, 429, network errors and timeouts: the batch goes to the *spool* and sending pauses for
+  a capped exponential backoff with jitter (``backoff_base * 2**k``, at most ``backoff_cap``
+  seconds), or for ``Retry-After`` when the server gives one. While paused, new batches go to the
+  spool too (order is kept: the spool is drained oldest first before anything new is sent).
+- 409 (an ``event_id`` reused with other content) and 413 (too large): the batch is split in
+  halves and each half sent again, so one bad event costs only itself (counted ``failed``).
+- other 4xx: never retried; logged once per status code and counted ``failed``.
+
+The spool is a bounded folder of gzipped request bodies, ``<spool_dir>/<run_id>/`` (default
+``spool_dir``: ``$RECOVERYDASH_SPOOL_DIR``, else ``$XDG_CACHE_HOME/recoverydash/spool``, else
+``~/.cache/recoverydash/spool``). Any process of the same run drains it, including a new process
+after a trainer restart: files are claimed by an atomic rename, and claims of dead processes
+(same host) are released. Re-sending is safe because the server is idempotent on ``event_id``, and
+the event helpers use deterministic ids (``{run_id}:{attempt}:{rank}:u{update}`` and the like).
+``spool_dir=False`` keeps the retry store in memory (bounded by ``spool_max_bytes`` too).
+
+Counters (``client.counters()``): ``queued`` (accepted by emit), ``sent`` (acknowledged by the
+server, counting re-sends from the spool), ``spooled`` (written to the spool), ``dropped`` (full
+queue or full spool), ``failed`` (rejected by the server for good), ``duplicates`` (already stored).
+
+Fork safety: the sender thread and queue are rebuilt in a child process (``os.register_at_fork``
+plus an ``os.getpid()`` check on every call). ``atexit`` flushes with a short total deadline
+(``atexit_deadline`` seconds), spools what it cannot send, and logs how many events are still
+pending. ``sync=True`` sends in the caller's thread (tests).
+
+Only the standard library is used (``urllib``), so the SDK adds no heavy dependency.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gzip
+import hashlib
+import itertools
+import json
+import logging
+import os
+import queue
+import random
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+import weakref
+from collections import deque
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
+from typing import Any, Iterable
+
+log = logging.getLogger("recoverydash.sdk")
+
+_WAKE = object()  # queue sentinel: wake the sender for a flush or close
+_RUN_ID_RE = re.compile(r"[^A-Za-z0-9._:-]")
+RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+def now_rfc3339() -> str:
+    """Current time, RFC 3339 with offset and milliseconds: ``2026-11-01T00:00:05.123+00:00``."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def default_spool_dir() -> str:
+    """``$RECOVERYDASH_SPOOL_DIR``, else ``$XDG_CACHE_HOME/recoverydash/spool``, else
+    ``~/.cache/recoverydash/spool``."""
+    env = os.environ.get("RECOVERYDASH_SPOOL_DIR")
+    if env:
+        return env
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "recoverydash", "spool")
+
+
+def default_attempt() -> int:
+    """The launch number torchrun or Slurm gives (``TORCHELASTIC_RESTART_COUNT``,
+    ``SLURM_RESTART_COUNT``), else 0. Pass ``attempt`` explicitly when your launcher resets it."""
+    for var in ("RECOVERYDASH_ATTEMPT", "TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"):
+        v = os.environ.get(var)
+        if v and v.isdigit():
+            return int(v)
+    return 0
+
+
+def _default_rank() -> int | None:
+    v = os.environ.get("RANK")
+    return int(v) if v and v.isdigit() else None
+
+
+def _retry_after_seconds(value: str | None, cap: float) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or HTTP-date), capped; None if absent."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, min(cap, float(value)))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+        return max(0.0, min(cap, when.timestamp() - time.time()))
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+class _Once:
+    """Logs a message once per key (a noisy failure must not flood the trainer's log)."""
+
+    def __init__(self):
+        self._seen: set = set()
+
+    def __call__(self, key, level, msg, *args):
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        log.log(level, msg, *args)
+
+
+# --- retry stores -------------------------------------------------------------------------------
+
+class _MemorySpool:
+    """In-memory retry store (``spool_dir=False``): a deque of gzipped bodies, bounded in bytes."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self._items: deque = deque()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def put(self, body: bytes, n: int) -> bool:
+        with self._lock:
+            if self._bytes + len(body) > self.max_bytes:
+                return False
+            self._items.append((body, n))
+            self._bytes += len(body)
+            return True
+
+    def claim(self):
+        with self._lock:
+            if not self._items:
+                return None
+            body, n = self._items.popleft()
+            self._bytes -= len(body)
+            return (body, n), body, n
+
+    def ack(self, handle):
+        pass
+
+    def nack(self, handle):
+        body, n = handle
+        with self._lock:
+            self._items.appendleft((body, n))
+            self._bytes += len(body)
+
+    def __len__(self):
+        return len(self._items)
+
+    def pending_events(self) -> int:
+        with self._lock:
+            return sum(n for _, n in self._items)
+
+
+class _DiskSpool:
+    """Folder of gzipped request bodies ``<time_ns>-<pid>-<seq>-n<events>.batch``, oldest first.
+
+    A process claims a file by renaming it to ``<name>.claimed-<pid>``; ack deletes it, nack renames
+    it back. Claims of processes that no longer exist on this host are released on open and before
+    each drain. Bounded by ``max_bytes`` (a full spool refuses new batches) and ``max_age_s``
+    (older files are deleted and counted dropped)."""
+
+    def __init__(self, folder: str, max_bytes: int, max_age_s: float):
+        self.folder = folder
+        self.max_bytes = max_bytes
+        self.max_age_s = max_age_s
+        self._seq = itertools.count()
+        self._lock = threading.Lock()
+        os.makedirs(folder, exist_ok=True)
+        self.expired_events = 0
+        self.release_stale_claims()
+
+    @staticmethod
+    def _events_in(name: str) -> int:
+        m = re.search(r"-n(\d+)\.batch", name)
+        return int(m.group(1)) if m else 0
+
+    def _entries(self):
+        try:
+            return sorted(e for e in os.listdir(self.folder) if ".batch" in e)
+        except FileNotFoundError:
+            return []
+
+    def _size(self) -> int:
+        total = 0
+        for e in self._entries():
+            try:
+                total += os.stat(os.path.join(self.folder, e)).st_size
+            except OSError:
+                pass
+        return total
+
+    def release_stale_claims(self):
+        mine = os.getpid()
+        for e in self._entries():
+            m = re.search(r"\.claimed-(\d+)$", e)
+            if not m:
+                continue
+            pid = int(m.group(1))
+            if pid != mine and _pid_alive(pid):
+                continue
+            try:
+                os.rename(os.path.join(self.folder, e), os.path.join(self.folder, e[:m.start()]))
+            except OSError:
+                pass
+
+    def put(self, body: bytes, n: int) -> bool:
+        with self._lock:
+            if self._size() + len(body) > self.max_bytes:
+                return False
+            name = f"{time.time_ns():020d}-{os.getpid()}-{next(self._seq):08d}-n{n}.batch"
+            tmp = os.path.join(self.folder, "." + name + ".tmp")
+            with open(tmp, "wb") as f:
+                f.write(body)
+                f.flush()
+                os.fsync(f.fileno())
+            os.rename(tmp, os.path.join(self.folder, name))
+            return True
+
+    def claim(self):
+        cutoff = time.time_ns() - int(self.max_age_s * 1e9)
+        for e in self._entries():
+            if not e.endswith(".batch") or e.startswith("."):
+                continue
+            src = os.path.join(self.folder, e)
+            head = e.split("-", 1)[0]
+            if head.isdigit() and int(head) < cutoff:
+                try:
+                    os.unlink(src)
+                    self.expired_events += self._events_in(e)
+                except OSError:
+                    pass
+                continue
+            dst = f"{src}.claimed-{os.getpid()}"
+            try:
+                os.rename(src, dst)  # atomic: exactly one process wins the file
+            except OSError:
+                continue
+            try:
+                with open(dst, "rb") as f:
+                    body = f.read()
+            except OSError:
+                continue
+            return (src, dst), body, self._events_in(e)
+        return None
+
+    def ack(self, handle):
+        try:
+            os.unlink(handle[1])
+        except OSError:
+            pass
+
+    def nack(self, handle):
+        try:
+            os.rename(handle[1], handle[0])
+        except OSError:
+            pass
+
+    def __len__(self):
+        return sum(1 for e in self._entries() if e.endswith(".batch") and not e.startswith("."))
+
+    def pending_events(self) -> int:
+        return sum(self._events_in(e) for e in self._entries()
+                   if e.endswith(".batch") and not e.startswith("."))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# --- the client -----------------------------------------------------------------------------------
+
+class Client:
+    """Sends events of one run to the ingest API. Thread-safe; never raises; never blocks.
+
+    Args:
+        url: server base URL (``https://recoverydash.example``); None or "" disables sending
+            (events are accepted and discarded: counted ``dropped``).
+        token: an API token with the ``ingest`` scope.
+        run_id: the logical run, ``[A-Za-z0-9._:-]{1,128}``.
+        attempt: this launch of the run (default: ``default_attempt()``).
+        rank: the data-parallel rank this process reports for (default: ``$RANK``, else None).
+        spool_dir: root of the on-disk spool (default ``default_spool_dir()``); the run's batches
+            live in ``<spool_dir>/<run_id>/``. ``False``: an in-memory retry store.
+        spool_max_bytes: bound of the spool, bytes of gzipped bodies (default 256 MiB).
+        spool_max_age_s: spooled batches older than this (seconds) are deleted (default 7 days).
+        max_queue: events held in memory before emit drops (default 10,000).
+        batch_max_events / batch_max_bytes: a batch is sent when it reaches either (defaults 500
+            events, 1 MiB of JSON) or when ``flush_interval`` seconds (+-20% jitter) have passed.
+        request_timeout: seconds per HTTP request.
+        backoff_base / backoff_cap: seconds; pause after k consecutive failures is
+            ``min(cap, base * 2**k) * uniform(0.5, 1)``; ``Retry-After`` wins when given (capped at
+            ``max_retry_after``).
+        atexit_deadline: seconds the interpreter's exit may spend flushing (default 2).
+        sync: deliver in the caller's thread (tests); retries are then paused batches in the spool,
+            re-sent by the next emit or flush.
+    """
+
+    def __init__(self, url: str | None, token: str | None, run_id: str, *,
+                 attempt: int | None = None, rank: int | None | str = "env",
+                 spool_dir: str | bool | None = None, spool_max_bytes: int = 256 * 1024 * 1024,
+                 spool_max_age_s: float = 7 * 86400.0, max_queue: int = 10_000,
+                 batch_max_events: int = 500, batch_max_bytes: int = 1024 * 1024,
+                 flush_interval: float = 1.0, request_timeout: float = 10.0,
+                 backoff_base: float = 0.5, backoff_cap: float = 30.0,
+                 max_retry_after: float = 300.0, atexit_deadline: float = 2.0,
+                 sync: bool = False, user_agent: str = "recoverydash-sdk/1"):
+        self.url = (url or "").rstrip("/")
+        self.endpoint = self.url + "/api/v1/events" if self.url else ""
+        self.token = token or ""
+        self.run_id = str(run_id)
+        self.attempt = default_attempt() if attempt is None else int(attempt)
+        self.rank = _default_rank() if rank == "env" else rank
+        self.sync = sync
+        self.max_queue = max_queue
+        self.batch_max_events = batch_max_events
+        self.batch_max_bytes = batch_max_bytes
+        self.flush_interval = flush_interval
+        self.request_timeout = request_timeout
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.max_retry_after = max_retry_after
+        self.atexit_deadline = atexit_deadline
+        self.user_agent = user_agent
+        self._once = _Once()
+        self._spool_args = (spool_dir, spool_max_bytes, spool_max_age_s)
+        self._spool = None
+        self._closed = False
+        self._init_process_state()
+        if self.url:
+            self._open_spool()
+        _register(self)
+
+    # -- process-local state (rebuilt after fork) --
+
+    def _init_process_state(self):
+        self._pid = os.getpid()
+        self._queue: queue.Queue = queue.Queue(self.max_queue)
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._send_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._c = dict(queued=0, sent=0, spooled=0, dropped=0, failed=0, duplicates=0)
+        self._resolved = 0          # events queued and then sent, spooled, failed or dropped
+        self._flush_req = 0
+        self._flush_done = 0
+        self._paused_until = 0.0    # time.monotonic(); no network sends before it
+        self._failures = 0          # consecutive retryable failures (backoff exponent)
+
+    def _open_spool(self):
+        spool_dir, max_bytes, max_age = self._spool_args
+        if spool_dir is False:
+            self._spool = _MemorySpool(max_bytes)
+            return
+        folder = os.path.join(spool_dir or default_spool_dir(),
+                              _RUN_ID_RE.sub("_", self.run_id) or "_")
+        try:
+            self._spool = _DiskSpool(folder, max_bytes, max_age)
+        except OSError as e:
+            log.warning("recoverydash: spool folder %s unusable (%s); retrying from memory", folder, e)
+            self._spool = _MemorySpool(max_bytes)
+
+    def _after_fork(self):
+        self._init_process_state()
+        self._once = _Once()
+
+    def _check_fork(self):
+        if self._pid != os.getpid():
+            self._after_fork()
+
+    def _ensure_thread(self):
+        t = self._thread
+        if t is not None and t.is_alive():
+            return
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stopping = False
+            self._thread = threading.Thread(target=self._run, name="recoverydash-sender",
+                                            daemon=True)
+            self._thread.start()
+
+    # -- public API --
+
+    def counters(self) -> dict[str, int]:
+        """Snapshot: queued, sent, spooled, dropped, failed, duplicates (events), plus
+        ``pending`` (queued and not yet resolved) and ``spool_events`` (events now in the spool)."""
+        try:
+            self._check_fork()
+            with self._lock:
+                c = dict(self._c)
+                c["pending"] = c["queued"] - self._resolved
+            c["spool_events"] = self._spool.pending_events() if self._spool is not None else 0
+            return c
+        except Exception:  # pragma: no cover - counters must never hurt
+            return {}
+
+    def event_id(self, suffix: str, rank: int | None | str = "client") -> str:
+        """Deterministic id ``{run_id}:{attempt}:{rank or 'c'}:{suffix}`` (hashed past 200 chars)."""
+        r = self.rank if rank == "client" else rank
+        eid = f"{self.run_id}:{self.attempt}:{'c' if r is None else r}:{suffix}"
+        if len(eid) > 200:
+            eid = eid[:150] + "~" + hashlib.sha256(eid.encode()).hexdigest()[:40]
+        return eid
+
+    def emit(self, event: dict) -> bool:
+        """Queue one event; fills ``run_id``, ``attempt``, ``rank``, ``time`` and ``event_id``
+        (random) when absent. Returns True when queued (or sent, in sync mode), False when dropped.
+        Never raises, never blocks."""
+        try:
+            self._check_fork()
+            if self._closed:
+                return False
+            ev = dict(event)
+            ev.setdefault("run_id", self.run_id)
+            ev.setdefault("attempt", self.attempt)
+            if "rank" not in ev and self.rank is not None:
+                ev["rank"] = self.rank
+            ev.setdefault("time", now_rfc3339())
+            if "event_id" not in ev:
+                ev["event_id"] = self.event_id(f"{ev.get('type', 'event')}:{uuid.uuid4().hex[:16]}",
+                                               ev.get("rank"))
+            if not self.url:
+                with self._lock:
+                    self._c["queued"] += 1
+                    self._c["dropped"] += 1
+                    self._resolved += 1
+                return False
+            if self.sync:
+                with self._lock:
+                    self._c["queued"] += 1
+                self._deliver([json.dumps(ev, separators=(",", ":")).encode()])
+                self._drain_spool()
+                return True
+            self._ensure_thread()
+            try:
+                self._queue.put_nowait(ev)
+            except queue.Full:
+                with self._lock:
+                    self._c["queued"] += 1
+                    self._c["dropped"] += 1
+                    self._resolved += 1
+                self._once("full", logging.WARNING,
+                           "recoverydash: event queue full (%d); dropping events (counted)",
+                           self.max_queue)
+                return False
+            with self._lock:
+                self._c["queued"] += 1
+            return True
+        except Exception as e:  # never into the training loop
+            self._once(("emit", type(e)), logging.WARNING, "recoverydash: emit failed: %r", e)
+            return False
+
+    def flush(self, timeout: float | None = 5.0) -> bool:
+        """Wait until every event queued so far is sent, spooled or failed, then try once to send
+        what the spool holds (unless sending is paused). timeout: seconds (None: no limit).
+        Returns True when nothing queued is left unresolved and the spool is empty."""
+        try:
+            self._check_fork()
+            if not self.url:
+                return True
+            deadline = None if timeout is None else time.monotonic() + timeout
+            if self.sync:
+                while True:
+                    self._drain_spool()
+                    if self._spool is None or len(self._spool) == 0:
+                        return True
+                    wait = self._paused_until - time.monotonic()
+                    if deadline is not None:
+                        wait = min(wait, deadline - time.monotonic())
+                    if wait <= 0 and (deadline is not None and time.monotonic() >= deadline):
+                        return False
+                    time.sleep(max(0.0, wait) + 0.001)
+            self._ensure_thread()
+            with self._lock:
+                self._flush_req += 1
+                req = self._flush_req
+            try:
+                self._queue.put_nowait(_WAKE)
+            except queue.Full:
+                pass
+            with self._cond:
+                while self._flush_done < req:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    self._cond.wait(left if left is None else min(left, 0.5))
+                return self._c["queued"] == self._resolved and len(self._spool) == 0
+        except Exception as e:
+            self._once(("flush", type(e)), logging.WARNING, "recoverydash: flush failed: %r", e)
+            return False
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Stop accepting events, send or spool what is queued within ``timeout`` seconds (default
+        ``atexit_deadline``); events still in memory after that are written to the spool by the
+        caller. Returns True when nothing was left pending. Never raises."""
+        try:
+            self._check_fork()
+            if self._closed:
+                return True
+            timeout = self.atexit_deadline if timeout is None else timeout
+            deadline = time.monotonic() + timeout
+            self._closed = True
+            if not self.url:
+                return True
+            if not self.sync and self._thread is not None and self._thread.is_alive():
+                with self._lock:
+                    self._stopping = True
+                try:
+                    self._queue.put_nowait(_WAKE)
+                except queue.Full:
+                    pass
+                self._thread.join(max(0.0, deadline - time.monotonic()))
+            if self.sync:
+                self._drain_spool()
+            # Whatever is still queued: spool it here (fast, local) so a later process sends it.
+            left = []
+            while True:
+                try:
+                    ev = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if ev is not _WAKE:
+                    left.append(json.dumps(ev, separators=(",", ":")).encode())
+            if left:
+                self._store(left)
+            pending = self.counters().get("pending", 0)
+            if pending:
+                log.warning("recoverydash: %d events pending at exit were not delivered "
+                            "(a batch was in flight)", pending)
+            spooled = self._spool.pending_events() if self._spool is not None else 0
+            if spooled:
+                log.warning("recoverydash: %d events wait in the spool %s; the next process of "
+                            "run %s sends them", spooled, getattr(self._spool, "folder", "(memory)"),
+                            self.run_id)
+            return pending == 0
+        except Exception as e:
+            self._once(("close", type(e)), logging.WARNING, "recoverydash: close failed: %r", e)
+            return False
+
+    # -- event helpers (spec section 4) --
+
+    def attempt_started(self, *, world_size: int, dataset_version: str,
+                        resumed_from: dict | None = None, global_batch_size: int | None = None,
+                        micro_batch_size: int | None = None, grad_accum_steps: int | None = None,
+                        config_digest: str | None = None, sampler: dict | None = None,
+                        contract: dict | None = None, **extra) -> bool:
+        """``attempt_started``. resumed_from: None (fresh start at update 0) or
+        ``{"generation_id": str|None, "update": int, "cursor": [Cursor]}`` (see
+        ``ledger.resumed_from``)."""
+        ev = {"type": "attempt_started", "world_size": world_size,
+              "dataset_version": dataset_version, "resumed_from": resumed_from,
+              "global_batch_size": global_batch_size, "micro_batch_size": micro_batch_size,
+              "grad_accum_steps": grad_accum_steps, "config_digest": config_digest,
+              "sampler": sampler, "contract": contract, **extra}
+        return self._emit_typed(ev, "start")
+
+    def update_committed(self, update: int, spans: list[dict], *, samples: int | None = None,
+                         tokens: int | None = None, ids_digest: str | None = None,
+                         event_id: str | None = None, **extra) -> bool:
+        """``update_committed``: spans (spec 3) this rank contributed to optimizer update
+        ``update`` (>= 1). Event id ``{run}:{attempt}:{rank}:u{update}`` unless given."""
+        ev = {"type": "update_committed", "update": update, "spans": spans, "samples": samples,
+              "tokens": tokens, "ids_digest": ids_digest, **extra}
+        if event_id:
+            ev["event_id"] = event_id
+        return self._emit_typed(ev, f"u{update}")
+
+    def heartbeat(self, update: int, fetched: list[dict] | None = None, **extra) -> bool:
+        """``heartbeat``: last committed update and the read cursor ``fetched`` ([Cursor])."""
+        ev = {"type": "heartbeat", "update": update, "fetched": fetched, **extra}
+        c = self.counters()
+        if c.get("dropped"):
+            ev.setdefault("sdk_dropped", c["dropped"])  # extra field: reported later, not lost
+        return self._emit_typed(ev, None)
+
+    def checkpoint_started(self, generation_id: str, update: int, required_shards: list[str],
+                           components: list[str], **extra) -> bool:
+        ev = {"type": "checkpoint_started", "generation_id": generation_id, "update": update,
+              "required_shards": required_shards, "components": components, **extra}
+        return self._emit_typed(ev, f"g:{generation_id}:started")
+
+    def shard_written(self, generation_id: str, shard: str, update: int, objects: list[dict],
+                      **extra) -> bool:
+        ev = {"type": "shard_written", "generation_id": generation_id, "shard": shard,
+              "update": update, "objects": objects, **extra}
+        return self._emit_typed(ev, f"g:{generation_id}:shard:{shard}")
+
+    def checkpoint_committed(self, manifest: dict, **extra) -> bool:
+        """``checkpoint_committed`` carrying the published manifest document."""
+        ev = {"type": "checkpoint_committed", "generation_id": manifest.get("generation_id"),
+              "manifest": manifest, **extra}
+        return self._emit_typed(ev, f"g:{manifest.get('generation_id')}:committed")
+
+    def restore_completed(self, generation_id: str, seconds: float, **extra) -> bool:
+        ev = {"type": "restore_completed", "generation_id": generation_id, "seconds": seconds,
+              **extra}
+        return self._emit_typed(ev, f"g:{generation_id}:restored")
+
+    def attempt_ended(self, reason: str, update: int, *, fetched: list[dict] | None = None,
+                      message: str | None = None, **extra) -> bool:
+        """reason: ``completed``, ``failed``, ``preempted`` or ``cancelled``."""
+        ev = {"type": "attempt_ended", "reason": reason, "update": update, "fetched": fetched,
+              "message": message[:2000] if message else None, **extra}
+        return self._emit_typed(ev, "end")
+
+    def audit_window(self, update: int, accum_slot: int, sample_ids: Iterable, *,
+                     rank: int | None = None, **extra) -> bool:
+        """``audit_window``: up to 4,096 readable sample identities of one microbatch slot."""
+        r = self.rank if rank is None else rank
+        ev = {"type": "audit_window", "update": update, "rank": r if r is not None else 0,
+              "accum_slot": accum_slot, "sample_ids": list(sample_ids)[:4096], **extra}
+        return self._emit_typed(ev, f"audit:u{update}:s{accum_slot}")
+
+    def _emit_typed(self, ev: dict, id_suffix: str | None) -> bool:
+        try:
+            ev = {k: v for k, v in ev.items() if v is not None or k == "resumed_from"}
+            if id_suffix is not None and "event_id" not in ev:
+                ev["event_id"] = self.event_id(id_suffix, ev.get("rank", "client"))
+            return self.emit(ev)
+        except Exception as e:  # pragma: no cover
+            self._once(("typed", type(e)), logging.WARNING, "recoverydash: event failed: %r", e)
+            return False
+
+    # -- sender thread --
+
+    def _run(self):
+        while True:
+            try:
+                batch, wake = self._collect()
+                if batch:
+                    self._deliver(batch)
+                with self._lock:
+                    stopping = self._stopping
+                    flush_wanted = self._flush_req > self._flush_done
+                if flush_wanted or stopping or not self._paused():
+                    if self._queue.empty():
+                        self._drain_spool()
+                if self._queue.empty():
+                    with self._cond:
+                        if self._flush_req > self._flush_done:
+                            self._flush_done = self._flush_req
+                            self._cond.notify_all()
+                if stopping and self._queue.empty():
+                    return
+            except Exception as e:  # the thread must survive anything
+                self._once(("run", type(e)), logging.WARNING, "recoverydash: sender error: %r", e)
+                time.sleep(0.05)
+
+    def _collect(self) -> tuple[list[bytes], bool]:
+        batch: list[bytes] = []
+        size = 0
+        wake = False
+        deadline = time.monotonic() + self.flush_interval * random.uniform(0.8, 1.2)
+        paused_left = self._paused_until - time.monotonic()
+        if 0 < paused_left < self.flush_interval:
+            deadline = min(deadline, time.monotonic() + paused_left)
+        while len(batch) < self.batch_max_events and size < self.batch_max_bytes:
+            with self._lock:
+                hurry = self._stopping or self._flush_req > self._flush_done
+            left = 0.0 if hurry else deadline - time.monotonic()
+            try:
+                ev = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if ev is _WAKE:
+                wake = True
+                continue
+            try:
+                b = json.dumps(ev, separators=(",", ":"), default=str).encode()
+            except (TypeError, ValueError) as e:
+                self._count("failed", 1)
+                self._once(("json",), logging.WARNING, "recoverydash: event not JSON: %r", e)
+                continue
+            batch.append(b)
+            size += len(b)
+        return batch, wake
+
+    def _paused(self) -> bool:
+        return time.monotonic() < self._paused_until
+
+    def _count(self, key: str, n: int, resolved: bool = True):
+        with self._lock:
+            self._c[key] += n
+            if resolved:
+                self._resolved += n
+
+    @staticmethod
+    def _body(events: list[bytes]) -> bytes:
+        return gzip.compress(b'{"events":[' + b",".join(events) + b"]}", compresslevel=6)
+
+    def _deliver(self, events: list[bytes]):
+        """Send fresh events, or spool them while paused or while older batches wait."""
+        with self._send_lock:
+            if self._paused() or (self._spool is not None and len(self._spool) > 0):
+                self._store(events)
+                return
+            outcome = self._send(self._body(events), len(events), events)
+            if outcome == "retry":
+                self._store(events)
+
+    def _store(self, events: list[bytes]):
+        body = self._body(events)
+        n = len(events)
+        ok = False
+        try:
+            ok = self._spool is not None and self._spool.put(body, n)
+        except OSError as e:
+            self._once(("spool-write", type(e)), logging.WARNING,
+                       "recoverydash: spool write failed: %r", e)
+        if ok:
+            self._count("spooled", n)
+        else:
+            self._count("dropped", n)
+            self._once("spool-full", logging.WARNING,
+                       "recoverydash: spool full or unusable; dropping %d events (counted)", n)
+
+    def _drain_spool(self):
+        """Send spooled batches oldest first until one fails or the spool is empty."""
+        if self._spool is None:
+            return
+        with self._send_lock:
+            if isinstance(self._spool, _DiskSpool):
+                self._spool.release_stale_claims()
+            while not self._paused():
+                item = self._spool.claim()
+                if item is None:
+                    break
+                handle, body, n = item
+                outcome = self._send(body, n, None, from_spool=True)
+                if outcome == "retry":
+                    self._spool.nack(handle)
+                    break
+                self._spool.ack(handle)
+            if isinstance(self._spool, _DiskSpool) and self._spool.expired_events:
+                self._count("dropped", self._spool.expired_events, resolved=False)
+                self._spool.expired_events = 0
+
+    def _send(self, body: bytes, n: int, events: list[bytes] | None, *,
+              from_spool: bool = False) -> str:
+        """POST one gzipped body. Returns "sent", "failed" or "retry" (caller spools / keeps it).
+
+        Counting: fresh events resolve here when sent or failed; spooled ones were resolved when
+        spooled, so their send adds to ``sent`` only."""
+        status, headers, payload = self._post(body)
+        resolved = not from_spool
+        if status is not None and 200 <= status < 300:
+            self._failures = 0
+            dup = 0
+            try:
+                dup = int(json.loads(payload or b"{}").get("duplicates", 0))
+            except (ValueError, AttributeError, TypeError):
+                pass
+            self._count("sent", n, resolved)
+            if dup:
+                self._count("duplicates", dup, resolved=False)
+            return "sent"
+        if status is None or status in RETRYABLE_STATUSES:
+            self._failures += 1
+            pause = min(self.backoff_cap, self.backoff_base * 2 ** (self._failures - 1))
+            pause *= random.uniform(0.5, 1.0)
+            ra = _retry_after_seconds((headers or {}).get("Retry-After"), self.max_retry_after)
+            if ra is not None:
+                pause = ra
+            self._paused_until = time.monotonic() + pause
+            self._once(("retry", status), logging.WARNING,
+                       "recoverydash: server answered %s; spooling and retrying in %.1fs "
+                       "(logged once)", status if status is not None else "no connection", pause)
+            return "retry"
+        if status in (409, 413) and n > 1:
+            if events is None:
+                events = self._split_body(body)
+            if events is not None and len(events) > 1:
+                half = len(events) // 2
+                outcomes = []
+                for part in (events[:half], events[half:]):
+                    o = self._send(self._body(part), len(part), part, from_spool=from_spool)
+                    if o == "retry":
+                        # the rest goes back to the retry store as its own batch
+                        self._store_part(part, from_spool)
+                        o = "sent"
+                    outcomes.append(o)
+                return "sent"
+        self._failures = 0
+        self._count("failed", n, resolved)
+        detail = (payload or b"")[:500].decode("utf-8", "replace")
+        self._once(("status", status), logging.ERROR,
+                   "recoverydash: server refused a batch with %s (not retried; logged once): %s",
+                   status, detail)
+        return "failed"
+
+    def _store_part(self, part: list[bytes], from_spool: bool):
+        if from_spool:
+            # already counted as spooled once; store again without counting it twice
+            try:
+                if self._spool is not None and self._spool.put(self._body(part), len(part)):
+                    return
+            except OSError:
+                pass
+            self._count("dropped", len(part), resolved=False)
+        else:
+            self._store(part)
+
+    @staticmethod
+    def _split_body(body: bytes) -> list[bytes] | None:
+        try:
+            doc = json.loads(gzip.decompress(body))
+            return [json.dumps(e, separators=(",", ":")).encode() for e in doc["events"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _post(self, body: bytes):
+        """(status or None on network error, headers dict, body bytes)."""
+        req = urllib.request.Request(self.endpoint, data=body, method="POST", headers={
+            "Content-Type": "application/json", "Content-Encoding": "gzip",
+            "Authorization": f"Bearer {self.token}", "User-Agent": self.user_agent})
+        timeout = self.request_timeout
+        if self._stopping:
+            timeout = min(timeout, max(0.2, self.atexit_deadline / 2))
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.status, dict(resp.headers), resp.read()
+        except urllib.error.HTTPError as e:
+            try:
+                payload = e.read()
+            except Exception:
+                payload = b""
+            return e.code, dict(e.headers or {}), payload
+        except Exception as e:  # URLError, timeouts, resets, DNS, SSL
+            self._once(("net", type(e)), logging.WARNING,
+                       "recoverydash: cannot reach %s: %r (events are spooled)", self.endpoint, e)
+            return None, {}, b""
+
+
+# --- process-wide registry: atexit flush and fork handling ---------------------------------------
+
+_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
+
+
+def _register(client: Client):
+    _clients.add(client)
+
+
+def _atexit_flush():
+    for c in list(_clients):
+        try:
+            if c._pid == os.getpid():
+                c.close()
+        except Exception:  # pragma: no cover
+            pass
+
+
+def _after_fork_in_child():
+    for c in list(_clients):
+        try:
+            c._after_fork()
+        except Exception:  # pragma: no cover
+            pass
+
+
+atexit.register(_atexit_flush)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+_default_client: Client | None = None
+
+
+def init(url: str | None = None, token: str | None = None, run_id: str | None = None,
+         **kwargs: Any) -> Client:
+    """Create the process's default client. Unset arguments come from ``RECOVERYDASH_URL``,
+    ``RECOVERYDASH_TOKEN`` and ``RECOVERYDASH_RUN_ID``. Returns the client (also kept as the
+    default one, ``get_client()``). Never raises: with no URL the client sends nothing."""
+    global _default_client
+    try:
+        _default_client = Client(url or os.environ.get("RECOVERYDASH_URL"),
+                                 token or os.environ.get("RECOVERYDASH_TOKEN"),
+                                 run_id or os.environ.get("RECOVERYDASH_RUN_ID") or "run", **kwargs)
+    except Exception as e:  # pragma: no cover
+        log.warning("recoverydash: init failed (%r); events are discarded", e)
+        _default_client = Client(None, None, run_id or "run")
+    return _default_client
+
+
+def get_client() -> Client | None:
+    """The client made by ``init``, or None."""
+    return _default_client
