@@ -1,0 +1,85 @@
+"""recoverydash recovery core: which checkpoint can be resumed, how much work is at risk, and
+whether a restart replayed or skipped data. Pure Python (pyroaring), no Django or Celery.
+
+Every figure implements a definition of ``DESIGN.md`` ("How the numbers are defined") and the
+wire contract ``spec/ingest-v1.md`` (sections 3-5).
+
+Calling it
+----------
+::
+
+    from recoverydash.recovery import RunInput, analyze, restore_plan
+
+    run = RunInput.from_events(events, object_checks={uri: "ok", ...})   # or build the records
+    analysis = analyze(run, now=time.time())          # the caller passes `now`, in POSIX seconds
+    analysis.to_dict()   # run_id, health, last_restorable, seconds_since_last_restorable,
+                         # updates_at_risk, generations, restarts, strata (spec 5) + costs, charts
+    plan = restore_plan(analysis, world_size=64)      # plan.status_code 200 or 409, plan.body
+
+Incrementally (a worker keeping the ledger state in the database)::
+
+    ledger = Ledger.from_bytes(blob) if blob else Ledger()
+    ledger.absorb(new_ledger_records)                 # O(1) amortised per record
+    analysis = analyze(run_without_ledger_rows, now, ledger=ledger)
+    blob = ledger.to_bytes()
+
+Inputs (``inputs.py``; times are float POSIX seconds, UTC)
+-----------------------------------------------------------
+* ``AttemptRecord(attempt, started_at, world_size, dataset_version, global_batch_size,
+  micro_batch_size, grad_accum_steps, config_digest, sampler: dict, resumed_from: dict|None
+  {"generation_id", "update", "cursor": [Cursor]}, contract: dict|None, ended_at, end_reason,
+  end_update, end_fetched: [Cursor], last_event_at)``
+* ``LedgerRecord(attempt, update, rank: int|None, time, spans: [wire Span])``
+* ``HeartbeatRecord(attempt, rank, time, update, fetched: [Cursor])``
+* ``GenerationRecord(generation_id, attempt, update, started_at, required_shards, components,
+  shards: {shard: ShardRecord(update, objects, time)}, manifests: [manifest dict],
+  committed_at, object_checks: {uri: "ok"|"object_missing"|"size_mismatch"|
+  "digest_mismatch"|"storage_unverified"})``: a uri missing from ``object_checks`` is not
+  checked yet.
+* ``RestoreRecord(attempt, generation_id, seconds, time)``
+* ``RunInput(run_id, attempts, ledger, heartbeats, generations, restores, contract,
+  first_event_at)``
+
+Positions
+---------
+Positions are compared per ``(stratum, epoch, order)``; padding spans never count; reports of
+one data-parallel rank for one ``(attempt, update)`` are united, while two ranks reporting a
+position count it twice; a null rank is one reporter of its own. Sample ids map to positions by
+:func:`identity_position`: an int in ``[0, 2**63)`` is its own position, a str is the first 8
+bytes (big-endian) of ``blake2b(utf8, digest_size=8)``, other ints hash ``"int:<decimal>"``.
+Strata of sample ids count consumed and duplicates but have no cursor and no omissions.
+
+Choices where the documents are silent
+--------------------------------------
+* A cursor without ``order`` used as pre-tracking state applies to order None; a read cursor
+  (``fetched``) without ``order`` applies to every order of its (stratum, epoch).
+* The drop_last threshold of an epoch tail is the global batch of the newest lineage attempt that
+  consumed that key (the root's for pre-tracking positions); an unknown batch drops no tail.
+  ``epoch_length`` comes from the newest attempt's sampler that names the stratum.
+* ``storage_unverified`` keeps a generation ``committed`` (not proven, not disproven).
+* An attempt with no ``attempt_started`` is fresh if it is the first, else resumed from unknown.
+* ``world_size_before``, ``global_batch`` and ``dataset_version`` changes compare attempt k with
+  its predecessor k-1.
+
+Incremental contract
+--------------------
+``Ledger.absorb`` accepts any new ledger records, in any order, including re-sent or extra
+reports of an ``(attempt, update, rank)`` already absorbed (united, as the spec says). Everything
+else (attempts, generations, heartbeats, restores, object checks) is small and is passed whole to
+:func:`analyze` each time. There is no case where the caller must rebuild the ledger from the rows.
+"""
+from .analysis import RestorePlan, RunAnalysis, analyze, restore_plan
+from .costs import Costs
+from .generations import GenerationVerdict, Reason
+from .inputs import (DEFAULT_CONTRACT, AttemptRecord, GenerationRecord, HeartbeatRecord,
+                     LedgerRecord, RestoreRecord, RunInput, ShardRecord, format_time, parse_time)
+from .ledger import Ledger, Lineage, Segment, StratumCount
+from .positions import identity_position
+from .restarts import Restart
+
+__all__ = [
+    "AttemptRecord", "Costs", "DEFAULT_CONTRACT", "GenerationRecord", "GenerationVerdict",
+    "HeartbeatRecord", "Ledger", "LedgerRecord", "Lineage", "Reason", "RestorePlan",
+    "RestoreRecord", "Restart", "RunAnalysis", "RunInput", "Segment", "ShardRecord",
+    "StratumCount", "analyze", "format_time", "identity_position", "parse_time", "restore_plan",
+]

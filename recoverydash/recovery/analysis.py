@@ -1,0 +1,310 @@
+"""The whole analysis of a run: :func:`analyze` and :func:`restore_plan` (spec section 5).
+
+Health rule (documented choice, evaluated in this order):
+
+* ``ended``: the newest attempt ended ``completed`` or ``cancelled``;
+* ``failing``: no restorable generation on the live lineage and more than the contract's
+  ``max_checkpoint_age_s`` since the run's first event; or the last restart replayed more than
+  ``max_replay_samples`` or omitted more than ``max_omission_samples``;
+* ``at_risk``: seconds since the last restorable generation above ``max_checkpoint_age_s``; or a
+  generation newer than the last restorable one was rejected; or the newest attempt ended
+  ``failed``/``preempted`` and no attempt has replaced it yet;
+* ``ok`` otherwise.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .costs import (Costs, goodput, median_save_cost, mtbf, observed_interval, useful_seconds,
+                    young_interval)
+from .generations import GenerationVerdict, evaluate_generations
+from .inputs import AttemptRecord, RunInput, format_time
+from .ledger import (Ledger, Lineage, count_strata, cursor_of, lineage_counts, lineage_frontier,
+                     lineage_of, resolve_resumes)
+from .restarts import Restart, analyse_restart
+
+#: Points per attempt in the chart series.
+CHART_POINTS = 200
+
+
+@dataclass
+class RunAnalysis:
+    """Everything the dashboard and the read API show for one run. Times are POSIX seconds;
+    :meth:`to_dict` renders spec 5's fields (times as RFC 3339 with offset) plus ``costs`` and
+    ``charts``."""
+
+    run_id: str
+    now: float
+    health: str
+    last_restorable: GenerationVerdict | None
+    seconds_since_last_restorable: float | None
+    updates_at_risk: int
+    generations: list = field(default_factory=list)
+    restarts: list = field(default_factory=list)
+    strata: list = field(default_factory=list)
+    costs: Costs = field(default_factory=Costs)
+    charts: dict = field(default_factory=dict)
+    live_attempt: int | None = None
+
+    def to_dict(self) -> dict:
+        last = self.last_restorable
+        return {
+            "run_id": self.run_id,
+            "health": self.health,
+            "last_restorable": None if last is None else {
+                "generation_id": last.generation_id, "update": last.update,
+                "committed_at": format_time(last.committed_at)},
+            "seconds_since_last_restorable": self.seconds_since_last_restorable,
+            "updates_at_risk": self.updates_at_risk,
+            "generations": [g.to_dict() for g in self.generations],
+            "restarts": [r.to_dict() for r in self.restarts],
+            "strata": [s.to_dict() for s in self.strata],
+            "costs": self.costs.to_dict(),
+            "charts": self.charts,
+        }
+
+
+def _attempt_map(run: RunInput, ledger: Ledger) -> dict[int, AttemptRecord]:
+    attempts = {a.attempt: a for a in run.attempts}
+    seen = set(ledger.attempts) | {g.attempt for g in run.generations} \
+        | {h.attempt for h in run.heartbeats}
+    for number in seen - set(attempts):
+        attempts[number] = AttemptRecord(attempt=number)
+    return dict(sorted(attempts.items()))
+
+
+def analyze(run: RunInput, now: float, ledger: Ledger | None = None) -> RunAnalysis:
+    """Analyse a run at time ``now`` (POSIX seconds; the core never reads the clock).
+
+    ``ledger``: the run's compact ledger state (e.g. loaded with ``Ledger.from_bytes`` and fed with
+    ``Ledger.absorb``); when given, ``run.ledger`` is ignored, else it is built from
+    ``run.ledger``. Returns a RunAnalysis; raises ValueError on a malformed span range."""
+    if ledger is None:
+        ledger = Ledger.from_records(run.ledger)
+    attempts = _attempt_map(run, ledger)
+    contract = run.effective_contract()
+    first_event = run.first_event_at
+    if first_event is None:
+        known = [a.started_at for a in attempts.values() if a.started_at is not None]
+        first_event = min(known) if known else now
+    if not attempts:
+        return RunAnalysis(run.run_id, now, "ok", None, now - first_event, 0)
+    generations = {g.generation_id: g for g in run.generations}
+    resumes = resolve_resumes(attempts, generations)
+    live = max(attempts)
+
+    lineages: dict = {}
+
+    def lineage_at(number: int, cap: int | None = None) -> Lineage:
+        handle = (number, cap)
+        if handle not in lineages:
+            lineages[handle] = lineage_of(number, resumes, cap)
+        return lineages[handle]
+
+    def epoch_length(stratum: str) -> int | None:
+        for record in reversed(attempts.values()):
+            lengths = (record.sampler or {}).get("epoch_length") or {}
+            if stratum in lengths:
+                return int(lengths[stratum])
+        return None
+
+    def batch_of_key_in(lineage: Lineage):
+        def global_batch_of(key) -> int | None:
+            for seg in lineage.segments:
+                if key in ledger.segment(seg.attempt, seg.after, seg.upto):
+                    return attempts[seg.attempt].global_batch()
+            return attempts[lineage.segments[-1].attempt].global_batch()
+        return global_batch_of
+
+    def reaches(lineage: Lineage, update: int) -> bool:
+        root = lineage.segments[-1]
+        if update == root.after:
+            return True
+        return any(seg.holds(update) and update in ledger.attempt(seg.attempt).updates
+                   for seg in lineage.segments)
+
+    counts_cache: dict = {}
+
+    def counts_of(lineage: Lineage) -> dict:
+        if lineage not in counts_cache:
+            counts_cache[lineage] = lineage_counts(ledger, lineage)
+        return counts_cache[lineage]
+
+    def frontier_of(lineage: Lineage) -> dict:
+        return lineage_frontier(ledger, lineage)
+
+    verdicts = evaluate_generations(
+        list(generations.values()), attempts, ledger, lineage_at, reaches,
+        contract.get("required_components") or [], epoch_length,
+        lambda stratum: None)
+    status = {v.generation_id: v.status for v in verdicts}
+
+    fetched_by_attempt: dict = {}
+    for beat in run.heartbeats:
+        fetched_by_attempt.setdefault(beat.attempt, []).extend(beat.fetched)
+    restarts: list[Restart] = []
+    numbers = list(attempts)
+    for before, number in zip(numbers, numbers[1:]):
+        lineage = lineage_at(number)
+        fetched = fetched_by_attempt.get(before, []) + list(attempts[before].end_fetched or [])
+        restarts.append(analyse_restart(
+            ledger, attempts[number], attempts[before], resumes[number], lineage, counts_of,
+            frontier_of, status.get, fetched, epoch_length,
+            batch_of_key_in(lineage.before_own())))
+
+    live_lineage = lineage_at(live)
+    strata = count_strata(ledger, live_lineage, counts_of(live_lineage), epoch_length,
+                          batch_of_key_in(live_lineage))
+    on_lineage = [v for v in verdicts if v.status == "restorable" and v.update is not None
+                  and live_lineage.contains_state(v.attempt, v.update)]
+    last = max(on_lineage, key=lambda v: (v.update, v.committed_at or 0.0), default=None)
+    since = now - (last.committed_at if last is not None and last.committed_at is not None
+                   else first_event)
+    floor = last.update if last is not None else None
+    at_risk = sum(ledger.updates_in(seg.attempt, seg.after if floor is None
+                                    else max(seg.after, floor), seg.upto)
+                  for seg in live_lineage.segments)
+
+    costs = _costs(run, ledger, attempts, live_lineage, restarts, verdicts, on_lineage, now,
+                   first_event)
+    health = _health(attempts[live], contract, last, since, now - first_event, restarts, verdicts,
+                     ledger)
+    charts = _charts(run, ledger, attempts, resumes)
+    return RunAnalysis(run.run_id, now, health, last, since, at_risk, verdicts, restarts, strata,
+                       costs, charts, live)
+
+
+def _costs(run, ledger, attempts, live_lineage, restarts, verdicts, on_lineage, now,
+           first_event) -> Costs:
+    newest = attempts[max(attempts)]
+    end = newest.failure_time() if newest.end_reason is not None else now
+    wall = max(0.0, (end if end is not None else now) - first_event)
+    useful = 0.0
+    for seg in live_lineage.segments:
+        state = ledger.attempts.get(seg.attempt)
+        n = ledger.updates_in(seg.attempt, seg.after, seg.upto)
+        if state is None or n < 2:
+            continue
+        first = next(iter(state.updates.iter_equal_or_larger(seg.after + 1)))
+        last = seg.upto if seg.upto is not None and seg.upto < state.updates.max() \
+            else state.updates.max()
+        while last not in state.updates:
+            last -= 1
+        useful += useful_seconds(n, ledger.update_time(seg.attempt, first),
+                                 ledger.update_time(seg.attempt, last))
+    numbers = list(attempts)
+    failures = sum(1 for before in numbers[:-1]
+                   if attempts[before].end_reason not in ("completed", "cancelled"))
+    saves = [v.committed_at - v.started_at for v in verdicts
+             if v.manifest is not None and v.committed_at is not None and v.started_at is not None]
+    save_cost = median_save_cost(saves)
+    between = mtbf(wall, failures)
+    return Costs(
+        incidents=[{"attempt": r.attempt, "lost_updates": r.lost_updates,
+                    "lost_seconds": r.lost_seconds, "recovery_seconds": r.recovery_seconds}
+                   for r in restarts],
+        wall_seconds=wall, useful_seconds=useful, goodput=goodput(useful, wall),
+        failures=failures, mtbf_seconds=between, median_save_seconds=save_cost,
+        young_interval_seconds=young_interval(save_cost, between),
+        observed_interval_seconds=observed_interval([v.committed_at for v in on_lineage]))
+
+
+def _health(newest: AttemptRecord, contract: dict, last, since: float, age: float,
+            restarts: list, verdicts: list, ledger: Ledger) -> str:
+    max_age = float(contract.get("max_checkpoint_age_s", 3600))
+    if newest.end_reason in ("completed", "cancelled"):
+        return "ended"
+    if last is None and age > max_age:
+        return "failing"
+    if restarts:
+        final = restarts[-1]
+        if final.replayed > int(contract.get("max_replay_samples", 0)) \
+                or final.omitted > int(contract.get("max_omission_samples", 0)):
+            return "failing"
+    newer_rejected = any(v.status == "rejected" and (last is None or (v.update or 0) > last.update)
+                         for v in verdicts)
+    if since > max_age or newer_rejected or newest.end_reason in ("failed", "preempted"):
+        return "at_risk"
+    return "ok"
+
+
+def _charts(run: RunInput, ledger: Ledger, attempts: dict, resumes: dict) -> dict:
+    """``committed_cursor``: per attempt up to CHART_POINTS points ``{"time", "update",
+    "cursor"}`` (the attempt's own frontier per stratum after that update); ``fetched``: per
+    attempt the heartbeat read cursors ``{"time", "rank", "update", "fetched"}`` (every n-th
+    beyond CHART_POINTS)."""
+    committed = []
+    for number in attempts:
+        state = ledger.attempts.get(number)
+        if state is None or not state.updates:
+            continue
+        low, high = state.updates.min(), state.updates.max()
+        stride = max(1, (high - low) // (CHART_POINTS - 1))
+        points = []
+        for update in list(range(low, high + 1, stride))[:CHART_POINTS - 1] + [high]:
+            if update not in state.updates or (points and points[-1]["update"] == update):
+                continue
+            frontier = ledger.frontier_in(number, resumes[number].update, update)
+            points.append({"time": format_time(state.update_time(update)), "update": update,
+                           "cursor": cursor_of(frontier, ledger.id_strata)})
+        committed.append({"attempt": number, "points": points})
+    fetched = []
+    by_attempt: dict = {}
+    for beat in sorted(run.heartbeats, key=lambda b: b.time):
+        by_attempt.setdefault(beat.attempt, []).append(beat)
+    for number, beats in sorted(by_attempt.items()):
+        stride = max(1, len(beats) // CHART_POINTS)
+        fetched.append({"attempt": number, "points": [
+            {"time": format_time(b.time), "rank": b.rank, "update": b.update,
+             "fetched": b.fetched} for b in beats[::stride]]})
+    return {"committed_cursor": committed, "fetched": fetched}
+
+
+@dataclass
+class RestorePlan:
+    """Spec 5 restore-plan answer: ``status_code`` 200 with the generation to load, or 409 with
+    ``{"error": "no_restorable_generation", "rejected": [...]}``."""
+
+    status_code: int
+    body: dict
+
+    def to_dict(self) -> dict:
+        return self.body
+
+
+def restore_plan(source, world_size: int | None = None, dataset_version: str | None = None,
+                 config_digest: str | None = None, now: float | None = None) -> RestorePlan:
+    """Which generation a restarting trainer should load (spec 5, restore-plan).
+
+    ``source`` is a RunAnalysis, or a RunInput (analysed at ``now``, default: its latest event
+    time). The answer is the newest restorable generation of the live lineage, with its
+    manifest's objects and data cursor, and warnings ``world_size_changed``,
+    ``dataset_version_changed`` (restart finding codes) and ``config_digest_changed`` when the
+    given values differ from the manifest's. Without one: 409 listing every generation that is
+    not restorable with its status and reasons."""
+    if isinstance(source, RunInput):
+        times = [r.time for r in source.ledger] + [a.last_event_at for a in source.attempts
+                                                   if a.last_event_at is not None]
+        source = analyze(source, now if now is not None else max(times, default=0.0))
+    last = source.last_restorable
+    if last is None:
+        return RestorePlan(409, {"error": "no_restorable_generation", "rejected": [
+            {"generation_id": g.generation_id, "status": g.status,
+             "reasons": [r.to_dict() for r in g.reasons]}
+            for g in source.generations if g.status != "restorable"]})
+    manifest = last.manifest or {}
+    warnings = []
+    for code, wanted, have in (("world_size_changed", world_size, manifest.get("world_size")),
+                               ("dataset_version_changed", dataset_version,
+                                manifest.get("dataset_version")),
+                               ("config_digest_changed", config_digest,
+                                manifest.get("config_digest"))):
+        if wanted is not None and have is not None and wanted != have:
+            warnings.append({"code": code, "detail": f"generation has {have!r}, "
+                                                     f"restart asks for {wanted!r}"})
+    return RestorePlan(200, {
+        "generation_id": last.generation_id, "update": last.update,
+        "committed_at": format_time(last.committed_at),
+        "objects": list(manifest.get("objects") or []),
+        "cursor": list((manifest.get("data_progress") or {}).get("cursor") or []),
+        "warnings": warnings})

@@ -1,0 +1,256 @@
+"""Generation statuses and reason codes (spec section 5; DESIGN.md, "restorable"; seeds 002, 004).
+
+A generation is ``restorable`` when it is committed by exactly one manifest of a supported schema,
+every required shard and component is present, all parts are at the manifest's update, the world
+size and dataset version agree with the attempt that wrote it, its data progress cursor equals the
+ledger's frontier at its update, no model or optimizer object repeats an older generation's digest,
+and the storage verifier found every object ``ok``.
+
+Statuses: ``pending`` (no manifest yet), ``abandoned`` (never committed and superseded by a later
+generation or its attempt is over; reason ``never_committed``), ``rejected`` (a reason below),
+``committed`` (manifest in, but some object not checked yet, an object the verifier could not
+check (``storage_unverified``), or the ledger has not reached the generation's update, so the data
+cursor cannot be compared yet), ``restorable``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .inputs import AttemptRecord, GenerationRecord
+from .ledger import Ledger, Lineage, cursor_of, epoch_tail, lineage_frontier
+
+#: Storage results that reject a generation (spec 5).
+STORAGE_FAILURES = ("object_missing", "size_mismatch", "digest_mismatch")
+#: Components whose digest identifies trained state (spec 5, ``stale_state``).
+STATE_COMPONENTS = ("model", "optimizer")
+
+
+@dataclass
+class Reason:
+    """A reason code of spec 5 with a human-readable detail."""
+
+    code: str
+    detail: str
+
+    def to_dict(self) -> dict:
+        return {"code": self.code, "detail": self.detail}
+
+
+@dataclass
+class GenerationVerdict:
+    """One entry of spec 5 ``generations``, plus what the restore plan needs."""
+
+    generation_id: str
+    attempt: int
+    update: int | None
+    status: str
+    reasons: list = field(default_factory=list)
+    started_at: float | None = None
+    committed_at: float | None = None
+    manifest: dict | None = None
+
+    def to_dict(self) -> dict:
+        return {"generation_id": self.generation_id, "attempt": self.attempt,
+                "update": self.update, "status": self.status,
+                "reasons": [r.to_dict() for r in self.reasons]}
+
+
+def _short(items) -> str:
+    items = list(items)
+    shown = ", ".join(str(i) for i in items[:5])
+    return shown + (f" and {len(items) - 5} more" if len(items) > 5 else "")
+
+
+def shard_missing(gen: GenerationRecord, manifest: dict) -> Reason | None:
+    """Required shards (manifest's and checkpoint_started's) with no object in the manifest."""
+    required = list(dict.fromkeys(list(manifest.get("required_shards") or [])
+                                  + list(gen.required_shards)))
+    present = {o.get("shard") for o in manifest.get("objects") or []}
+    missing = [s for s in required if s not in present]
+    return Reason("shard_missing", f"no object for required shard {_short(missing)}") \
+        if missing else None
+
+
+def component_missing(manifest: dict, required_components) -> Reason | None:
+    """Components of the contract's ``required_components`` or of the manifest's ``components``
+    with no object; and a component carried by more than half of the required shards (at least
+    two) that some required shard lacks (seed 004: one optimizer shard missing)."""
+    objects = manifest.get("objects") or []
+    carried = {o.get("component") for o in objects}
+    needed = list(dict.fromkeys(list(required_components) + list(manifest.get("components") or [])))
+    problems = [f"no object for component {c}" for c in needed if c not in carried]
+    shards = list(manifest.get("required_shards") or [])
+    by_shard = {s: {o.get("component") for o in objects if o.get("shard") == s} for s in shards}
+    for component in sorted(c for c in carried if c is not None):
+        holders = [s for s in shards if component in by_shard[s]]
+        lacking = [s for s in shards if by_shard[s] and component not in by_shard[s]]
+        if len(holders) >= 2 and len(holders) * 2 > len(shards) and lacking:
+            problems.append(f"shard {_short(lacking)} lacks component {component}")
+    return Reason("component_missing", "; ".join(problems)) if problems else None
+
+
+def update_mismatch(gen: GenerationRecord, manifest: dict) -> Reason | None:
+    """Objects, shards or checkpoint_started at another update than the manifest."""
+    update = manifest.get("update")
+    parts = [f"object {o.get('uri')} at update {o['update']}"
+             for o in manifest.get("objects") or [] if o.get("update", update) != update]
+    parts += [f"shard {name} at update {shard.update}" for name, shard in sorted(gen.shards.items())
+              if shard.update is not None and shard.update != update]
+    if gen.update is not None and gen.update != update:
+        parts.append(f"checkpoint_started at update {gen.update}")
+    return Reason("update_mismatch", f"manifest at update {update}, but {_short(parts)}") \
+        if parts else None
+
+
+def world_size_mismatch(manifest: dict, writer: AttemptRecord | None) -> Reason | None:
+    """Manifest ``world_size`` differs from the writing attempt's world size."""
+    if writer is None or writer.world_size is None or manifest.get("world_size") is None:
+        return None
+    if manifest["world_size"] == writer.world_size:
+        return None
+    return Reason("world_size_mismatch",
+                  f"manifest world_size {manifest['world_size']}, attempt {writer.attempt} "
+                  f"runs {writer.world_size}")
+
+
+def dataset_version_mismatch(manifest: dict, writer: AttemptRecord | None) -> Reason | None:
+    """Manifest ``dataset_version`` differs from the writing attempt's dataset version."""
+    if writer is None or writer.dataset_version is None:
+        return None
+    if manifest.get("dataset_version") == writer.dataset_version:
+        return None
+    return Reason("dataset_version_mismatch",
+                  f"manifest dataset_version {manifest.get('dataset_version')!r}, attempt "
+                  f"{writer.attempt} reads {writer.dataset_version!r}")
+
+
+def schema_unsupported(manifest: dict) -> Reason | None:
+    """``schema_revision`` other than 1 (spec 4)."""
+    if manifest.get("schema_revision") == 1:
+        return None
+    return Reason("schema_unsupported", f"schema_revision {manifest.get('schema_revision')!r}")
+
+
+def cursors_agree(declared: list, expected: list, epoch_length, global_batch_of) -> list[str]:
+    """Differences between a manifest's ``data_progress.cursor`` and the ledger's frontier.
+
+    Per stratum: equal ``(epoch, position)``; or the manifest at ``(e + 1, 0)`` where the ledger's
+    epoch ``e`` is complete under the tail rule; or a manifest cursor at position 0 for a stratum
+    the ledger never consumed. Returns the disagreements (empty: they agree)."""
+    mine = {c["stratum"]: (int(c.get("epoch", 0)), int(c.get("position", 0))) for c in declared}
+    ledger = {c["stratum"]: (c["epoch"], c["position"]) for c in expected}
+    out = []
+    for stratum in sorted(set(mine) | set(ledger)):
+        got, want = mine.get(stratum), ledger.get(stratum)
+        if got == want or (want is None and got[1] == 0):
+            continue
+        if got is not None and want is not None and got == (want[0] + 1, 0) \
+                and epoch_length(stratum) is not None \
+                and epoch_tail(want[1], epoch_length(stratum), global_batch_of(stratum)) == 0:
+            continue
+        out.append(f"{stratum}: manifest {got}, ledger {want}")
+    return out
+
+
+def evaluate_generations(generations: list[GenerationRecord], attempts: dict[int, AttemptRecord],
+                         ledger: Ledger, lineage_at, reaches, required_components,
+                         epoch_length, global_batch_of) -> list[GenerationVerdict]:
+    """Status and reasons of every generation (spec 5), sorted by (update, started time, id).
+
+    ``lineage_at(attempt, update)`` gives the Lineage of that attempt capped at ``update``;
+    ``reaches(lineage, update)`` whether the ledger holds that update (else the data cursor check
+    waits); ``epoch_length(stratum)`` and ``global_batch_of(stratum)`` feed the epoch tail rule."""
+    newest_attempt = max(attempts) if attempts else None
+
+    def when(g: GenerationRecord) -> float:
+        for value in (g.started_at, g.commit_time()):
+            if value is not None:
+                return value
+        return float("-inf")
+
+    digests: dict = {}
+    for gen in generations:
+        manifest = gen.manifest()
+        if manifest is None or len(gen.manifests) > 1:
+            continue
+        for obj in manifest.get("objects") or []:
+            if obj.get("component") in STATE_COMPONENTS and obj.get("sha256"):
+                digests.setdefault(obj["sha256"], set()).add(
+                    (gen.state_update(), gen.generation_id))
+
+    out = []
+    for gen in generations:
+        writer = attempts.get(gen.attempt)
+        manifest = gen.manifest()
+        verdict = GenerationVerdict(gen.generation_id, gen.attempt, gen.state_update(), "",
+                                    started_at=gen.started_at, committed_at=gen.commit_time(),
+                                    manifest=manifest)
+        out.append(verdict)
+        if manifest is None:
+            superseded = any(when(o) > when(gen) for o in generations if o is not gen)
+            over = writer is not None and writer.ended_at is not None \
+                or (newest_attempt is not None and newest_attempt > gen.attempt)
+            if superseded or over:
+                verdict.status = "abandoned"
+                verdict.reasons.append(Reason(
+                    "never_committed", "no manifest; " + ("superseded by a later generation"
+                                                          if superseded else "its attempt is over")))
+            else:
+                verdict.status = "pending"
+            continue
+        if len(gen.manifests) > 1:
+            verdict.status = "rejected"
+            verdict.reasons.append(Reason("manifest_conflict",
+                                          f"{len(gen.manifests)} different committed manifests"))
+            continue
+        hard = [r for r in (schema_unsupported(manifest), shard_missing(gen, manifest),
+                            component_missing(manifest, required_components),
+                            update_mismatch(gen, manifest), world_size_mismatch(manifest, writer),
+                            dataset_version_mismatch(manifest, writer)) if r is not None]
+        waiting = False
+        update = manifest.get("update")
+        if isinstance(update, int):
+            lineage: Lineage = lineage_at(gen.attempt, update)
+            if reaches(lineage, update):
+                expected = cursor_of(lineage_frontier(ledger, lineage), ledger.id_strata)
+                declared = [c for c in (manifest.get("data_progress") or {}).get("cursor") or []
+                            if c.get("stratum") not in ledger.id_strata]
+                problems = cursors_agree(declared, expected, epoch_length, global_batch_of)
+                if problems:
+                    hard.append(Reason("data_cursor_mismatch", "; ".join(problems)))
+            else:
+                waiting = True
+        stale = []
+        for obj in manifest.get("objects") or []:
+            if obj.get("component") in STATE_COMPONENTS and obj.get("sha256"):
+                older = [gid for (u, gid) in digests.get(obj["sha256"], ())
+                         if u is not None and update is not None and u < update]
+                if older:
+                    stale.append(f"{obj.get('uri')} repeats {older[0]}")
+        if stale:
+            hard.append(Reason("stale_state", _short(stale)))
+        soft = []
+        unchecked = False
+        by_code: dict = {}
+        for obj in manifest.get("objects") or []:
+            result = gen.object_checks.get(obj.get("uri"))
+            if result is None:
+                unchecked = True
+            elif result != "ok":
+                by_code.setdefault(result, []).append(obj.get("uri"))
+        for code in STORAGE_FAILURES:
+            if code in by_code:
+                hard.append(Reason(code, _short(by_code[code])))
+        if "storage_unverified" in by_code:
+            soft.append(Reason("storage_unverified", _short(by_code["storage_unverified"])))
+        verdict.reasons = hard + soft
+        if hard:
+            verdict.status = "rejected"
+        elif soft or unchecked or waiting:
+            verdict.status = "committed"
+        else:
+            verdict.status = "restorable"
+    out.sort(key=lambda v: (v.update if v.update is not None else -1,
+                            v.started_at if v.started_at is not None else float("-inf"),
+                            v.generation_id))
+    return out

@@ -1,0 +1,675 @@
+"""The data ledger: compact per-attempt state, lineage across attempts, and counting.
+
+DESIGN.md, "How the numbers are defined": Lineage and Counting.
+
+:class:`Ledger` holds every `update_committed` report of a run in compact form, per attempt:
+
+* *runs* ``[rank, key, slot, u0, u1, a, adv, m, s]``: one data-parallel rank's ``slot``-th range of
+  a position key, repeated over updates ``u0..u1`` and advancing by ``adv`` positions per update
+  (see :mod:`.positions`). A rank that reports the same shape every update costs one run for the
+  whole attempt, whatever the number of updates;
+* *pieces*: ``{key: {(update, rank): BitMap64}}`` for what is not a run (sample ids, overlapping
+  ranges of one report, reports united after a re-send);
+* per rank a bitmap of absorbed updates, the attempt's updates, and the first report time of every
+  update.
+
+Incremental contract. :meth:`Ledger.absorb` takes new :class:`~.inputs.LedgerRecord` objects in
+O(1) each (amortised) and in any order; a record whose ``(attempt, update, rank)`` is already
+absorbed is united with what is there (an identical re-send is a no-op, new positions split the run
+and become a piece), so the absorbed state always equals the state built from all records at once.
+Nothing ever needs a full re-read of the ledger. :meth:`Ledger.to_bytes` /
+:meth:`Ledger.from_bytes` store and load the state (zlib-compressed JSON with serialized roaring
+bitmaps). The analysis reads the ledger only through runs and bitmaps, so its cost grows with the
+number of runs, pieces, generations and attempts, not with the number of updates.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import math
+import zlib
+from array import array
+from dataclasses import dataclass, field
+
+from pyroaring import BitMap, BitMap64
+
+from .inputs import AttemptRecord, GenerationRecord, LedgerRecord
+from .positions import add_group, identity_position, range_positions, span_key, wire_range
+
+RANK, KEY, SLOT, U0, U1, A, ADV, M, S = range(9)
+#: Rank under which a report with a null rank (a coordinator's global view) is kept.
+COORDINATOR_RANK = -1
+_FORMAT = 1
+
+
+@dataclass
+class AttemptLedger:
+    """Compact ledger of one attempt (see the module docstring)."""
+
+    runs: list = field(default_factory=list)
+    pieces: dict = field(default_factory=dict)
+    absorbed: dict = field(default_factory=dict)
+    updates: BitMap = field(default_factory=BitMap)
+    times: array = field(default_factory=lambda: array("d"))
+    time_base: int = 0
+    open: dict = field(default_factory=dict)
+    _groups: dict | None = None
+
+    def note_time(self, update: int, when: float) -> None:
+        """Keep the earliest report time of ``update``."""
+        times = self.times
+        if not times:
+            self.time_base = update
+        offset = update - self.time_base
+        if offset < 0:
+            self.times = times = array("d", [math.inf]) * (-offset) + times
+            self.time_base = update
+            offset = 0
+        if offset >= len(times):
+            times.extend([math.inf] * (offset + 1 - len(times)))
+        if when < times[offset]:
+            times[offset] = when
+
+    def update_time(self, update: int) -> float | None:
+        """Earliest report time of ``update`` (POSIX seconds), None if never reported."""
+        offset = update - self.time_base
+        if 0 <= offset < len(self.times) and self.times[offset] != math.inf:
+            return self.times[offset]
+        return None
+
+    def groups(self) -> dict:
+        """Runs grouped by key and geometry: ``{key: [(u0, u1, adv, m, s, starts, nruns)]}``,
+        ``starts`` sorted and distinct, ``nruns`` the number of runs (ranks) in the group."""
+        if self._groups is None:
+            by_shape: dict = {}
+            for run in self.runs:
+                by_shape.setdefault((run[KEY], run[U0], run[U1], run[ADV], run[M], run[S]),
+                                    []).append(run[A])
+            groups: dict = {}
+            for (key, u0, u1, adv, m, s), starts in by_shape.items():
+                groups.setdefault(key, []).append(
+                    (u0, u1, adv, m, s, sorted(set(starts)), len(starts)))
+            self._groups = groups
+        return self._groups
+
+    def keys(self) -> set:
+        """Every position key this attempt consumed."""
+        return set(self.groups()) | {k for k, p in self.pieces.items() if p}
+
+
+@dataclass
+class KeyCount:
+    """Positions of one key in a lineage: ``consumed`` (sum of count(p)) and the distinct set."""
+
+    consumed: int = 0
+    positions: BitMap64 = field(default_factory=BitMap64)
+
+    @property
+    def distinct(self) -> int:
+        return len(self.positions)
+
+    def frontier(self) -> int:
+        """DESIGN.md, Counting: max consumed position + 1 (0 when nothing was consumed)."""
+        return self.positions.max() + 1 if self.positions else 0
+
+
+class Ledger:
+    """Compact, serialisable ledger of a run (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.attempts: dict[int, AttemptLedger] = {}
+        self.id_strata: set[str] = set()
+        self._segments: dict = {}
+
+    @classmethod
+    def from_records(cls, records) -> "Ledger":
+        """A ledger holding ``records`` (an iterable of LedgerRecord)."""
+        ledger = cls()
+        ledger.absorb(records)
+        return ledger
+
+    def attempt(self, number: int) -> AttemptLedger:
+        """The compact ledger of attempt ``number`` (empty if it reported nothing)."""
+        state = self.attempts.get(number)
+        if state is None:
+            state = self.attempts[number] = AttemptLedger()
+        return state
+
+    # ----------------------------------------------------------------------------- absorbing
+    def absorb(self, records) -> int:
+        """Absorb LedgerRecords; returns how many were absorbed. O(1) amortised per record for
+        the common shape (one range per span, continuing the rank's previous update).
+
+        Raises ValueError on a malformed range (see :func:`.positions.wire_range`)."""
+        count = 0
+        touched = set()
+        for rec in records:
+            count += 1
+            state = self.attempts.get(rec.attempt)
+            if state is None:
+                state = self.attempt(rec.attempt)
+            touched.add(rec.attempt)
+            rank = COORDINATOR_RANK if rec.rank is None else rec.rank
+            update = rec.update
+            seen = state.absorbed.get(rank)
+            if seen is None:
+                seen = state.absorbed[rank] = BitMap()
+            if update in seen:
+                self._absorb_again(state, rank, update, rec.spans)
+                continue
+            seen.add(update)
+            state.updates.add(update)
+            state.note_time(update, rec.time)
+            spans = rec.spans
+            if len(spans) == 1:
+                span = spans[0]
+                ranges = span.get("ranges")
+                if ranges is not None and len(ranges) == 1 and "ids" not in span \
+                        and not span.get("padding"):
+                    item = ranges[0]
+                    self._extend(state, rank, (span["stratum"], span.get("epoch", 0),
+                                               span.get("order")), 0, update, item)
+                    continue
+            if spans:
+                self._absorb_general(state, rank, update, spans)
+        for number in touched:
+            self.attempts[number]._groups = None
+        if touched:
+            self._segments.clear()
+        return count
+
+    @staticmethod
+    def _extend(state: AttemptLedger, rank: int, key: tuple, slot: int, update: int,
+                item) -> None:
+        start, stop = item[0], item[1]
+        step = item[2] if len(item) > 2 else 1
+        if not (0 <= start <= stop < 2 ** 63) or step < 1:
+            wire_range(item)  # raises with the message
+        m = len(range(start, stop, step))
+        if m == 0:
+            return
+        handle = (rank, key, slot)
+        run = state.open.get(handle)
+        if run is not None and run[U1] == update - 1 and run[M] == m and run[S] == step:
+            if run[U1] == run[U0]:
+                run[ADV] = start - run[A]
+                run[U1] = update
+                return
+            if start == run[A] + (update - run[U0]) * run[ADV]:
+                run[U1] = update
+                return
+        run = [rank, key, slot, update, update, start, 0, m, step]
+        state.runs.append(run)
+        state.open[handle] = run
+
+    def _absorb_general(self, state: AttemptLedger, rank: int, update: int, spans) -> None:
+        by_key: dict = {}
+        for span in spans:
+            if span.get("padding"):
+                continue
+            entry = by_key.setdefault(span_key(span), [[], []])
+            if span.get("ids") is not None:
+                self.id_strata.add(span["stratum"])
+                entry[1].extend(span["ids"])
+            entry[0].extend(span.get("ranges") or ())
+        for key, (ranges, ids) in by_key.items():
+            parts = sorted((wire_range(item) for item in ranges), key=lambda r: r.start)
+            parts = [r for r in parts if len(r)]
+            if not ids and (len(parts) <= 1 or _disjoint(parts)):
+                for slot, r in enumerate(parts):
+                    self._extend(state, rank, key, slot, update, [r.start, r.stop, r.step])
+                continue
+            bitmap = BitMap64()
+            for r in parts:
+                bitmap.update(r)
+            bitmap.update(identity_position(i) for i in ids)
+            if bitmap:
+                state.pieces.setdefault(key, {})[(update, rank)] = bitmap
+
+    def _content(self, state: AttemptLedger, rank: int, update: int) -> dict:
+        """Positions of one (rank, update) per key, from runs and pieces."""
+        out: dict = {}
+        for run in state.runs:
+            if run[RANK] == rank and run[U0] <= update <= run[U1]:
+                start = run[A] + (update - run[U0]) * run[ADV]
+                out.setdefault(run[KEY], BitMap64()).update(range_positions(start, run[M],
+                                                                           run[S]))
+        for key, pieces in state.pieces.items():
+            piece = pieces.get((update, rank))
+            if piece is not None:
+                out.setdefault(key, BitMap64()).update(piece)
+        return out
+
+    def _absorb_again(self, state: AttemptLedger, rank: int, update: int, spans) -> None:
+        """Unite a report with what the same (attempt, update, rank) already reported."""
+        for span in spans:
+            if span.get("ids") is not None and not span.get("padding"):
+                self.id_strata.add(span["stratum"])
+        old = self._content(state, rank, update)
+        new = _report_bitmaps(spans)
+        if all(key in old and bitmap.issubset(old[key]) for key, bitmap in new.items()):
+            return
+        for key, bitmap in new.items():
+            old.setdefault(key, BitMap64()).update(bitmap)
+        self._remove(state, rank, update)
+        for key, bitmap in old.items():
+            state.pieces.setdefault(key, {})[(update, rank)] = bitmap
+
+    @staticmethod
+    def _remove(state: AttemptLedger, rank: int, update: int) -> None:
+        """Take (rank, update) out of its runs (splitting them) and pieces."""
+        kept = []
+        for run in state.runs:
+            if run[RANK] != rank or not run[U0] <= update <= run[U1]:
+                kept.append(run)
+                continue
+            handle = (run[RANK], run[KEY], run[SLOT])
+            was_open = state.open.get(handle) is run
+            if was_open:
+                del state.open[handle]
+            if run[U0] < update:
+                left = list(run)
+                left[U1] = update - 1
+                kept.append(left)
+            if update < run[U1]:
+                right = list(run)
+                right[U0] = update + 1
+                right[A] = run[A] + (update + 1 - run[U0]) * run[ADV]
+                kept.append(right)
+                if was_open:
+                    state.open[handle] = right
+        state.runs = kept
+        for pieces in state.pieces.values():
+            pieces.pop((update, rank), None)
+
+    # ----------------------------------------------------------------------------- queries
+    def segment(self, number: int, after: int, upto: int | None) -> dict:
+        """Positions consumed by attempt ``number`` in updates ``after < u <= upto``:
+        ``{key: KeyCount}``. Cached until the next absorb; callers must not mutate the result."""
+        handle = (number, after, upto)
+        cached = self._segments.get(handle)
+        if cached is not None:
+            return cached
+        out: dict = {}
+        state = self.attempts.get(number)
+        if state is not None:
+            hi = math.inf if upto is None else upto
+            for key, groups in state.groups().items():
+                for (u0, u1, adv, m, s, starts, nruns) in groups:
+                    lo_u, hi_u = max(u0, after + 1), min(u1, hi)
+                    if lo_u > hi_u:
+                        continue
+                    count = out.get(key)
+                    if count is None:
+                        count = out[key] = KeyCount()
+                    n = hi_u - lo_u + 1
+                    shift = (lo_u - u0) * adv
+                    count.consumed += n * m * nruns
+                    add_group(count.positions, n, [a + shift for a in starts], adv, m, s)
+            for key, pieces in state.pieces.items():
+                for (update, _rank), bitmap in pieces.items():
+                    if after < update <= hi:
+                        count = out.get(key)
+                        if count is None:
+                            count = out[key] = KeyCount()
+                        count.consumed += len(bitmap)
+                        count.positions |= bitmap
+        self._segments[handle] = out
+        return out
+
+    def frontier_in(self, number: int, after: int, upto: int | None) -> dict:
+        """``{key: max position + 1}`` of attempt ``number`` in updates ``after < u <= upto``,
+        computed from run geometry without building bitmaps."""
+        out: dict = {}
+        state = self.attempts.get(number)
+        if state is None:
+            return out
+        hi = math.inf if upto is None else upto
+        for key, groups in state.groups().items():
+            for (u0, u1, adv, m, s, starts, _n) in groups:
+                lo_u, hi_u = max(u0, after + 1), min(u1, hi)
+                if lo_u > hi_u:
+                    continue
+                top = starts[-1] + (m - 1) * s + max((lo_u - u0) * adv, (hi_u - u0) * adv)
+                if top + 1 > out.get(key, 0):
+                    out[key] = top + 1
+        for key, pieces in state.pieces.items():
+            for (update, _rank), bitmap in pieces.items():
+                if after < update <= hi and bitmap.max() + 1 > out.get(key, 0):
+                    out[key] = bitmap.max() + 1
+        return out
+
+    def first_positions(self, number: int, after: int) -> dict:
+        """Where attempt ``number`` starts each stratum after update ``after``:
+        ``{stratum: (update, epoch, position, order)}`` taken at the attempt's first update that
+        consumed the stratum, the smallest ``(epoch, position, order)`` there."""
+        state = self.attempts.get(number)
+        if state is None:
+            return {}
+        candidates: dict = {}
+        for key, groups in state.groups().items():
+            for (u0, u1, adv, m, s, starts, _n) in groups:
+                if u1 <= after:
+                    continue
+                u = max(u0, after + 1)
+                candidates.setdefault(key, []).append((u, starts[0] + (u - u0) * adv))
+        for key, pieces in state.pieces.items():
+            for (update, _rank), bitmap in pieces.items():
+                if update > after:
+                    candidates.setdefault(key, []).append((update, bitmap.min()))
+        out: dict = {}
+        for (stratum, epoch, order), found in candidates.items():
+            update = min(u for u, _ in found)
+            position = min(p for u, p in found if u == update)
+            item = (update, epoch, position, "" if order is None else order, order)
+            best = out.get(stratum)
+            if best is None or item < best:
+                out[stratum] = item
+        return {st: (u, e, p, o) for st, (u, e, p, _, o) in out.items()}
+
+    def last_update(self, number: int) -> int | None:
+        """Highest update attempt ``number`` reported, None if none."""
+        state = self.attempts.get(number)
+        return state.updates.max() if state is not None and state.updates else None
+
+    def updates_in(self, number: int, after: int, upto: int | None) -> int:
+        """How many distinct updates attempt ``number`` reported in ``after < u <= upto``."""
+        state = self.attempts.get(number)
+        if state is None or not state.updates:
+            return 0
+        hi = state.updates.max() if upto is None else min(upto, state.updates.max())
+        if hi <= after:
+            return 0
+        return state.updates.range_cardinality(after + 1, hi + 1)
+
+    def update_time(self, number: int, update: int) -> float | None:
+        """Earliest report time of ``update`` in attempt ``number``."""
+        state = self.attempts.get(number)
+        return None if state is None else state.update_time(update)
+
+    # ----------------------------------------------------------------------------- storage
+    def to_bytes(self) -> bytes:
+        """Serialise the whole state (zlib-compressed JSON, bitmaps in roaring format)."""
+        keys: dict = {}
+
+        def key_id(key):
+            if key not in keys:
+                keys[key] = len(keys)
+            return keys[key]
+
+        def b64(data: bytes) -> str:
+            return base64.b64encode(data).decode()
+
+        attempts = {}
+        for number, state in self.attempts.items():
+            open_ids = {id(run) for run in state.open.values()}
+            attempts[str(number)] = {
+                "runs": [[r[RANK], key_id(r[KEY]), r[SLOT], r[U0], r[U1], r[A], r[ADV], r[M],
+                          r[S], 1 if id(r) in open_ids else 0] for r in state.runs],
+                "pieces": [[key_id(key), update, rank, b64(bm.serialize())]
+                           for key, pieces in state.pieces.items()
+                           for (update, rank), bm in pieces.items()],
+                "absorbed": [[rank, b64(bm.serialize())] for rank, bm in state.absorbed.items()],
+                "updates": b64(state.updates.serialize()),
+                "times": b64(state.times.tobytes()),
+                "time_base": state.time_base,
+            }
+        doc = {"format": _FORMAT, "keys": [list(k) for k in keys],
+               "id_strata": sorted(self.id_strata), "attempts": attempts}
+        return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 1)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "Ledger":
+        """Load a state written by :meth:`to_bytes`. Raises ValueError on another format."""
+        doc = json.loads(zlib.decompress(data))
+        if doc.get("format") != _FORMAT:
+            raise ValueError(f"unknown ledger state format {doc.get('format')!r}")
+        keys = [(k[0], k[1], k[2]) for k in doc["keys"]]
+        ledger = cls()
+        ledger.id_strata = set(doc["id_strata"])
+        for number, item in doc["attempts"].items():
+            state = ledger.attempt(int(number))
+            for rank, kid, slot, u0, u1, a, adv, m, s, is_open in item["runs"]:
+                run = [rank, keys[kid], slot, u0, u1, a, adv, m, s]
+                state.runs.append(run)
+                if is_open:
+                    state.open[(rank, keys[kid], slot)] = run
+            for kid, update, rank, blob in item["pieces"]:
+                state.pieces.setdefault(keys[kid], {})[(update, rank)] = \
+                    BitMap64.deserialize(base64.b64decode(blob))
+            for rank, blob in item["absorbed"]:
+                state.absorbed[rank] = BitMap.deserialize(base64.b64decode(blob))
+            state.updates = BitMap.deserialize(base64.b64decode(item["updates"]))
+            state.times = array("d")
+            state.times.frombytes(base64.b64decode(item["times"]))
+            state.time_base = item["time_base"]
+        return ledger
+
+
+def _disjoint(parts: list[range]) -> bool:
+    """Whether sorted ranges share no position."""
+    union = BitMap64()
+    for r in parts:
+        union.update(r)
+    return len(union) == sum(len(r) for r in parts)
+
+
+def _report_bitmaps(spans) -> dict:
+    from .positions import report_positions
+    return report_positions(spans)
+
+
+# --------------------------------------------------------------------------------- lineage
+@dataclass(frozen=True)
+class Segment:
+    """Updates ``after < u <= upto`` of one attempt (``upto`` None: no upper bound)."""
+
+    attempt: int
+    after: int
+    upto: int | None
+
+    def holds(self, update: int) -> bool:
+        return self.after < update and (self.upto is None or update <= self.upto)
+
+
+@dataclass(frozen=True)
+class Resume:
+    """How an attempt started. ``kind``: ``fresh`` (update 0), ``generation`` (a generation whose
+    writer attempt is known and older), or ``untracked`` (no or unknown generation: the root of
+    its lineage, positions behind ``cursor`` consumed before tracking began).
+    ``update`` is U: the generation's update for ``generation``, else the declared update."""
+
+    attempt: int
+    kind: str
+    update: int
+    generation_id: str | None = None
+    writer: int | None = None
+    declared_update: int | None = None
+    cursor: tuple = ()
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """DESIGN.md, Lineage: the chain of committed updates that a model state contains.
+    ``segments`` newest first; ``pretracked`` the root's untracked starting cursors."""
+
+    segments: tuple
+    pretracked: tuple = ()
+
+    def holds(self, attempt: int, update: int) -> bool:
+        """Whether update ``update`` of attempt ``attempt`` is part of this lineage."""
+        return any(seg.attempt == attempt and seg.holds(update) for seg in self.segments)
+
+    def contains_state(self, attempt: int, update: int) -> bool:
+        """Whether the state of ``attempt`` at ``update`` (a generation) lies on this lineage:
+        some segment of ``attempt`` with ``after <= update <= upto``."""
+        return any(seg.attempt == attempt and seg.after <= update
+                   and (seg.upto is None or update <= seg.upto) for seg in self.segments)
+
+    def before_own(self) -> "Lineage":
+        """The lineage without its newest segment (the restored state's lineage, at or below U)."""
+        return Lineage(self.segments[1:], self.pretracked)
+
+
+def resolve_resumes(attempts: dict[int, AttemptRecord],
+                    generations: dict[str, GenerationRecord]) -> dict[int, Resume]:
+    """How every attempt started (DESIGN.md, Lineage). An attempt with no AttemptRecord is fresh
+    when it is the first one, else untracked (its start is unknown)."""
+    out: dict[int, Resume] = {}
+    first = min(attempts) if attempts else 0
+    for number, record in attempts.items():
+        source = record.resumed_from
+        if source is None:
+            kind = "fresh" if record.started_at is not None or number == first else "untracked"
+            out[number] = Resume(number, kind, 0)
+            continue
+        declared = int(source.get("update") or 0)
+        cursor = tuple(source.get("cursor") or ())
+        gid = source.get("generation_id")
+        gen = generations.get(gid) if gid is not None else None
+        if gen is not None and gen.attempt < number:
+            update = gen.state_update()
+            out[number] = Resume(number, "generation", declared if update is None else update,
+                                 gid, gen.attempt, declared, cursor)
+        else:
+            out[number] = Resume(number, "untracked", declared, gid, None, declared, cursor)
+    return out
+
+
+def lineage_of(number: int, resumes: dict[int, Resume], cap: int | None = None) -> Lineage:
+    """DESIGN.md, Lineage: attempt ``number``'s own committed updates above U, plus the lineage
+    of the attempt that wrote the restored generation restricted to updates at or below U,
+    recursively; ``cap`` restricts the whole lineage to updates at or below it."""
+    resume = resumes[number]
+    own = Segment(number, resume.update, cap)
+    if resume.kind == "generation":
+        limit = resume.update if cap is None else min(cap, resume.update)
+        parent = lineage_of(resume.writer, resumes, limit)
+        return Lineage((own,) + parent.segments, parent.pretracked)
+    return Lineage((own,), resume.cursor if resume.kind == "untracked" else ())
+
+
+def lineage_counts(ledger: Ledger, lineage: Lineage) -> dict:
+    """``{key: KeyCount}`` of a lineage: every segment's positions, plus the pre-tracking
+    positions ``[0, cursor.position)`` of its root, counted once (DESIGN.md, Lineage)."""
+    out: dict = {}
+    for seg in lineage.segments:
+        for key, count in ledger.segment(seg.attempt, seg.after, seg.upto).items():
+            mine = out.get(key)
+            if mine is None:
+                mine = out[key] = KeyCount(0, BitMap64())
+            mine.consumed += count.consumed
+            mine.positions |= count.positions
+    for cursor in lineage.pretracked:
+        if cursor["stratum"] in ledger.id_strata or int(cursor.get("position", 0)) <= 0:
+            continue
+        key = (cursor["stratum"], int(cursor.get("epoch", 0)), cursor.get("order"))
+        mine = out.setdefault(key, KeyCount(0, BitMap64()))
+        mine.consumed += int(cursor["position"])
+        mine.positions.add_range(0, int(cursor["position"]))
+    return out
+
+
+def lineage_frontier(ledger: Ledger, lineage: Lineage) -> dict:
+    """``{key: frontier}`` of a lineage from run geometry (no bitmaps); see lineage_counts."""
+    out: dict = {}
+    for seg in lineage.segments:
+        for key, top in ledger.frontier_in(seg.attempt, seg.after, seg.upto).items():
+            if top > out.get(key, 0):
+                out[key] = top
+    for cursor in lineage.pretracked:
+        if cursor["stratum"] in ledger.id_strata:
+            continue
+        key = (cursor["stratum"], int(cursor.get("epoch", 0)), cursor.get("order"))
+        if int(cursor.get("position", 0)) > out.get(key, 0):
+            out[key] = int(cursor["position"])
+    return out
+
+
+def cursor_of(frontiers: dict, id_strata: set) -> list[dict]:
+    """The lineage's frontier per stratum as wire cursors (DESIGN.md, restarts,
+    ``expected_cursor``): the highest epoch the stratum reached, and there the highest frontier
+    over orders. Strata of sample ids have no cursor. Sorted by stratum."""
+    best: dict = {}
+    for (stratum, epoch, _order), top in frontiers.items():
+        if stratum in id_strata or top <= 0:
+            continue
+        if stratum not in best or (epoch, top) > best[stratum]:
+            best[stratum] = (epoch, top)
+    return [{"stratum": st, "epoch": e, "position": p} for st, (e, p) in sorted(best.items())]
+
+
+# --------------------------------------------------------------------------------- counting
+@dataclass
+class StratumCount:
+    """DESIGN.md, Counting, summed over a stratum's epochs and orders."""
+
+    stratum: str
+    consumed: int = 0
+    distinct: int = 0
+    duplicates: int = 0
+    omissions: int = 0
+
+    @property
+    def duplicate_rate(self) -> float:
+        """duplicates / consumed (0.0 when nothing was consumed)."""
+        return self.duplicates / self.consumed if self.consumed else 0.0
+
+    @property
+    def omission_rate(self) -> float:
+        """omissions / (omissions + distinct consumed) (0.0 when both are 0)."""
+        total = self.omissions + self.distinct
+        return self.omissions / total if total else 0.0
+
+    def to_dict(self) -> dict:
+        return {"stratum": self.stratum, "consumed": self.consumed,
+                "duplicates": self.duplicates, "omissions": self.omissions,
+                "duplicate_rate": self.duplicate_rate, "omission_rate": self.omission_rate}
+
+
+def duplicates(count: KeyCount) -> int:
+    """DESIGN.md, Counting: sum max(count(p) - 1, 0) = consumed - distinct."""
+    return count.consumed - count.distinct
+
+
+def epoch_tail(frontier: int, epoch_length: int | None, global_batch: int | None) -> int:
+    """DESIGN.md, Counting, epoch tail rule: the unconsumed tail ``epoch_length - frontier`` of an
+    epoch the lineage moved on from, unless it is shorter than one global batch (the drop_last
+    remainder). 0 when ``epoch_length`` is unknown; an unknown global batch drops no tail."""
+    if epoch_length is None:
+        return 0
+    tail = epoch_length - frontier
+    if tail <= 0 or (global_batch is not None and tail < global_batch):
+        return 0
+    return tail
+
+
+def omissions(key: tuple, count: KeyCount, moved_on: bool, epoch_length: int | None,
+              global_batch: int | None, id_stratum: bool) -> int:
+    """DESIGN.md, Counting: ``|{p < frontier : count(p) = 0}|`` (= frontier - distinct), plus the
+    epoch tail when the lineage ``moved_on`` to a later epoch of the stratum. Sample-id strata
+    have no order of positions, hence no omissions."""
+    if id_stratum:
+        return 0
+    gap = count.frontier() - count.distinct
+    return gap + (epoch_tail(count.frontier(), epoch_length, global_batch) if moved_on else 0)
+
+
+def count_strata(ledger: Ledger, lineage: Lineage, counts: dict, epoch_length,
+                 global_batch_of) -> list[StratumCount]:
+    """Per stratum figures of a lineage (DESIGN.md, Counting). ``epoch_length(stratum)`` gives
+    the epoch length or None; ``global_batch_of(key)`` the global batch that bounds the drop_last
+    remainder of that key's epoch. Sorted by stratum."""
+    top_epoch: dict = {}
+    for (stratum, epoch, _order) in counts:
+        top_epoch[stratum] = max(epoch, top_epoch.get(stratum, epoch))
+    out: dict = {}
+    for key, count in counts.items():
+        stratum, epoch, _order = key
+        row = out.setdefault(stratum, StratumCount(stratum))
+        row.consumed += count.consumed
+        row.distinct += count.distinct
+        row.duplicates += duplicates(count)
+        row.omissions += omissions(key, count, epoch < top_epoch[stratum], epoch_length(stratum),
+                                   global_batch_of(key), stratum in ledger.id_strata)
+    return [out[s] for s in sorted(out)]

@@ -1,0 +1,268 @@
+"""Restart figures (spec section 5 ``restarts``; DESIGN.md, "A restart"; seed 003).
+
+A restart is attempt k resuming generation g at update U, with predecessor attempt k-1 (the
+highest attempt number below k). Notation used by every docstring here:
+
+* ``L_U``: the lineage of the restored state (k's lineage without k's own segment), including its
+  root's pre-tracking positions;
+* ``K``: positions consumed by k's own updates above U;
+* ``R``: positions of k-1's updates that are not on k's lineage (rolled back);
+* ``F``: positions below k-1's read cursors (heartbeat and attempt_ended ``fetched``; a cursor
+  without ``order`` covers every order of its (stratum, epoch)).
+
+All counts are positions (samples or tokens, per ``sampler.units``), compared per
+``(stratum, epoch, order)`` key. Seed 003 as numbers: 64 positions per update, g at update 1,250
+(cursor 80,000), read cursor 80,048 at the crash. Resume at 80,000: exact, recomputed 48. At
+80,048: omitted 48. At 79,936: replayed 64.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pyroaring import BitMap64
+
+from .generations import Reason
+from .inputs import AttemptRecord
+from .ledger import KeyCount, Ledger, Lineage, Resume, cursor_of, epoch_tail
+
+Finding = Reason
+
+
+@dataclass
+class Restart:
+    """One entry of spec 5 ``restarts``. Seconds are wall seconds; positions are counts."""
+
+    attempt: int
+    resumed_from: str | None
+    resumed_update: int
+    world_size_before: int | None
+    world_size_after: int | None
+    expected_cursor: list
+    resume_cursor: list
+    replayed: int
+    omitted: int
+    recomputed: int
+    lost_updates: int
+    lost_seconds: float | None
+    recovery_seconds: float | None
+    verdict: str
+    findings: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        out = {name: getattr(self, name) for name in (
+            "attempt", "resumed_from", "resumed_update", "world_size_before", "world_size_after",
+            "expected_cursor", "resume_cursor", "replayed", "omitted", "recomputed",
+            "lost_updates", "lost_seconds", "recovery_seconds", "verdict")}
+        out["findings"] = [f.to_dict() for f in self.findings]
+        return out
+
+
+def expected_cursor(frontiers_at_u: dict, id_strata: set) -> list:
+    """DESIGN.md: the lineage's frontier at U, per stratum (see :func:`.ledger.cursor_of`)."""
+    return cursor_of(frontiers_at_u, id_strata)
+
+
+def resume_cursor(resume: Resume, starts: dict) -> list:
+    """The cursor k declares in ``resumed_from``, else the first positions it consumes per
+    stratum (``starts`` from :meth:`.ledger.Ledger.first_positions`)."""
+    if resume.cursor:
+        return [{"stratum": c["stratum"], "epoch": int(c.get("epoch", 0)),
+                 "position": int(c.get("position", 0))} for c in resume.cursor]
+    return [{"stratum": st, "epoch": e, "position": p}
+            for st, (_u, e, p, _o) in sorted(starts.items())]
+
+
+def replayed(own: dict, before: dict) -> int:
+    """Positions K consumes that L_U already consumed, same key: sum over keys |K & L_U|."""
+    return sum(count.positions.intersection_cardinality(before[key].positions)
+               for key, count in own.items() if key in before)
+
+
+def omitted(own: dict, before: dict, starts: dict, id_strata: set, epoch_length,
+            global_batch_of) -> int:
+    """Positions between the expected cursor and where k actually starts that the lineage never
+    consumes, per stratum k consumes (DESIGN.md). With k's start ``(e1, s1, o1)`` and L_U's
+    highest epoch ``e0`` of the stratum, frontier ``f0`` there:
+
+    * same epoch and L_U used order ``o1`` in it: ``|[f0, s1) - K|``;
+    * same epoch under another order: 0 (not comparable; finding ``order_changed``);
+    * later epoch: the abandoned epoch's tail ``epoch_length - f0`` under the tail rule, plus
+      ``|[0, s1) - K|`` of the new epoch;
+    * earlier epoch: 0;
+    * a stratum L_U never consumed: ``|[0, s1) - K|``.
+    Sample-id strata have no omissions.
+    """
+    total = 0
+    for stratum, (_u, e1, s1, o1) in starts.items():
+        if stratum in id_strata:
+            continue
+        mine = own.get((stratum, e1, o1))
+
+        def gap(lo: int, hi: int) -> int:
+            if hi <= lo:
+                return 0
+            return hi - lo - (mine.positions.range_cardinality(lo, hi) if mine else 0)
+
+        keys = [k for k in before if k[0] == stratum]
+        if not keys:
+            total += gap(0, s1)
+            continue
+        e0 = max(k[1] for k in keys)
+        top = [(before[k].frontier(), "" if k[2] is None else k[2], k) for k in keys if k[1] == e0]
+        f0, _, top_key = max(top)
+        if e1 == e0:
+            if any(k[2] == o1 for _, _, k in top):
+                total += gap(f0, s1)
+        elif e1 > e0:
+            total += epoch_tail(f0, epoch_length(stratum), global_batch_of(top_key))
+            total += gap(0, s1)
+    return total
+
+
+def recomputed(own: dict, before: dict, rolled_back: dict, fetched: list) -> int:
+    """Positions K consumes that k-1 consumed in rolled-back updates (R) or had fetched (F), and
+    that L_U had not consumed (those are replays): sum over keys |K & ((R | F) - L_U)|."""
+    total = 0
+    for key, count in own.items():
+        stratum, epoch, order = key
+        pool = BitMap64()
+        if key in rolled_back:
+            pool |= rolled_back[key].positions
+        bound = max((int(c.get("position", 0)) for c in fetched
+                     if c.get("stratum") == stratum and int(c.get("epoch", 0)) == epoch
+                     and c.get("order", order) == order), default=0)
+        if bound > 0:
+            pool.add_range(0, bound)
+        if key in before:
+            pool -= before[key].positions
+        total += count.positions.intersection_cardinality(pool)
+    return total
+
+
+def lost_updates(last_update_before: int, update: int) -> int:
+    """Last update k-1 committed minus U (never below 0)."""
+    return max(0, last_update_before - update)
+
+
+def lost_seconds(commit_time_of_u: float | None, failure_time: float | None) -> float | None:
+    """From the commit of update U to the failure of k-1 (None when either is unknown)."""
+    if commit_time_of_u is None or failure_time is None:
+        return None
+    return failure_time - commit_time_of_u
+
+
+def recovery_seconds(failure_time: float | None, first_commit: float | None) -> float | None:
+    """From the failure of k-1 to k's first committed update (None until k commits)."""
+    if failure_time is None or first_commit is None:
+        return None
+    return first_commit - failure_time
+
+
+def verdict(replay_count: int, omission_count: int, committed: bool, known: bool) -> str:
+    """``unverified`` until k has committed an update or when the lineage before U is unknown;
+    else ``exact``, ``replay``, ``omission`` or ``replay_and_omission``."""
+    if not committed or not known:
+        return "unverified"
+    if replay_count and omission_count:
+        return "replay_and_omission"
+    if replay_count:
+        return "replay"
+    if omission_count:
+        return "omission"
+    return "exact"
+
+
+def order_changes(own: dict, before: dict) -> list:
+    """(stratum, epoch, order) keys K consumes under an order L_U did not use for that epoch,
+    where L_U consumed that (stratum, epoch) under some other order."""
+    seen: dict = {}
+    for (stratum, epoch, order) in before:
+        seen.setdefault((stratum, epoch), set()).add(order)
+    return sorted(((s, e, o) for (s, e, o) in own if (s, e) in seen and o not in seen[(s, e)]),
+                  key=lambda k: (k[0], k[1], "" if k[2] is None else k[2]))
+
+
+def analyse_restart(ledger: Ledger, record: AttemptRecord, before_record: AttemptRecord,
+                    resume: Resume, lineage: Lineage, counts_of, frontier_of, status_of,
+                    fetched: list, epoch_length, global_batch_of) -> Restart:
+    """Every field of one restart (spec 5). ``lineage`` is k's lineage; ``counts_of(lineage)``
+    and ``frontier_of(lineage)`` give {key: KeyCount} and {key: frontier}; ``status_of(gid)`` a
+    generation's status or None; ``fetched`` k-1's read cursors."""
+    k, p = record.attempt, before_record.attempt
+    update = resume.update
+    before_lineage = lineage.before_own()
+    own_segment = lineage.segments[0]
+    own = ledger.segment(k, own_segment.after, own_segment.upto)
+    before = counts_of(before_lineage)
+    starts = ledger.first_positions(k, update)
+    mine = [seg for seg in lineage.segments if seg.attempt == p]
+    rolled: dict = {}
+    pieces = [(-1, mine[0].after), (mine[0].upto, None)] if mine else [(-1, None)]
+    for after, upto in pieces:
+        if after is None:
+            continue
+        for key, count in ledger.segment(p, after, upto).items():
+            into = rolled.setdefault(key, KeyCount(0, BitMap64()))
+            into.positions |= count.positions
+    replay_count = replayed(own, before)
+    omission_count = omitted(own, before, starts, ledger.id_strata, epoch_length, global_batch_of)
+    findings = []
+    if replay_count:
+        findings.append(Finding("replay", f"{replay_count} positions committed at or below "
+                                          f"update {update} consumed again"))
+    if omission_count:
+        findings.append(Finding("omission", f"{omission_count} positions skipped at the resume"))
+    for code, attr in (("world_size_changed", "world_size"),
+                       ("dataset_version_changed", "dataset_version")):
+        was, now = getattr(before_record, attr), getattr(record, attr)
+        if was is not None and now is not None and was != now:
+            findings.append(Finding(code, f"{attr} {was!r} -> {now!r}"))
+    was, now = before_record.global_batch(), record.global_batch()
+    if was is not None and now is not None and was != now:
+        findings.append(Finding("global_batch_changed", f"global batch {was} -> {now}"))
+    if resume.kind == "generation" and status_of(resume.generation_id) in (
+            "pending", "rejected", "abandoned"):
+        findings.append(Finding("resumed_from_unrestorable",
+                                f"generation {resume.generation_id} is "
+                                f"{status_of(resume.generation_id)}"))
+    if resume.kind == "untracked":
+        findings.append(Finding("resumed_from_unknown",
+                                f"generation {resume.generation_id!r} is not known"
+                                if resume.generation_id is not None
+                                else "no generation named"))
+    mismatches = []
+    if resume.kind == "generation" and resume.declared_update != update:
+        mismatches.append(f"declared update {resume.declared_update}, generation {update}")
+    state = ledger.attempts.get(k)
+    if state is not None and state.updates and state.updates.min() != update + 1:
+        mismatches.append(f"first committed update {state.updates.min()}, expected {update + 1}")
+    if mismatches:
+        findings.append(Finding("update_mismatch", "; ".join(mismatches)))
+    changes = order_changes(own, before)
+    if changes:
+        findings.append(Finding("order_changed", "; ".join(
+            f"{s} epoch {e} under order {o!r}" for s, e, o in changes)))
+    last = max([x for x in (ledger.last_update(p), before_record.end_update) if x is not None],
+               default=None)
+    if last is None:
+        last = update
+    holder = [seg for seg in before_lineage.segments if seg.holds(update)]
+    commit_u = ledger.update_time(holder[0].attempt, update) if holder else None
+    committed = ledger.updates_in(k, own_segment.after, None) > 0
+    first_commit = None
+    if committed:
+        first = state.updates.iter_equal_or_larger(own_segment.after + 1)
+        first_commit = ledger.update_time(k, next(iter(first)))
+    failure = before_record.failure_time()
+    return Restart(
+        attempt=k, resumed_from=resume.generation_id, resumed_update=update,
+        world_size_before=before_record.world_size, world_size_after=record.world_size,
+        expected_cursor=expected_cursor(frontier_of(before_lineage), ledger.id_strata),
+        resume_cursor=resume_cursor(resume, starts),
+        replayed=replay_count, omitted=omission_count,
+        recomputed=recomputed(own, before, rolled, fetched),
+        lost_updates=lost_updates(last, update),
+        lost_seconds=lost_seconds(commit_u, failure),
+        recovery_seconds=recovery_seconds(failure, first_commit),
+        verdict=verdict(replay_count, omission_count, committed, resume.kind != "untracked"),
+        findings=findings)
