@@ -15,6 +15,7 @@ Other issues add their endpoints to ``api`` with ``auth=read_auth`` (see
 from __future__ import annotations
 
 import json
+import math
 import zlib
 from datetime import datetime
 from typing import Any, Optional
@@ -87,6 +88,13 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"expected standard JSON numbers, got {name}")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"expected numbers a double can hold, got {text[:40]}")
+    return value
+
+
 def read_body(request: HttpRequest) -> bytes:
     """The decoded request body (spec 1): JSON content type only (415), gzip or identity
     content encoding (415 otherwise), at most ``RECOVERYDASH_MAX_BODY_BYTES`` once decoded
@@ -133,7 +141,7 @@ def parse_batch(request: HttpRequest) -> list[ValidEvent]:
     JSON that does not parse or events that break spec 2-4."""
     body = read_body(request)
     try:
-        doc = json.loads(body, parse_constant=_reject_constant)
+        doc = json.loads(body, parse_constant=_reject_constant, parse_float=_finite_float)
     except (ValueError, RecursionError) as exc:
         raise BadRequest("bad JSON", [ErrorItem(
             None, "", f"expected a JSON object {{\"events\": [...]}}, got a body that is not "

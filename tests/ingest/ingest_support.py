@@ -56,4 +56,5 @@ def post(client, token: str | None, events=None, *, body: bytes | None = None,
         encoding = encoding or "gzip"
     if encoding:
         headers["Content-Encoding"] = encoding
-    return client.generic("POST", URL, data=data, content_type=content_type, headers=headers)
+    return client.generic("POST", URL, data=data, content_type=content_type, headers=headers,
+                          CONTENT_TYPE=content_type)
