@@ -177,7 +177,14 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "staticfiles"))
-STATICFILES_DIRS = [BASE_DIR / "static"]
+from importlib.util import find_spec  # noqa: E402
+
+# plotly.js is served from the installed plotly package (static/vendor/plotly/plotly.min.js): the
+# dashboard never loads anything from a CDN.
+STATICFILES_DIRS = [
+    BASE_DIR / "static",
+    ("vendor/plotly", Path(find_spec("plotly").submodule_search_locations[0]) / "package_data"),
+]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},

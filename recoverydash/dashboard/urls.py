@@ -1,3 +1,31 @@
-"""Dashboard URLs (server-rendered pages for on-call people)."""
+"""Dashboard URLs (server-rendered pages for on-call people), sign-in included."""
 
-urlpatterns: list = []
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from recoverydash.dashboard import views
+
+
+urlpatterns = [
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", views.fleet, name="fleet"),
+    path("runs/<int:pk>/", views.run_detail, name="run"),
+    path("runs/<int:pk>/charts.json", views.run_charts, name="run_charts"),
+    path("runs/<int:pk>/contract/", views.run_contract, name="run_contract"),
+    path("runs/<int:pk>/generations/<str:generation_id>/", views.generation_detail,
+         name="generation"),
+    path("runs/<int:pk>/restarts/<int:attempt>/", views.restart_detail, name="restart"),
+    path("alerts/", views.alerts, name="alerts"),
+    path("alerts/<int:pk>/<str:action>/", views.alert_action, name="alert_action"),
+    path("projects/", views.projects, name="projects"),
+    path("projects/<int:pk>/", views.project_detail, name="project"),
+    path("projects/<int:pk>/tokens/", views.token_create, name="token_create"),
+    path("projects/<int:pk>/tokens/<int:token_pk>/revoke/", views.token_revoke,
+         name="token_revoke"),
+    path("projects/<int:pk>/webhooks/", views.webhook_create, name="webhook_create"),
+    path("projects/<int:pk>/webhooks/<int:endpoint_pk>/delete/", views.webhook_delete,
+         name="webhook_delete"),
+    path("projects/<int:pk>/webhooks/<int:endpoint_pk>/test/", views.webhook_test,
+         name="webhook_test"),
+]

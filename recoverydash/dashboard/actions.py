@@ -1,0 +1,120 @@
+"""Every change a person makes from the dashboard: one function per action, each the only writer
+of what it changes. Views check access (``queries.*_for``) before calling these, and pass the
+acting user's name so alert history says who did what.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from recoverydash.alerts.models import Alert, AlertFlip, WebhookEndpoint, new_webhook_id
+from recoverydash.alerts.transports import TransportError, transport_for
+from recoverydash.runs.models import ApiToken
+
+SILENCE_CHOICES = [(1800, "30 minutes"), (3600, "1 hour"), (4 * 3600, "4 hours"),
+                   (24 * 3600, "24 hours")]
+
+
+def acknowledge(alert: Alert, username: str) -> AlertFlip | None:
+    """Firing -> acknowledged (``Alert.change_state``); None when already acknowledged or
+    resolved. Acknowledging tells the webhooks, unless the alert is silenced."""
+    return alert.change_state("acknowledged", by=username, reason=f"acknowledged by {username}")
+
+
+def resolve(alert: Alert, username: str) -> AlertFlip | None:
+    """Firing or acknowledged -> resolved by a person (``Alert.change_state``)."""
+    return alert.change_state("resolved", by=username, reason=f"resolved by {username}")
+
+
+def silence(alert: Alert, username: str, seconds: int) -> Alert:
+    """Mute the alert's notifications for ``seconds`` from now (its state does not change: it is
+    still shown as firing or acknowledged). ``seconds`` <= 0 lifts the silence."""
+    until = timezone.now() + timedelta(seconds=seconds) if seconds > 0 else None
+    Alert.objects.filter(pk=alert.pk).update(silenced_until=until)
+    alert.silenced_until = until
+    return alert
+
+
+def create_token(project, name: str, scopes: list[str]) -> tuple[ApiToken, str]:
+    """Issue an API token of ``project``; returns the row and the raw token, which is shown once
+    and never stored (``ApiToken.issue``)."""
+    return ApiToken.issue(project, scopes, name=name)
+
+
+def revoke_token(project, token_pk: int) -> bool:
+    """Revoke one live token of ``project``; False when there is no such live token."""
+    return bool(ApiToken.objects.filter(project=project, pk=token_pk, revoked_at__isnull=True)
+                .update(revoked_at=timezone.now()))
+
+
+def create_webhook(project, *, name: str, url: str, kind: str, min_severity: str,
+                   routing_key: str = "") -> WebhookEndpoint:
+    """A new enabled endpoint of ``project`` with a fresh signing secret."""
+    return WebhookEndpoint.objects.create(project=project, name=name, url=url, kind=kind,
+                                          min_severity=min_severity, routing_key=routing_key)
+
+
+def delete_webhook(project, endpoint_pk: int) -> bool:
+    """Delete an endpoint of ``project`` (and its delivery history)."""
+    deleted, _ = WebhookEndpoint.objects.filter(project=project, pk=endpoint_pk).delete()
+    return bool(deleted)
+
+
+@dataclass
+class SendResult:
+    ok: bool
+    message: str
+    webhook_id: str
+
+
+def sample_payload(project) -> dict:
+    """A spec 6 body for a test notification: a made-up ``info`` alert named ``test``."""
+    now = timezone.now().isoformat()
+    return {
+        "version": "1", "status": "firing",
+        "alert": {"id": "al_test", "rule": "test", "severity": "info", "state": "firing",
+                  "opened_at": now, "resolved_at": None,
+                  "summary": f"Test notification from recoverydash for project {project.name}."},
+        "run": {"run_id": "test", "health": "ok", "url": f"{settings.SITE_URL}/"},
+        "dedup_key": f"test:{project.pk}",
+    }
+
+
+def send_test_notification(project, endpoint_pk: int) -> SendResult:
+    """Send a signed test notification to one endpoint now, synchronously (bounded by
+    ``RECOVERYDASH_WEBHOOK_TIMEOUT_S``), and say what the receiver answered. A failure is stored
+    on the endpoint (``last_error``) like a real delivery's; it does not disable the endpoint."""
+    endpoint = WebhookEndpoint.objects.get(project=project, pk=endpoint_pk)
+    webhook_id = new_webhook_id()
+    try:
+        code = transport_for(endpoint).send(sample_payload(project), webhook_id)
+    except TransportError as exc:
+        endpoint.last_error, endpoint.last_error_at = exc.message[:2000], timezone.now()
+        endpoint.save(update_fields=["last_error", "last_error_at"])
+        return SendResult(False, exc.message, webhook_id)
+    return SendResult(True, f"the receiver answered HTTP {code}", webhook_id)
+
+
+CONTRACT_FIELDS = ("max_replay_samples", "max_omission_samples", "max_checkpoint_age_s",
+                   "required_components")
+
+
+def save_contract(run, values: dict) -> dict:
+    """Replace the run's recovery contract (spec 4 ``contract``) with ``values``; keys outside
+    the spec's four are kept as they were. A later ``attempt_started`` carrying a contract
+    replaces this one again (the latest one wins)."""
+    with transaction.atomic():
+        locked = type(run).objects.select_for_update().get(pk=run.pk)
+        contract = dict(locked.contract or {})
+        for key in CONTRACT_FIELDS:
+            if key in values:
+                contract[key] = values[key]
+        locked.contract = contract
+        locked.save(update_fields=["contract"])
+    run.contract = contract
+    return contract

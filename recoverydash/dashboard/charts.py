@@ -1,0 +1,583 @@
+"""Plotly figures of the run page, built on the server from the stored analysis.
+
+Each ``*_figure`` function returns a Plotly figure as a plain dict (``{"data": [...],
+"layout": {...}}``, the JSON that ``Plotly.react`` takes) and says in its docstring which
+definition of ../shared/DESIGN.md or spec 5 it draws. Figures are built from:
+
+- ``Analysis.result`` (the recovery core's ``to_dict()``): spec 5 ``restarts``, ``strata``,
+  ``costs`` and, when the core provides them, chart series under ``result["series"]``;
+- the typed tables the analysis keeps current: ``Generation`` (status, committed_at, manifest
+  cursor), ``Attempt`` (start, end, restore) and ``Heartbeat`` (fetched cursors);
+- the ledger, only for small runs whose analysis carries no committed-cursor series.
+
+No series ever reaches the browser with more than ``MAX_POINTS`` points per trace: long series go
+through ``downsample``, which keeps each bucket's minimum and maximum so that sawtooth peaks and
+drops survive. Figures are cached per run and analysis version (``run_figures``).
+
+Series read from ``result["series"]`` (each optional; columns of equal length, times as RFC 3339
+strings or POSIX seconds):
+
+- ``committed``: ``{"t": [...], "update": [...], "cursor": {stratum: [position, ...]}}``, the
+  committed cursor (lineage frontier per stratum) after each update;
+- ``tslrc``: ``{"t": [...], "seconds": [...]}``, time since last restorable, when the core
+  computes it itself (else it is derived from the restorable generations' commit times).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+
+from django.core.cache import cache
+from django.utils import timezone
+
+from recoverydash.dashboard.queries import as_datetime, freshness
+from recoverydash.runs.models import Analysis, Attempt, Generation, Heartbeat, LedgerRow
+
+MAX_POINTS = 2000
+LEDGER_FALLBACK_MAX_ROWS = 200_000
+CACHE_SECONDS = 600
+
+STATUS_STYLE = {  # word, marker symbol, colour: status is told by the legend word and the symbol
+    "restorable": ("restorable", "circle", "#1a7f37"),
+    "committed": ("committed, verifying", "diamond-open", "#6e7781"),
+    "pending": ("pending (no manifest)", "circle-open", "#9a6700"),
+    "rejected": ("rejected", "x", "#cf222e"),
+    "abandoned": ("abandoned", "square-open", "#8c959f"),
+}
+FONT = ('-apple-system, "Segoe UI", "Helvetica Neue", Arial, "Noto Sans", sans-serif')
+
+
+# --- downsampling ---------------------------------------------------------------------------------
+
+def downsample(xs: list, ys: list, max_points: int = MAX_POINTS) -> tuple[list, list]:
+    """At most ``max_points`` points of the series ``(xs, ys)`` (x in increasing order).
+
+    The series is cut into ``max_points // 2`` buckets of consecutive points; each bucket keeps
+    its lowest and highest point, in x order, so peaks and drops (the sawtooth of time since last
+    restorable, a cursor falling back after a restart) are kept exactly; the first and last points
+    are always kept. A series that already fits is returned as is. Runs in C-speed passes
+    (slices, ``min``/``max``/``index``): 1,000,000 points take a few tens of milliseconds.
+    """
+    n = len(ys)
+    if n != len(xs):
+        raise ValueError(f"xs and ys differ in length: {len(xs)} != {n}")
+    if n <= max_points:
+        return list(xs), list(ys)
+    buckets = max(1, (max_points - 2) // 2)
+    size = n / buckets
+    out_x, out_y = [xs[0]], [ys[0]]
+    last_index = 0
+    for b in range(buckets):
+        lo, hi = int(b * size), int((b + 1) * size) if b < buckets - 1 else n
+        if hi <= lo:
+            continue
+        seg = ys[lo:hi]
+        i_min = lo + seg.index(min(seg))
+        i_max = lo + seg.index(max(seg))
+        for i in sorted({i_min, i_max}):
+            if i != last_index and i != n - 1:
+                out_x.append(xs[i])
+                out_y.append(ys[i])
+                last_index = i
+    out_x.append(xs[-1])
+    out_y.append(ys[-1])
+    return out_x, out_y
+
+
+def thin(items: list, max_points: int = MAX_POINTS) -> list:
+    """Every k-th item so that at most ``max_points`` remain (first and last kept); for point
+    clouds (generations) where no extremum matters more than another."""
+    n = len(items)
+    if n <= max_points:
+        return list(items)
+    step = math.ceil(n / (max_points - 1))
+    out = items[::step]
+    if out[-1] is not items[-1]:
+        out.append(items[-1])
+    return out
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+def _iso(value) -> str | None:
+    moment = as_datetime(value)
+    return moment.isoformat() if moment else None
+
+
+def _isos(values: list) -> list:
+    """Times as RFC 3339 strings; POSIX seconds converted in one pass."""
+    if values and isinstance(values[0], (int, float)):
+        from datetime import timezone as tz
+
+        return [datetime.fromtimestamp(v, tz=tz.utc).isoformat() for v in values]
+    return list(values)
+
+
+def seconds_unit(max_seconds: float) -> tuple[float, str]:
+    """(divisor, unit word) for an axis of durations whose largest value is ``max_seconds``."""
+    if max_seconds >= 3 * 3600:
+        return 3600.0, "hours"
+    if max_seconds >= 3 * 60:
+        return 60.0, "minutes"
+    return 1.0, "seconds"
+
+
+def base_layout(title: str, **extra) -> dict:
+    layout = {
+        "title": {"text": title, "x": 0, "xanchor": "left", "font": {"size": 15}},
+        "font": {"family": FONT, "size": 12, "color": "#1f2328"},
+        "margin": {"l": 56, "r": 16, "t": 40, "b": 40},
+        "legend": {"orientation": "h", "y": -0.18, "x": 0},
+        "paper_bgcolor": "#ffffff", "plot_bgcolor": "#ffffff",
+        "xaxis": {"gridcolor": "#eaeef2", "zeroline": False},
+        "yaxis": {"gridcolor": "#eaeef2", "zeroline": False},
+        "height": 320,
+    }
+    layout.update(extra)
+    return layout
+
+
+def empty_figure(title: str, message: str) -> dict:
+    """A figure with no data and a sentence saying why, so an empty chart is never a blank box."""
+    layout = base_layout(title)
+    layout["xaxis"] = {"visible": False}
+    layout["yaxis"] = {"visible": False}
+    layout["annotations"] = [{"text": message, "showarrow": False, "xref": "paper",
+                              "yref": "paper", "x": 0.5, "y": 0.5, "font": {"color": "#57606a"}}]
+    return {"data": [], "layout": layout, "empty": True}
+
+
+# --- figure data from the tables ------------------------------------------------------------------
+
+def run_window(run, attempts: list, now: datetime) -> tuple[datetime | None, datetime | None]:
+    """Start (first event) and end of the run for time axes: now while an attempt is open, else
+    the last event."""
+    start = run.first_event_at or (attempts[0].started_at if attempts else None)
+    open_attempt = any(a.ended_at is None for a in attempts) or not attempts
+    end = now if open_attempt else (run.last_event_at or now)
+    return start, end
+
+
+def tslrc_sawtooth(commit_times: list[datetime], start: datetime | None,
+                   end: datetime) -> tuple[list, list]:
+    """DESIGN "Time since last restorable": ``now - committed_at`` of the newest restorable
+    generation (before any: since the run's first event), as a sawtooth over the run.
+
+    Returns (times, seconds): at each restorable commit the value peaks, then drops to 0; the
+    last point is at ``end``. ``commit_times`` need not be sorted.
+    """
+    times = sorted(t for t in commit_times if t is not None)
+    origin = start or (times[0] if times else None)
+    if origin is None:
+        return [], []
+    xs, ys = [origin], [0.0]
+    last = origin
+    for t in times:
+        if t < origin:
+            last = t
+            continue
+        xs.append(t)
+        ys.append((t - last).total_seconds())
+        xs.append(t)
+        ys.append(0.0)
+        last = t
+    if end > last:
+        xs.append(end)
+        ys.append((end - last).total_seconds())
+    return xs, ys
+
+
+def committed_frontier_from_ledger(run) -> dict | None:
+    """The committed cursor against time for small runs without a stored series: per update (of
+    any attempt, in commit order), the highest position consumed + 1 per stratum (DESIGN
+    "Counting": ``frontier = max consumed position + 1``), as in ``result["series"]["committed"]``.
+    None when the run has more than ``LEDGER_FALLBACK_MAX_ROWS`` ledger rows (the core's series is
+    then the only source)."""
+    qs = LedgerRow.objects.filter(run=run)
+    if qs.count() > LEDGER_FALLBACK_MAX_ROWS:
+        return None
+    per_update: dict = {}
+    for attempt, update, time, spans in qs.order_by("time", "update").values_list(
+            "attempt", "update", "time", "spans").iterator(chunk_size=5000):
+        key = (attempt, update)
+        entry = per_update.setdefault(key, [time, {}])
+        entry[0] = max(entry[0], time)
+        for span in spans or []:
+            if span.get("padding") or "ranges" not in span:
+                continue
+            top = max((r[1] for r in span["ranges"] if r and r[1] > r[0]), default=None)
+            if top is None:
+                continue
+            s = span.get("stratum", "")
+            if top > entry[1].get(s, -1):
+                entry[1][s] = top
+    if not per_update:
+        return None
+    rows = sorted(per_update.items(), key=lambda kv: kv[1][0])
+    strata = sorted({s for _, (_, c) in rows for s in c})
+    cursor = {s: [] for s in strata}
+    t = []
+    updates = []
+    for (attempt, update), (time, tops) in rows:
+        t.append(time.isoformat())
+        updates.append(update)
+        for s in strata:
+            cursor[s].append(tops.get(s))
+    return {"t": t, "update": updates, "cursor": cursor}
+
+
+# --- figures --------------------------------------------------------------------------------------
+
+def generations_figure(generations: list[dict], attempts: list, window: tuple) -> dict:
+    """Generations over time by status (spec 5 statuses: restorable, committed, pending, rejected,
+    abandoned): x the commit time (else the start of the save), y the update the generation
+    holds. Attempts are shaded bands from start to end; failures (``attempt_ended`` reason
+    ``failed``, or an attempt that stopped without ending) are marked with a cross and restores
+    (an attempt resumed from a generation) with a triangle at the restored update.
+
+    ``generations``: dicts with generation_id, update, status, time; ``attempts``: Attempt rows.
+    """
+    if not generations and not attempts:
+        return empty_figure("Generations over time", "No checkpoint reported yet.")
+    data = []
+    for status, (word, symbol, colour) in STATUS_STYLE.items():
+        points = [g for g in generations if g["status"] == status and g["time"] is not None]
+        if not points:
+            continue
+        points = thin(points, MAX_POINTS if status != "restorable" else MAX_POINTS)
+        data.append({
+            "type": "scattergl" if len(points) > 1000 else "scatter", "mode": "markers",
+            "name": f"{word} ({len([g for g in generations if g['status'] == status]):,})",
+            "x": [g["time"] for g in points], "y": [g["update"] for g in points],
+            "text": [g["generation_id"] for g in points],
+            "hovertemplate": "%{text}<br>update %{y:,}<br>%{x}<extra>" + word + "</extra>",
+            "marker": {"symbol": symbol, "color": colour, "size": 8,
+                       "line": {"width": 1.5, "color": colour}},
+        })
+    shapes, annotations = [], []
+    failures_x, failures_y, failures_t = [], [], []
+    restores_x, restores_y, restores_t = [], [], []
+    start, end = window
+    for i, a in enumerate(attempts):
+        a_start = a.started_at or start
+        a_end = a.ended_at or (end if a is attempts[-1] else a.last_event_at) or end
+        if a_start and a_end:
+            shapes.append({"type": "rect", "xref": "x", "yref": "paper",
+                           "x0": a_start.isoformat(), "x1": a_end.isoformat(), "y0": 0, "y1": 1,
+                           "fillcolor": "#0969da" if i % 2 == 0 else "#8250df", "opacity": 0.06,
+                           "line": {"width": 0}, "layer": "below"})
+            annotations.append({"x": a_start.isoformat(), "y": 1, "xref": "x", "yref": "paper",
+                                "text": f"attempt {a.attempt}", "showarrow": False,
+                                "xanchor": "left", "yanchor": "top",
+                                "font": {"size": 11, "color": "#57606a"}})
+        failed = a.end_reason == "failed" or (a.ended_at is None and a is not attempts[-1])
+        if failed:
+            t = a.ended_at or a.last_event_at
+            if t:
+                failures_x.append(t.isoformat())
+                failures_y.append(a.end_update if a.end_update is not None else a.last_update)
+                failures_t.append(f"attempt {a.attempt} failed"
+                                  + (f": {a.end_message[:80]}" if a.end_message else ""))
+        if a.resumed_from:
+            t = a.restored_at or a.started_at
+            if t:
+                restores_x.append(t.isoformat())
+                restores_y.append((a.resumed_from or {}).get("update", 0))
+                restores_t.append(f"attempt {a.attempt} restored "
+                                  f"{(a.resumed_from or {}).get('generation_id') or 'an untracked state'}")
+    if failures_x:
+        data.append({"type": "scatter", "mode": "markers", "name": "failure",
+                     "x": failures_x, "y": failures_y, "text": failures_t,
+                     "hovertemplate": "%{text}<br>last update %{y:,}<extra></extra>",
+                     "marker": {"symbol": "x-thin", "size": 14, "color": "#cf222e",
+                                "line": {"width": 3, "color": "#cf222e"}}})
+    if restores_x:
+        data.append({"type": "scatter", "mode": "markers", "name": "restore",
+                     "x": restores_x, "y": restores_y, "text": restores_t,
+                     "hovertemplate": "%{text}<br>at update %{y:,}<extra></extra>",
+                     "marker": {"symbol": "triangle-up", "size": 12, "color": "#0969da"}})
+    layout = base_layout("Generations over time, by status", shapes=shapes,
+                         annotations=annotations)
+    layout["yaxis"]["title"] = {"text": "update"}
+    layout["yaxis"]["rangemode"] = "tozero"
+    return {"data": data, "layout": layout}
+
+
+def tslrc_figure(xs: list, seconds: list, limit_s: float) -> dict:
+    """DESIGN "Time since last restorable (TSLRC)" over the run: a sawtooth that grows with the
+    clock and drops to zero at each restorable commit, with the contract's
+    ``max_checkpoint_age_s`` as a dashed line (``checkpoint_stale`` fires above it). Downsampled
+    with ``downsample`` (peaks kept)."""
+    if not xs:
+        return empty_figure("Time since last restorable checkpoint", "No event received yet.")
+    xs, seconds = downsample(xs, seconds)
+    div, unit = seconds_unit(max(max(seconds), limit_s))
+    x_iso = [x.isoformat() if isinstance(x, datetime) else x for x in xs]
+    data = [
+        {"type": "scatter", "mode": "lines", "name": "time since last restorable",
+         "x": x_iso, "y": [round(s / div, 3) for s in seconds],
+         "line": {"color": "#0969da", "width": 2},
+         "hovertemplate": "%{y:.2f} " + unit + "<extra></extra>"},
+        {"type": "scatter", "mode": "lines", "name": f"limit (max_checkpoint_age_s = {limit_s:g})",
+         "x": [x_iso[0], x_iso[-1]], "y": [limit_s / div, limit_s / div],
+         "line": {"color": "#cf222e", "width": 2, "dash": "dash"}, "hoverinfo": "skip"},
+    ]
+    layout = base_layout("Time since last restorable checkpoint")
+    layout["yaxis"]["title"] = {"text": unit}
+    layout["yaxis"]["rangemode"] = "tozero"
+    return {"data": data, "layout": layout}
+
+
+def cursors_figure(committed: dict | None, fetched: dict, restorable: dict) -> dict:
+    """Cursors against time, per stratum (spec 3 Cursor, the position of the next sample):
+    *committed* (the lineage frontier after each committed update), *fetched* (the read cursor of
+    heartbeats and ``attempt_ended``: read from the source, committed or not) and *restorable*
+    (``data_progress.cursor`` of each restorable generation, held until the next one). The gap
+    between fetched and committed is what a crash makes the next attempt recompute; between
+    committed and restorable, what it loses. Each trace downsampled with ``downsample``."""
+    data = []
+    dash = {"committed": "solid", "fetched": "dot", "restorable": "solid"}
+    colours = ["#0969da", "#8250df", "#bf3989", "#1b7c83", "#953800"]
+    strata = sorted(set((committed or {}).get("cursor", {})) | set(fetched) | set(restorable))
+    for i, stratum in enumerate(strata):
+        colour = colours[i % len(colours)]
+        label = f" · {stratum}" if len(strata) > 1 else ""
+        if committed and stratum in committed.get("cursor", {}):
+            pairs = [(t, p) for t, p in zip(committed["t"], committed["cursor"][stratum])
+                     if p is not None]
+            if pairs:
+                xs, ys = downsample([p[0] for p in pairs], [p[1] for p in pairs])
+                data.append({"type": "scattergl" if len(xs) > 1000 else "scatter",
+                             "mode": "lines", "name": "committed" + label, "x": _isos(xs),
+                             "y": ys, "line": {"color": colour, "width": 2}})
+        if stratum in fetched:
+            xs, ys = downsample(*fetched[stratum])
+            data.append({"type": "scatter", "mode": "lines+markers", "name": "fetched" + label,
+                         "x": _isos(xs), "y": ys,
+                         "line": {"color": colour, "width": 1.5, "dash": dash["fetched"]},
+                         "marker": {"symbol": "circle-open", "size": 6}})
+        if stratum in restorable:
+            xs, ys = downsample(*restorable[stratum])
+            data.append({"type": "scatter", "mode": "lines+markers",
+                         "name": "restorable" + label, "x": _isos(xs), "y": ys,
+                         "line": {"color": "#1a7f37", "width": 2, "shape": "hv"},
+                         "marker": {"symbol": "circle", "size": 6}})
+    if not data:
+        return empty_figure("Cursors against time", "No committed update or heartbeat yet.")
+    layout = base_layout("Committed, fetched and restorable cursors")
+    layout["yaxis"]["title"] = {"text": "position"}
+    return {"data": data, "layout": layout}
+
+
+def restart_positions_figure(restarts: list[dict]) -> dict:
+    """Per restart (spec 5 ``restarts``): positions ``replayed`` (consumed again within the
+    lineage), ``omitted`` (skipped, never consumed) and ``recomputed`` (redone after a rollback:
+    the price of the restart, never a defect), as grouped bars labelled with their values."""
+    if not restarts:
+        return empty_figure("Positions per restart", "No restart yet: the run has one attempt.")
+    x = [f"attempt {r['attempt']}" for r in restarts]
+    series = [("replayed", "#cf222e", ""), ("omitted", "#9a6700", "/"),
+              ("recomputed", "#6e7781", ".")]
+    data = [{"type": "bar", "name": name, "x": x, "y": [r.get(name) or 0 for r in restarts],
+             "marker": {"color": colour, "pattern": {"shape": pattern}},
+             "text": [f"{r.get(name) or 0:,}" for r in restarts], "textposition": "outside",
+             "cliponaxis": False}
+            for name, colour, pattern in series]
+    layout = base_layout("Positions per restart", barmode="group")
+    layout["yaxis"]["title"] = {"text": "positions"}
+    layout["yaxis"]["rangemode"] = "tozero"
+    return {"data": data, "layout": layout}
+
+
+def restart_seconds_figure(restarts: list[dict]) -> dict:
+    """Per restart (spec 5 ``restarts``, DESIGN "A restart"): ``lost_seconds`` (from the commit of
+    the restored update to the failure) and ``recovery_seconds`` (from the failure to the first
+    committed update of the new attempt). A value not known yet is drawn as no bar and labelled."""
+    if not restarts:
+        return empty_figure("Lost and recovery time per restart", "No restart yet.")
+    x = [f"attempt {r['attempt']}" for r in restarts]
+    top = max([r.get(k) or 0 for r in restarts for k in ("lost_seconds", "recovery_seconds")]
+              or [0])
+    div, unit = seconds_unit(top)
+    data = []
+    for name, key, colour in (("lost", "lost_seconds", "#cf222e"),
+                              ("recovery", "recovery_seconds", "#0969da")):
+        values = [r.get(key) for r in restarts]
+        data.append({"type": "bar", "name": f"{name} ({unit})", "x": x,
+                     "y": [None if v is None else round(v / div, 2) for v in values],
+                     "text": ["not known yet" if v is None else f"{v / div:,.1f}"
+                              for v in values],
+                     "textposition": "outside", "cliponaxis": False,
+                     "marker": {"color": colour}})
+    layout = base_layout("Lost and recovery time per restart", barmode="group")
+    layout["yaxis"]["title"] = {"text": unit}
+    layout["yaxis"]["rangemode"] = "tozero"
+    return {"data": data, "layout": layout}
+
+
+def strata_figure(strata: list[dict]) -> dict:
+    """Per stratum (spec 5 ``strata``, DESIGN "Counting"): ``duplicate_rate`` = duplicates /
+    consumed and ``omission_rate`` = omissions / (omissions + distinct consumed), in percent,
+    labelled with the counts behind them."""
+    if not strata:
+        return empty_figure("Duplicate and omission rates per stratum",
+                            "No committed update yet.")
+    x = [s["stratum"] for s in strata]
+    data = [
+        {"type": "bar", "name": "duplicate rate (%)", "x": x,
+         "y": [100.0 * (s.get("duplicate_rate") or 0) for s in strata],
+         "text": [f"{100.0 * (s.get('duplicate_rate') or 0):.4g}% ({s.get('duplicates', 0):,})"
+                  for s in strata],
+         "textposition": "outside", "cliponaxis": False, "marker": {"color": "#cf222e"}},
+        {"type": "bar", "name": "omission rate (%)", "x": x,
+         "y": [100.0 * (s.get("omission_rate") or 0) for s in strata],
+         "text": [f"{100.0 * (s.get('omission_rate') or 0):.4g}% ({s.get('omissions', 0):,})"
+                  for s in strata],
+         "textposition": "outside", "cliponaxis": False,
+         "marker": {"color": "#9a6700", "pattern": {"shape": "/"}}},
+    ]
+    layout = base_layout("Duplicate and omission rates per stratum", barmode="group")
+    layout["yaxis"]["title"] = {"text": "% of positions"}
+    layout["yaxis"]["rangemode"] = "tozero"
+    return {"data": data, "layout": layout}
+
+
+COST_KEYS = {  # normalised name -> names the core may use in result["costs"]
+    "goodput": ("goodput",),
+    "mtbf_s": ("mtbf_s", "mtbf_seconds", "mtbf"),
+    "save_cost_s": ("save_cost_s", "median_save_cost_s", "save_cost_seconds", "save_cost"),
+    "young_interval_s": ("young_interval_s", "young_interval_seconds", "young_interval"),
+    "interval_in_use_s": ("observed_interval_s", "interval_in_use_s", "checkpoint_interval_s",
+                          "observed_interval_seconds", "observed_interval"),
+}
+
+
+def normalise_costs(costs: dict | None) -> dict:
+    """The costs block of the stored analysis (DESIGN "Cost of recovery") under fixed names:
+    goodput (share 0..1), mtbf_s, save_cost_s, young_interval_s (sqrt(2 x save cost x MTBF)),
+    interval_in_use_s; a missing figure is None. When the core gives no Young interval but gives
+    its inputs, it is computed here by the same formula."""
+    costs = costs or {}
+    out = {}
+    for name, keys in COST_KEYS.items():
+        out[name] = next((costs[k] for k in keys if costs.get(k) is not None), None)
+    if out["young_interval_s"] is None and out["save_cost_s"] and out["mtbf_s"]:
+        out["young_interval_s"] = math.sqrt(2 * out["save_cost_s"] * out["mtbf_s"])
+    return out
+
+
+def interval_figure(costs: dict) -> dict:
+    """DESIGN "Cost of recovery": the checkpoint interval that minimises expected loss (Young:
+    sqrt(2 x measured save cost x MTBF)) beside the interval the run actually uses."""
+    c = normalise_costs(costs)
+    if c["young_interval_s"] is None and c["interval_in_use_s"] is None:
+        return empty_figure("Checkpoint interval",
+                            "Needs at least one failure and one measured save.")
+    values = [c["young_interval_s"], c["interval_in_use_s"]]
+    div, unit = seconds_unit(max(v or 0 for v in values))
+    labels = ["Young interval", "interval in use"]
+    data = [{"type": "bar", "orientation": "h", "y": labels,
+             "x": [None if v is None else round(v / div, 2) for v in values],
+             "text": ["unknown" if v is None else f"{v / div:,.1f} {unit}" for v in values],
+             "textposition": "auto", "marker": {"color": ["#1a7f37", "#0969da"]},
+             "showlegend": False, "hoverinfo": "skip"}]
+    layout = base_layout("Checkpoint interval: Young against in use", height=200)
+    layout["xaxis"]["title"] = {"text": unit}
+    layout["margin"]["l"] = 110
+    return {"data": data, "layout": layout}
+
+
+# --- assembling the run page's figures ------------------------------------------------------------
+
+def _fetched_series(run, attempts: list) -> dict:
+    """Read cursors per stratum from heartbeats and ``attempt_ended``: {stratum: (times, pos)}."""
+    points: dict = {}
+    rows = (Heartbeat.objects.filter(run=run).exclude(fetched=[])
+            .order_by("time").values_list("time", "fetched"))
+    for time, fetched in rows.iterator(chunk_size=5000):
+        for c in fetched or []:
+            points.setdefault(c.get("stratum", ""), []).append((time, c.get("position")))
+    for a in attempts:
+        if a.ended_at and a.fetched:
+            for c in a.fetched:
+                points.setdefault(c.get("stratum", ""), []).append((a.ended_at, c.get("position")))
+    out = {}
+    for stratum, pts in points.items():
+        pts.sort(key=lambda p: p[0])
+        out[stratum] = ([p[0].isoformat() for p in pts], [p[1] for p in pts])
+    return out
+
+
+def _restorable_series(gen_rows: list) -> dict:
+    """``data_progress.cursor`` of restorable generations at their commit time, per stratum."""
+    out: dict = {}
+    for g in gen_rows:
+        if g["status"] != "restorable" or not g["time"]:
+            continue
+        for c in g.get("cursor") or []:
+            xs, ys = out.setdefault(c.get("stratum", ""), ([], []))
+            xs.append(g["time"])
+            ys.append(c.get("position"))
+    return out
+
+
+def build_run_figures(run, now: datetime | None = None) -> dict:
+    """Every figure of the run page, by name, from the stored analysis and the run's tables.
+    Uncached; see ``run_figures``."""
+    now = now or timezone.now()
+    analysis = Analysis.objects.filter(run=run).only("result", "computed_at").first()
+    result = analysis.result if analysis else {}
+    attempts = list(Attempt.objects.filter(run=run).order_by("attempt"))
+    window = run_window(run, attempts, now)
+    gen_rows = []
+    for gid, update, status, committed_at, started_at, cursor in (
+            Generation.objects.filter(run=run).order_by("update", "pk").values_list(
+                "generation_id", "update", "status", "committed_at", "started_at",
+                "manifest__data_progress__cursor")):
+        t = committed_at or started_at
+        gen_rows.append({"generation_id": gid, "update": update or 0, "status": status,
+                         "time": t.isoformat() if t else None, "commit": committed_at,
+                         "cursor": cursor})
+    series = result.get("series") or {}
+    limit = float((run.contract or {}).get("max_checkpoint_age_s") or 3600.0)
+    stored_tslrc = series.get("tslrc")
+    if stored_tslrc and stored_tslrc.get("t"):
+        xs, ys = list(stored_tslrc["t"]), list(stored_tslrc["seconds"])
+        xs = _isos(xs)
+    else:
+        commits = [g["commit"] for g in gen_rows if g["status"] == "restorable" and g["commit"]]
+        xs, ys = tslrc_sawtooth(commits, window[0], window[1] or now)
+    committed = series.get("committed") or committed_frontier_from_ledger(run)
+    restarts = result.get("restarts") or []
+    return {
+        "generations": generations_figure(gen_rows, attempts, window),
+        "tslrc": tslrc_figure(xs, ys, limit),
+        "cursors": cursors_figure(committed, _fetched_series(run, attempts),
+                                  _restorable_series(gen_rows)),
+        "restart_positions": restart_positions_figure(restarts),
+        "restart_seconds": restart_seconds_figure(restarts),
+        "strata": strata_figure(result.get("strata") or []),
+        "interval": interval_figure(result.get("costs") or {}),
+    }
+
+
+def run_figures(run, now: datetime | None = None) -> dict:
+    """The run page's figures, cached per run and analysis version (computed_at, absorbed and
+    current ingest seq) for up to a minute of wall clock: the sawtooth's last point grows with the
+    clock, everything else changes only with a new analysis."""
+    a = Analysis.objects.filter(run=run).values("computed_at", "ingest_seq").first()
+    version = freshness(run, a)["version"]
+    bucket = int((now or timezone.now()).timestamp() // 60)
+    key = f"rd:figures:{run.pk}:{version}:{bucket}"
+    figures = cache.get(key)
+    if figures is None:
+        figures = build_run_figures(run, now)
+        cache.set(key, figures, CACHE_SECONDS)
+    return {"version": version, "figures": figures}
+
+
+def points_in(figure: dict) -> int:
+    """Total points of a figure's traces (for tests and the bench: what reaches the browser)."""
+    return sum(len(t.get("x") or t.get("y") or []) for t in figure.get("data", []))
+

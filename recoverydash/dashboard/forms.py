@@ -1,0 +1,93 @@
+"""Forms of the dashboard: they parse and validate; ``actions`` does the writing."""
+
+from __future__ import annotations
+
+from django import forms
+
+from recoverydash.alerts.models import SEVERITIES, WebhookEndpoint
+from recoverydash.dashboard.actions import SILENCE_CHOICES
+from recoverydash.runs.models import SCOPES
+
+HEALTH_CHOICES = [("", "any health"), ("failing", "failing"), ("at_risk", "at risk"),
+                  ("ok", "ok"), ("ended", "ended"), ("unknown", "not analysed yet")]
+DEFAULT_COMPONENTS = ["model", "optimizer", "scheduler", "rng", "data_progress"]
+
+
+class FleetFilterForm(forms.Form):
+    project = forms.TypedChoiceField(required=False, coerce=int, empty_value=None)
+    health = forms.ChoiceField(required=False, choices=HEALTH_CHOICES)
+    q = forms.CharField(required=False, max_length=128, label="run_id contains")
+
+    def __init__(self, *args, projects=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["project"].choices = [("", "all projects")] + [(p.pk, p.name)
+                                                                    for p in projects]
+
+    def filters(self) -> dict:
+        """Cleaned filters; invalid input counts as no filter (a bad link still shows runs)."""
+        if not self.is_valid():
+            return {}
+        return {k: v for k, v in self.cleaned_data.items() if v not in (None, "")}
+
+
+class SilenceForm(forms.Form):
+    seconds = forms.TypedChoiceField(choices=SILENCE_CHOICES, coerce=int, label="Silence for")
+
+
+class TokenForm(forms.Form):
+    name = forms.CharField(max_length=100, required=False,
+                           widget=forms.TextInput(attrs={"placeholder": "e.g. trainer llama-70b"}))
+    scopes = forms.MultipleChoiceField(choices=[(s, s) for s in SCOPES], initial=list(SCOPES),
+                                       widget=forms.CheckboxSelectMultiple)
+
+
+class WebhookForm(forms.ModelForm):
+    url = forms.URLField(max_length=2000, assume_scheme="https", label="URL")
+
+    class Meta:
+        model = WebhookEndpoint
+        fields = ["name", "url", "kind", "min_severity", "routing_key"]
+        labels = {"url": "URL", "min_severity": "Minimum severity",
+                  "routing_key": "PagerDuty routing key"}
+        help_texts = {"routing_key": "Only for PagerDuty endpoints."}
+
+    def clean(self):
+        data = super().clean()
+        if data.get("kind") == "pagerduty" and not data.get("routing_key"):
+            self.add_error("routing_key", "A PagerDuty endpoint needs its routing key.")
+        return data
+
+
+class ContractForm(forms.Form):
+    """The run's recovery contract (spec 4 ``contract``), with the spec defaults."""
+
+    max_replay_samples = forms.IntegerField(
+        min_value=0, help_text="Positions a restart may replay before restart_replay fires.")
+    max_omission_samples = forms.IntegerField(
+        min_value=0, help_text="Positions a restart may omit before restart_omission fires.")
+    max_checkpoint_age_s = forms.FloatField(
+        min_value=1, help_text="Seconds without a restorable checkpoint before checkpoint_stale "
+                               "fires.")
+    required_components = forms.CharField(
+        max_length=1000, help_text="Comma-separated components every generation must hold.")
+
+    def clean_required_components(self) -> list[str]:
+        names = [c.strip() for c in self.cleaned_data["required_components"].split(",")]
+        names = [c for c in names if c]
+        if not names:
+            raise forms.ValidationError("Name at least one component.")
+        return list(dict.fromkeys(names))
+
+    @classmethod
+    def initial_for(cls, contract: dict) -> dict:
+        return {
+            "max_replay_samples": contract.get("max_replay_samples", 0),
+            "max_omission_samples": contract.get("max_omission_samples", 0),
+            "max_checkpoint_age_s": contract.get("max_checkpoint_age_s", 3600),
+            "required_components": ", ".join(contract.get("required_components")
+                                             or DEFAULT_COMPONENTS),
+        }
+
+
+__all__ = ["FleetFilterForm", "SilenceForm", "TokenForm", "WebhookForm", "ContractForm",
+           "SEVERITIES"]

@@ -1,0 +1,117 @@
+"""Template filters of the dashboard: durations and numbers for people, and status badges that
+carry a word and a symbol (never colour alone)."""
+
+from __future__ import annotations
+
+from django import template
+from django.utils.html import format_html
+
+from recoverydash.alerts.rules import duration as _duration
+from recoverydash.dashboard.queries import HEALTH_WORDS
+
+register = template.Library()
+
+# status word -> (css class, symbol). The symbol and the word say it; colour only repeats it.
+BADGES = {
+    "failing": ("bad", "✖"), "at_risk": ("warn", "▲"), "ok": ("good", "✔"), "ended": ("muted", "■"),
+    "unknown": ("muted", "…"),
+    "restorable": ("good", "✔"), "committed": ("muted", "◇"), "pending": ("warn", "…"),
+    "rejected": ("bad", "✖"), "abandoned": ("muted", "○"),
+    "exact": ("good", "✔"), "replay": ("bad", "↺"), "omission": ("bad", "⤼"),
+    "replay_and_omission": ("bad", "✖"), "unverified": ("muted", "?"),
+    "firing": ("bad", "●"), "acknowledged": ("warn", "◐"), "resolved": ("good", "✔"),
+    "critical": ("bad", "‼"), "warning": ("warn", "!"), "info": ("muted", "i"),
+    "ok_check": ("good", "✔"), "object_missing": ("bad", "✖"), "size_mismatch": ("bad", "✖"),
+    "digest_mismatch": ("bad", "✖"), "storage_unverified": ("warn", "?"), "error": ("warn", "!"),
+    "absent": ("bad", "✖"), "delivered": ("good", "✔"), "failed": ("bad", "✖"),
+}
+WORDS = dict(HEALTH_WORDS, replay_and_omission="replay and omission", at_risk="at risk",
+             ok_check="ok", absent="absent")
+
+
+@register.filter
+def badge(status, label: str = ""):
+    """``<span class="badge bad">✖ rejected</span>``: symbol and word for a status."""
+    status = str(status or "unknown")
+    css, symbol = BADGES.get(status, ("muted", "•"))
+    word = label or WORDS.get(status, status.replace("_", " "))
+    if status in HEALTH_WORDS and not label:
+        word = HEALTH_WORDS[status]
+    return format_html('<span class="badge {}" data-status="{}"><span aria-hidden="true">{}</span> {}</span>',
+                       css, status, symbol, word)
+
+
+@register.filter
+def check_badge(status):
+    """A storage check result (CheckpointObject.check_status) as a badge."""
+    return badge("ok_check" if status == "ok" else status, "ok" if status == "ok" else "")
+
+
+@register.filter
+def duration(seconds):
+    """Seconds as ``3h 05m`` / ``12m 30s`` / ``45s`` (alerts.rules.duration); ``—`` for None."""
+    if seconds is None or seconds == "":
+        return "—"
+    return _duration(float(seconds))
+
+
+@register.filter
+def num(value):
+    """An integer with thousands separators; ``—`` for None."""
+    if value is None or value == "":
+        return "—"
+    try:
+        if float(value).is_integer():
+            return f"{int(value):,}"
+        return f"{float(value):,.2f}"
+    except (TypeError, ValueError):
+        return value
+
+
+@register.filter
+def percent(value, digits: int = 1):
+    """A share 0..1 as a percentage; ``—`` for None."""
+    if value is None:
+        return "—"
+    return f"{100.0 * float(value):.{int(digits)}f}%"
+
+
+@register.filter
+def share_width(value):
+    """A share clamped to 0..100 for a CSS width."""
+    try:
+        return f"{max(0.0, min(100.0, 100.0 * float(value))):.1f}"
+    except (TypeError, ValueError):
+        return "0"
+
+
+@register.filter
+def cursor_text(cursor):
+    """A spec 3 cursor as ``epoch 0 · position 80,048``."""
+    if not cursor:
+        return "—"
+    return f"epoch {cursor.get('epoch', 0)} · position {int(cursor.get('position', 0)):,}"
+
+
+@register.filter
+def get_item(mapping, key):
+    return (mapping or {}).get(key)
+
+
+@register.filter
+def as_datetime(value):
+    """A stored analysis time (RFC 3339 or POSIX seconds) as a datetime, for ``|date``."""
+    from recoverydash.dashboard.queries import as_datetime as parse
+
+    try:
+        return parse(value)
+    except (TypeError, ValueError):
+        return None
+
+
+@register.filter
+def normalised_costs(costs):
+    """The analysis costs block under fixed names (charts.normalise_costs)."""
+    from recoverydash.dashboard.charts import normalise_costs
+
+    return normalise_costs(costs)

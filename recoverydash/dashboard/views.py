@@ -1,0 +1,212 @@
+"""Dashboard views: parse the request, check access, call one function of ``queries``,
+``charts`` or ``actions``, and answer. Pages that change while someone watches them answer
+``?fragment=live`` with just their live region, which static/dashboard/live.js polls."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpResponseRedirect, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from recoverydash.dashboard import actions, charts, queries
+from recoverydash.dashboard.forms import (ContractForm, FleetFilterForm, SilenceForm, TokenForm,
+                                          WebhookForm)
+
+LIVE = "live"
+
+
+def _page(request, template: str, context: dict):
+    """Render the whole page, or only its live region for the poller."""
+    if request.GET.get("fragment") == LIVE:
+        name = template.replace("dashboard/", "dashboard/live/")
+        return render(request, name, context)
+    return render(request, template, context)
+
+
+def _back(request, fallback: str) -> HttpResponseRedirect:
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
+                                           require_https=request.is_secure()):
+        target = fallback
+    return HttpResponseRedirect(target)
+
+
+@login_required
+def fleet(request):
+    projects = list(queries.visible_projects(request.user).order_by("name"))
+    form = FleetFilterForm(request.GET or None, projects=projects)
+    rows = queries.fleet(request.user, **form.filters())
+    return _page(request, "dashboard/fleet.html",
+                 {"rows": rows, "form": form, "projects": projects, "now": timezone.now(),
+                  "filtered": bool(form.filters())})
+
+
+@login_required
+def run_detail(request, pk: int):
+    run = queries.run_for(request.user, pk)
+    summary = queries.run_summary(run)
+    context = {"s": summary, "run": run, "silence_form": SilenceForm(), "now": timezone.now()}
+    if request.GET.get("fragment") != LIVE:
+        context["charts"] = charts.run_figures(run)
+    return _page(request, "dashboard/run.html", context)
+
+
+@login_required
+def run_charts(request, pk: int):
+    run = queries.run_for(request.user, pk)
+    return JsonResponse(charts.run_figures(run))
+
+
+@login_required
+def generation_detail(request, pk: int, generation_id: str):
+    run = queries.run_for(request.user, pk)
+    detail = queries.generation_detail(run, generation_id)
+    return _page(request, "dashboard/generation.html", {"run": run, "d": detail})
+
+
+@login_required
+def restart_detail(request, pk: int, attempt: int):
+    run = queries.run_for(request.user, pk)
+    detail = queries.restart_detail(run, attempt)
+    return render(request, "dashboard/restart.html", {"run": run, "d": detail})
+
+
+@login_required
+def run_contract(request, pk: int):
+    run = queries.run_for(request.user, pk)
+    current = queries.contract_of(run)
+    if request.method == "POST":
+        form = ContractForm(request.POST)
+        if form.is_valid():
+            actions.save_contract(run, form.cleaned_data)
+            messages.success(request, "Contract saved. Alerts use it from the next evaluation.")
+            return redirect("run", pk=run.pk)
+    else:
+        form = ContractForm(initial=ContractForm.initial_for(current))
+    return render(request, "dashboard/contract.html",
+                  {"run": run, "form": form, "current": current})
+
+
+@login_required
+def alerts(request):
+    which = request.GET.get("state", "open")
+    if which not in queries.ALERT_LISTS:
+        which = "open"
+    rows, counts = queries.alert_list(request.user, which)
+    return _page(request, "dashboard/alerts.html",
+                 {"alerts": rows, "counts": counts, "which": which,
+                  "silence_form": SilenceForm(), "now": timezone.now()})
+
+
+@login_required
+@require_POST
+def alert_action(request, pk: int, action: str):
+    alert = queries.alert_for(request.user, pk)
+    name = request.user.get_username()
+    if action == "acknowledge":
+        flip = actions.acknowledge(alert, name)
+        messages.success(request, f"Alert {alert.rule} acknowledged." if flip else
+                         f"Alert {alert.rule} was already {alert.state}.")
+    elif action == "resolve":
+        flip = actions.resolve(alert, name)
+        messages.success(request, f"Alert {alert.rule} resolved." if flip else
+                         f"Alert {alert.rule} was already resolved.")
+    elif action == "silence":
+        form = SilenceForm(request.POST)
+        if form.is_valid():
+            actions.silence(alert, name, form.cleaned_data["seconds"])
+            messages.success(request, f"Notifications of {alert.rule} silenced until "
+                                      f"{alert.silenced_until:%Y-%m-%d %H:%M} UTC.")
+        else:
+            messages.error(request, "Choose how long to silence the alert for.")
+    else:
+        messages.error(request, f"Unknown action {action!r}.")
+    return _back(request, reverse("alerts"))
+
+
+@login_required
+def projects(request):
+    rows = list(queries.visible_projects(request.user).order_by("name"))
+    if len(rows) == 1:
+        return redirect("project", pk=rows[0].pk)
+    return render(request, "dashboard/projects.html", {"projects": rows})
+
+
+def _project_page(request, project, **extra):
+    context = {"p": queries.project_settings(project), "token_form": TokenForm(),
+               "webhook_form": WebhookForm(), "api_url": request.build_absolute_uri("/api/v1/")}
+    context.update(extra)
+    return render(request, "dashboard/project.html", context)
+
+
+@login_required
+def project_detail(request, pk: int):
+    project = queries.project_for(request.user, pk)
+    return _project_page(request, project)
+
+
+@login_required
+@require_POST
+def token_create(request, pk: int):
+    project = queries.project_for(request.user, pk)
+    form = TokenForm(request.POST)
+    if not form.is_valid():
+        return _project_page(request, project, token_form=form)
+    row, raw = actions.create_token(project, form.cleaned_data["name"],
+                                    form.cleaned_data["scopes"])
+    # Rendered, not redirected: the raw token is in this one answer and nowhere else.
+    response = _project_page(request, project, new_token=raw, new_token_row=row)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@login_required
+@require_POST
+def token_revoke(request, pk: int, token_pk: int):
+    project = queries.project_for(request.user, pk)
+    if actions.revoke_token(project, token_pk):
+        messages.success(request, "Token revoked: requests carrying it now get 401.")
+    else:
+        messages.error(request, "No such live token.")
+    return redirect("project", pk=project.pk)
+
+
+@login_required
+@require_POST
+def webhook_create(request, pk: int):
+    project = queries.project_for(request.user, pk)
+    form = WebhookForm(request.POST)
+    if not form.is_valid():
+        return _project_page(request, project, webhook_form=form)
+    endpoint = actions.create_webhook(project, **form.cleaned_data)
+    messages.success(request, f"Endpoint {endpoint.name or endpoint.url} added. Send a test to "
+                              "check that it answers.")
+    return redirect("project", pk=project.pk)
+
+
+@login_required
+@require_POST
+def webhook_delete(request, pk: int, endpoint_pk: int):
+    project = queries.project_for(request.user, pk)
+    if actions.delete_webhook(project, endpoint_pk):
+        messages.success(request, "Endpoint deleted.")
+    return redirect("project", pk=project.pk)
+
+
+@login_required
+@require_POST
+def webhook_test(request, pk: int, endpoint_pk: int):
+    project = queries.project_for(request.user, pk)
+    queries.webhook_for(project, endpoint_pk)
+    outcome = actions.send_test_notification(project, endpoint_pk)
+    if outcome.ok:
+        messages.success(request, f"Test notification {outcome.webhook_id} sent: "
+                                  f"{outcome.message}.")
+    else:
+        messages.error(request, f"Test notification failed: {outcome.message}")
+    return redirect("project", pk=project.pk)

@@ -1,0 +1,80 @@
+"""Every page renders the exact figures of a known stored analysis (``known_run``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.urls import reverse
+
+pytestmark = pytest.mark.django_db
+
+
+def test_fleet_shows_the_run_with_health_age_generation_alerts_and_verdict(owner_client, known_run):
+    html = owner_client.get("/").content.decode()
+    assert "s2-omission" in html
+    assert "Failing" in html
+    assert "g1250" in html and "update 1,250" in html
+    assert "1 open" in html
+    assert "omission" in html
+    assert "of 1h 00m" in html  # the limit beside the age
+
+
+def test_run_page_states_the_three_answers_in_words(owner_client, known_run):
+    html = owner_client.get(reverse("run", args=[known_run.pk])).content.decode()
+    assert "Can we resume?" in html and "Yes, from" in html and "g1250" in html
+    assert "Update 1,250, committed 2026-11-01 00:21:01 UTC" in html
+    assert "10 updates" in html and "over the limit" in html
+    assert "What did the last restart do to the data?" in html
+    assert "<strong>48</strong> omitted, <strong>0</strong> replayed, 0 recomputed" in html
+    assert "93.8%" in html  # goodput 0.9375
+    assert "restart_omission" in html
+
+
+def test_run_page_embeds_every_figure_with_traces(owner_client, known_run):
+    response = owner_client.get(reverse("run", args=[known_run.pk]))
+    figures = json.loads(json.dumps(response.context["charts"]))["figures"]
+    assert set(figures) == {"generations", "tslrc", "cursors", "restart_positions",
+                            "restart_seconds", "strata", "interval"}
+    for name, fig in figures.items():
+        assert fig["data"], name
+    positions = {t["name"]: t["y"] for t in figures["restart_positions"]["data"]}
+    assert positions == {"replayed": [0], "omitted": [48], "recomputed": [0]}
+    assert b'id="figures-data"' in response.content
+
+
+def test_charts_json_answers_the_same_figures(owner_client, known_run):
+    data = owner_client.get(reverse("run_charts", args=[known_run.pk])).json()
+    assert data["figures"]["strata"]["data"][1]["y"] == [pytest.approx(100 * 48 / 80688)]
+
+
+def test_generation_page_lists_shards_components_objects_and_reasons(owner_client, known_run):
+    ok = owner_client.get(reverse("generation", args=[known_run.pk, "g1250"])).content.decode()
+    assert "Objects (40)" in ok and "rank7" in ok and "data_progress" in ok
+    assert "Restorable: committed" in ok
+    bad = owner_client.get(reverse("generation", args=[known_run.pk, "g1255"])).content.decode()
+    assert "shard_missing" in bad and "rank7 never written" in bad
+    assert "object_missing" in bad and "no such file" in bad
+
+
+def test_restart_page_shows_cursors_findings_and_audit_windows(owner_client, known_run):
+    html = owner_client.get(reverse("restart", args=[known_run.pk, 1])).content.decode()
+    assert "epoch 0 · position 80,000" in html and "epoch 0 · position 80,048" in html
+    assert "48 positions ahead: skipped" in html
+    assert "48 positions between 80,000 and 80,048 never consumed" in html
+    assert "Before the checkpoint" in html and "After the resume" in html
+    assert "update 1250" in html and "update 1251" in html
+    assert "s79872" in html  # (1249-1)*64 + 0 at update 1249, rank 0, slot 0
+
+
+def test_live_fragments_render_only_the_live_region(owner_client, known_run):
+    for url in ("/", reverse("run", args=[known_run.pk]), reverse("alerts"),
+                reverse("generation", args=[known_run.pk, "g1250"])):
+        response = owner_client.get(url, {"fragment": "live"})
+        assert response.status_code == 200
+        assert b"<html" not in response.content
+
+
+def test_empty_fleet_says_how_to_send_the_first_events(owner_client):
+    html = owner_client.get("/").content.decode()
+    assert "No runs yet" in html and "/api/v1/events" in html and "Create a token" in html
