@@ -113,12 +113,11 @@ def analyze(run: RunInput, now: float, ledger: Ledger | None = None) -> RunAnaly
             for seg in lineage.segments:
                 if key in ledger.segment(seg.attempt, seg.after, seg.upto):
                     return attempts[seg.attempt].global_batch()
-            return attempts[lineage.segments[-1].attempt].global_batch()
+            return attempts[lineage.root].global_batch()
         return global_batch_of
 
     def reaches(lineage: Lineage, update: int) -> bool:
-        root = lineage.segments[-1]
-        if update == root.after:
+        if update == lineage.segments[-1].after:
             return True
         return any(seg.holds(update) and update in ledger.attempt(seg.attempt).updates
                    for seg in lineage.segments)

@@ -154,12 +154,12 @@ class Ledger:
             seen = state.absorbed.get(rank)
             if seen is None:
                 seen = state.absorbed[rank] = BitMap()
+            state.note_time(update, rec.time)
             if update in seen:
                 self._absorb_again(state, rank, update, rec.spans)
                 continue
             seen.add(update)
             state.updates.add(update)
-            state.note_time(update, rec.time)
             spans = rec.spans
             if len(spans) == 1:
                 span = spans[0]
@@ -491,10 +491,12 @@ class Resume:
 @dataclass(frozen=True)
 class Lineage:
     """DESIGN.md, Lineage: the chain of committed updates that a model state contains.
-    ``segments`` newest first; ``pretracked`` the root's untracked starting cursors."""
+    ``segments`` newest first; ``pretracked`` the root's untracked starting cursors as
+    ``(stratum, epoch, position, order)``; ``root`` the attempt the chain starts from."""
 
     segments: tuple
     pretracked: tuple = ()
+    root: int | None = None
 
     def holds(self, attempt: int, update: int) -> bool:
         """Whether update ``update`` of attempt ``attempt`` is part of this lineage."""
@@ -508,7 +510,7 @@ class Lineage:
 
     def before_own(self) -> "Lineage":
         """The lineage without its newest segment (the restored state's lineage, at or below U)."""
-        return Lineage(self.segments[1:], self.pretracked)
+        return Lineage(self.segments[1:], self.pretracked, self.root)
 
 
 def resolve_resumes(attempts: dict[int, AttemptRecord],
@@ -545,8 +547,11 @@ def lineage_of(number: int, resumes: dict[int, Resume], cap: int | None = None) 
     if resume.kind == "generation":
         limit = resume.update if cap is None else min(cap, resume.update)
         parent = lineage_of(resume.writer, resumes, limit)
-        return Lineage((own,) + parent.segments, parent.pretracked)
-    return Lineage((own,), resume.cursor if resume.kind == "untracked" else ())
+        return Lineage((own,) + parent.segments, parent.pretracked, parent.root)
+    if resume.kind != "untracked":
+        return Lineage((own,), (), number)
+    return Lineage((own,), tuple((c["stratum"], int(c.get("epoch", 0)), int(c.get("position", 0)),
+                                  c.get("order")) for c in resume.cursor), number)
 
 
 def lineage_counts(ledger: Ledger, lineage: Lineage) -> dict:
@@ -560,13 +565,12 @@ def lineage_counts(ledger: Ledger, lineage: Lineage) -> dict:
                 mine = out[key] = KeyCount(0, BitMap64())
             mine.consumed += count.consumed
             mine.positions |= count.positions
-    for cursor in lineage.pretracked:
-        if cursor["stratum"] in ledger.id_strata or int(cursor.get("position", 0)) <= 0:
+    for stratum, epoch, position, order in lineage.pretracked:
+        if stratum in ledger.id_strata or position <= 0:
             continue
-        key = (cursor["stratum"], int(cursor.get("epoch", 0)), cursor.get("order"))
-        mine = out.setdefault(key, KeyCount(0, BitMap64()))
-        mine.consumed += int(cursor["position"])
-        mine.positions.add_range(0, int(cursor["position"]))
+        mine = out.setdefault((stratum, epoch, order), KeyCount(0, BitMap64()))
+        mine.consumed += position
+        mine.positions.add_range(0, position)
     return out
 
 
@@ -577,12 +581,9 @@ def lineage_frontier(ledger: Ledger, lineage: Lineage) -> dict:
         for key, top in ledger.frontier_in(seg.attempt, seg.after, seg.upto).items():
             if top > out.get(key, 0):
                 out[key] = top
-    for cursor in lineage.pretracked:
-        if cursor["stratum"] in ledger.id_strata:
-            continue
-        key = (cursor["stratum"], int(cursor.get("epoch", 0)), cursor.get("order"))
-        if int(cursor.get("position", 0)) > out.get(key, 0):
-            out[key] = int(cursor["position"])
+    for stratum, epoch, position, order in lineage.pretracked:
+        if stratum not in ledger.id_strata and position > out.get((stratum, epoch, order), 0):
+            out[(stratum, epoch, order)] = position
     return out
 
 

@@ -1,0 +1,295 @@
+"""A brute-force model of DESIGN.md's definitions, written plainly on Python sets and Counters.
+
+It shares no code with recoverydash.recovery: it reads wire-shaped records (the dataclasses are
+only containers) and recomputes every position figure by enumerating positions one by one. Use it
+on small runs only.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+
+
+def position_of(identity):
+    if isinstance(identity, int) and 0 <= identity < 2 ** 63:
+        return identity
+    data = ("int:%d" % identity).encode() if isinstance(identity, int) else identity.encode()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
+
+
+class Model:
+    def __init__(self, run):
+        self.run = run
+        self.attempts = {a.attempt: a for a in run.attempts}
+        for rec in run.ledger:
+            self.attempts.setdefault(rec.attempt, None)
+        self.generations = {g.generation_id: g for g in run.generations}
+        self.id_strata = set()
+        # (attempt, update, rank) -> {key: set of positions}, reports of one rank united
+        self.reports = {}
+        for rec in run.ledger:
+            mine = self.reports.setdefault((rec.attempt, rec.update, rec.rank), {})
+            for span in rec.spans:
+                if span.get("padding"):
+                    continue
+                key = (span["stratum"], span.get("epoch", 0), span.get("order"))
+                positions = mine.setdefault(key, set())
+                if "ids" in span:
+                    self.id_strata.add(span["stratum"])
+                    positions.update(position_of(i) for i in span["ids"])
+                for item in span.get("ranges", []):
+                    positions.update(range(*item))
+        self.updates = {}
+        self.times = {}
+        for rec in run.ledger:
+            self.updates.setdefault(rec.attempt, set()).add(rec.update)
+            old = self.times.get((rec.attempt, rec.update))
+            self.times[(rec.attempt, rec.update)] = rec.time if old is None else min(old, rec.time)
+
+    # ------------------------------------------------------------------ lineage
+    def resume(self, k):
+        """(kind, U, writer, declared, cursor, generation_id)"""
+        record = self.attempts.get(k)
+        first = min(self.attempts)
+        if record is None or record.resumed_from is None:
+            if k == first or (record is not None and record.started_at is not None):
+                return ("fresh", 0, None, None, [], None)
+            return ("untracked", 0, None, None, [], None)
+        source = record.resumed_from
+        declared = source.get("update") or 0
+        gid = source.get("generation_id")
+        gen = self.generations.get(gid)
+        if gen is not None and gen.attempt < k:
+            u = gen.manifests[0]["update"] if gen.manifests else gen.update
+            return ("generation", declared if u is None else u, gen.attempt, declared,
+                    source.get("cursor") or [], gid)
+        return ("untracked", declared, None, declared, source.get("cursor") or [], gid)
+
+    def lineage(self, k, cap=None):
+        """[(attempt, after, upto)] newest first, and the pre-tracking cursors."""
+        kind, u, writer, _, cursor, _ = self.resume(k)
+        own = (k, u, cap)
+        if kind == "generation":
+            segments, pre = self.lineage(writer, u if cap is None else min(cap, u))
+            return [own] + segments, pre
+        return [own], (cursor if kind == "untracked" else [])
+
+    @staticmethod
+    def holds(segment, attempt, update):
+        a, after, upto = segment
+        return a == attempt and after < update and (upto is None or update <= upto)
+
+    def multiset(self, segments, pre):
+        """{key: Counter(position -> count)} of a lineage."""
+        out = {}
+        for (a, u, r), keyed in self.reports.items():
+            if any(self.holds(seg, a, u) for seg in segments):
+                for key, positions in keyed.items():
+                    counter = out.setdefault(key, Counter())
+                    for p in positions:
+                        counter[p] += 1
+        for c in pre:
+            if c["stratum"] in self.id_strata or c.get("position", 0) <= 0:
+                continue
+            counter = out.setdefault((c["stratum"], c.get("epoch", 0), c.get("order")), Counter())
+            for p in range(c["position"]):
+                counter[p] += 1
+        return out
+
+    def epoch_length(self, stratum):
+        for a in sorted(self.attempts, reverse=True):
+            record = self.attempts[a]
+            lengths = ((record.sampler if record else None) or {}).get("epoch_length") or {}
+            if stratum in lengths:
+                return lengths[stratum]
+        return None
+
+    def batch(self, attempt):
+        record = self.attempts.get(attempt)
+        if record is None:
+            return None
+        if record.global_batch_size:
+            return record.global_batch_size
+        if record.micro_batch_size and record.grad_accum_steps and record.world_size:
+            return record.micro_batch_size * record.grad_accum_steps * record.world_size
+        return None
+
+    def root(self, k):
+        kind, u, writer, *_ = self.resume(k)
+        return self.root(writer) if kind == "generation" else k
+
+    def batch_of_key(self, segments, key, root):
+        for seg in segments:
+            for (a, u, r), keyed in self.reports.items():
+                if self.holds(seg, a, u) and key in keyed:
+                    return self.batch(seg[0])
+        return self.batch(root)
+
+    def tail(self, frontier, stratum, batch):
+        length = self.epoch_length(stratum)
+        if length is None:
+            return 0
+        tail = length - frontier
+        if tail <= 0 or (batch is not None and tail < batch):
+            return 0
+        return tail
+
+    # ------------------------------------------------------------------ counting
+    def strata(self, k):
+        segments, pre = self.lineage(k)
+        counts = self.multiset(segments, pre)
+        top = {}
+        for (s, e, o) in counts:
+            top[s] = max(top.get(s, e), e)
+        rows = {}
+        for key, counter in counts.items():
+            s, e, o = key
+            row = rows.setdefault(s, {"stratum": s, "consumed": 0, "duplicates": 0,
+                                      "omissions": 0, "distinct": 0})
+            row["consumed"] += sum(counter.values())
+            row["duplicates"] += sum(c - 1 for c in counter.values() if c > 1)
+            row["distinct"] += len(counter)
+            if s not in self.id_strata:
+                frontier = max(counter) + 1
+                row["omissions"] += sum(1 for p in range(frontier) if counter[p] == 0)
+                if e < top[s]:
+                    row["omissions"] += self.tail(frontier, s, self.batch_of_key(segments, key, self.root(k)))
+        out = []
+        for s in sorted(rows):
+            row = rows[s]
+            distinct = row.pop("distinct")
+            row["duplicate_rate"] = row["duplicates"] / row["consumed"] if row["consumed"] else 0.0
+            total = row["omissions"] + distinct
+            row["omission_rate"] = row["omissions"] / total if total else 0.0
+            out.append(row)
+        return out
+
+    def frontiers(self, counts):
+        return {key: max(c) + 1 for key, c in counts.items() if c}
+
+    def cursor(self, counts):
+        best = {}
+        for (s, e, o), top in self.frontiers(counts).items():
+            if s in self.id_strata:
+                continue
+            if s not in best or (e, top) > best[s]:
+                best[s] = (e, top)
+        return [{"stratum": s, "epoch": e, "position": p} for s, (e, p) in sorted(best.items())]
+
+    # ------------------------------------------------------------------ restarts
+    def own_positions(self, k, after):
+        out = {}
+        for (a, u, r), keyed in self.reports.items():
+            if a == k and u > after:
+                for key, positions in keyed.items():
+                    out.setdefault(key, set()).update(positions)
+        return out
+
+    def starts(self, k, after):
+        first = {}
+        for (a, u, r), keyed in self.reports.items():
+            if a != k or u <= after:
+                continue
+            for (s, e, o), positions in keyed.items():
+                item = (u, e, min(positions), "" if o is None else o, o)
+                if s not in first or item < first[s]:
+                    first[s] = item
+        return first
+
+    def restart(self, before, k):
+        kind, U, writer, declared, cursor, gid = self.resume(k)
+        segments, pre = self.lineage(k)
+        parent = self.multiset(segments[1:], pre)
+        K = self.own_positions(k, U)
+        starts = self.starts(k, U)
+        replayed = sum(len(K[key] & set(parent[key])) for key in K if key in parent)
+        omitted = 0
+        for s, (u, e1, s1, _, o1) in starts.items():
+            if s in self.id_strata:
+                continue
+            mine = K.get((s, e1, o1), set())
+            keys = [key for key in parent if key[0] == s]
+            if not keys:
+                omitted += sum(1 for p in range(0, s1) if p not in mine)
+                continue
+            e0 = max(key[1] for key in keys)
+            top = max((max(parent[key]) + 1, "" if key[2] is None else key[2], key)
+                      for key in keys if key[1] == e0)
+            f0, _, top_key = top
+            if e1 == e0:
+                if any(key[2] == o1 for key in keys if key[1] == e0):
+                    omitted += sum(1 for p in range(f0, s1) if p not in mine)
+            elif e1 > e0:
+                omitted += self.tail(f0, s, self.batch_of_key(segments[1:], top_key, self.root(k)))
+                omitted += sum(1 for p in range(0, s1) if p not in mine)
+        # recomputed
+        p_segments = [seg for seg in segments if seg[0] == before]
+        rolled = {}
+        for (a, u, r), keyed in self.reports.items():
+            if a == before and not any(self.holds(seg, a, u) for seg in p_segments):
+                for key, positions in keyed.items():
+                    rolled.setdefault(key, set()).update(positions)
+        fetched = [c for b in self.run.heartbeats if b.attempt == before for c in b.fetched]
+        record_before = self.attempts.get(before)
+        if record_before is not None:
+            fetched += list(record_before.end_fetched or [])
+        recomputed = 0
+        for key, positions in K.items():
+            s, e, o = key
+            bound = max([c["position"] for c in fetched if c["stratum"] == s
+                         and c.get("epoch", 0) == e and c.get("order", o) == o] or [0])
+            pool = rolled.get(key, set()) | set(range(bound))
+            pool -= set(parent.get(key, {}))
+            recomputed += len(positions & pool)
+        last_candidates = [x for x in (max(self.updates.get(before, set()), default=None),
+                                       record_before.end_update if record_before else None)
+                           if x is not None]
+        last = max(last_candidates) if last_candidates else U
+        committed = any(u > U for u in self.updates.get(k, ()))
+        if not committed or kind == "untracked":
+            verdict = "unverified"
+        elif replayed and omitted:
+            verdict = "replay_and_omission"
+        elif replayed:
+            verdict = "replay"
+        elif omitted:
+            verdict = "omission"
+        else:
+            verdict = "exact"
+        orders = {}
+        for (s, e, o) in parent:
+            orders.setdefault((s, e), set()).add(o)
+        order_changed = any((s, e) in orders and o not in orders[(s, e)] for (s, e, o) in K)
+        if cursor:
+            resume_cursor = [{"stratum": c["stratum"], "epoch": c.get("epoch", 0),
+                              "position": c.get("position", 0)} for c in cursor]
+        else:
+            resume_cursor = [{"stratum": s, "epoch": e, "position": p}
+                             for s, (u, e, p, _, o) in sorted(starts.items())]
+        codes = set()
+        if replayed:
+            codes.add("replay")
+        if omitted:
+            codes.add("omission")
+        if order_changed:
+            codes.add("order_changed")
+        if kind == "untracked":
+            codes.add("resumed_from_unknown")
+        return {"attempt": k, "resumed_from": gid, "resumed_update": U,
+                "expected_cursor": self.cursor(parent), "resume_cursor": resume_cursor,
+                "replayed": replayed, "omitted": omitted, "recomputed": recomputed,
+                "lost_updates": max(0, last - U), "verdict": verdict, "codes": codes}
+
+    def restarts(self):
+        numbers = sorted(self.attempts)
+        return [self.restart(b, k) for b, k in zip(numbers, numbers[1:])]
+
+    def expected_cursor_at(self, attempt, update):
+        segments, pre = self.lineage(attempt, update)
+        return self.cursor(self.multiset(segments, pre))
+
+    def updates_at_risk(self, after_update):
+        segments, _ = self.lineage(max(self.attempts))
+        return sum(1 for a, us in self.updates.items() for u in us
+                   if any(self.holds(seg, a, u) for seg in segments)
+                   and (after_update is None or u > after_update))

@@ -1,0 +1,147 @@
+"""Random training runs for the property tests: a small simulator driven by hypothesis draws.
+
+Each attempt consumes a global stream per stratum (rank r of W reports strided or blocked shares),
+saves generations whose manifest declares the stream's cursor (sometimes off by one), and the next
+attempt resumes a random older generation with an offset before, at or after the right cursor, an
+epoch jump or an order change; or starts fresh, or from an unknown generation. Padding, re-sent
+reports, tensor-parallel peers, coordinator reports and cross-rank duplicates are sprinkled in.
+"""
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from recoverydash.recovery import (AttemptRecord, GenerationRecord, HeartbeatRecord, LedgerRecord,
+                                   RunInput)
+
+COMPONENTS = ["model", "optimizer", "scheduler", "rng", "data_progress"]
+
+
+def manifest_for(gid, update, world_size, cursor, committed_at):
+    objects = [{"uri": f"file:///ckpt/{gid}/{c}", "shard": "rank0", "component": c, "size": 10,
+                "sha256": f"{abs(hash((gid, c))):064x}"[:64]} for c in COMPONENTS]
+    return {"schema_revision": 1, "generation_id": gid, "update": update,
+            "world_size": world_size, "required_shards": ["rank0"], "components": COMPONENTS,
+            "objects": objects, "data_progress": {"cursor": cursor}, "dataset_version": "ds",
+            "committed_at": committed_at}
+
+
+@st.composite
+def runs(draw, max_attempts=6, max_updates=8):
+    strata = draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3, unique=True))
+    id_stratum = draw(st.sampled_from([None, None] + strata[1:])) if len(strata) > 1 else None
+    lengths = {s: draw(st.integers(6, 40)) for s in strata if draw(st.booleans())}
+    ordered = draw(st.booleans())
+    attempts, ledger, beats, generations = [], [], [], {}
+    t = 1000.0
+    saved = []  # (gid, attempt, update, stream copy)
+    for k in range(draw(st.integers(1, max_attempts))):
+        W = draw(st.integers(1, 4))
+        m = draw(st.integers(1, 3))
+        B = W * m
+        strided = draw(st.booleans())
+        stream = {s: [0, 0, "o0" if ordered else None] for s in strata}
+        resumed_from, U = None, 0
+        how = draw(st.sampled_from(["fresh", "untracked"] if k == 0 or not saved else
+                                   ["generation"] * 5 + ["fresh", "untracked"]))
+        if how == "generation":
+            gid, _w, U, snap = draw(st.sampled_from(saved))
+            stream = {s: list(v) for s, v in snap.items()}
+            s = draw(st.sampled_from(strata))
+            move = draw(st.sampled_from(["same", "same", "back", "ahead", "epoch", "order"]))
+            if move == "back":
+                stream[s][1] = max(0, stream[s][1] - draw(st.integers(1, B + 2)))
+            elif move == "ahead":
+                stream[s][1] += draw(st.integers(1, B + 2))
+            elif move == "epoch":
+                stream[s][0] += draw(st.integers(1, 2))
+                stream[s][1] = 0
+            elif move == "order":
+                stream[s][2] = "x%d" % k
+            declared = draw(st.sampled_from([U, U, U, U + 1]))
+            cursor = [] if draw(st.integers(0, 4)) == 0 else \
+                [{"stratum": s2, "epoch": v[0], "position": v[1]} for s2, v in stream.items()
+                 if s2 != id_stratum]
+            resumed_from = {"generation_id": gid, "update": declared, "cursor": cursor}
+        elif how == "untracked":
+            U = draw(st.integers(0, 5))
+            for s in strata:
+                stream[s][1] = draw(st.integers(0, 12))
+            resumed_from = {"generation_id": draw(st.sampled_from([None, "nowhere"])),
+                            "update": U, "cursor": [
+                                {"stratum": s, "epoch": v[0], "position": v[1]}
+                                for s, v in stream.items() if s != id_stratum]}
+        attempt = AttemptRecord(attempt=k, started_at=t, world_size=W, dataset_version="ds",
+                                global_batch_size=draw(st.sampled_from([B, None])),
+                                sampler={"epoch_length": lengths}, resumed_from=resumed_from)
+        attempts.append(attempt)
+        t += 1.0
+        last = U
+        for update in range(U + 1, U + 1 + draw(st.integers(0, max_updates))):
+            t += 1.0
+            reports = {r: [] for r in range(W)}
+            for s in strata:
+                if len(strata) > 1 and draw(st.integers(0, 5)) == 0:
+                    continue
+                e, pos, order = stream[s]
+                if s in lengths and pos + B > lengths[s]:
+                    e, pos = e + 1, 0
+                    order = None if order is None else "o%d" % e
+                base = {"stratum": s, "epoch": e}
+                if order is not None:
+                    base["order"] = order
+                for r in range(W):
+                    share = range(pos + r, pos + B, W) if strided else \
+                        range(pos + r * m, pos + (r + 1) * m)
+                    span = dict(base)
+                    if s == id_stratum:
+                        span["ids"] = [f"{s}:{e}:{p}" if p % 2 else p for p in share]
+                    else:
+                        span["ranges"] = [[share.start, share.stop, share.step]]
+                    reports[r].append(span)
+                stream[s] = [e, pos + B, order]
+                if draw(st.integers(0, 6)) == 0:
+                    reports[0].append(dict(base, ranges=[[0, 3]], padding=True))
+                if draw(st.integers(0, 6)) == 0 and s != id_stratum:
+                    victim = draw(st.integers(0, W - 1))
+                    reports[victim].append(dict(base, ranges=[[pos, pos + 2]]))
+            for r, spans in reports.items():
+                ledger.append(LedgerRecord(k, update, r, t, spans))
+                if draw(st.integers(0, 8)) == 0:
+                    ledger.append(LedgerRecord(k, update, r, t + 0.1, list(spans[:1])))
+            if draw(st.integers(0, 10)) == 0:
+                s = draw(st.sampled_from(strata))
+                if s != id_stratum:
+                    e = stream[s][0]
+                    span = {"stratum": s, "epoch": e, "ranges": [[0, 2]]}
+                    if stream[s][2] is not None:
+                        span["order"] = stream[s][2]
+                    ledger.append(LedgerRecord(k, update, None, t, [span]))
+            last = update
+            if draw(st.integers(0, 2)) == 0:
+                gid = f"g{k}-{update}"
+                snap = {s: list(v) for s, v in stream.items()}
+                cursor = [{"stratum": s, "epoch": v[0], "position": v[1]}
+                          for s, v in snap.items() if s != id_stratum and v[1] > 0]
+                if cursor and draw(st.integers(0, 5)) == 0:
+                    cursor[0] = dict(cursor[0], position=cursor[0]["position"] + 1)
+                gen = GenerationRecord(gid, k, update, started_at=t + 0.2,
+                                       required_shards=["rank0"], components=COMPONENTS,
+                                       manifests=[manifest_for(gid, update, W, cursor,
+                                                               "1970-01-01T00:00:00+00:00")],
+                                       committed_at=t + 0.5)
+                gen.manifests[0]["committed_at"] = None
+                gen.object_checks = {o["uri"]: "ok" for o in gen.manifests[0]["objects"]}
+                generations[gid] = gen
+                saved.append((gid, k, update, snap))
+        fetched = [{"stratum": s, "epoch": v[0], "position": v[1] + draw(st.integers(0, B))}
+                   for s, v in stream.items() if s != id_stratum]
+        beats.append(HeartbeatRecord(k, 0, t + 0.3, last, fetched))
+        t += 2.0
+        if draw(st.integers(0, 3)):
+            attempt.ended_at = t
+            attempt.end_reason = "failed"
+            attempt.end_update = last
+        attempt.last_event_at = t
+        t += 5.0
+    return RunInput(run_id="prop", attempts=attempts, ledger=ledger, heartbeats=beats,
+                    generations=list(generations.values()), first_event_at=1000.0)
