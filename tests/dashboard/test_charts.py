@@ -1,0 +1,125 @@
+"""Server-side figure building: downsampling bounds, the sawtooth, and what each figure draws."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from recoverydash.dashboard import charts
+
+
+def sawtooth(n: int, period: int) -> tuple[list, list]:
+    xs = list(range(n))
+    return xs, [float(i % period) for i in xs]
+
+
+def test_a_million_points_become_at_most_2000_and_keep_every_sawtooth_peak():
+    xs, ys = sawtooth(1_000_000, 5_000)  # 200 teeth, peaks of 4,999
+    out_x, out_y = charts.downsample(xs, ys)
+    assert len(out_x) == len(out_y) <= 2000
+    assert out_x == sorted(out_x)
+    assert (out_x[0], out_x[-1]) == (0, 999_999)
+    peaks = [x for x, y in zip(out_x, out_y) if y == 4999.0]
+    assert len(peaks) == 200  # every tooth's peak, at its exact position
+    assert all(x % 5000 == 4999 for x in peaks)
+    assert min(out_y) == 0.0 and max(out_y) == max(ys)
+
+
+def test_downsampling_keeps_an_isolated_spike_and_dip():
+    rng = random.Random(3)
+    ys = [rng.random() for _ in range(300_000)]
+    ys[123_457], ys[222_222] = 50.0, -50.0
+    out_x, out_y = charts.downsample(list(range(len(ys))), ys, max_points=500)
+    assert len(out_x) <= 500
+    assert (123_457, 50.0) in zip(out_x, out_y) and (222_222, -50.0) in zip(out_x, out_y)
+
+
+def test_a_short_series_is_returned_unchanged():
+    xs, ys = sawtooth(1500, 100)
+    assert charts.downsample(xs, ys) == (xs, ys)
+    with pytest.raises(ValueError):
+        charts.downsample([1, 2], [1])
+
+
+def test_thin_bounds_point_clouds_and_keeps_the_ends():
+    items = list(range(10_001))
+    out = charts.thin(items, 2000)
+    assert len(out) <= 2000 and out[0] == 0 and out[-1] == 10_000
+
+
+def test_tslrc_sawtooth_peaks_at_each_restorable_commit_and_ends_now():
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    commits = [t0 + timedelta(minutes=30), t0 + timedelta(minutes=90)]
+    xs, ys = charts.tslrc_sawtooth(commits, t0, t0 + timedelta(minutes=100))
+    assert ys == [0.0, 1800.0, 0.0, 3600.0, 0.0, 600.0]
+    assert xs[-1] == t0 + timedelta(minutes=100)
+
+
+def test_tslrc_figure_of_a_million_point_series_reaches_the_browser_bounded():
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp()
+    xs = [t0 + i for i in range(1_000_000)]
+    ys = [float(i % 3600) for i in range(1_000_000)]
+    fig = charts.tslrc_figure(xs, ys, 3000.0)
+    line, limit = fig["data"]
+    assert len(line["x"]) <= 2000 and charts.points_in(fig) <= 2002
+    assert max(line["y"]) == pytest.approx(3599 / 60, abs=1e-3)  # minutes
+    assert limit["y"] == [50.0, 50.0] and "3000" in limit["name"]
+
+
+def test_restart_figures_label_each_restart_with_its_numbers():
+    restarts = [{"attempt": 1, "replayed": 0, "omitted": 48, "recomputed": 0,
+                 "lost_seconds": 5.0, "recovery_seconds": None},
+                {"attempt": 2, "replayed": 64, "omitted": 0, "recomputed": 48,
+                 "lost_seconds": 300.0, "recovery_seconds": 120.0}]
+    pos = charts.restart_positions_figure(restarts)
+    assert [t["name"] for t in pos["data"]] == ["replayed", "omitted", "recomputed"]
+    assert pos["data"][1]["y"] == [48, 0] and pos["data"][1]["x"] == ["attempt 1", "attempt 2"]
+    secs = charts.restart_seconds_figure(restarts)
+    assert secs["data"][1]["text"][0] == "not known yet"
+    assert secs["data"][0]["name"] == "lost (minutes)" and secs["data"][0]["y"] == [0.08, 5.0]
+
+
+def test_strata_figure_draws_rates_in_percent():
+    fig = charts.strata_figure([{"stratum": "web", "consumed": 1000, "duplicates": 10,
+                                 "omissions": 0, "duplicate_rate": 0.01, "omission_rate": 0.0}])
+    assert fig["data"][0]["y"] == [1.0] and fig["data"][0]["text"] == ["1% (10)"]
+
+
+def test_costs_are_normalised_and_young_is_computed_from_its_inputs_when_missing():
+    c = charts.normalise_costs({"goodput": 0.9, "mtbf_seconds": 3600, "save_cost_s": 50,
+                                "observed_interval_s": 1800})
+    assert c["young_interval_s"] == pytest.approx((2 * 50 * 3600) ** 0.5)
+    fig = charts.interval_figure({"young_interval_s": 600, "observed_interval_s": 1800})
+    assert fig["data"][0]["x"] == [10.0, 30.0] and fig["data"][0]["text"][1] == "30.0 minutes"
+
+
+def test_empty_inputs_give_a_figure_that_says_why():
+    assert charts.restart_positions_figure([])["empty"] is True
+    fig = charts.strata_figure([])
+    assert fig["layout"]["annotations"][0]["text"] == "No committed update yet."
+
+
+@pytest.mark.django_db
+def test_committed_cursor_comes_from_the_ledger_for_small_runs(known_run):
+    series = charts.committed_frontier_from_ledger(known_run)
+    assert series["update"] == [1245, 1246, 1247, 1248, 1249, 1250]
+    assert series["cursor"]["main"][-1] == 80000  # frontier after update 1,250
+
+
+@pytest.mark.django_db
+def test_a_stored_committed_series_of_a_million_updates_is_downsampled(known_run):
+    from recoverydash.runs.models import Analysis
+
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp()
+    n = 1_000_000
+    result = dict(Analysis.objects.get(run=known_run).result)
+    result["series"] = {"committed": {"t": [t0 + i for i in range(n)],
+                                      "update": list(range(1, n + 1)),
+                                      "cursor": {"main": [64 * i for i in range(1, n + 1)]}}}
+    Analysis.objects.filter(run=known_run).update(result=result)
+    figures = charts.build_run_figures(known_run)
+    committed = next(t for t in figures["cursors"]["data"] if t["name"] == "committed")
+    assert len(committed["x"]) <= 2000 and committed["y"][-1] == 64 * n
+    assert all(charts.points_in(f) <= 4 * 2000 for f in figures.values())
