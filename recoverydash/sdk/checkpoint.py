@@ -1,0 +1,598 @@
+"""Checkpoint generations: publish them around ``torch.distributed.checkpoint`` (DCP), choose the
+one to restore without the server, and load it.
+
+Layout of one generation (``recoverydash.storage.objects`` documents the location layout)::
+
+    <location>/<generation_id>/model/__<rank>_0.distcp, .metadata      DCP save of state["model"]
+    <location>/<generation_id>/optimizer/__<rank>_0.distcp, .metadata  DCP save of state["optimizer"]
+    <location>/<generation_id>/scheduler/rank<r>.pt                    torch.save of rank_state[...]
+    <location>/<generation_id>/rng/rank<r>.pt                          CPU/CUDA/python RNG states
+    <location>/<generation_id>/data_progress/rank<r>.json              LedgerRecorder.state_dict()
+    <location>/<generation_id>/recoverydash-manifest.json              the commit marker
+
+Component assignment: every component has its own folder, so every object belongs to exactly one
+component and ``component_missing`` means what it says. A DCP component (a key of ``state``) is one
+``dcp.save`` of ``{key: state[key]}``: its ``__<r>_<n>.distcp`` files belong to shard ``rank<r>``
+(the rank that wrote them), its ``.metadata`` to the coordinator's shard. DCP de-duplicates
+replicated tensors, so with DDP some ranks may write no ``.distcp`` for a component: that is not a
+missing component. Per-rank components (keys of ``rank_state``, plus ``rng`` and ``data_progress``)
+are one small file per rank, so every required shard carries them. The manifest's ``components``
+lists them all; its ``required_components`` (extra field) is the contract's list (spec default
+``model, optimizer, scheduler, rng, data_progress`` unless you pass another).
+
+Publication protocol (``save_generation``), seed 002: the coordinator reports
+``checkpoint_started``; every rank saves, sizes and sha256-hashes the files it wrote and reports
+``shard_written``; all ranks agree on success (an all-reduce of a success flag, so a rank that
+failed or died makes every rank publish nothing); the coordinator gathers every rank's objects,
+checks that every required shard and component reported and that all parts are at the same
+update, writes the manifest atomically (the commit), then reports ``checkpoint_committed``.
+Collectives are plain tensor collectives (no ``*_object`` helpers, which need numpy).
+
+Restore selection (``select_restorable``) works with the server down: it reads every manifest of
+the location, applies the recovery core's generation rules (``recoverydash.recovery.generations``:
+``schema_unsupported``, ``shard_missing``, ``component_missing``, ``update_mismatch``), compares
+``world_size`` and ``dataset_version`` with the restarting job's, verifies objects with
+``recoverydash.storage.objects.verify_object``, and returns the newest restorable generation.
+What it cannot know offline (no ledger): ``data_cursor_mismatch``, ``stale_state``,
+``manifest_conflict`` between reports; the server's restore plan covers those (``restore_plan``).
+
+torch is imported only inside the functions that need it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import random
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from recoverydash.sdk.client import Client, now_rfc3339
+from recoverydash.storage import objects as storage
+from recoverydash.storage.objects import (DEFAULT_FULL_HASH_MAX_BYTES, StorageError,
+                                          TransientStorageError)
+
+log = logging.getLogger("recoverydash.sdk")
+
+DEFAULT_REQUIRED_COMPONENTS = ["model", "optimizer", "scheduler", "rng", "data_progress"]
+"""spec 4, ``contract.required_components`` default."""
+
+
+def shard_name(rank: int) -> str:
+    """The shard a rank writes: ``rank<r>``."""
+    return f"rank{rank}"
+
+
+# --- collectives without numpy -------------------------------------------------------------------
+
+def _all_gather_json(obj: Any, group=None) -> list:
+    """Every rank's JSON-able ``obj``, in rank order, through two tensor all_gathers."""
+    import torch
+    import torch.distributed as dist
+
+    data = json.dumps(obj, separators=(",", ":")).encode()
+    world = dist.get_world_size(group)
+    size = torch.tensor([len(data)], dtype=torch.int64)
+    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(sizes, size, group=group)
+    longest = max(int(s.item()) for s in sizes)
+    buf = torch.zeros(max(longest, 1), dtype=torch.uint8)
+    if data:
+        buf[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    outs = [torch.zeros_like(buf) for _ in range(world)]
+    dist.all_gather(outs, buf, group=group)
+    return [json.loads(bytes(o[:int(s.item())].tolist())) for o, s in zip(outs, sizes)]
+
+
+def _all_agree(flag: bool, group=None) -> bool:
+    """True when every rank passes True (an all_reduce MIN of 0/1)."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([1 if flag else 0], dtype=torch.int32)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group)
+    return bool(t.item())
+
+
+def _dist_info(group) -> tuple[bool, int, int]:
+    try:
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover
+        return False, 0, 1
+    if dist.is_available() and dist.is_initialized():
+        return True, dist.get_rank(), dist.get_world_size(group)
+    return False, 0, 1
+
+
+# --- saving ----------------------------------------------------------------------------------------
+
+def _local_path(location: str) -> str:
+    p = storage.parse_uri(location)
+    if p.scheme != "file":
+        raise StorageError(f"DCP publishing needs a filesystem location, got {location!r} "
+                           "(S3 publication of DCP files is not implemented)")
+    return p.path
+
+
+def _rng_state() -> bytes:
+    import torch
+
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    return buf.getvalue()
+
+
+def _own_dcp_files(folder: str, rank: int, coordinator: bool) -> list[str]:
+    """Files DCP wrote for this rank in one component folder: ``__<rank>_*.distcp`` (and the
+    ``.metadata`` when this rank is the coordinator)."""
+    out = []
+    for name in sorted(os.listdir(folder)):
+        if name.startswith(f"__{rank}_") and name.endswith(".distcp"):
+            out.append(name)
+        elif coordinator and name == ".metadata":
+            out.append(name)
+    return out
+
+
+def _describe(path: str, shard: str, component: str, update: int) -> dict:
+    digest, size = storage.sha256_file(path)
+    return {"uri": storage.file_uri(path), "shard": shard, "component": component,
+            "size": size, "sha256": digest, "update": update}
+
+
+def save_generation(location: str, generation_id: str, update: int, *,
+                    state: dict[str, Any], rank_state: dict[str, Any] | None = None,
+                    recorder: Any = None, client: Client | None = None,
+                    dataset_version: str | None = None, config_digest: str | None = None,
+                    required_components: list[str] | None = None, capture_rng: bool = True,
+                    group=None, coordinator: int = 0) -> dict | None:
+    """Save and publish one generation; every rank calls it (a collective).
+
+    location: a folder (``/ckpt`` or ``file:///ckpt``). generation_id: unique in the run, no ``/``.
+    update: optimizer updates completed that this state represents (the same on every rank).
+    state: DCP components, e.g. ``{"model": model_sd, "optimizer": optim_sd}`` (each saved with
+    ``dcp.save`` into its own folder; use ``torch.distributed.checkpoint.state_dict.get_state_dict``
+    for sharded models). rank_state: small per-rank components, e.g. ``{"scheduler":
+    scheduler.state_dict()}`` (``torch.save`` per rank). recorder: the ``LedgerRecorder``, whose
+    committed cursor becomes ``data_progress``. capture_rng: also save the ``rng`` component.
+    client: the sender for checkpoint events (default: ``recorder.client``).
+
+    Returns the published manifest on every rank, or None when nothing was published (a failure
+    on any rank, a rank that died, a mismatch of update across ranks, an existing different
+    manifest). Never raises: training goes on and the previous generation stays the fallback."""
+    client = client or getattr(recorder, "client", None)
+    try:
+        distributed, rank, world = _dist_info(group)
+    except Exception as e:  # pragma: no cover
+        log.warning("recoverydash: checkpoint %s not published: %r", generation_id, e)
+        return None
+    is_coord = rank == coordinator
+    shard = shard_name(rank)
+    rank_state = dict(rank_state or {})
+    small = list(rank_state) + (["rng"] if capture_rng else []) + ["data_progress"]
+    components = list(dict.fromkeys(list(state) + small))
+    required = list(required_components or DEFAULT_REQUIRED_COMPONENTS)
+    shards = [shard_name(r) for r in range(world)]
+    gen_uri = storage.join_uri(location, generation_id)
+    if is_coord and client is not None:
+        client.checkpoint_started(generation_id, update, shards, components)
+
+    ok, objects, progress = True, [], None
+    try:
+        import torch
+        import torch.distributed.checkpoint as dcp
+
+        gen_dir = os.path.join(_local_path(location), generation_id)
+        for component, sd in state.items():
+            folder = os.path.join(gen_dir, component)
+            dcp.save({component: sd}, checkpoint_id=folder, process_group=group)
+            for name in _own_dcp_files(folder, rank, is_coord):
+                objects.append(_describe(os.path.join(folder, name), shard, component, update))
+        files: dict[str, tuple[str, bytes]] = {}
+        for component, value in rank_state.items():
+            buf = io.BytesIO()
+            torch.save(value, buf)
+            files[component] = (f"{shard}.pt", buf.getvalue())
+        if capture_rng:
+            files["rng"] = (f"{shard}.pt", _rng_state())
+        progress = recorder.state_dict() if recorder is not None else {"cursor": []}
+        progress = {**progress, "update": update}
+        files["data_progress"] = (f"{shard}.json", json.dumps(progress, sort_keys=True).encode())
+        for component, (name, data) in files.items():
+            uri = storage.join_uri(gen_uri, component, name)
+            size, digest = storage.put_object(uri, data)
+            objects.append({"uri": uri, "shard": shard, "component": component, "size": size,
+                            "sha256": digest, "update": update})
+    except Exception as e:
+        ok = False
+        log.warning("recoverydash: rank %d could not save generation %s: %r", rank, generation_id, e)
+
+    if ok and client is not None:
+        client.shard_written(generation_id, shard, update, objects, rank=rank)
+    try:
+        if distributed:
+            if not _all_agree(ok, group):
+                log.warning("recoverydash: generation %s failed on some rank: nothing published",
+                            generation_id)
+                return None
+            reports = _all_gather_json({"rank": rank, "update": update, "objects": objects,
+                                        "cursor": (progress or {}).get("cursor")}, group)
+        else:
+            if not ok:
+                return None
+            reports = [{"rank": rank, "update": update, "objects": objects,
+                        "cursor": (progress or {}).get("cursor")}]
+    except Exception as e:
+        log.warning("recoverydash: generation %s not published (a rank is gone?): %r",
+                    generation_id, e)
+        return None
+
+    manifest = None
+    problem = _check_reports(reports, shards, components, update)
+    if problem:
+        log.warning("recoverydash: generation %s not published: %s", generation_id, problem)
+        return None
+    all_objects = [o for rep in reports for o in rep["objects"]]
+    manifest = {
+        "schema_revision": 1, "generation_id": generation_id, "update": update,
+        "world_size": world, "required_shards": shards, "components": components,
+        "objects": all_objects,
+        "data_progress": {"cursor": (progress or {}).get("cursor") or [],
+                          **({"samples_committed": progress["samples_committed"]}
+                             if progress and "samples_committed" in progress else {})},
+        "dataset_version": dataset_version or getattr(recorder, "dataset_version", None)
+        or "unknown",
+        "committed_at": now_rfc3339(),
+        "required_components": required,
+    }
+    if config_digest:
+        manifest["config_digest"] = config_digest
+    if client is not None:
+        manifest["run_id"] = client.run_id
+        manifest["attempt"] = client.attempt
+    published = False
+    if is_coord:
+        try:
+            storage.write_manifest_atomically(location, manifest)
+            published = True
+        except Exception as e:
+            log.warning("recoverydash: manifest of %s not written: %r", generation_id, e)
+    if distributed:
+        try:
+            manifest = _all_gather_json(manifest if published else None, group)[coordinator]
+        except Exception as e:
+            log.warning("recoverydash: could not learn whether %s was published: %r",
+                        generation_id, e)
+            return None
+    elif not published:
+        return None
+    if manifest is not None and is_coord and client is not None:
+        client.checkpoint_committed(manifest)
+    return manifest
+
+
+def _check_reports(reports: list[dict], shards: list[str], components: list[str],
+                   update: int) -> str | None:
+    """Why the gathered reports cannot be published, or None."""
+    present = {o["shard"] for rep in reports for o in rep["objects"]}
+    missing = [s for s in shards if s not in present]
+    if missing:
+        return f"shards without objects: {missing}"
+    carried = {o["component"] for rep in reports for o in rep["objects"]}
+    lacking = [c for c in components if c not in carried]
+    if lacking:
+        return f"components without objects: {lacking}"
+    updates = {rep["update"] for rep in reports}
+    if updates != {update}:
+        return f"ranks are at different updates: {sorted(updates)}"
+    cursors = {json.dumps(rep.get("cursor"), sort_keys=True) for rep in reports}
+    if len(cursors) > 1:
+        log.warning("recoverydash: ranks report different data cursors: %s (the coordinator's "
+                    "is published)", sorted(cursors))
+    return None
+
+
+# --- restore selection ----------------------------------------------------------------------------
+
+@dataclass
+class GenerationCheck:
+    """One generation found in storage: ``status`` is ``restorable``, ``rejected`` (reasons say
+    why, spec 5 codes) or ``committed`` (not verified: storage could not answer, or it was not
+    checked because a newer generation is restorable)."""
+
+    generation_id: str
+    update: int | None
+    status: str
+    reasons: list = field(default_factory=list)
+    manifest_uri: str = ""
+    manifest: dict | None = None
+
+    @property
+    def committed_at(self) -> str | None:
+        return (self.manifest or {}).get("committed_at")
+
+    @property
+    def cursor(self) -> list:
+        return list(((self.manifest or {}).get("data_progress") or {}).get("cursor") or [])
+
+    def to_dict(self) -> dict:
+        return {"generation_id": self.generation_id, "update": self.update,
+                "status": self.status, "reasons": self.reasons,
+                "committed_at": self.committed_at, "manifest_uri": self.manifest_uri}
+
+
+@dataclass
+class Selection:
+    """What ``select_restorable`` found: ``restorable`` (the newest restorable generation, or None)
+    and every generation, newest first."""
+
+    restorable: GenerationCheck | None
+    generations: list
+
+    @property
+    def rejected(self) -> list:
+        return [g for g in self.generations if g.status == "rejected"]
+
+    @property
+    def generation_id(self) -> str | None:
+        return self.restorable.generation_id if self.restorable else None
+
+    @property
+    def update(self) -> int | None:
+        return self.restorable.update if self.restorable else None
+
+    @property
+    def manifest(self) -> dict | None:
+        return self.restorable.manifest if self.restorable else None
+
+    @property
+    def cursor(self) -> list:
+        return self.restorable.cursor if self.restorable else []
+
+    def to_dict(self) -> dict:
+        return {"restorable": self.restorable.to_dict() if self.restorable else None,
+                "cursor": self.cursor, "generations": [g.to_dict() for g in self.generations]}
+
+
+def _reason(code: str, detail: str) -> dict:
+    return {"code": code, "detail": detail}
+
+
+def _static_reasons(manifest: dict, attempt: int, world_size, dataset_version,
+                    required_components) -> list[dict]:
+    """Rules that need no storage: the recovery core's, plus the restarting job's world size and
+    dataset version."""
+    from recoverydash.recovery.generations import (component_missing, schema_unsupported,
+                                                   shard_missing, update_mismatch)
+    from recoverydash.recovery.inputs import GenerationRecord
+
+    gen = GenerationRecord(generation_id=str(manifest.get("generation_id")), attempt=attempt,
+                           manifests=[manifest])
+    out = []
+    r = schema_unsupported(manifest)
+    if r is not None:
+        return [r.to_dict()]
+    required = required_components or manifest.get("required_components") \
+        or DEFAULT_REQUIRED_COMPONENTS
+    for r in (shard_missing(gen, manifest), component_missing(manifest, required),
+              update_mismatch(gen, manifest)):
+        if r is not None:
+            out.append(r.to_dict())
+    if world_size is not None and manifest.get("world_size") != world_size:
+        out.append(_reason("world_size_mismatch", f"manifest world_size "
+                           f"{manifest.get('world_size')}, this job runs {world_size} ranks "
+                           "(per-rank state needs an explicit mapping)"))
+    if dataset_version is not None and manifest.get("dataset_version") != dataset_version:
+        out.append(_reason("dataset_version_mismatch",
+                           f"manifest dataset_version {manifest.get('dataset_version')!r}, this "
+                           f"job reads {dataset_version!r}"))
+    return out
+
+
+def _storage_reasons(manifest: dict, s3_client, full_hash_max_bytes: int) -> tuple[list, bool]:
+    """(reasons from verifying every object, whether storage could not answer for some)."""
+    failures: dict[str, list[str]] = {}
+    unverified = []
+    for obj in manifest.get("objects") or []:
+        uri = obj.get("uri")
+        try:
+            check = storage.verify_object(uri, int(obj.get("size", -1)), obj.get("sha256"),
+                                          s3_client=s3_client,
+                                          full_hash_max_bytes=full_hash_max_bytes)
+        except TransientStorageError as e:
+            unverified.append(f"{uri}: {e}")
+            continue
+        except StorageError as e:
+            failures.setdefault("object_missing", []).append(f"{uri}: {e}")
+            continue
+        if check.status == "storage_unverified":
+            unverified.append(f"{uri}: {check.detail}")
+        elif check.status != "ok":
+            failures.setdefault(check.status, []).append(f"{uri}: {check.detail}")
+    reasons = [_reason(code, f"{len(items)} object(s): " + "; ".join(items[:5]))
+               for code, items in failures.items()]
+    if unverified:
+        reasons.append(_reason("storage_unverified", f"{len(unverified)} object(s) not verified: "
+                               + "; ".join(unverified[:5])))
+    return reasons, bool(unverified)
+
+
+def select_restorable(location: str, *, world_size: int | None = None,
+                      dataset_version: str | None = None,
+                      required_components: list[str] | None = None, s3_client=None,
+                      verify_all: bool = False,
+                      full_hash_max_bytes: int = DEFAULT_FULL_HASH_MAX_BYTES) -> Selection:
+    """The newest restorable generation of ``location`` (a folder or ``s3://bucket/prefix``),
+    decided from storage alone.
+
+    Generations are taken newest first (by ``update``, then ``committed_at``); each is checked
+    by the rules (module doc) and its objects verified (size; sha256 where the manifest has one,
+    within ``full_hash_max_bytes``). Checking stops at the first restorable one unless
+    ``verify_all``; older ones are then listed as ``committed``. world_size / dataset_version:
+    the restarting job's, compared when given. required_components: default the manifest's
+    ``required_components``, else the spec default.
+
+    Returns a Selection. Raises StorageError (Transient/Permanent) only when the location cannot
+    be listed."""
+    uris = storage.list_manifests(location, s3_client=s3_client)
+    found: list[GenerationCheck] = []
+    for uri in uris:
+        gen_id = uri.rstrip("/").split("/")[-2]
+        try:
+            manifest = storage.read_manifest(uri, s3_client=s3_client)
+        except TransientStorageError as e:
+            found.append(GenerationCheck(gen_id, None, "committed",
+                                         [_reason("storage_unverified", str(e))], uri))
+            continue
+        except StorageError as e:
+            found.append(GenerationCheck(gen_id, None, "rejected",
+                                         [_reason("schema_unsupported", f"unreadable: {e}")], uri))
+            continue
+        update = manifest.get("update") if isinstance(manifest.get("update"), int) else None
+        found.append(GenerationCheck(str(manifest.get("generation_id") or gen_id), update, "",
+                                     [], uri, manifest))
+    found.sort(key=lambda g: (g.update if g.update is not None else -1,
+                              (g.manifest or {}).get("committed_at") or "", g.generation_id),
+               reverse=True)
+    chosen = None
+    for g in found:
+        if g.status:
+            continue
+        if chosen is not None and not verify_all:
+            g.status = "committed"
+            g.reasons.append(_reason("not_checked", f"a newer generation "
+                                     f"({chosen.generation_id}) is restorable"))
+            continue
+        attempt = g.manifest.get("attempt") if isinstance(g.manifest.get("attempt"), int) else 0
+        try:
+            g.reasons = _static_reasons(g.manifest, attempt, world_size, dataset_version,
+                                        required_components)
+        except Exception as e:  # a malformed manifest must not stop the others
+            g.reasons = [_reason("schema_unsupported", f"malformed manifest: {e!r}")]
+        if g.reasons and not verify_all:
+            g.status = "rejected"
+            continue
+        storage_reasons, unverified = _storage_reasons(g.manifest, s3_client, full_hash_max_bytes)
+        g.reasons += storage_reasons
+        hard = [r for r in g.reasons if r["code"] != "storage_unverified"]
+        g.status = "rejected" if hard else ("committed" if unverified else "restorable")
+        if g.status == "restorable" and chosen is None:
+            chosen = g
+    return Selection(chosen, found)
+
+
+# --- asking the server, falling back to storage ---------------------------------------------------
+
+def restore_plan(url: str | None, token: str | None, run_id: str, *,
+                 location: str | None = None, world_size: int | None = None,
+                 dataset_version: str | None = None, config_digest: str | None = None,
+                 timeout: float = 5.0, s3_client=None) -> dict:
+    """Which generation to load: the server's answer (``GET /api/v1/runs/{run_id}/restore-plan``,
+    spec 5) when it answers within ``timeout`` seconds, else ``select_restorable(location)``.
+
+    Returns ``{"source": "server" | "storage" | "none", "generation_id": str | None,
+    "update": int | None, "committed_at", "objects": [Object], "cursor": [Cursor],
+    "warnings": [{"code", "detail"}], "rejected": [...]}``; ``generation_id`` None means nothing
+    is restorable (fresh start). Never raises: a restart must never wait for the dashboard."""
+    warnings: list = []
+    if url:
+        q = {k: v for k, v in (("world_size", world_size), ("dataset_version", dataset_version),
+                               ("config_digest", config_digest)) if v is not None}
+        endpoint = (f"{url.rstrip('/')}/api/v1/runs/{urllib.parse.quote(run_id, safe='')}"
+                    f"/restore-plan" + (f"?{urllib.parse.urlencode(q)}" if q else ""))
+        req = urllib.request.Request(endpoint, headers={"Authorization": f"Bearer {token or ''}",
+                                                        "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                body = json.loads(resp.read() or b"{}")
+            return {"source": "server", "generation_id": body.get("generation_id"),
+                    "update": body.get("update"), "committed_at": body.get("committed_at"),
+                    "objects": body.get("objects") or [], "cursor": body.get("cursor") or [],
+                    "warnings": body.get("warnings") or [], "rejected": []}
+        except urllib.error.HTTPError as e:
+            if e.code == 409:
+                try:
+                    body = json.loads(e.read() or b"{}")
+                except ValueError:
+                    body = {}
+                return {"source": "server", "generation_id": None, "update": None,
+                        "committed_at": None, "objects": [], "cursor": [], "warnings": [],
+                        "rejected": body.get("rejected") or []}
+            warnings.append({"code": "server_error", "detail": f"restore-plan answered {e.code}"})
+        except Exception as e:
+            warnings.append({"code": "server_unreachable", "detail": repr(e)[:300]})
+    if not location:
+        return {"source": "none", "generation_id": None, "update": None, "committed_at": None,
+                "objects": [], "cursor": [], "rejected": [],
+                "warnings": warnings + [{"code": "no_location",
+                                         "detail": "no storage location to fall back to"}]}
+    try:
+        sel = select_restorable(location, world_size=world_size,
+                                dataset_version=dataset_version, s3_client=s3_client)
+    except Exception as e:
+        return {"source": "storage", "generation_id": None, "update": None, "committed_at": None,
+                "objects": [], "cursor": [], "rejected": [],
+                "warnings": warnings + [{"code": "storage_error", "detail": repr(e)[:300]}]}
+    m = sel.manifest or {}
+    return {"source": "storage", "generation_id": sel.generation_id, "update": sel.update,
+            "committed_at": m.get("committed_at"), "objects": m.get("objects") or [],
+            "cursor": sel.cursor, "warnings": warnings,
+            "rejected": [{"generation_id": g.generation_id, "reasons": g.reasons}
+                         for g in sel.rejected]}
+
+
+# --- loading ----------------------------------------------------------------------------------------
+
+def load_generation(location: str, generation_id: str, *, state: dict[str, Any],
+                    client: Client | None = None, restore_rng: bool = True,
+                    group=None) -> dict:
+    """Load a generation written by ``save_generation`` (every rank calls it).
+
+    state: the DCP components to load in place, e.g. ``{"model": model_sd, "optimizer":
+    optim_sd}`` (then apply them with ``set_state_dict`` / ``load_state_dict``). Returns this
+    rank's per-rank components: ``{component: value}`` for each ``rank<r>.pt`` (falling back to
+    ``rank0`` when the world size grew), and ``data_progress`` (a dict). Restores the RNG states
+    when ``restore_rng``. Reports ``restore_completed`` with the seconds it took.
+    Raises whatever DCP or torch.load raise: a restore that fails must stop the job."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    t0 = time.monotonic()
+    _, rank, _ = _dist_info(group)
+    gen_dir = os.path.join(_local_path(location), generation_id)
+    for component, sd in state.items():
+        dcp.load({component: sd}, checkpoint_id=os.path.join(gen_dir, component),
+                 process_group=group)
+    out: dict[str, Any] = {}
+    for component in sorted(os.listdir(gen_dir)):
+        folder = os.path.join(gen_dir, component)
+        if component in state or not os.path.isdir(folder):
+            continue
+        for name in (f"{shard_name(rank)}.pt", f"{shard_name(rank)}.json", "rank0.pt",
+                     "rank0.json"):
+            path = os.path.join(folder, name)
+            if os.path.exists(path):
+                if name.endswith(".json"):
+                    with open(path) as f:
+                        out[component] = json.load(f)
+                else:
+                    out[component] = torch.load(path, weights_only=False)
+                break
+    if restore_rng and isinstance(out.get("rng"), dict):
+        rng = out["rng"]
+        torch.set_rng_state(rng["torch"])
+        random.setstate(rng["python"])
+        if "cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+    if client is not None and rank == 0:
+        client.restore_completed(generation_id, round(time.monotonic() - t0, 3))
+    return out
