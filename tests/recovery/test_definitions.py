@@ -1,0 +1,306 @@
+"""Exact values from DESIGN.md's definitions and seed 003's worked example."""
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from recoverydash.recovery import (AttemptRecord, GenerationRecord, HeartbeatRecord, Ledger,
+                                   LedgerRecord, RunInput, analyze, identity_position,
+                                   restore_plan)
+
+W, MICRO, ACCUM = 8, 2, 4
+PER_UPDATE = W * MICRO * ACCUM  # 64 positions per update (seed 003)
+COMPONENTS = ["model", "optimizer", "scheduler", "rng", "data_progress"]
+SHARDS = ["rank0", "rank1", "rank2", "rank3"]
+
+
+def strided(attempt, update, start, time):
+    """Rank r of 8 owns start + r, start + r + 8, ... of one 64-position update."""
+    return [LedgerRecord(attempt, update, r, time,
+                         [{"stratum": "main", "epoch": 0,
+                           "ranges": [[start + r, start + PER_UPDATE, W]]}]) for r in range(W)]
+
+
+def generation(gid, attempt, update, cursor, when, world_size=W, objects=None, checks="ok"):
+    objects = objects if objects is not None else [
+        {"uri": f"file:///c/{gid}/{s}/{c}", "shard": s, "component": c, "size": 1,
+         "sha256": hashlib.sha256(f"{gid}{s}{c}".encode()).hexdigest()}
+        for s in SHARDS for c in COMPONENTS]
+    manifest = {"schema_revision": 1, "generation_id": gid, "update": update,
+                "world_size": world_size, "required_shards": SHARDS,
+                "components": COMPONENTS, "objects": objects,
+                "data_progress": {"cursor": [{"stratum": "main", "epoch": 0, "position": cursor}]},
+                "dataset_version": "ds", "committed_at": None}
+    return GenerationRecord(gid, attempt, update, started_at=when - 2,
+                            required_shards=SHARDS, components=COMPONENTS,
+                            manifests=[manifest], committed_at=when,
+                            object_checks={o["uri"]: checks for o in objects})
+
+
+def seed003(resume_at, updates_before=1250, after=10):
+    """Seed 003: generation at update 1,250 (cursor 80,000), read cursor 80,048 at the crash."""
+    ledger = []
+    for u in range(1, updates_before + 1):
+        ledger += strided(0, u, (u - 1) * PER_UPDATE, float(u))
+    for i in range(after):
+        ledger += strided(1, 1251 + i, resume_at + i * PER_UPDATE, 2000.0 + i)
+    attempts = [
+        AttemptRecord(0, started_at=0.0, world_size=W, dataset_version="ds",
+                      micro_batch_size=MICRO, grad_accum_steps=ACCUM, ended_at=1300.0,
+                      end_reason="failed", end_update=1250,
+                      end_fetched=[{"stratum": "main", "epoch": 0, "position": 80_048}]),
+        AttemptRecord(1, started_at=1900.0, world_size=W, dataset_version="ds",
+                      micro_batch_size=MICRO, grad_accum_steps=ACCUM,
+                      resumed_from={"generation_id": "g1250", "update": 1250, "cursor": [
+                          {"stratum": "main", "epoch": 0, "position": resume_at}]}),
+    ]
+    return RunInput("seed003", attempts, ledger, [],
+                    [generation("g1250", 0, 1250, 80_000, 1255.0)], first_event_at=0.0)
+
+
+@pytest.mark.parametrize("resume_at, replayed, omitted, recomputed, verdict", [
+    (80_000, 0, 0, 48, "exact"),
+    (80_048, 0, 48, 0, "omission"),
+    (79_936, 64, 0, 48, "replay"),
+])
+def test_it_reproduces_seed_003(resume_at, replayed, omitted, recomputed, verdict):
+    analysis = analyze(seed003(resume_at), now=2100.0)
+    restart = analysis.restarts[0]
+    assert restart.expected_cursor == [{"stratum": "main", "epoch": 0, "position": 80_000}]
+    assert (restart.replayed, restart.omitted, restart.recomputed, restart.verdict) == \
+        (replayed, omitted, recomputed, verdict)
+    assert restart.lost_updates == 0
+    assert restart.lost_seconds == 1300.0 - 1250.0
+    assert restart.recovery_seconds == 2000.0 - 1300.0
+    main = analysis.strata[0]
+    assert (main.duplicates, main.omissions) == (replayed, omitted)
+    assert main.consumed == 1260 * PER_UPDATE
+    assert analysis.generations[0].status == "restorable"
+
+
+def test_it_counts_padding_as_no_duplicate():
+    spans = [{"stratum": "s", "epoch": 0, "ranges": [[0, 4]]},
+             {"stratum": "s", "epoch": 0, "ranges": [[0, 2]], "padding": True}]
+    run = RunInput("p", [AttemptRecord(0, started_at=0.0)], [LedgerRecord(0, 1, 0, 1.0, spans)])
+    row = analyze(run, now=2.0).strata[0]
+    assert (row.consumed, row.duplicates, row.omissions) == (4, 0, 0)
+
+
+def test_it_unites_reports_of_one_rank_and_counts_two_ranks_twice():
+    span = {"stratum": "s", "epoch": 0, "ranges": [[0, 4]]}
+    records = [LedgerRecord(0, 1, 0, 1.0, [span]), LedgerRecord(0, 1, 0, 1.5, [span]),
+               LedgerRecord(0, 1, 0, 1.6, [{"stratum": "s", "epoch": 0, "ranges": [[2, 6]]}]),
+               LedgerRecord(0, 1, 1, 1.0, [span]), LedgerRecord(0, 1, None, 1.0, [span])]
+    row = analyze(RunInput("u", [AttemptRecord(0, started_at=0.0)], records), now=2.0).strata[0]
+    # rank 0: {0..5} (6), rank 1: {0..3} (4), coordinator: {0..3} (4)
+    assert (row.consumed, row.duplicates, row.omissions) == (14, 8, 0)
+    assert row.duplicate_rate == 8 / 14
+
+
+def test_it_never_counts_an_epoch_revisit_or_another_order_as_duplicate():
+    records = [LedgerRecord(0, 1, 0, 1.0, [{"stratum": "s", "epoch": 0, "ranges": [[0, 10]]}]),
+               LedgerRecord(0, 2, 0, 2.0, [{"stratum": "s", "epoch": 1, "ranges": [[0, 10]]}]),
+               LedgerRecord(0, 3, 0, 3.0, [{"stratum": "s", "epoch": 1, "order": "b",
+                                            "ranges": [[0, 10]]}])]
+    row = analyze(RunInput("e", [AttemptRecord(0, started_at=0.0)], records), now=4.0).strata[0]
+    assert (row.consumed, row.duplicates, row.omissions) == (30, 0, 0)
+
+
+@pytest.mark.parametrize("length, batch, omissions", [
+    (110, 64, 10 + 0),    # tail of 10 is shorter than one global batch: drop_last, no omission
+    (200, 64, 10 + 100),  # tail of 100 counts once the lineage moved on
+    (None, 64, 10),       # epoch length unknown: no tail
+])
+def test_it_applies_the_epoch_tail_rule(length, batch, omissions):
+    sampler = {"epoch_length": {"s": length}} if length else {}
+    records = [LedgerRecord(0, 1, 0, 1.0, [{"stratum": "s", "epoch": 0, "ranges": [[0, 50]]}]),
+               LedgerRecord(0, 2, 0, 2.0, [{"stratum": "s", "epoch": 0, "ranges": [[60, 100]]}]),
+               LedgerRecord(0, 3, 0, 3.0, [{"stratum": "s", "epoch": 1, "ranges": [[0, 64]]}])]
+    attempt = AttemptRecord(0, started_at=0.0, global_batch_size=batch, sampler=sampler)
+    row = analyze(RunInput("t", [attempt], records), now=4.0).strata[0]
+    assert row.omissions == omissions
+    assert row.omission_rate == omissions / (omissions + 154)
+
+
+def test_it_counts_positions_behind_an_untracked_cursor_as_consumed():
+    attempt = AttemptRecord(0, started_at=0.0, resumed_from={
+        "generation_id": None, "update": 100, "cursor": [{"stratum": "s", "epoch": 0,
+                                                          "position": 500}]})
+    records = [LedgerRecord(0, 101, 0, 1.0, [{"stratum": "s", "epoch": 0,
+                                              "ranges": [[490, 520]]}])]
+    row = analyze(RunInput("r", [attempt], records), now=2.0).strata[0]
+    assert (row.consumed, row.duplicates, row.omissions) == (530, 10, 0)
+
+
+def test_it_hashes_string_ids_with_blake2b_and_keeps_small_ints():
+    assert identity_position(7) == 7
+    assert identity_position("doc-1") == int.from_bytes(
+        hashlib.blake2b(b"doc-1", digest_size=8).digest(), "big")
+    assert identity_position(-1) == int.from_bytes(
+        hashlib.blake2b(b"int:-1", digest_size=8).digest(), "big")
+    records = [LedgerRecord(0, 1, 0, 1.0, [{"stratum": "i", "epoch": 0, "ids": ["x", "y"]}]),
+               LedgerRecord(0, 2, 1, 2.0, [{"stratum": "i", "epoch": 0, "ids": ["y", 3]}])]
+    row = analyze(RunInput("i", [AttemptRecord(0, started_at=0.0)], records), now=3.0).strata[0]
+    assert (row.consumed, row.duplicates, row.omissions) == (4, 1, 0)
+
+
+def test_it_rolls_back_updates_after_the_restored_generation():
+    """Positions of rolled-back updates may be consumed again without replay (DESIGN, Lineage)."""
+    records = [LedgerRecord(0, u, 0, float(u), [{"stratum": "s", "epoch": 0,
+                                                 "ranges": [[(u - 1) * 4, u * 4]]}])
+               for u in range(1, 8)]
+    records += [LedgerRecord(1, u, 0, 100.0 + u, [{"stratum": "s", "epoch": 0,
+                                                   "ranges": [[(u - 1) * 4, u * 4]]}])
+                for u in range(5, 9)]
+    attempts = [AttemptRecord(0, started_at=0.0, ended_at=8.0, end_reason="preempted"),
+                AttemptRecord(1, started_at=90.0, resumed_from={"generation_id": "g4",
+                                                                 "update": 4, "cursor": []})]
+    gen = GenerationRecord("g4", 0, 4, started_at=4.1, manifests=[{
+        "schema_revision": 1, "generation_id": "g4", "update": 4, "world_size": 1,
+        "required_shards": [], "components": [], "objects": [],
+        "data_progress": {"cursor": [{"stratum": "s", "epoch": 0, "position": 16}]},
+        "dataset_version": None}], committed_at=4.5)
+    run = RunInput("rb", attempts, records, generations=[gen], contract={"required_components": []})
+    analysis = analyze(run, now=120.0)
+    restart = analysis.restarts[0]
+    assert (restart.replayed, restart.omitted, restart.recomputed, restart.lost_updates) == \
+        (0, 0, 12, 3)
+    assert analysis.strata[0].duplicates == 0
+    assert analysis.updates_at_risk == 4
+    assert analysis.last_restorable.generation_id == "g4"  # no object, nothing to verify
+
+
+def test_it_serialises_the_ledger_state():
+    ledger = Ledger.from_records(seed003(80_000, updates_before=20, after=3).ledger)
+    again = Ledger.from_bytes(ledger.to_bytes())
+    assert again.segment(0, 0, None)[("main", 0, None)].consumed == 20 * PER_UPDATE
+    assert len(again.attempt(0).runs) == W  # one run per rank for the whole attempt
+
+
+def generation_run(**changes):
+    gen = generation("g10", 0, 10, 640, 20.0, **changes.pop("gen", {}))
+    records = []
+    for u in range(1, 11):
+        records += strided(0, u, (u - 1) * PER_UPDATE, float(u))
+    attempt = AttemptRecord(0, started_at=0.0, world_size=W, dataset_version="ds")
+    return RunInput("g", [attempt], records, generations=[gen], **changes)
+
+
+def reasons_of(run):
+    analysis = analyze(run, now=30.0)
+    return analysis.generations[0].status, {r.code for r in analysis.generations[0].reasons}
+
+
+def test_it_marks_a_complete_verified_generation_restorable():
+    assert reasons_of(generation_run()) == ("restorable", set())
+
+
+@pytest.mark.parametrize("check, status, code", [
+    ("object_missing", "rejected", "object_missing"),
+    ("size_mismatch", "rejected", "size_mismatch"),
+    ("digest_mismatch", "rejected", "digest_mismatch"),
+    ("storage_unverified", "committed", "storage_unverified"),
+])
+def test_it_takes_storage_results_as_inputs(check, status, code):
+    run = generation_run(gen={"checks": check})
+    assert reasons_of(run) == (status, {code})
+
+
+def test_it_keeps_a_generation_committed_until_its_objects_are_checked():
+    run = generation_run()
+    run.generations[0].object_checks.popitem()
+    assert reasons_of(run) == ("committed", set())
+
+
+def test_it_rejects_wrong_world_size_and_a_data_cursor_the_ledger_disagrees_with():
+    run = generation_run(gen={"world_size": 4})
+    run.generations[0].manifests[0]["data_progress"]["cursor"][0]["position"] = 600
+    assert reasons_of(run) == ("rejected", {"world_size_mismatch", "data_cursor_mismatch"})
+
+
+def test_it_rejects_a_missing_optimizer_shard_and_a_missing_shard():
+    run = generation_run()
+    manifest = run.generations[0].manifests[0]
+    manifest["objects"] = [o for o in manifest["objects"]
+                           if not (o["shard"] == "rank1" and o["component"] == "optimizer")]
+    assert reasons_of(run) == ("rejected", {"component_missing"})
+    manifest["objects"] = [o for o in manifest["objects"] if o["shard"] == "rank0"]
+    assert reasons_of(run) == ("rejected", {"shard_missing"})
+
+
+def test_it_rejects_conflicting_manifests_schema_and_stale_state():
+    run = generation_run()
+    gen = run.generations[0]
+    other = dict(gen.manifests[0], world_size=16)
+    gen.manifests.append(other)
+    assert reasons_of(run) == ("rejected", {"manifest_conflict"})
+    gen.manifests.pop()
+    gen.manifests[0]["schema_revision"] = 2
+    assert reasons_of(run) == ("rejected", {"schema_unsupported"})
+    gen.manifests[0]["schema_revision"] = 1
+    older = generation("g5", 0, 5, 320, 8.0)
+    for obj in older.manifests[0]["objects"]:
+        obj["sha256"] = gen.manifests[0]["objects"][0]["sha256"]
+    run.generations.append(older)
+    status = {g.generation_id: (g.status, {r.code for r in g.reasons})
+              for g in analyze(run, now=30.0).generations}
+    assert status["g10"] == ("rejected", {"stale_state"})
+
+
+def test_it_abandons_an_uncommitted_generation_once_superseded():
+    run = generation_run()
+    run.generations.insert(0, GenerationRecord("g9", 0, 9, started_at=9.5))
+    status = {g.generation_id: g.status for g in analyze(run, now=30.0).generations}
+    assert status == {"g9": "abandoned", "g10": "restorable"}
+    run.generations = [GenerationRecord("g9", 0, 9, started_at=9.5)]
+    assert analyze(run, now=30.0).generations[0].status == "pending"
+
+
+def test_it_plans_the_restore_or_answers_409():
+    analysis = analyze(generation_run(), now=30.0)
+    plan = restore_plan(analysis, world_size=16, dataset_version="ds")
+    assert plan.status_code == 200
+    assert plan.body["generation_id"] == "g10"
+    assert plan.body["cursor"] == [{"stratum": "main", "epoch": 0, "position": 640}]
+    assert [w["code"] for w in plan.body["warnings"]] == ["world_size_changed"]
+    refused = restore_plan(analyze(generation_run(gen={"checks": "object_missing"}), now=30.0))
+    assert refused.status_code == 409
+    assert refused.body["error"] == "no_restorable_generation"
+    assert refused.body["rejected"][0]["generation_id"] == "g10"
+
+
+def test_it_reports_health_and_costs():
+    run = seed003(80_000)
+    analysis = analyze(run, now=2100.0)
+    assert analysis.health == "ok"
+    assert analysis.seconds_since_last_restorable == 2100.0 - 1255.0
+    assert analysis.updates_at_risk == 10
+    costs = analysis.costs
+    assert costs.failures == 1
+    assert costs.mtbf_seconds == 2100.0
+    assert costs.median_save_seconds == 2.0
+    assert costs.young_interval_seconds == pytest.approx((2 * 2.0 * 2100.0) ** 0.5)
+    # surviving updates: 1..1250 over 1249 s of attempt 0, 1251..1260 over 9 s of attempt 1
+    assert costs.useful_seconds == pytest.approx(1249 * 1250 / 1249 + 9 * 10 / 9)
+    assert analysis.to_dict()["last_restorable"]["committed_at"] == "1970-01-01T00:20:55+00:00"
+    assert analyze(run, now=2100.0 + 3601).health == "at_risk"
+    run.attempts[1].end_reason = "completed"
+    assert analyze(run, now=2100.0).health == "ended"
+    assert analyze(seed003(79_936), now=2100.0).health == "failing"
+
+
+def test_it_reports_a_restart_from_an_unknown_generation_as_unverified():
+    run = seed003(80_000, updates_before=30, after=2)
+    run.attempts[1].resumed_from["generation_id"] = "elsewhere"
+    restart = analyze(run, now=3000.0).restarts[0]
+    assert restart.verdict == "unverified"
+    assert "resumed_from_unknown" in {f.code for f in restart.findings}
+
+
+def test_it_absorbs_a_heartbeat_free_attempt_with_no_updates():
+    run = seed003(80_000, updates_before=30, after=0)
+    restart = analyze(run, now=3000.0).restarts[0]
+    assert restart.verdict == "unverified"
+    assert restart.recovery_seconds is None
+    assert HeartbeatRecord  # imported for the API surface
