@@ -14,13 +14,15 @@ No series ever reaches the browser with more than ``MAX_POINTS`` points per trac
 through ``downsample``, which keeps each bucket's minimum and maximum so that sawtooth peaks and
 drops survive. Figures are cached per run and analysis version (``run_figures``).
 
-Series read from ``result["series"]`` (each optional; columns of equal length, times as RFC 3339
-strings or POSIX seconds):
+Series read from the stored analysis (each optional):
 
-- ``committed``: ``{"t": [...], "update": [...], "cursor": {stratum: [position, ...]}}``, the
-  committed cursor (lineage frontier per stratum) after each update;
-- ``tslrc``: ``{"t": [...], "seconds": [...]}``, time since last restorable, when the core
-  computes it itself (else it is derived from the restorable generations' commit times).
+- ``result["charts"]["committed_cursor"]``: the core's committed cursor per attempt,
+  ``[{"attempt", "points": [{"time", "update", "cursor": [Cursor]}]}]`` (the attempt's own
+  frontier per stratum after that update), and ``result["charts"]["fetched"]``: heartbeat read
+  cursors per attempt ``[{"attempt", "points": [{"time", "rank", "update", "fetched"}]}]``;
+- ``result["series"]["committed"]``, columns ``{"t", "update", "cursor": {stratum: [...]}}``, and
+  ``result["series"]["tslrc"]``, columns ``{"t", "seconds"}``: full-resolution series, when a
+  producer stores them (downsampled here like everything else).
 """
 
 from __future__ import annotations
@@ -82,6 +84,33 @@ def downsample(xs: list, ys: list, max_points: int = MAX_POINTS) -> tuple[list, 
                 last_index = i
     out_x.append(xs[-1])
     out_y.append(ys[-1])
+    return out_x, out_y
+
+
+def downsample_gapped(xs: list, ys: list, max_points: int = MAX_POINTS) -> tuple[list, list]:
+    """``downsample`` for a series broken by gaps (``None`` values: a restart between attempts):
+    each run of values gets a share of ``max_points`` in proportion to its length, and the gaps
+    are kept as single ``None`` points so the line breaks there."""
+    segments, current = [], []
+    for x, y in zip(xs, ys):
+        if y is None:
+            if current:
+                segments.append(current)
+            current = []
+        else:
+            current.append((x, y))
+    if current:
+        segments.append(current)
+    total = sum(len(seg) for seg in segments)
+    out_x, out_y = [], []
+    for seg in segments:
+        budget = max(4, int(max_points * len(seg) / total) - 1)
+        sx, sy = downsample([p[0] for p in seg], [p[1] for p in seg], budget)
+        if out_x:
+            out_x.append(sx[0])
+            out_y.append(None)
+        out_x.extend(sx)
+        out_y.extend(sy)
     return out_x, out_y
 
 
@@ -344,10 +373,8 @@ def cursors_figure(committed: dict | None, fetched: dict, restorable: dict) -> d
         colour = colours[i % len(colours)]
         label = f" · {stratum}" if len(strata) > 1 else ""
         if committed and stratum in committed.get("cursor", {}):
-            pairs = [(t, p) for t, p in zip(committed["t"], committed["cursor"][stratum])
-                     if p is not None]
-            if pairs:
-                xs, ys = downsample([p[0] for p in pairs], [p[1] for p in pairs])
+            xs, ys = downsample_gapped(committed["t"], committed["cursor"][stratum])
+            if xs:
                 data.append({"type": "scattergl" if len(xs) > 1000 else "scatter",
                              "mode": "lines", "name": "committed" + label, "x": _isos(xs),
                              "y": ys, "line": {"color": colour, "width": 2}})
@@ -446,7 +473,8 @@ def strata_figure(strata: list[dict]) -> dict:
 COST_KEYS = {  # normalised name -> names the core may use in result["costs"]
     "goodput": ("goodput",),
     "mtbf_s": ("mtbf_s", "mtbf_seconds", "mtbf"),
-    "save_cost_s": ("save_cost_s", "median_save_cost_s", "save_cost_seconds", "save_cost"),
+    "save_cost_s": ("median_save_seconds", "save_cost_s", "median_save_cost_s",
+                    "save_cost_seconds", "save_cost"),
     "young_interval_s": ("young_interval_s", "young_interval_seconds", "young_interval"),
     "interval_in_use_s": ("observed_interval_s", "interval_in_use_s", "checkpoint_interval_s",
                           "observed_interval_seconds", "observed_interval"),
@@ -509,6 +537,48 @@ def _fetched_series(run, attempts: list) -> dict:
     return out
 
 
+def committed_from_core(charts_block: dict | None) -> dict | None:
+    """The core's ``committed_cursor`` (per attempt, points with a cursor list) as columns
+    ``{"t", "update", "cursor": {stratum: [...]}}`` in time order, with a gap (None) between
+    attempts so that a restart shows as a break in the line, not a slope."""
+    per_attempt = (charts_block or {}).get("committed_cursor") or []
+    if not per_attempt:
+        return None
+    strata = sorted({c.get("stratum", "") for a in per_attempt for p in a.get("points", [])
+                     for c in p.get("cursor") or []})
+    t, updates, cursor = [], [], {s: [] for s in strata}
+    for a in sorted(per_attempt, key=lambda a: (a.get("points") or [{}])[0].get("time") or ""):
+        points = a.get("points") or []
+        if not points:
+            continue
+        if t:
+            t.append(points[0]["time"])
+            updates.append(None)
+            for s in strata:
+                cursor[s].append(None)
+        for p in points:
+            t.append(p["time"])
+            updates.append(p.get("update"))
+            here = {c.get("stratum", ""): c.get("position") for c in p.get("cursor") or []}
+            for s in strata:
+                cursor[s].append(here.get(s))
+    return {"t": t, "update": updates, "cursor": cursor}
+
+
+def fetched_from_core(charts_block: dict | None) -> dict | None:
+    """The core's heartbeat read cursors as ``{stratum: (times, positions)}``; None if absent."""
+    per_attempt = (charts_block or {}).get("fetched")
+    if per_attempt is None:
+        return None
+    points: dict = {}
+    for a in per_attempt:
+        for p in a.get("points") or []:
+            for c in p.get("fetched") or []:
+                points.setdefault(c.get("stratum", ""), []).append((p["time"], c.get("position")))
+    return {s: ([x for x, _ in sorted(pts)], [y for _, y in sorted(pts)])
+            for s, pts in points.items()}
+
+
 def _restorable_series(gen_rows: list) -> dict:
     """``data_progress.cursor`` of restorable generations at their commit time, per stratum."""
     out: dict = {}
@@ -548,12 +618,17 @@ def build_run_figures(run, now: datetime | None = None) -> dict:
     else:
         commits = [g["commit"] for g in gen_rows if g["status"] == "restorable" and g["commit"]]
         xs, ys = tslrc_sawtooth(commits, window[0], window[1] or now)
-    committed = series.get("committed") or committed_frontier_from_ledger(run)
+    core_charts = result.get("charts") or {}
+    committed = (series.get("committed") or committed_from_core(core_charts)
+                 or committed_frontier_from_ledger(run))
+    fetched = fetched_from_core(core_charts)
+    if not fetched:
+        fetched = _fetched_series(run, attempts)
     restarts = result.get("restarts") or []
     return {
         "generations": generations_figure(gen_rows, attempts, window),
         "tslrc": tslrc_figure(xs, ys, limit),
-        "cursors": cursors_figure(committed, _fetched_series(run, attempts),
+        "cursors": cursors_figure(committed, fetched,
                                   _restorable_series(gen_rows)),
         "restart_positions": restart_positions_figure(restarts),
         "restart_seconds": restart_seconds_figure(restarts),

@@ -123,3 +123,33 @@ def test_a_stored_committed_series_of_a_million_updates_is_downsampled(known_run
     committed = next(t for t in figures["cursors"]["data"] if t["name"] == "committed")
     assert len(committed["x"]) <= 2000 and committed["y"][-1] == 64 * n
     assert all(charts.points_in(f) <= 4 * 2000 for f in figures.values())
+
+
+def test_a_gapped_series_keeps_its_gaps_and_its_bound():
+    xs = list(range(300_000))
+    ys = [i if i % 100_000 else None for i in xs]
+    out_x, out_y = charts.downsample_gapped(xs, ys, 1000)
+    assert len(out_x) <= 1000 + 3
+    assert out_y.count(None) == 2  # the gaps at 100,000 and 200,000 (the first None is a start)
+    assert max(y for y in out_y if y is not None) == 299_999
+
+
+def test_the_cores_committed_cursor_becomes_one_line_per_stratum_broken_at_restarts():
+    block = {"committed_cursor": [
+        {"attempt": 0, "points": [{"time": "2026-01-01T00:00:01+00:00", "update": 1,
+                                   "cursor": [{"stratum": "main", "epoch": 0, "position": 64}]},
+                                  {"time": "2026-01-01T00:00:02+00:00", "update": 2,
+                                   "cursor": [{"stratum": "main", "epoch": 0, "position": 128}]}]},
+        {"attempt": 1, "points": [{"time": "2026-01-01T00:01:00+00:00", "update": 2,
+                                   "cursor": [{"stratum": "main", "epoch": 0, "position": 176}]}]},
+    ], "fetched": [{"attempt": 0, "points": [{"time": "2026-01-01T00:00:02+00:00", "rank": None,
+                                              "update": 2, "fetched": [
+                                                  {"stratum": "main", "epoch": 0,
+                                                   "position": 160}]}]}]}
+    committed = charts.committed_from_core(block)
+    assert committed["cursor"]["main"] == [64, 128, None, 176]
+    fetched = charts.fetched_from_core(block)
+    assert fetched == {"main": (["2026-01-01T00:00:02+00:00"], [160])}
+    fig = charts.cursors_figure(committed, fetched, {})
+    assert [t["name"] for t in fig["data"]] == ["committed", "fetched"]
+    assert fig["data"][0]["y"] == [64, 128, None, 176]
