@@ -117,6 +117,9 @@ class Run(models.Model):
     last_received_at = models.DateTimeField(null=True, blank=True)  # server clock
     event_count = models.BigIntegerField(default=0)
     ingest_seq = models.BigIntegerField(default=0)
+    # When an analysis task was last enqueued and not yet started (debounce, see
+    # recoverydash.runs.analysis.request_analysis); None when none is waiting.
+    analysis_queued_at = models.DateTimeField(null=True, blank=True)
     contract = models.JSONField(default=dict, blank=True)  # the latest attempt_started contract
     # stratum -> "ranges" | "ids": the kind of span the stratum uses; spec 3 says one kind
     # throughout a run, and ingest refuses a batch that mixes them (400).
@@ -308,6 +311,7 @@ class Generation(models.Model):
     manifest = models.JSONField(null=True, blank=True)
     manifest_hash = models.CharField(max_length=64, blank=True, default="")
     manifest_conflict = models.BooleanField(default=False)
+    conflicting_manifest = models.JSONField(null=True, blank=True)  # the second, different one
     discovered = models.BooleanField(default=False)  # found by listing storage (seed 002)
     status = models.CharField(max_length=16, choices=STATUS_CHOICES, default="pending")
     reasons = models.JSONField(default=list, blank=True)
@@ -344,6 +348,7 @@ class Generation(models.Model):
             return True
         if manifest_hash != self.manifest_hash and not self.manifest_conflict:
             self.manifest_conflict = True
+            self.conflicting_manifest = manifest
             return True
         return False
 
