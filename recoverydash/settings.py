@@ -177,6 +177,10 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "staticfiles"))
+try:  # WhiteNoise expects the folder; `collectstatic` fills it for production
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+except OSError:
+    pass
 from importlib.util import find_spec  # noqa: E402
 
 # plotly.js is served from the installed plotly package (static/vendor/plotly/plotly.min.js): the

@@ -2,7 +2,7 @@
 
 Called from ``transaction.on_commit`` so a task never sees uncommitted rows. It never raises: a
 broker that is down must not fail an ingest whose events are already stored; the periodic sweep
-picks those runs up later (issue 4).
+(``workers.tasks.sweep_runs``) and storage re-check pick that work up later.
 """
 
 from __future__ import annotations
@@ -13,8 +13,14 @@ log = logging.getLogger(__name__)
 
 
 def after_ingest(run_pks: list[int], committed_generation_pks: list[int]) -> None:
-    """Enqueue analysis for ``run_pks`` and verification for ``committed_generation_pks``.
+    """Enqueue verification of ``committed_generation_pks`` (whose manifests just arrived) and a
+    debounced analysis of each run in ``run_pks``."""
+    from recoverydash.runs.analysis import enqueue, request_analysis
 
-    Being wired to Celery by the workers issue; until then it only logs.
-    """
-    log.debug("after_ingest runs=%s generations=%s", run_pks, committed_generation_pks)
+    try:
+        for pk in committed_generation_pks:
+            enqueue("workers.tasks.verify_generation", pk)
+        for pk in run_pks:
+            request_analysis(pk)
+    except Exception:  # the database or broker hiccuped: the sweeps will catch up
+        log.exception("after_ingest could not enqueue work for runs %s", run_pks)

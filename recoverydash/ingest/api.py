@@ -217,3 +217,9 @@ def list_runs(request: HttpRequest, query: Query[RunsQuery]):
                     "attempts": run.n_attempts, "latest_attempt": run.max_attempt,
                     "health": health, "seconds_since_last_restorable": seconds})
     return Status(200, out)
+
+
+# The read API of spec 5 (recovery, restore-plan) lives beside the analysis it reads.
+from recoverydash.runs.api import router as _analysis_router  # noqa: E402
+
+api.add_router("/runs", _analysis_router)

@@ -55,7 +55,8 @@ def discover_location(location: StorageLocation) -> int:
     Listing errors are stored on the location (shown in the dashboard) and, when they may pass,
     raised for the task to retry. A manifest that cannot be ingested (invalid) is recorded as seen
     with the error logged, so it does not block the others."""
-    from recoverydash.ingest.actions import ingest_discovered
+    from recoverydash.ingest.actions import ingest_batch
+    from recoverydash.runs.models import Generation
 
     client = None
     if location.url.startswith("s3://"):
@@ -86,12 +87,21 @@ def discover_location(location: StorageLocation) -> int:
         if not run_id:
             log.warning("manifest %s names no run and location %s has no run_id", uri, location)
             continue
-        try:
-            event = manifest_event(manifest, run_id, uri)
-            ingest_discovered(location.project, [event])
-            ingested += 1
-        except Exception as exc:  # an invalid manifest must not block the others
-            log.warning("manifest %s not ingested: %s", uri, exc)
+        known = (Generation.objects.filter(run__project=location.project, run__run_id=run_id,
+                                           generation_id=manifest.get("generation_id"))
+                 .values_list("manifest", flat=True).first())
+        if known is None or known != manifest:
+            # New, or different from what was reported (ingest then flags manifest_conflict).
+            try:
+                result = ingest_batch(location.project, [manifest_event(manifest, run_id, uri)])
+            except Exception as exc:  # an invalid manifest must not block the others
+                log.warning("manifest %s not ingested: %s", uri, exc)
+            else:
+                if result.accepted and known is None:
+                    Generation.objects.filter(
+                        run__project=location.project, run__run_id=run_id,
+                        generation_id=manifest["generation_id"]).update(discovered=True)
+                    ingested += 1
         try:
             SeenManifest.objects.create(location=location, uri=uri, run_id=run_id,
                                         generation_id=str(manifest.get("generation_id", "")))

@@ -1,0 +1,262 @@
+"""The bridge between stored rows and the recovery core: load a run's typed tables into the
+core's input records, run the analysis, store the result, evaluate alerts.
+
+This is the only module that knows both the Django models and ``recoverydash.recovery``. The
+Celery tasks in ``workers.tasks`` are thin wrappers around ``analyze_and_alert``, ``sweep`` and
+``evaluate_all``; tests call these functions directly.
+
+Debouncing: ``request_analysis`` enqueues at most one analysis per run per debounce window, by a
+conditional UPDATE of ``Run.analysis_queued_at`` (works on PostgreSQL and SQLite alike); the task
+clears the mark before it reads, so events arriving during an analysis enqueue the next one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from recoverydash import recovery
+from recoverydash.runs.models import (GLOBAL_RANK, Analysis, Attempt, CheckpointObject,
+                                      Generation, Heartbeat, LedgerRow, Run, ShardReport)
+
+log = logging.getLogger(__name__)
+
+CHECKED = ("ok", "object_missing", "size_mismatch", "digest_mismatch", "storage_unverified")
+
+
+def _ts(moment) -> float | None:
+    return moment.timestamp() if moment is not None else None
+
+
+def load_attempts(run: Run) -> tuple[list, list]:
+    """``(AttemptRecord list, RestoreRecord list)`` of a run, from its Attempt rows."""
+    attempts, restores = [], []
+    for a in Attempt.objects.filter(run=run).order_by("attempt"):
+        attempts.append(recovery.AttemptRecord(
+            attempt=a.attempt, started_at=_ts(a.started_at), world_size=a.world_size,
+            dataset_version=a.dataset_version or None, global_batch_size=a.global_batch_size,
+            micro_batch_size=a.micro_batch_size, grad_accum_steps=a.grad_accum_steps,
+            config_digest=a.config_digest or None, sampler=a.sampler or {},
+            resumed_from=a.resumed_from, contract=a.contract, ended_at=_ts(a.ended_at),
+            end_reason=a.end_reason or None, end_update=a.end_update,
+            end_fetched=list(a.fetched or []),  # the furthest read cursors, end included
+            last_event_at=_ts(a.last_event_at)))
+        if a.restored_at is not None:
+            restores.append(recovery.RestoreRecord(
+                attempt=a.attempt, generation_id=a.restore_generation_id or None,
+                seconds=float(a.restore_seconds or 0.0), time=_ts(a.restored_at)))
+    return attempts, restores
+
+
+def ledger_records(rows) -> list:
+    """LedgerRecord per LedgerRow (rank -1, the coordinator's global view, becomes None)."""
+    return [recovery.LedgerRecord(attempt=r.attempt, update=r.update,
+                                  rank=None if r.rank == GLOBAL_RANK else r.rank,
+                                  time=r.time.timestamp(), spans=r.spans)
+            for r in rows]
+
+
+def load_generations(run: Run) -> list:
+    """GenerationRecord per Generation row, with its shard reports and storage results."""
+    shards: dict[int, dict] = {}
+    for s in ShardReport.objects.filter(generation__run=run):
+        shards.setdefault(s.generation_id, {})[s.shard] = recovery.ShardRecord(
+            update=s.update, objects=s.object_list, time=_ts(s.reported_at))
+    checks: dict[int, dict] = {}
+    for o in (CheckpointObject.objects.filter(generation__run=run, in_manifest=True,
+                                              check_status__in=CHECKED)
+              .values_list("generation_id", "uri", "check_status")):
+        checks.setdefault(o[0], {})[o[1]] = o[2]
+    records = []
+    for g in Generation.objects.filter(run=run).order_by("pk"):
+        manifests = [g.manifest] if g.manifest is not None else []
+        other = getattr(g, "conflicting_manifest", None)
+        if g.manifest_conflict and other:
+            manifests.append(other)
+        records.append(recovery.GenerationRecord(
+            generation_id=g.generation_id, attempt=g.attempt if g.attempt is not None else 0,
+            update=g.update, started_at=_ts(g.started_at), required_shards=g.required_shards,
+            components=g.components, shards=shards.get(g.pk, {}), manifests=manifests,
+            committed_at=_ts(g.commit_reported_at or g.committed_at),
+            object_checks=checks.get(g.pk, {})))
+    return records
+
+
+def load_input(run: Run, ledger: bool = True) -> "recovery.RunInput":
+    """The core's ``RunInput`` for a run, read from its typed tables."""
+    attempts, restores = load_attempts(run)
+    heartbeats = [recovery.HeartbeatRecord(attempt=h.attempt, rank=h.rank, time=h.time.timestamp(),
+                                           update=h.update, fetched=h.fetched)
+                  for h in Heartbeat.objects.filter(run=run).order_by("time")]
+    rows = (LedgerRow.objects.filter(run=run).order_by("attempt", "update", "rank").iterator(
+        chunk_size=5000)) if ledger else []
+    return recovery.RunInput(
+        run_id=run.run_id, attempts=attempts, ledger=ledger_records(rows), heartbeats=heartbeats,
+        generations=load_generations(run), restores=restores, contract=run.contract or None,
+        first_event_at=_ts(run.first_event_at))
+
+
+def _store_generation_statuses(run: Run, result: dict) -> None:
+    """Copy each generation's status and reasons (spec 5) onto its row, where they changed."""
+    current = {g.generation_id: g for g in Generation.objects.filter(run=run)
+               .only("pk", "generation_id", "status", "reasons")}
+    for g in result.get("generations", []):
+        row = current.get(g["generation_id"])
+        if row is not None and (row.status != g["status"] or row.reasons != g["reasons"]):
+            Generation.objects.filter(pk=row.pk).update(status=g["status"], reasons=g["reasons"])
+
+
+def analyze(run: Run, now: float | None = None) -> Analysis:
+    """Bring the run's stored analysis up to date and return it (see ``analyze_with_result``)."""
+    return analyze_with_result(run, now)[0]
+
+
+def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "recovery.RunAnalysis"]:
+    """Bring the run's stored analysis up to date; returns the row and the core's RunAnalysis.
+
+    Incremental: the ledger state kept in ``Analysis.state`` absorbs only ledger rows whose
+    ``last_seq`` is above the seq the state reflects (a row that gained a piece is absorbed again;
+    the core unites reports of one rank for one update). Attempts, generations, heartbeats and
+    restores are small and read whole. The Analysis row is locked for the duration, so two
+    workers cannot both absorb the same rows into diverging states.
+    """
+    started = time.monotonic()
+    now = time.time() if now is None else now
+    with transaction.atomic():
+        analysis, _ = Analysis.objects.get_or_create(run=run)
+        analysis = Analysis.objects.select_for_update().get(pk=analysis.pk)
+        # Read the seq first: every row stamped at or below it is committed (ingest stamps rows
+        # under the run's row lock, in the same transaction that raises the seq).
+        target_seq = Run.objects.filter(pk=run.pk).values_list("ingest_seq", flat=True).get()
+        ledger = None
+        if analysis.state:
+            try:
+                ledger = recovery.Ledger.from_bytes(bytes(analysis.state))
+            except ValueError:
+                log.warning("run %s: stored ledger state unreadable; rebuilding", run.pk)
+        since = analysis.ingest_seq if ledger is not None else -1
+        if ledger is None:
+            ledger = recovery.Ledger()
+        rows = (LedgerRow.objects.filter(run=run, last_seq__gt=since, last_seq__lte=target_seq)
+                .order_by("attempt", "update", "rank").iterator(chunk_size=5000))
+        batch = []
+        for row in rows:
+            batch.append(row)
+            if len(batch) >= 5000:
+                ledger.absorb(ledger_records(batch))
+                batch = []
+        if batch:
+            ledger.absorb(ledger_records(batch))
+        run.refresh_from_db()
+        outcome = recovery.analyze(load_input(run, ledger=False), now, ledger=ledger)
+        result = outcome.to_dict()
+        analysis.result = result
+        analysis.health = result["health"]
+        analysis.state = ledger.to_bytes()
+        analysis.ingest_seq = target_seq
+        analysis.computed_at = timezone.now()
+        analysis.duration_s = time.monotonic() - started
+        analysis.save()
+        _store_generation_statuses(run, result)
+    return analysis, outcome
+
+
+def analyze_and_alert(run_pk: int) -> Analysis | None:
+    """The ``analyze_run`` task: clear the queue mark, analyse, evaluate alerts, send flips."""
+    Run.objects.filter(pk=run_pk).update(analysis_queued_at=None)
+    run = Run.objects.filter(pk=run_pk).first()
+    if run is None:
+        return None
+    analysis = analyze(run)
+    notify(run)
+    return analysis
+
+
+def notify(run: Run) -> None:
+    """Evaluate the run's alert rules and hand new flips to the delivery task."""
+    from recoverydash.alerts.delivery import process_flips
+    from recoverydash.alerts.rules import evaluate_run
+
+    run = Run.objects.select_related("analysis", "project").get(pk=run.pk)
+    if evaluate_run(run):
+        for pk in process_flips():
+            enqueue("workers.tasks.deliver_webhook", pk)
+
+
+def enqueue(task_name: str, *args, countdown: float = 0.0) -> bool:
+    """Send a task by name; returns False (and logs) when the broker cannot take it. Never
+    raises: work that cannot be enqueued now is found again by the periodic sweeps."""
+    from workers.celery import app
+
+    if settings.CELERY_TASK_ALWAYS_EAGER:  # tests, and a single-process embedded use
+        app.tasks[task_name].apply(args=args, throw=True)
+        return True
+    try:
+        app.send_task(task_name, args=args, countdown=countdown or None)
+        return True
+    except Exception as exc:  # broker down: kombu raises several types
+        log.warning("could not enqueue %s%s: %s", task_name, args, exc)
+        return False
+
+
+def request_analysis(run_pk: int, force: bool = False) -> bool:
+    """Enqueue one debounced analysis of a run; returns True when a task was sent.
+
+    A conditional UPDATE marks the run queued unless it already was within the last minute, so
+    a burst of batches enqueues one task (delayed by ``RECOVERYDASH_ANALYSIS_DEBOUNCE_S``).
+    ``force`` enqueues even when one is queued (after storage verification). If the broker is
+    down the mark is cleared again, and ``sweep`` retries later.
+    """
+    now = timezone.now()
+    stale = now - timedelta(seconds=60)
+    if force:
+        Run.objects.filter(pk=run_pk).update(analysis_queued_at=now)
+    else:
+        marked = (Run.objects.filter(pk=run_pk)
+                  .filter(Q(analysis_queued_at__isnull=True) | Q(analysis_queued_at__lt=stale))
+                  .update(analysis_queued_at=now))
+        if not marked:
+            return False
+    sent = enqueue("workers.tasks.analyze_run", run_pk,
+                   countdown=0.0 if force else settings.RECOVERYDASH_ANALYSIS_DEBOUNCE_S)
+    if not sent:
+        Run.objects.filter(pk=run_pk).update(analysis_queued_at=None)
+    return sent
+
+
+def sweep(limit: int = 500) -> int:
+    """Enqueue analysis for runs whose analysis is behind their events (events ingested while
+    the broker was down, or an analysis that failed); returns how many were enqueued."""
+    behind = (Run.objects.filter(Q(analysis__isnull=True) |
+                                 Q(analysis__ingest_seq__lt=F("ingest_seq")))
+              .filter(ingest_seq__gt=0)
+              .values_list("pk", flat=True)[:limit])
+    return sum(1 for pk in behind if request_analysis(pk))
+
+
+def evaluate_all(limit: int = 2000) -> int:
+    """Periodic: re-analyse the figures that depend on the clock and evaluate alerts of every
+    run that has not ended; returns the number of runs evaluated."""
+    count = 0
+    for run in (Run.objects.select_related("analysis", "project")
+                .filter(analysis__isnull=False).exclude(analysis__health="ended")[:limit]):
+        notify(run)
+        count += 1
+    return count
+
+
+def plan_restore(run: Run, world_size: int | None = None, dataset_version: str | None = None,
+                 config_digest: str | None = None) -> "recovery.RestorePlan":
+    """Spec 5 restore-plan: analyse the run up to its newest events, then choose.
+
+    A restarting trainer asks this once; it must see every generation committed so far, so the
+    analysis is brought up to date synchronously rather than read from the stored result."""
+    _, outcome = analyze_with_result(run)
+    return recovery.restore_plan(outcome, world_size=world_size, dataset_version=dataset_version,
+                                 config_digest=config_digest)

@@ -1,0 +1,187 @@
+"""The read API of spec section 5: a run's recovery analysis and its restore plan.
+
+``GET /api/v1/runs/{run_id}/recovery`` answers from the stored analysis (written by the workers),
+with the clock-dependent figure (seconds since the last restorable generation) computed at request
+time and ``pending_analysis`` telling whether events arrived since. ``GET .../restore-plan`` brings
+the analysis up to date synchronously first: a restarting trainer must see every generation
+committed so far. Both need scope ``read``; another project's run is a 404.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from django.http import HttpRequest
+from django.utils import timezone
+from ninja import Query, Router, Schema, Status
+from pydantic import Field
+
+from recoverydash.alerts.models import Alert
+from recoverydash.alerts.rules import seconds_since_last_restorable
+from recoverydash.ingest.auth import read_auth, run_for
+from recoverydash.runs.models import Analysis, Run
+
+router = Router(tags=["analysis"])
+
+
+class CursorOut(Schema):
+    stratum: str
+    epoch: int
+    position: int
+
+
+class CodeOut(Schema):
+    code: str
+    detail: str
+
+
+class LastRestorableOut(Schema):
+    generation_id: str
+    update: int
+    committed_at: Optional[str]
+
+
+class GenerationOut(Schema):
+    generation_id: str
+    attempt: int
+    update: Optional[int]
+    status: Literal["pending", "committed", "restorable", "rejected", "abandoned"]
+    reasons: list[CodeOut]
+
+
+class RestartOut(Schema):
+    attempt: int
+    resumed_from: Optional[str]
+    resumed_update: int
+    world_size_before: Optional[int]
+    world_size_after: Optional[int]
+    expected_cursor: list[CursorOut]
+    resume_cursor: list[CursorOut]
+    replayed: int
+    omitted: int
+    recomputed: int
+    lost_updates: int
+    lost_seconds: Optional[float]
+    recovery_seconds: Optional[float]
+    verdict: Literal["exact", "replay", "omission", "replay_and_omission", "unverified"]
+    findings: list[CodeOut]
+
+
+class StratumOut(Schema):
+    stratum: str
+    consumed: int
+    duplicates: int
+    omissions: int
+    duplicate_rate: float
+    omission_rate: float
+
+
+class AlertOut(Schema):
+    id: str
+    rule: str
+    severity: Literal["info", "warning", "critical"]
+    state: Literal["firing", "acknowledged", "resolved"]
+    opened_at: str
+    resolved_at: Optional[str]
+    summary: str
+
+
+class RecoveryOut(Schema):
+    run_id: str
+    pending_analysis: bool = Field(description="true while ingested events are not yet "
+                                               "reflected below")
+    analysis_computed_at: Optional[str] = Field(None, description="when the analysis ran")
+    health: Literal["ok", "at_risk", "failing", "ended"]
+    last_restorable: Optional[LastRestorableOut]
+    seconds_since_last_restorable: Optional[float] = Field(
+        description="now minus committed_at of the newest restorable generation of the live "
+                    "lineage; with none yet, since the run's first event")
+    updates_at_risk: int
+    generations: list[GenerationOut]
+    restarts: list[RestartOut]
+    strata: list[StratumOut]
+    alerts: list[AlertOut]
+    costs: dict = Field(default_factory=dict, description="per-incident lost and recovery "
+                        "seconds, goodput, MTBF, median save cost, Young interval")
+
+
+class ObjectOut(Schema):
+    uri: str
+    shard: Optional[str] = None
+    component: Optional[str] = None
+    size: int
+    sha256: Optional[str] = None
+    update: Optional[int] = None
+
+
+class RestorePlanOut(Schema):
+    generation_id: str
+    update: int
+    committed_at: Optional[str]
+    objects: list[ObjectOut]
+    cursor: list[CursorOut]
+    warnings: list[CodeOut]
+
+
+class RejectedOut(Schema):
+    generation_id: str
+    status: str
+    reasons: list[CodeOut]
+
+
+class NoRestorableOut(Schema):
+    error: Literal["no_restorable_generation"]
+    rejected: list[RejectedOut]
+
+
+class RestorePlanQuery(Schema):
+    world_size: Optional[int] = Field(None, ge=1, description="ranks of the restarting attempt")
+    dataset_version: Optional[str] = Field(None, max_length=500)
+    config_digest: Optional[str] = Field(None, max_length=500)
+
+
+def recovery_view(run: Run) -> dict:
+    """The spec 5 ``recovery`` body of a run from its stored analysis and alert rows."""
+    now = timezone.now()
+    analysis = Analysis.objects.filter(run=run).first()
+    result = analysis.result if analysis else {}
+    alerts = [a.to_dict() for a in Alert.objects.filter(run=run).order_by("-opened_at")[:200]]
+    return {
+        "run_id": run.run_id,
+        "pending_analysis": analysis is None or analysis.ingest_seq < run.ingest_seq,
+        "analysis_computed_at": analysis.computed_at.isoformat() if analysis else None,
+        "health": result.get("health", "ok"),
+        "last_restorable": result.get("last_restorable"),
+        "seconds_since_last_restorable": seconds_since_last_restorable(
+            result, run.first_event_at, now),
+        "updates_at_risk": result.get("updates_at_risk", 0),
+        "generations": result.get("generations", []),
+        "restarts": result.get("restarts", []),
+        "strata": result.get("strata", []),
+        "alerts": alerts,
+        "costs": result.get("costs", {}),
+    }
+
+
+@router.get("/{run_id}/recovery", auth=read_auth, response={200: RecoveryOut},
+            summary="A run's recovery analysis (spec 5)")
+def get_recovery(request: HttpRequest, run_id: str):
+    """Which checkpoint can be resumed, what is at risk, and what each restart did to the data."""
+    return Status(200, recovery_view(run_for(request.auth, run_id)))
+
+
+@router.get("/{run_id}/restore-plan", auth=read_auth,
+            response={200: RestorePlanOut, 409: NoRestorableOut},
+            summary="Which generation a restarting trainer should load (spec 5)")
+def get_restore_plan(request: HttpRequest, run_id: str, query: Query[RestorePlanQuery]):
+    """200 with the newest restorable generation of the live lineage, its objects and data
+    cursor, and warnings when the restart differs (``world_size_changed``, ...); 409
+    ``no_restorable_generation`` listing the generations that are not restorable."""
+    from recoverydash.runs.analysis import plan_restore
+
+    plan = plan_restore(run_for(request.auth, run_id), world_size=query.world_size,
+                        dataset_version=query.dataset_version, config_digest=query.config_digest)
+    return Status(plan.status_code, plan.body)
+
+
+__all__ = ["router", "recovery_view"]
