@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from pyroaring import BitMap, BitMap64
 
 from .inputs import AttemptRecord, GenerationRecord, LedgerRecord
-from .positions import add_group, identity_position, range_positions, span_key, wire_range
+from .positions import (POSITION_LIMIT, add_group, identity_position, range_positions, span_key,
+                        wire_range)
 
 RANK, KEY, SLOT, U0, U1, A, ADV, M, S = range(9)
 #: Rank under which a report with a null rank (a coordinator's global view) is kept.
@@ -143,39 +144,77 @@ class Ledger:
         Raises ValueError on a malformed range (see :func:`.positions.wire_range`)."""
         count = 0
         touched = set()
+        current = state = None
         for rec in records:
             count += 1
-            state = self.attempts.get(rec.attempt)
-            if state is None:
-                state = self.attempt(rec.attempt)
-            touched.add(rec.attempt)
+            if rec.attempt != current:
+                current = rec.attempt
+                state = self.attempts.get(current)
+                if state is None:
+                    state = self.attempt(current)
+                touched.add(current)
+                absorbed, opened, runs = state.absorbed, state.open, state.runs
+                last_added = None
             rank = COORDINATOR_RANK if rec.rank is None else rec.rank
             update = rec.update
-            seen = state.absorbed.get(rank)
+            times = state.times
+            offset = update - state.time_base
+            if 0 <= offset < len(times):
+                if rec.time < times[offset]:
+                    times[offset] = rec.time
+            else:
+                state.note_time(update, rec.time)
+            seen = absorbed.get(rank)
             if seen is None:
-                seen = state.absorbed[rank] = BitMap()
-            state.note_time(update, rec.time)
+                seen = absorbed[rank] = BitMap()
             if update in seen:
                 self._absorb_again(state, rank, update, rec.spans)
+                runs = state.runs
                 continue
             seen.add(update)
-            state.updates.add(update)
+            if update != last_added:
+                state.updates.add(update)
+                last_added = update
             spans = rec.spans
-            if len(spans) == 1:
-                span = spans[0]
+            if not spans:
+                continue
+            # Fast path: every span one range of its own key (the common report shape); the
+            # run extension of _extend, inlined because this loop runs once per span.
+            keys = []
+            for span in spans:
                 ranges = span.get("ranges")
-                if ranges is not None and len(ranges) == 1 and "ids" not in span \
-                        and not span.get("padding"):
-                    item = ranges[0]
-                    self._extend(state, rank, (span["stratum"], span.get("epoch", 0),
-                                               span.get("order")), 0, update, item)
-                    continue
-            if spans:
+                if ranges is None or len(ranges) != 1 or "ids" in span or span.get("padding"):
+                    break
+                keys.append((span["stratum"], span.get("epoch", 0), span.get("order")))
+            if len(keys) != len(spans) or (len(keys) > 1 and len(set(keys)) != len(keys)):
                 self._absorb_general(state, rank, update, spans)
+                continue
+            for key, span in zip(keys, spans):
+                item = span["ranges"][0]
+                start, stop = item[0], item[1]
+                step = item[2] if len(item) > 2 else 1
+                if start < 0 or stop < start or stop >= POSITION_LIMIT or step < 1:
+                    wire_range(item)  # raises with the message
+                m = (stop - start + step - 1) // step
+                if m == 0:
+                    continue
+                handle = (rank, key, 0)
+                run = opened.get(handle)
+                if run is not None and run[U1] == update - 1 and run[M] == m \
+                        and run[S] == step:
+                    if run[U1] == run[U0]:
+                        run[ADV] = start - run[A]
+                        run[U1] = update
+                        continue
+                    if start == run[A] + (update - run[U0]) * run[ADV]:
+                        run[U1] = update
+                        continue
+                run = [rank, key, 0, update, update, start, 0, m, step]
+                runs.append(run)
+                opened[handle] = run
         for number in touched:
             self.attempts[number]._groups = None
-        if touched:
-            self._segments.clear()
+        self._segments = {h: v for h, v in self._segments.items() if h[0] not in touched}
         return count
 
     @staticmethod
