@@ -16,7 +16,7 @@ fails must stop the job). Command line: ``python -m recoverydash.sdk check LOCAT
 """
 
 from recoverydash.sdk.checkpoint import (DEFAULT_REQUIRED_COMPONENTS, GenerationCheck, Selection,
-                                         load_generation, restore_plan, save_generation,
+                                         load_generation, make_generation_id, restore_plan, save_generation,
                                          select_restorable, shard_name)
 from recoverydash.sdk.client import Client, default_spool_dir, get_client, init, now_rfc3339
 from recoverydash.sdk.ledger import (LedgerRecorder, SkipFirst, batch_length, order_digest,
@@ -30,7 +30,7 @@ __all__ = [
     "LedgerRecorder", "SkipFirst", "order_digest", "padded_length", "batch_length",
     "resume_skip", "resumed_from",
     "save_generation", "load_generation", "select_restorable", "restore_plan", "Selection",
-    "GenerationCheck", "DEFAULT_REQUIRED_COMPONENTS", "shard_name",
+    "GenerationCheck", "DEFAULT_REQUIRED_COMPONENTS", "shard_name", "make_generation_id",
     "MANIFEST_NAME", "ObjectCheck", "TransientStorageError", "verify_object", "list_manifests",
     "read_manifest", "write_manifest_atomically",
 ]

@@ -69,6 +69,14 @@ def shard_name(rank: int) -> str:
     return f"rank{rank}"
 
 
+def make_generation_id(update: int, attempt: int) -> str:
+    """A generation id unique in the run and sorting by update: ``u<update:09d>-a<attempt>``.
+
+    The attempt is part of it because a resumed attempt reaches the same update again and must
+    never write into the folder of the older attempt's (possibly half-written) generation."""
+    return f"u{int(update):09d}-a{int(attempt)}"
+
+
 # --- collectives without numpy -------------------------------------------------------------------
 
 def _all_gather_json(obj: Any, group=None) -> list:
@@ -185,6 +193,18 @@ def save_generation(location: str, generation_id: str, update: int, *,
     gen_uri = storage.join_uri(location, generation_id)
     if is_coord and client is not None:
         client.checkpoint_started(generation_id, update, shards, components)
+
+    # Never write into a published generation: its files are someone's restore point.
+    try:
+        taken = is_coord and os.path.exists(
+            storage.parse_uri(storage.manifest_uri(location, generation_id)).path)
+        if not (_all_agree(not taken, group) if distributed else not taken):
+            log.warning("recoverydash: generation %s is already published; not saving over it "
+                        "(use make_generation_id(update, attempt))", generation_id)
+            return None
+    except Exception as e:
+        log.warning("recoverydash: generation %s not saved: %r", generation_id, e)
+        return None
 
     ok, objects, progress = True, [], None
     try:
