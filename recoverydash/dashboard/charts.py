@@ -290,7 +290,11 @@ def generations_figure(generations: list[dict], attempts: list, window: tuple) -
     start, end = window
     for i, a in enumerate(attempts):
         a_start = a.started_at or start
-        a_end = a.ended_at or (end if a is attempts[-1] else a.last_event_at) or end
+        # An open attempt's band ends at its last sign of life, so a silent run does not squash
+        # the chart into its first days (the TSLRC chart keeps running to now).
+        last_seen = max([t for t in (a.last_event_at, a.heartbeat_at, a.last_update_at,
+                                     a.restored_at, a.started_at) if t is not None], default=None)
+        a_end = a.ended_at or last_seen or end
         if a_start and a_end:
             shapes.append({"type": "rect", "xref": "x", "yref": "paper",
                            "x0": a_start.isoformat(), "x1": a_end.isoformat(), "y0": 0, "y1": 1,

@@ -158,3 +158,39 @@ def known_run(project):
 def owner_client(client, owner):
     client.force_login(owner)
     return client
+
+
+def analyse(run):
+    """Analyse a run the way the workers do, synchronously: verify every generation's objects in
+    storage (``storage.verification.verify_generation``), then ``runs.analysis.analyze_and_alert``
+    (the recovery core, the stored Analysis and generation statuses, the alert rules)."""
+    from recoverydash.runs.analysis import analyze_and_alert
+    from recoverydash.runs.models import Generation, Run
+    from recoverydash.storage.verification import verify_generation
+
+    for pk in Generation.objects.filter(run=run).values_list("pk", flat=True):
+        verify_generation(pk)
+    analyze_and_alert(run.pk)
+    return Run.objects.get(pk=run.pk)
+
+
+def post_scenario(client, token, loader, name, objects_dir):
+    """Post a shared scenario's events through the real ingest API and analyse the run."""
+    import json
+
+    from recoverydash.runs.models import Run
+
+    events, expect = loader(name, str(objects_dir))
+    response = client.post("/api/v1/events", data=json.dumps({"events": events}),
+                           content_type="application/json",
+                           HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 202, response.content
+    run = Run.objects.get(run_id=events[0]["run_id"])
+    return analyse(run), expect
+
+
+@pytest.fixture
+def s2_run(client, full_token, scenario_loader, tmp_path, project):
+    """Scenario s2 (seed 003, resume at 80,048: 48 positions omitted), ingested and analysed."""
+    run, _ = post_scenario(client, full_token, scenario_loader, "s2_seed003_omission", tmp_path)
+    return run
