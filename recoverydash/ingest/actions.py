@@ -4,12 +4,17 @@ the typed tables, in one transaction (spec section 1: "a batch is atomic").
 Order of work inside the transaction, per batch:
 
 1. lock (create on first sight) every run the batch names, in the token's own project only;
-2. read the stored content hashes of the batch's ``event_id``\\s in one query: same hash is a
-   duplicate (counted, not stored), another hash a 409 naming the index; the same within the batch;
-3. check that each stratum keeps one span kind (ranges or ids) against the run's record;
-4. bump ``Run.ingest_seq`` once per run that gains events and stamp rows with it;
-5. write the events (PostgreSQL: ``COPY``; elsewhere ``bulk_create``) and project them into
-   attempts, ledger rows, heartbeats, generations, shard reports, checkpoint objects, audit windows;
+2. drop repeats of an ``event_id`` within the batch (same content: duplicate; else 409);
+3. check that each stratum keeps one span kind (ranges or ids) against the run's record, and
+   bump ``Run.ingest_seq`` once per run that gains events, stamping rows with it;
+4. write the events. PostgreSQL: ``COPY`` them all inside a savepoint, optimistically; if the
+   unique ``(run, event_id)`` index says some are stored already, roll the savepoint back, read
+   the stored content hashes of the batch's ids in one query (same hash: duplicate, counted and
+   not stored; another: 409 naming the index) and COPY the rest. Elsewhere: that query first,
+   then ``bulk_create``;
+5. project them into attempts, ledger rows (PostgreSQL: ``COPY``, with the same optimistic
+   savepoint; existing keys are united), heartbeats, generations, shard reports, checkpoint
+   objects, audit windows;
 6. after commit, hand the touched runs and newly committed generations to
    :func:`workers.dispatch.after_ingest`, which never fails the request.
 """
@@ -17,6 +22,7 @@ Order of work inside the transaction, per batch:
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
@@ -68,18 +74,19 @@ def ingest_batch(token: ApiToken | Project, events: Sequence[ValidEvent | dict])
         return result
     with transaction.atomic():
         runs = _lock_runs(project, {ev.model.run_id for ev in events})
-        fresh = _drop_duplicates(runs, events, result)
-        _check_span_kinds(runs, fresh)
+        unique = _unique_in_batch(runs, events, result)
         now = timezone.now()
-        # One seq per batch per run, taken under the run's row lock: two batches of one run
-        # cannot interleave their seqs, so a worker that has absorbed everything up to seq N
-        # never later sees a row stamped <= N appear (the race: batch A takes seq 5, batch B
-        # takes 6 and commits first, the worker absorbs 6, then A's rows commit with 5 and
-        # would be skipped forever). The lock makes seq order equal commit order.
+        fresh = None
+        if connection.vendor == "postgresql":
+            # Fast path: most batches are new events. COPY them all inside a savepoint; the
+            # unique (run, event_id) index reports any already stored, and only then do we
+            # pay for reading their hashes (the careful path below).
+            fresh = _insert_optimistically(runs, unique, now)
+        if fresh is None:
+            fresh = _drop_stored(runs, unique, result)
+            _stamp(runs, fresh)
+            _insert_events(runs, fresh, now)
         touched = {ev.model.run_id for ev in fresh}
-        for run_id in touched:
-            runs[run_id].ingest_seq += 1
-        _insert_events(runs, fresh, now)
         projection = _Projection(runs)
         for ev in fresh:
             projection.add(ev)
@@ -119,38 +126,81 @@ def _lock_runs(project: Project, run_ids: set[str]) -> dict[str, Run]:
     return runs
 
 
-def _drop_duplicates(runs: dict[str, Run], events: Sequence[ValidEvent],
+def _unique_in_batch(runs: dict[str, Run], events: Sequence[ValidEvent],
                      result: IngestResult) -> list[ValidEvent]:
-    """Events not yet stored. Counts duplicates into ``result``; raises Conflict (409) for an
-    ``event_id`` stored or earlier in the batch with another content hash."""
+    """The batch without repeats of an ``event_id`` (counted as duplicates in ``result``);
+    raises Conflict (409) for a repeat with other content."""
+    seen: dict[tuple[int, str], ValidEvent] = {}
+    unique: list[ValidEvent] = []
+    for ev in events:
+        key = (runs[ev.model.run_id].pk, ev.model.event_id)
+        first = seen.get(key)
+        if first is None:
+            seen[key] = ev
+            unique.append(ev)
+        elif first.content_hash != ev.content_hash:
+            raise Conflict(ev.index, f"event_id {ev.model.event_id!r} of run "
+                           f"{ev.model.run_id!r} appears at index {first.index} and at index "
+                           f"{ev.index} with different content; expected one content per "
+                           "event_id")
+        else:
+            result.duplicates += 1
+    return unique
+
+
+def _drop_stored(runs: dict[str, Run], events: Sequence[ValidEvent],
+                 result: IngestResult) -> list[ValidEvent]:
+    """Events not yet stored (one query). Counts duplicates into ``result``; raises Conflict
+    (409) for an ``event_id`` already stored with another content hash."""
     stored: dict[tuple[int, str], str] = {}
     ids = {ev.model.event_id for ev in events}
     for run_pk, event_id, content_hash in (
             Event.objects.filter(run__in=[r.pk for r in runs.values()], event_id__in=ids)
             .values_list("run_id", "event_id", "content_hash")):
         stored[(run_pk, event_id)] = content_hash
-    seen: dict[tuple[int, str], ValidEvent] = {}
     fresh: list[ValidEvent] = []
     for ev in events:
-        key = (runs[ev.model.run_id].pk, ev.model.event_id)
-        if key in stored:
-            if stored[key] != ev.content_hash:
-                raise Conflict(ev.index, f"event_id {ev.model.event_id!r} is already stored for "
-                               f"run {ev.model.run_id!r} with different content (index "
-                               f"{ev.index}); expected the same content or a new event_id")
-            result.duplicates += 1
-        elif key in seen:
-            first = seen[key]
-            if first.content_hash != ev.content_hash:
-                raise Conflict(ev.index, f"event_id {ev.model.event_id!r} of run "
-                               f"{ev.model.run_id!r} appears at index {first.index} and at index "
-                               f"{ev.index} with different content; expected one content per "
-                               "event_id")
-            result.duplicates += 1
-        else:
-            seen[key] = ev
+        known = stored.get((runs[ev.model.run_id].pk, ev.model.event_id))
+        if known is None:
             fresh.append(ev)
+        elif known != ev.content_hash:
+            raise Conflict(ev.index, f"event_id {ev.model.event_id!r} is already stored for "
+                           f"run {ev.model.run_id!r} with different content (index "
+                           f"{ev.index}); expected the same content or a new event_id")
+        else:
+            result.duplicates += 1
     return fresh
+
+
+def _stamp(runs: dict[str, Run], fresh: Sequence[ValidEvent]) -> None:
+    """Check span kinds, then take the batch's seq for every run that gains events.
+
+    One seq per batch per run, taken under the run's row lock: two batches of one run cannot
+    interleave their seqs, so a worker that has absorbed everything up to seq N never later sees
+    a row stamped <= N appear (the race: batch A takes seq 5, batch B takes 6 and commits first,
+    the worker absorbs 6, then A's rows commit with 5 and would be skipped forever). The lock
+    makes seq order equal commit order."""
+    _check_span_kinds(runs, fresh)
+    for run_id in {ev.model.run_id for ev in fresh}:
+        runs[run_id].ingest_seq += 1
+
+
+def _insert_optimistically(runs: dict[str, Run], events: Sequence[ValidEvent],
+                           now) -> list[ValidEvent] | None:
+    """PostgreSQL: stamp and COPY every event in a savepoint. Returns the events, or None
+    (savepoint and in-memory run state rolled back) when some were already stored."""
+    from psycopg.errors import UniqueViolation
+
+    saved = {run_id: (run.ingest_seq, dict(run.strata)) for run_id, run in runs.items()}
+    _stamp(runs, events)
+    try:
+        with transaction.atomic():
+            _insert_events(runs, events, now)
+    except UniqueViolation:
+        for run_id, (seq, strata) in saved.items():
+            runs[run_id].ingest_seq, runs[run_id].strata = seq, strata
+        return None
+    return list(events)
 
 
 def _check_span_kinds(runs: dict[str, Run], events: Iterable[ValidEvent]) -> None:
@@ -200,6 +250,10 @@ def _copy(table: str, columns: Sequence[str], rows: Iterable[tuple]) -> None:
         with cursor.cursor.copy(sql) as copy:
             for row in rows:
                 copy.write_row(row)
+
+
+_LEDGER_COLUMNS = ("run_id", "attempt", "update", "rank", "time", "spans", "samples", "tokens",
+                   "first_seq", "last_seq")
 
 
 class _Projection:
@@ -306,6 +360,20 @@ class _Projection:
     def _flush_ledger(self) -> None:
         if not self.ledger:
             return
+        if connection.vendor == "postgresql":
+            # Fast path: a batch's ledger keys are usually new (one report per rank per update).
+            from psycopg.errors import UniqueViolation
+
+            try:
+                with transaction.atomic():
+                    _copy(LedgerRow._meta.db_table, _LEDGER_COLUMNS, (
+                        key + (entry["time"], json.dumps(entry["spans"]), entry["samples"],
+                               entry["tokens"], self.by_pk[key[0]].ingest_seq,
+                               self.by_pk[key[0]].ingest_seq)
+                        for key, entry in self.ledger.items()))
+                return
+            except UniqueViolation:
+                pass  # some keys exist: unite them below
         keys = self.ledger
         existing = {
             (row.run_id, row.attempt, row.update, row.rank): row
@@ -329,10 +397,8 @@ class _Projection:
         if not new_rows:
             return
         if connection.vendor == "postgresql":
-            _copy(LedgerRow._meta.db_table,
-                  ("run_id", "attempt", "update", "rank", "time", "spans", "samples", "tokens",
-                   "first_seq", "last_seq"),
-                  (r[:5] + (canonical_json(r[5]),) + r[6:] for r in new_rows))
+            _copy(LedgerRow._meta.db_table, _LEDGER_COLUMNS,
+                  (r[:5] + (json.dumps(r[5]),) + r[6:] for r in new_rows))
         else:
             LedgerRow.objects.bulk_create(
                 [LedgerRow(run_id=r[0], attempt=r[1], update=r[2], rank=r[3], time=r[4],

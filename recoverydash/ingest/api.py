@@ -43,6 +43,27 @@ class RecoveryDashAPI(NinjaAPI):
         schema = super().get_openapi_schema(**kwargs)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         components.update(_BODY_DEFS)
+        components.setdefault("ErrorOut", ErrorOut.model_json_schema(
+            ref_template="#/components/schemas/{model}"))
+        components["ErrorOut"].pop("$defs", None)
+        components.setdefault("ErrorItemOut", ErrorItemOut.model_json_schema())
+        # Errors are made in one place (errors.py), so they are documented in one place too:
+        # every operation may answer 400 (bad parameters), a secured one 401/403/429, one with
+        # path parameters 404. Codes an operation documents itself are left as they are.
+        ref = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
+        for path, operations in schema.get("paths", {}).items():
+            for operation in operations.values():
+                if not isinstance(operation, dict) or "responses" not in operation:
+                    continue
+                codes = {400: "invalid request"}
+                if operation.get("security"):
+                    codes.update({401: "no, unknown or revoked token",
+                                  403: "token without the scope", 429: "rate limit"})
+                if "{" in path:
+                    codes[404] = "not found in this project"
+                for code, text in codes.items():
+                    operation["responses"].setdefault(code, {"description": text,
+                                                             "content": ref})
         return schema
 
 
@@ -200,7 +221,7 @@ class RunsQuery(Schema):
     limit: int = Field(500, ge=1, le=5000, description="at most this many runs, newest first")
 
 
-@api.get("/runs", auth=read_auth, response={200: list[RunOut], **ERROR_RESPONSES},
+@api.get("/runs", auth=read_auth, response={200: list[RunOut]},
          summary="The project's runs (spec 5)")
 def list_runs(request: HttpRequest, query: Query[RunsQuery]):
     """The token's project's runs, most recently heard from first."""

@@ -324,8 +324,11 @@ class ValidEvent:
 def canonical_json(body: Any) -> str:
     """Sorted keys, no spaces, non-ASCII kept: the text whose sha256 is an event's content hash.
     Raises ValueError for values JSON cannot carry (NaN, infinities)."""
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
+    return _CANONICAL.encode(body)
+
+
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                              allow_nan=False)
 
 
 # Union members and wrappers pydantic adds to error locations; they are not wire names.
