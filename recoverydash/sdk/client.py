@@ -495,20 +495,31 @@ class Client:
                         return False
                     time.sleep(max(0.0, wait) + 0.001)
             self._ensure_thread()
-            with self._lock:
-                self._flush_req += 1
-                req = self._flush_req
-            try:
-                self._queue.put_nowait(_WAKE)
-            except queue.Full:
-                pass
-            with self._cond:
-                while self._flush_done < req:
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        return False
-                    self._cond.wait(left if left is None else min(left, 0.5))
-                return self._c["queued"] == self._resolved and len(self._spool) == 0
+            while True:
+                with self._lock:
+                    self._flush_req += 1
+                    req = self._flush_req
+                try:
+                    self._queue.put_nowait(_WAKE)
+                except queue.Full:
+                    pass
+                with self._cond:
+                    while self._flush_done < req:
+                        left = None if deadline is None else deadline - time.monotonic()
+                        if left is not None and left <= 0:
+                            return False
+                        self._cond.wait(0.5 if left is None else min(left, 0.5))
+                    done = self._c["queued"] == self._resolved
+                if done and len(self._spool) == 0:
+                    return True
+                # the spool still holds batches: wait for the pause to end, then drain again
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    return False
+                wait = max(0.01, self._paused_until - now)
+                if deadline is not None:
+                    wait = min(wait, deadline - now)
+                time.sleep(wait)
         except Exception as e:
             self._once(("flush", type(e)), logging.WARNING, "recoverydash: flush failed: %r", e)
             return False
@@ -787,7 +798,7 @@ class Client:
                 pause = ra
             self._paused_until = time.monotonic() + pause
             self._once(("retry", status), logging.WARNING,
-                       "recoverydash: server answered %s; spooling and retrying in %.1fs "
+                       "recoverydash: server answered %s; spooling and retrying in %.2fs "
                        "(logged once)", status if status is not None else "no connection", pause)
             return "retry"
         if status in (409, 413) and n > 1:
