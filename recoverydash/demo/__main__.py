@@ -1,0 +1,401 @@
+"""``make demo``: recoverydash on a real, fault-injected PyTorch training job.
+
+Sets up a fresh demo instance (``var/demo/``, or ``RECOVERYDASH_DEMO_DIR``): its own SQLite and
+filesystem broker, a superuser, a project ``demo`` with a token, and a storage location per run;
+starts web + worker + beat (``python -m recoverydash.serve``); then runs one short training job per
+seed fault (4 gloo ranks on the CPU, see ``trainer.py``), each as attempt 0 (the fault) and
+attempt 1 (the restart). It waits until every run's analysis is current, prints each injected fault
+beside what recoverydash concluded, and keeps serving until Ctrl-C.
+
+Environment: ``PORT`` (default 8000; a free one is picked when it is busy), ``DEMO_EXIT=1`` (exit
+after the table: status 0 only when every conclusion matches), ``DEMO_ONLY=a,d,f`` (a subset of the
+faults), ``RECOVERYDASH_DEMO_DIR``, ``DEMO_ANALYSIS_TIMEOUT`` (seconds, default 120),
+``RECOVERYDASH_DEMO_S3`` (not supported: DCP publishing in the SDK writes to a folder only).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# The job: 96 samples, 4 ranks x microbatch 2 x accumulation 2 = 16 positions per update,
+# 6 updates per epoch, a checkpoint every 2 updates.
+N, WORLD, MICRO, ACCUM, CKPT_EVERY = 96, 4, 2, 2, 2
+GB = WORLD * MICRO * ACCUM
+
+
+@dataclass
+class Scenario:
+    key: str
+    run_id: str
+    title: str
+    fault: str                    # trainer fault of attempt 0
+    fault_update: int
+    resume: str = "checkpoint"    # trainer resume mode of attempt 1
+    world_after: int = WORLD
+    discover: bool = False        # run manifest discovery between the attempts
+    # expectations
+    generations: dict = field(default_factory=dict)  # generation_id -> (status, reason code|None)
+    restart: dict = field(default_factory=dict)      # key -> value (verdict, counts, resumed_from)
+    findings: tuple = ()          # restart finding codes that must be present
+    alerts: tuple = ()            # alert rules that must be raised
+    no_alerts: tuple = ("restart_replay", "restart_omission")
+
+
+def scenarios() -> list[Scenario]:
+    at_ckpt = dict(fault_update=4)
+    # a crash while reading update 6: 5 committed, 1 microbatch per rank read (8 positions)
+    mid = dict(fault="crash_mid_update", fault_update=6)
+    read = 5 * GB + WORLD * MICRO   # 88: the read cursor at the crash
+    ckpt = 4 * GB                   # 64: the committed cursor of u000000004
+    rolled = read - ckpt            # 24: read or committed after the checkpoint, rolled back
+    return [
+        Scenario("a", "demo-a-killed-before-shard", "rank 3 killed before any shard is written",
+                 "kill_before_shard", **at_ckpt,
+                 generations={"u000000004-a0": ("abandoned", "never_committed"),
+                              "u000000002-a0": ("restorable", None)},
+                 restart={"resumed_from": "u000000002-a0", "verdict": "exact", "replayed": 0,
+                          "omitted": 0, "recomputed": 2 * GB, "lost_updates": 2}),
+        Scenario("b", "demo-b-killed-mid-shard", "rank 3 killed while writing its shard",
+                 "kill_mid_shard", **at_ckpt,
+                 generations={"u000000004-a0": ("abandoned", "never_committed"),
+                              "u000000002-a0": ("restorable", None)},
+                 restart={"resumed_from": "u000000002-a0", "verdict": "exact", "replayed": 0,
+                          "omitted": 0, "recomputed": 2 * GB, "lost_updates": 2}),
+        Scenario("c", "demo-c-no-commit-marker", "all shards written, commit marker not",
+                 "kill_before_commit", **at_ckpt,
+                 generations={"u000000004-a0": ("abandoned", "never_committed"),
+                              "u000000002-a0": ("restorable", None)},
+                 restart={"resumed_from": "u000000002-a0", "verdict": "exact", "replayed": 0,
+                          "omitted": 0, "recomputed": 2 * GB, "lost_updates": 2}),
+        Scenario("d", "demo-d-commit-event-lost", "manifest committed, commit event never sent",
+                 "kill_after_commit", **at_ckpt, discover=True,
+                 generations={"u000000004-a0": ("restorable", None)},
+                 restart={"resumed_from": "u000000004-a0", "verdict": "exact", "replayed": 0,
+                          "omitted": 0, "recomputed": 0, "lost_updates": 0}),
+        Scenario("e", "demo-e-fewer-ranks", "restart on 2 ranks instead of 4", **mid,
+                 world_after=2,
+                 generations={"u000000004-a0": ("restorable", None)},
+                 restart={"resumed_from": "u000000004-a0", "verdict": "exact", "replayed": 0,
+                          "omitted": 0, "recomputed": rolled, "lost_updates": 1,
+                          "world_size_before": 4, "world_size_after": 2},
+                 findings=("world_size_changed",), alerts=("world_size_changed",)),
+        Scenario("f", "demo-f-resume-read-cursor", "loader resumes from the read cursor", **mid,
+                 resume="read_cursor",
+                 generations={"u000000004-a0": ("restorable", None)},
+                 restart={"resumed_from": "u000000004-a0", "verdict": "omission", "replayed": 0,
+                          "omitted": rolled, "recomputed": 0, "lost_updates": 1},
+                 findings=("omission",), alerts=("restart_omission",),
+                 no_alerts=("restart_replay",)),
+        Scenario("g", "demo-g-resume-older-cursor", "loader resumes one global batch behind",
+                 **mid, resume="older",
+                 generations={"u000000004-a0": ("restorable", None)},
+                 restart={"resumed_from": "u000000004-a0", "verdict": "replay", "replayed": GB,
+                          "omitted": 0, "recomputed": rolled, "lost_updates": 1},
+                 findings=("replay",), alerts=("restart_replay",),
+                 no_alerts=("restart_omission",)),
+        Scenario("h", "demo-h-clean-restart", "clean restart at the committed cursor", **mid,
+                 generations={"u000000004-a0": ("restorable", None)},
+                 restart={"resumed_from": "u000000004-a0", "verdict": "exact", "replayed": 0,
+                          "omitted": 0, "recomputed": rolled, "lost_updates": 1}),
+    ]
+
+
+def say(msg: str):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# --- the demo instance ----------------------------------------------------------------------------
+
+def setup_instance(base: Path, runs: list[Scenario]) -> dict:
+    """Fresh var dir, migrate, user, project, membership, token, storage locations."""
+    var = base / "var"
+    if base.exists():
+        shutil.rmtree(base)
+    (base / "ckpt").mkdir(parents=True)
+    os.environ["RECOVERYDASH_VAR_DIR"] = str(var)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "recoverydash.settings")
+    os.environ.pop("DATABASE_URL", None)
+    os.environ.pop("CELERY_BROKER_URL", None)
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    from recoverydash.runs.models import ApiToken, Membership, Project
+    from recoverydash.storage.models import StorageLocation
+
+    call_command("migrate", interactive=False, verbosity=0)
+    password = "demo-" + secrets.token_urlsafe(6)
+    user = get_user_model().objects.create_superuser("demo", "demo@example.invalid", password)
+    project = Project.objects.create(name="demo")
+    Membership.objects.create(project=project, user=user)
+    _, token = ApiToken.issue(project, ["ingest", "read"], name="demo")
+    for s in runs:
+        folder = base / "ckpt" / s.run_id
+        folder.mkdir()
+        StorageLocation.objects.create(project=project, url=folder.as_uri(), run_id=s.run_id)
+    from django.db import connections
+
+    connections.close_all()
+    return {"user": "demo", "password": password, "token": token, "var": var}
+
+
+def start_server(var: Path, port: int, log_path: Path) -> subprocess.Popen:
+    env = {**os.environ, "PORT": str(port), "RECOVERYDASH_VAR_DIR": str(var),
+           "WEB_CONCURRENCY": "1", "CELERY_CONCURRENCY": "1",
+           "SITE_URL": f"http://localhost:{port}"}
+    log = open(log_path, "ab")
+    return subprocess.Popen([sys.executable, "-m", "recoverydash.serve"], env=env, cwd=str(REPO),
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop_server(proc: subprocess.Popen):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout: float = 90.0) -> bool:
+    from recoverydash.demo.util import get_json
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        status, _ = get_json(url + "/healthz", timeout=2)
+        if status == 200:
+            return True
+        time.sleep(0.5)
+    return False
+
+
+# --- the jobs -------------------------------------------------------------------------------------
+
+def run_scenario(s: Scenario, base: Path, url: str, token: str) -> dict:
+    from recoverydash.demo.trainer import launch
+
+    loc = str(base / "ckpt" / s.run_id)
+    common = {"url": url, "token": token, "run_id": s.run_id, "location": loc,
+              "spool": str(base / "spool"), "n": N, "micro": MICRO, "epochs": 1,
+              "ckpt_every": CKPT_EVERY, "loader_state": str(base / f"loader-{s.key}.json"),
+              "quiet_crash": True, "world_before": WORLD}
+    t0 = time.monotonic()
+    codes0 = launch({**common, "attempt": 0, "accum": ACCUM, "fault": s.fault,
+                     "fault_update": s.fault_update}, WORLD)
+    folders = sorted(os.listdir(loc))
+    on_disk = {g: os.path.exists(os.path.join(loc, g, "recoverydash-manifest.json"))
+               for g in folders}
+    say(f"  {s.key}: attempt 0 ({WORLD} ranks) exit codes {codes0}; in storage: "
+        + ", ".join(f"{g}{'' if m else ' (no manifest)'}" for g, m in on_disk.items()))
+    discovered = None
+    if s.discover:
+        from recoverydash.storage.discovery import discover_all
+
+        discovered = discover_all()
+        say(f"  {s.key}: manifest discovery ingested {discovered} manifest(s) found in storage")
+    accum = ACCUM * WORLD // s.world_after  # keep the global batch when the world shrinks
+    codes1 = launch({**common, "attempt": 1, "accum": accum, "resume": s.resume,
+                     "world_before": WORLD}, s.world_after)
+    say(f"  {s.key}: attempt 1 ({s.world_after} ranks, resume: {s.resume}) exit codes {codes1} "
+        f"({time.monotonic() - t0:.1f} s)")
+    return {"codes0": codes0, "codes1": codes1, "discovered": discovered, "on_disk": on_disk}
+
+
+def wait_analysis(url: str, token: str, runs: list[Scenario], timeout: float) -> dict:
+    """The /recovery answer of every run once it is current (or the last one at the timeout)."""
+    from recoverydash.demo.util import get_json
+
+    deadline = time.monotonic() + timeout
+    answers: dict = {}
+    while True:
+        waiting = []
+        for s in runs:
+            status, body = get_json(f"{url}/api/v1/runs/{s.run_id}/recovery", token)
+            answers[s.run_id] = body if status == 200 else {"error": status, "body": body}
+            if not _settled(body if status == 200 else None):
+                waiting.append(s.key)
+        if not waiting:
+            return answers
+        if time.monotonic() > deadline:
+            say(f"analysis not current after {timeout:.0f} s for: {', '.join(waiting)}")
+            return answers
+        time.sleep(2)
+
+
+def _settled(body) -> bool:
+    if not body or body.get("pending_analysis"):
+        return False
+    if any(g["status"] in ("pending", "committed") for g in body.get("generations", [])):
+        return False
+    rs = body.get("restarts") or []
+    return bool(rs) and all(r.get("verdict") != "unverified" for r in rs)
+
+
+# --- the table ------------------------------------------------------------------------------------
+
+def judge(s: Scenario, body: dict, job: dict) -> tuple[list[str], list[str]]:
+    """(lines of what recoverydash concluded, mismatches)."""
+    lines, bad = [], []
+    if not body or "generations" not in body:
+        return [f"no analysis: {body}"], [f"no analysis answer: {body}"]
+    gens = {g["generation_id"]: g for g in body["generations"]}
+    for gid, (status, reason) in s.generations.items():
+        g = gens.get(gid)
+        got = "absent" if g is None else g["status"]
+        codes = [] if g is None else [r["code"] for r in g.get("reasons", [])]
+        lines.append(f"gen {gid}: {got}" + (f" ({', '.join(codes)})" if codes else ""))
+        if got != status or (reason and reason not in codes):
+            bad.append(f"generation {gid}: expected {status}"
+                       + (f" ({reason})" if reason else "") + f", got {got} {codes}")
+    others = [g for gid, g in gens.items() if gid not in s.generations]
+    if others:
+        lines.append("other gens: " + ", ".join(f"{g['generation_id']} {g['status']}"
+                                                for g in others))
+    restarts = [r for r in body.get("restarts") or [] if r.get("attempt") == 1]
+    if not restarts:
+        bad.append("no restart of attempt 1 in the analysis")
+    else:
+        r = restarts[0]
+        findings = [f["code"] for f in r.get("findings") or []]
+        lines.append(f"restart from {r.get('resumed_from')} @ {r.get('resumed_update')}: "
+                     f"{r.get('verdict')}, replayed {r.get('replayed')}, omitted "
+                     f"{r.get('omitted')}, recomputed {r.get('recomputed')}, lost updates "
+                     f"{r.get('lost_updates')}")
+        lines.append(f"  cursor expected {_cur(r.get('expected_cursor'))}, resumed "
+                     f"{_cur(r.get('resume_cursor'))}; world {r.get('world_size_before')}->"
+                     f"{r.get('world_size_after')}" + (f"; findings {', '.join(findings)}"
+                                                      if findings else ""))
+        for k, v in s.restart.items():
+            if r.get(k) != v:
+                bad.append(f"restart {k}: expected {v}, got {r.get(k)}")
+        for code in s.findings:
+            if code not in findings:
+                bad.append(f"restart finding {code} expected, got {findings}")
+    rules = sorted({a["rule"] for a in body.get("alerts") or []})
+    lines.append("alerts: " + (", ".join(f"{a['rule']} ({a['state']})"
+                                         for a in body.get("alerts") or []) or "none"))
+    for rule in s.alerts:
+        if rule not in rules:
+            bad.append(f"alert {rule} expected, got {rules}")
+    for rule in s.no_alerts:
+        if rule in rules:
+            bad.append(f"alert {rule} not expected, got {rules}")
+    if s.discover and not job.get("discovered"):
+        bad.append(f"discovery ingested {job.get('discovered')} manifests, expected >= 1")
+    if job["codes1"] != [0] * s.world_after:
+        bad.append(f"attempt 1 exit codes {job['codes1']}")
+    return lines, bad
+
+
+def _cur(cursor) -> str:
+    return ",".join(f"e{c.get('epoch')}:{c.get('position')}" for c in cursor or []) or "-"
+
+
+def expectation(s: Scenario) -> list[str]:
+    out = [f"{gid} {st}" + (f" ({rs})" if rs else "") for gid, (st, rs) in s.generations.items()]
+    r = s.restart
+    out.append(f"restart from {r['resumed_from']}: {r['verdict']}, replayed {r['replayed']}, "
+               f"omitted {r['omitted']}, recomputed {r['recomputed']}, lost {r['lost_updates']}")
+    if s.findings:
+        out.append("findings " + ", ".join(s.findings))
+    if s.alerts:
+        out.append("alerts " + ", ".join(s.alerts))
+    return out
+
+
+def print_table(runs, answers, jobs) -> tuple[bool, list]:
+    ok_all = True
+    report = []
+    width = 100
+    print("\n" + "=" * width)
+    print("injected fault  ->  what recoverydash concluded")
+    print("=" * width)
+    for s in runs:
+        lines, bad = judge(s, answers.get(s.run_id), jobs[s.run_id])
+        ok_all &= not bad
+        report.append({"key": s.key, "run_id": s.run_id, "fault": s.title, "ok": not bad,
+                       "mismatches": bad, "concluded": lines})
+        print(f"({s.key}) {s.title}   [run {s.run_id}]   {'MATCH' if not bad else 'MISMATCH'}")
+        for e in expectation(s):
+            print(f"      expected: {e}")
+        for line in lines:
+            print(f"      got:      {line}")
+        for b in bad:
+            print(f"      !! {b}")
+        print("-" * width)
+    return ok_all, report
+
+
+def main() -> int:
+    t_start = time.monotonic()
+    base = Path(os.environ.get("RECOVERYDASH_DEMO_DIR", REPO / "var" / "demo")).resolve()
+    only = [k.strip() for k in os.environ.get("DEMO_ONLY", "").split(",") if k.strip()]
+    runs = [s for s in scenarios() if not only or s.key in only]
+    if os.environ.get("RECOVERYDASH_DEMO_S3"):
+        say("note: RECOVERYDASH_DEMO_S3 is set, but the SDK publishes DCP generations into a "
+            "folder only; the demo uses a local folder")
+    from recoverydash.demo.util import free_port, port_is_free
+
+    port = int(os.environ.get("PORT", "8000"))
+    if not port_is_free(port):
+        new = free_port()
+        say(f"port {port} is busy: using {new}")
+        port = new
+    say(f"setting up a fresh demo instance in {base}")
+    inst = setup_instance(base, runs)
+    url = f"http://localhost:{port}"
+    say(f"starting web + worker + beat on {url} (log: {base / 'serve.log'})")
+    server = start_server(inst["var"], port, base / "serve.log")
+    try:
+        if not wait_http(url, server):
+            say(f"the server did not come up; see {base / 'serve.log'}")
+            return 2
+        say(f"server up; demo user {inst['user']} / {inst['password']}, token {inst['token']}")
+        import torch  # noqa: F401  (imported once here: the ranks are forked from this process)
+
+        jobs = {}
+        for i, s in enumerate(runs, 1):
+            say(f"[{i}/{len(runs)}] fault ({s.key}): {s.title}")
+            jobs[s.run_id] = run_scenario(s, base, url, inst["token"])
+        say("waiting for the analysis of every run to be current ...")
+        answers = wait_analysis(url, inst["token"], runs,
+                                float(os.environ.get("DEMO_ANALYSIS_TIMEOUT", "120")))
+        ok, report = print_table(runs, answers, jobs)
+        (base / "results.json").write_text(json.dumps({"ok": ok, "runs": report,
+                                                       "answers": answers}, indent=1))
+        elapsed = time.monotonic() - t_start
+        print(f"{sum(r['ok'] for r in report)}/{len(report)} conclusions match "
+              f"({elapsed:.0f} s)")
+        print(f"dashboard: {url}/   login: {inst['user']} / {inst['password']}")
+        print(f"API token (ingest, read): {inst['token']}")
+        if os.environ.get("DEMO_EXIT") == "1":
+            return 0 if ok else 1
+        print("serving until Ctrl-C", flush=True)
+        try:
+            while server.poll() is None:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            pass
+        return 0 if ok else 1
+    finally:
+        stop_server(server)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

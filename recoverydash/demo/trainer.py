@@ -1,0 +1,224 @@
+"""One rank of the demo's training job: a tiny DDP model on the CPU (gloo), ``DistributedSampler``,
+gradient accumulation, DCP checkpoints published with the SDK (``save_generation``), the data ledger
+sent by the SDK client, and fault hooks driven by ``cfg["fault"]``.
+
+``launch(cfg, world)`` forks ``world`` ranks (the parent has imported torch already, so a rank
+starts in milliseconds instead of importing torch again) and returns their exit codes.
+
+Faults of attempt 0 (the rank that dies calls ``os._exit``: no cleanup, no atexit, as a SIGKILL;
+it first flushes the events its SDK client already queued, so the counts the demo expects do not
+depend on whether the client's 0.2 s send interval happened to pass before the kill):
+
+- ``kill_before_shard``: rank 3 dies when the save of update ``fault_update`` begins, before it
+  writes anything (the coordinator has reported ``checkpoint_started``).
+- ``kill_mid_shard``: rank 3 dies while writing its ``data_progress`` file (its DCP files are on
+  disk, the file is half written); ranks 0-2 report ``shard_written``.
+- ``kill_before_commit``: every shard is written and reported; the coordinator dies just before it
+  writes the manifest (the commit marker).
+- ``kill_after_commit``: the coordinator writes the manifest, then dies before it reports
+  ``checkpoint_committed``: only manifest discovery can tell the server.
+- ``crash_mid_update``: rank 1 dies after it has read the first microbatch of update
+  ``fault_update`` (its last heartbeat carries the read cursor); it also leaves a loader state file
+  with the read cursor, as a prefetching loader's own state would.
+
+Resume modes of attempt 1 (``cfg["resume"]``): ``checkpoint`` (the checkpoint's committed cursor:
+exact), ``read_cursor`` (the loader state file: omission), ``older`` (one global batch behind the
+checkpoint's cursor: replay). The generation is chosen by the SDK's ``select_restorable``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import traceback
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+DATASET_VERSION = "demo-ds-1"
+
+
+def _tensor_to_object(tensor, tensor_size, group):
+    # torch's object collectives (used inside DCP) need numpy for this; the venv has none.
+    buf = bytes(tensor.cpu()[:tensor_size].tolist())
+    return c10d._unpickler(io.BytesIO(buf)).load()
+
+
+c10d._tensor_to_object = _tensor_to_object
+
+
+def _die(client=None, code: int = 17):
+    if client is not None:
+        client.flush(5)
+    os._exit(code)
+
+
+def _install_save_fault(cfg: dict, rank: int, client):
+    """Fault hooks inside the SDK's publication, for the save of update ``fault_update``."""
+    from recoverydash.storage import objects
+
+    fault = cfg.get("fault")
+    if fault == "kill_mid_shard" and rank == 3:
+        original_put = objects.put_object
+
+        def put_object(uri, data, **kw):
+            if "/data_progress/" in uri:
+                path = objects.parse_uri(uri).path
+                with open(path, "wb") as f:  # half of the file, then the process is gone
+                    f.write(data[:len(data) // 2])
+                    f.flush()
+                _die(client)
+            return original_put(uri, data, **kw)
+
+        objects.put_object = put_object
+    elif fault in ("kill_before_commit", "kill_after_commit") and rank == 0:
+        original_write = objects.write_manifest_atomically
+
+        def write_manifest_atomically(location, manifest, **kw):
+            if fault == "kill_before_commit":
+                _die(client)
+            out = original_write(location, manifest, **kw)
+            _die(client)  # committed in storage; checkpoint_committed is never sent
+            return out
+
+        objects.write_manifest_atomically = write_manifest_atomically
+
+
+def rank_main(cfg: dict, rank: int, world: int) -> int:
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    from recoverydash.sdk import (Client, LedgerRecorder, SkipFirst, load_generation,
+                                  make_generation_id, resumed_from, save_generation,
+                                  select_restorable)
+
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(cfg["master_port"])})
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", timeout=timedelta(seconds=30))
+    attempt = cfg["attempt"]
+    fault = cfg.get("fault")
+    fault_update = cfg.get("fault_update")
+    accum = cfg["accum"]
+    g = torch.Generator().manual_seed(1234)  # the locally made dataset: same on every rank
+    n = cfg["n"]
+    x_all = torch.randn(n, 8, generator=g)
+    y_all = x_all @ torch.randn(8, 1, generator=g) + 0.1 * torch.randn(n, 1, generator=g)
+    ds = TensorDataset(x_all, y_all)
+    sampler = DistributedSampler(ds, shuffle=True, seed=7, drop_last=False)
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(
+        torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.9)
+    client = Client(cfg["url"], cfg["token"], cfg["run_id"], attempt=attempt, rank=rank,
+                    spool_dir=cfg["spool"], flush_interval=0.2)
+    rec = LedgerRecorder.for_sampler(client, sampler, dataset_version=DATASET_VERSION,
+                                     heartbeat_interval=1.0)
+    update, skip, start_from = 0, 0, None
+    if cfg.get("resume"):
+        sel = select_restorable(cfg["location"])  # offline: the manifests in storage
+        if sel.restorable is None:
+            raise RuntimeError("nothing restorable")
+        msd, osd = get_state_dict(model, opt)
+        small = load_generation(cfg["location"], sel.generation_id,
+                                state={"model": msd, "optimizer": osd}, client=client)
+        set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
+        sched.load_state_dict(small["scheduler"])
+        update = sel.update
+        cursor = [dict(c) for c in sel.cursor]
+        if cfg["resume"] == "read_cursor":      # the bug: the loader's own (read) position
+            with open(cfg["loader_state"]) as f:
+                cursor = json.load(f)["fetched"]
+        elif cfg["resume"] == "older":          # the bug: a cursor one global batch behind
+            gb = cfg["micro"] * cfg["accum"] * cfg["world_before"]
+            cursor = [{**c, "position": max(0, c["position"] - gb)} for c in cursor]
+        skip = rec.restore(cursor, update)
+        start_from = resumed_from({"generation_id": sel.generation_id, "update": update,
+                                   "cursor": cursor})
+    rec.start(resumed_from=start_from, global_batch_size=cfg["micro"] * accum * world,
+              micro_batch_size=cfg["micro"], grad_accum_steps=accum)
+    first_epoch = rec.epoch
+    micro = 0
+    try:
+        for epoch in range(first_epoch, cfg["epochs"]):
+            sampler.set_epoch(epoch)
+            loader = DataLoader(ds, batch_size=cfg["micro"],
+                                sampler=SkipFirst(sampler, skip, first_epoch))
+            for x, y in rec.wrap(loader):
+                if fault == "crash_mid_update" and rank == 1 and update + 1 == fault_update:
+                    with open(cfg["loader_state"], "w") as f:
+                        json.dump({"fetched": rec.fetched_cursor()}, f)
+                    rec.heartbeat()
+                    _die(client)
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                micro += 1
+                if micro % accum:
+                    continue
+                opt.step()
+                sched.step()
+                opt.zero_grad()
+                update += 1
+                rec.commit(update)
+                if cfg.get("stop_update") and update >= cfg["stop_update"]:
+                    break
+                if update % cfg["ckpt_every"] == 0:
+                    if update == fault_update:
+                        if fault == "kill_before_shard" and rank == 3:
+                            die()
+                        _install_save_fault(cfg, rank, client)
+                    msd, osd = get_state_dict(model, opt)
+                    m = save_generation(cfg["location"], make_generation_id(update, attempt),
+                                        update, state={"model": msd, "optimizer": osd},
+                                        rank_state={"scheduler": sched.state_dict()},
+                                        recorder=rec)
+                    if m is None:  # a peer died during the save: this rank's job is over too
+                        client.flush(5)
+                        return 3
+        if micro % accum:  # the last, partial accumulation is an update too
+            opt.step()
+            update += 1
+            rec.commit(update)
+    except Exception:  # a peer died (gloo reports the closed connection): the job crashed
+        if fault is None or not cfg.get("quiet_crash"):
+            traceback.print_exc()
+        client.flush(5)
+        return 4
+    rec.end("completed")
+    client.flush(10)
+    dist.destroy_process_group()
+    return 0
+
+
+def _child(cfg: dict, rank: int, world: int):
+    code = 1
+    try:
+        code = rank_main(cfg, rank, world)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def launch(cfg: dict, world: int, timeout: float = 120.0) -> list[int]:
+    """Fork ``world`` ranks running ``rank_main(cfg)``; their exit codes, in rank order."""
+    import multiprocessing as mp
+
+    from recoverydash.demo.util import free_port
+
+    cfg = {**cfg, "master_port": free_port()}
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_child, args=(cfg, r, world), daemon=False) for r in range(world)]
+    for p in procs:
+        p.start()
+    codes = []
+    for p in procs:
+        p.join(timeout)
+        if p.is_alive():
+            p.kill()
+            p.join()
+        codes.append(p.exitcode)
+    return codes
