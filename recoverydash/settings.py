@@ -204,6 +204,10 @@ if not CELERY_BROKER_URL.split("://", 1)[0] in ("filesystem", "redis", "rediss",
     )
 CELERY_BROKER_DIR = Path(os.environ.get("CELERY_BROKER_DIR", VAR_DIR / "broker"))
 CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
+# A task a dead worker held is handed to another after this many seconds (Redis broker); longer
+# than the longest verification or analysis.
+RECOVERYDASH_BROKER_VISIBILITY_TIMEOUT_S = envint("RECOVERYDASH_BROKER_VISIBILITY_TIMEOUT_S", 3600, 1)
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "celery")
 
 # --- Ingest limits (spec section 1) --------------------------------------------------------------
 RECOVERYDASH_MAX_EVENTS_PER_REQUEST = envint("RECOVERYDASH_MAX_EVENTS_PER_REQUEST", 10_000, 1)

@@ -34,7 +34,8 @@ def _configure() -> None:
     elif broker.startswith("redis"):
         # A task not acknowledged within this time is given to another worker: longer than
         # the longest verification or analysis.
-        app.conf.broker_transport_options = {"visibility_timeout": 3600}
+        app.conf.broker_transport_options = {
+            "visibility_timeout": settings.RECOVERYDASH_BROKER_VISIBILITY_TIMEOUT_S}
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -42,6 +43,11 @@ def _configure() -> None:
         worker_prefetch_multiplier=1,
         task_always_eager=settings.CELERY_TASK_ALWAYS_EAGER,
         broker_connection_retry_on_startup=True,
+        # Ingest enqueues after commit: a broker that is down must cost the request little.
+        # The sweep enqueues whatever could not be sent.
+        broker_connection_timeout=2.0,
+        task_publish_retry_policy={"max_retries": 1, "interval_start": 0,
+                                   "interval_step": 0.5, "interval_max": 0.5},
         beat_schedule=BEAT_SCHEDULE,
         timezone="UTC",
     )
