@@ -51,9 +51,11 @@ c10d._tensor_to_object = _tensor_to_object
 
 
 def _die(client=None, code: int = 17):
-    if client is not None:
-        client.flush(5)
-    os._exit(code)
+    try:
+        if client is not None:
+            client.flush(5)
+    finally:
+        os._exit(code)
 
 
 def _install_save_fault(cfg: dict, rank: int, client):
@@ -182,9 +184,11 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
             opt.step()
             update += 1
             rec.commit(update)
-    except Exception:  # a peer died (gloo reports the closed connection): the job crashed
+    except Exception as e:  # a peer died (gloo reports the closed connection): the job crashed
         if fault is None or not cfg.get("quiet_crash"):
             traceback.print_exc()
+        else:
+            print(f"rank {rank}: {type(e).__name__}: {str(e)[:160]}", flush=True)
         client.flush(5)
         return 4
     rec.end("completed")

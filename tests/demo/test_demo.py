@@ -1,0 +1,98 @@
+"""The `make demo` pipeline, reduced: a real server process (web + worker + beat on a fresh SQLite
+and filesystem broker), real 4-rank gloo training jobs with DCP checkpoints published by the SDK,
+and a subset of the seed faults; every conclusion recoverydash reaches is asserted."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+# killed mid-shard (abandoned generation), commit event lost (discovery), omission, replay
+FAULTS = "b,d,f,g"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    base = tmp_path_factory.mktemp("demo")
+    env = {**os.environ, "DEMO_EXIT": "1", "DEMO_ONLY": FAULTS, "PORT": str(_free_port()),
+           "RECOVERYDASH_DEMO_DIR": str(base / "demo"), "DEMO_ANALYSIS_TIMEOUT": "90"}
+    env.pop("DATABASE_URL", None)
+    env.pop("CELERY_BROKER_URL", None)
+    proc = subprocess.run([sys.executable, "-m", "recoverydash.demo"], cwd=str(REPO), env=env,
+                          capture_output=True, text=True, timeout=170)
+    results = json.loads((base / "demo" / "results.json").read_text())
+    return proc, results
+
+
+def _run(results, key):
+    return next(r for r in results["runs"] if r["key"] == key)
+
+
+def _answer(results, key):
+    return results["answers"][_run(results, key)["run_id"]]
+
+
+def _restart(results, key):
+    return next(r for r in _answer(results, key)["restarts"] if r["attempt"] == 1)
+
+
+def _gen(results, key, gid):
+    return next(g for g in _answer(results, key)["generations"] if g["generation_id"] == gid)
+
+
+def test_the_demo_exits_0_and_every_conclusion_matches(demo):
+    proc, results = demo
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert results["ok"]
+    assert sorted(r["key"] for r in results["runs"]) == FAULTS.split(",")
+    assert "injected fault" in proc.stdout and "4/4 conclusions match" in proc.stdout
+
+
+def test_killed_mid_shard_leaves_an_abandoned_generation_and_an_exact_restart(demo):
+    _, results = demo
+    g = _gen(results, "b", "u000000004-a0")
+    assert g["status"] == "abandoned"
+    assert "never_committed" in [r["code"] for r in g["reasons"]]
+    r = _restart(results, "b")
+    assert (r["resumed_from"], r["verdict"], r["replayed"], r["omitted"], r["recomputed"],
+            r["lost_updates"]) == ("u000000002-a0", "exact", 0, 0, 32, 2)
+
+
+def test_a_manifest_whose_commit_event_was_lost_is_discovered_and_restorable(demo):
+    _, results = demo
+    assert _gen(results, "d", "u000000004-a0")["status"] == "restorable"
+    r = _restart(results, "d")
+    assert (r["resumed_from"], r["verdict"], r["recomputed"], r["lost_updates"]) \
+        == ("u000000004-a0", "exact", 0, 0)
+
+
+def test_resuming_from_the_read_cursor_is_an_omission(demo):
+    _, results = demo
+    r = _restart(results, "f")
+    assert (r["verdict"], r["omitted"], r["replayed"]) == ("omission", 24, 0)
+    assert r["expected_cursor"][0]["position"] == 64 and r["resume_cursor"][0]["position"] == 88
+    assert "restart_omission" in {a["rule"] for a in _answer(results, "f")["alerts"]}
+
+
+def test_resuming_from_an_older_cursor_is_a_replay(demo):
+    _, results = demo
+    r = _restart(results, "g")
+    assert (r["verdict"], r["replayed"], r["omitted"], r["recomputed"]) == ("replay", 16, 0, 24)
+    assert "restart_replay" in {a["rule"] for a in _answer(results, "g")["alerts"]}
