@@ -1,0 +1,254 @@
+#!/usr/bin/env python
+"""End-to-end ingest throughput against a raw ``COPY`` of the same rows (issue 2, "Show").
+
+What it does, by itself, in about a minute:
+
+1. creates a throwaway PostgreSQL database (``BENCH_DATABASE_ADMIN_URL``, default the machine's
+   ``postgres://postgres@127.0.0.1:5432/postgres``), migrates it and creates an ingest token with
+   ``manage.py create_token``;
+2. starts gunicorn (``BENCH_WORKERS`` sync workers, default 2) on a free loopback port;
+3. sends batches of 1,000 ``update_committed`` events as an SDK does (64 data-parallel ranks,
+   each reporting one strided span per update) from ``BENCH_CLIENTS`` threads (default 2, one
+   run each), ``BENCH_SECONDS`` in all (default 20) after a warm-up;
+4. after each of ``BENCH_ROUNDS`` (default 4) HTTP rounds, COPYs as many of the same rows (the
+   events with their JSON bodies and hashes, and the ledger rows) into the same tables with
+   psycopg 3 from as many connections, one transaction per 1,000 events: alternating keeps a
+   change in the shared machine's load from favouring either side;
+5. prints both rates in events/s and their ratio HTTP / COPY last, stops the server and drops
+   the database.
+
+Celery's broker is ``memory://`` in the server: what ingest enqueues after commit is counted,
+a broker's own latency is not.
+
+Run: ``.venv/bin/python bench/ingest.py`` (``make bench`` runs it too).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import closing
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+import psycopg
+
+REPO = Path(__file__).resolve().parent.parent
+ADMIN_URL = os.environ.get("BENCH_DATABASE_ADMIN_URL",
+                           "postgres://postgres@127.0.0.1:5432/postgres")
+WORLD = 64
+PER_RANK = 8          # samples per rank per update
+BATCH = 1000
+SECONDS = float(os.environ.get("BENCH_SECONDS", "20"))
+CLIENTS = int(os.environ.get("BENCH_CLIENTS", "2"))
+WORKERS = int(os.environ.get("BENCH_WORKERS", "2"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "4"))
+
+
+def events_for(run_id: str, batch_no: int) -> list[dict]:
+    """Batch ``batch_no`` of a run: events ``batch_no*1000 ...``, rank = i % 64."""
+    out = []
+    gbs = WORLD * PER_RANK
+    for i in range(batch_no * BATCH, (batch_no + 1) * BATCH):
+        update, rank = 1 + i // WORLD, i % WORLD
+        base = (update - 1) * gbs
+        out.append({"event_id": f"{run_id}-{update}-{rank}", "type": "update_committed",
+                    "run_id": run_id, "attempt": 0, "time": "2026-11-01T00:00:05.250+00:00",
+                    "rank": rank, "update": update, "samples": PER_RANK,
+                    "spans": [{"stratum": "main", "epoch": 0,
+                               "ranges": [[base + rank, base + gbs, WORLD]]}]})
+    return out
+
+
+def free_port() -> int:
+    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def db_url(name: str) -> str:
+    return ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+
+
+class HttpSender:
+    """CLIENTS threads, one run each, posting pre-serialised batches in order."""
+
+    def __init__(self, port: int, token: str):
+        self.url = f"http://127.0.0.1:{port}/api/v1/events"
+        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        self.next_batch = [0] * CLIENTS
+        self.sessions = [httpx.Client(timeout=60) for _ in range(CLIENTS)]
+
+    def body(self, c: int, b: int) -> bytes:
+        return json.dumps({"events": events_for(f"bench-http-{c}", b)}).encode()
+
+    def run(self, seconds: float) -> tuple[int, float]:
+        """Send for ``seconds``; returns (events accepted, elapsed seconds)."""
+        stop = threading.Event()
+        counts = [0] * CLIENTS
+        errors: list[str] = []
+        # Pre-serialise: the client's JSON encoding is not the server's cost.
+        bodies = {c: [self.body(c, b) for b in range(self.next_batch[c],
+                                                    self.next_batch[c] + int(seconds * 40))]
+                  for c in range(CLIENTS)}
+
+        def client(c: int) -> None:
+            for body in bodies[c]:
+                if stop.is_set():
+                    return
+                r = self.sessions[c].post(self.url, content=body, headers=self.headers)
+                if r.status_code != 202 or r.json()["accepted"] != BATCH:
+                    errors.append(f"{r.status_code} {r.text[:200]}")
+                    stop.set()
+                    return
+                counts[c] += BATCH
+                self.next_batch[c] += 1
+
+        threads = [threading.Thread(target=client, args=(c,)) for c in range(CLIENTS)]
+        started = time.perf_counter()
+        for t in threads:
+            t.start()
+        stop.wait(seconds)
+        stop.set()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - started
+        if errors:
+            raise SystemExit(f"ingest failed: {errors[0]}")
+        return sum(counts), elapsed
+
+
+class CopyWriter:
+    """The same rows as the server writes (events with canonical JSON body and hash, ledger
+    rows), COPYed by CLIENTS connections into fresh runs, one transaction per 1,000 events."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.next_batch = [0] * CLIENTS
+        with psycopg.connect(url, autocommit=True) as conn:
+            project_id = conn.execute(
+                "SELECT id FROM runs_project WHERE name = 'bench'").fetchone()[0]
+            now = datetime.now(timezone.utc)
+            self.run_pks = [conn.execute(
+                "INSERT INTO runs_run (project_id, run_id, created_at, event_count, ingest_seq, "
+                "contract, strata) VALUES (%s, %s, %s, 0, 0, '{}', '{}') RETURNING id",
+                (project_id, f"bench-copy-{c}", now)).fetchone()[0] for c in range(CLIENTS)]
+
+    def rows(self, c: int, b: int) -> tuple[list, list]:
+        t_event = datetime(2026, 11, 1, 0, 0, 5, 250000, tzinfo=timezone.utc)
+        now = datetime.now(timezone.utc)
+        ev_rows, ledger_rows = [], []
+        for ev in events_for(f"bench-copy-{c}", b):
+            text = json.dumps(ev, sort_keys=True, separators=(",", ":"))
+            digest = hashlib.sha256(text.encode()).hexdigest()
+            ev_rows.append((self.run_pks[c], ev["event_id"], ev["type"], 0, ev["rank"], t_event,
+                            now, b + 1, digest, text))
+            ledger_rows.append((self.run_pks[c], 0, ev["update"], ev["rank"], t_event,
+                                json.dumps(ev["spans"]), ev["samples"], None, b + 1, b + 1))
+        return ev_rows, ledger_rows
+
+    def run(self, n_events: int) -> tuple[int, float]:
+        """COPY about ``n_events``; returns (events, elapsed seconds)."""
+        per_client = max(1, n_events // BATCH // CLIENTS)
+        prepared = {c: [self.rows(c, b) for b in range(self.next_batch[c],
+                                                       self.next_batch[c] + per_client)]
+                    for c in range(CLIENTS)}
+        for c in range(CLIENTS):
+            self.next_batch[c] += per_client
+
+        def client(c: int) -> None:
+            with psycopg.connect(self.url) as conn:
+                for ev_rows, ledger_rows in prepared[c]:
+                    with conn.transaction(), conn.cursor() as cur:
+                        with cur.copy("COPY runs_event (run_id, event_id, type, attempt, rank, "
+                                      "time, received_at, batch_seq, content_hash, body) "
+                                      "FROM STDIN") as cp:
+                            for row in ev_rows:
+                                cp.write_row(row)
+                        with cur.copy("COPY runs_ledgerrow (run_id, attempt, update, rank, time, "
+                                      "spans, samples, tokens, first_seq, last_seq) "
+                                      "FROM STDIN") as cp:
+                            for row in ledger_rows:
+                                cp.write_row(row)
+
+        threads = [threading.Thread(target=client, args=(c,)) for c in range(CLIENTS)]
+        started = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return per_client * CLIENTS * BATCH, time.perf_counter() - started
+
+
+def main() -> int:
+    name = f"recoverydash_bench_{os.getpid()}"
+    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = db_url(name)
+    var_dir = tempfile.mkdtemp(prefix="recoverydash-bench-")
+    env = {**os.environ, "DATABASE_URL": url, "SECRET_KEY": "bench-only", "DEBUG": "false",
+           "RECOVERYDASH_VAR_DIR": var_dir, "LOG_LEVEL": "WARNING",
+           # The bench measures the ingest path, not the per-token limiter.
+           "RECOVERYDASH_RATE_LIMIT_PER_SECOND": "0", "CELERY_BROKER_URL": "memory://"}
+    server = None
+    try:
+        run = [sys.executable, str(REPO / "manage.py")]
+        subprocess.run(run + ["migrate", "--noinput", "-v", "0"], env=env, check=True, cwd=REPO)
+        out = subprocess.run(run + ["create_token", "--project", "bench", "--scopes", "ingest"],
+                             env=env, check=True, cwd=REPO, capture_output=True, text=True)
+        token = out.stdout.strip().splitlines()[-1]
+        port = free_port()
+        server = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "recoverydash.wsgi", "--bind",
+             f"127.0.0.1:{port}", "--workers", str(WORKERS), "--log-level", "warning",
+             "--timeout", "120"], env=env, cwd=REPO, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/api/v1/openapi.json", timeout=2).is_success:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise SystemExit("gunicorn did not start")
+            time.sleep(0.2)
+        print(f"PostgreSQL database {name}; gunicorn with {WORKERS} sync workers on port {port}; "
+              f"{CLIENTS} clients; batches of {BATCH} update_committed events, {WORLD} ranks")
+        sender, writer = HttpSender(port, token), CopyWriter(url)
+        sender.run(2)  # warm-up: imports, connections, first rows of each run
+        # Alternate the two in rounds: the machine is shared, and a load change then hits both.
+        n_http = t_http = n_copy = t_copy = 0.0
+        for _ in range(ROUNDS):
+            n, t = sender.run(SECONDS / ROUNDS)
+            n_http, t_http = n_http + n, t_http + t
+            n, t = writer.run(n)
+            n_copy, t_copy = n_copy + n, t_copy + t
+        http_rate, copy_rate = n_http / t_http, n_copy / t_copy
+        print(f"HTTP ingest:  {n_http:.0f} events in {t_http:.2f} s = {http_rate:,.0f} events/s")
+        print(f"raw COPY:     {n_copy:.0f} events in {t_copy:.2f} s = {copy_rate:,.0f} events/s")
+        print(f"ratio HTTP/COPY: {http_rate / copy_rate:.2f}")
+        return 0
+    finally:
+        if server is not None and server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)  # our own process group only
+            try:
+                server.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
+        with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        subprocess.run(["rm", "-rf", var_dir], check=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
