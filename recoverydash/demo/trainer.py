@@ -170,7 +170,7 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
                 if update % cfg["ckpt_every"] == 0:
                     if update == fault_update:
                         if fault == "kill_before_shard" and rank == 3:
-                            die()
+                            _die(client)
                         _install_save_fault(cfg, rank, client)
                     msd, osd = get_state_dict(model, opt)
                     m = save_generation(cfg["location"], make_generation_id(update, attempt),
@@ -188,7 +188,7 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
         if fault is None or not cfg.get("quiet_crash"):
             traceback.print_exc()
         else:
-            print(f"rank {rank}: {type(e).__name__}: {str(e)[:160]}", flush=True)
+            print(f"    rank {rank} stops: {type(e).__name__}: {str(e)[:90]}", flush=True)
         client.flush(5)
         return 4
     rec.end("completed")
