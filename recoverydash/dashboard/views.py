@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponseRedirect, JsonResponse
+from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -59,7 +59,7 @@ def run_detail(request, pk: int):
 @login_required
 def run_charts(request, pk: int):
     run = queries.run_for(request.user, pk)
-    return JsonResponse(charts.run_figures(run))
+    return HttpResponse(charts.run_figures(run)["json"], content_type="application/json")
 
 
 @login_required

@@ -15,6 +15,8 @@
       if (window.innerWidth < 640) {
         layout.margin = Object.assign({}, layout.margin, {l: 44, r: 8});
         layout.title = Object.assign({}, layout.title, {font: {size: 13}});
+        layout.legend = Object.assign({}, layout.legend, {y: -0.32});
+        layout.height = (layout.height || 320) + 40;
       }
       (first ? Plotly.newPlot : Plotly.react)(el, fig.data, layout, config);
       el.classList.toggle("is-empty", !!fig.empty);
