@@ -1,0 +1,74 @@
+"""docker-compose.yml, Dockerfile and .env.example checked against the settings (no Docker
+engine here to run them): every service, command and variable must exist and make sense."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+SETTINGS = (REPO / "recoverydash" / "settings.py").read_text()
+
+
+def compose() -> dict:
+    return yaml.safe_load((REPO / "docker-compose.yml").read_text())
+
+
+def settings_env_names() -> set[str]:
+    """Every environment variable recoverydash.settings reads."""
+    return set(re.findall(r'(?:environ\.get|env(?:bool|int|float|list))\(\s*"([A-Z_]+)"',
+                          SETTINGS))
+
+
+def test_it_defines_the_production_services_with_health_checks():
+    services = compose()["services"]
+    assert set(services) == {"postgres", "redis", "migrate", "web", "worker", "beat"}
+    for name in ("postgres", "redis", "web", "worker"):
+        assert "healthcheck" in services[name], name
+    assert services["postgres"]["volumes"] == ["pgdata:/var/lib/postgresql/data"]
+    assert set(compose()["volumes"]) == {"pgdata", "redisdata", "beatdata"}
+
+
+def test_it_runs_the_right_commands():
+    services = compose()["services"]
+    assert services["web"]["command"][:2] == ["gunicorn", "recoverydash.wsgi"]
+    assert services["worker"]["command"][:4] == ["celery", "-A", "workers.celery", "worker"]
+    assert services["beat"]["command"][:4] == ["celery", "-A", "workers.celery", "beat"]
+    assert services["migrate"]["command"] == ["python", "manage.py", "migrate", "--noinput"]
+    for name in ("web", "worker", "beat"):
+        assert services[name]["depends_on"]["migrate"]["condition"] == \
+            "service_completed_successfully"
+    assert services["web"]["healthcheck"]["test"][-1].count("/healthz") == 1
+
+
+def test_it_points_the_app_at_postgres_and_redis_through_settings_variables():
+    services = compose()["services"]
+    known = settings_env_names()
+    for name in ("web", "worker", "beat", "migrate"):
+        env = services[name]["environment"]
+        assert set(env) <= known, set(env) - known
+        assert env["DATABASE_URL"].startswith("postgres://") and "@postgres:5432/" in \
+            env["DATABASE_URL"]
+        assert env["CELERY_BROKER_URL"].startswith("redis://redis:6379/")
+        assert services[name]["env_file"] == ".env"
+    # the app services wait for migrate, which waits for healthy postgres and redis
+    for dependency in ("postgres", "redis"):
+        assert services["migrate"]["depends_on"][dependency]["condition"] == "service_healthy"
+
+
+def test_it_documents_only_variables_the_settings_read():
+    example = (REPO / ".env.example").read_text()
+    names = set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", example, re.M))
+    compose_only = {"POSTGRES_PASSWORD"}
+    assert names - compose_only <= settings_env_names(), names - compose_only - settings_env_names()
+    assert "SECRET_KEY" in names and "ALLOWED_HOSTS" in names
+
+
+def test_it_builds_an_image_with_the_server_and_its_assets():
+    dockerfile = (REPO / "Dockerfile").read_text()
+    for path in ("recoverydash", "workers", "templates", "static", "manage.py"):
+        assert f"COPY {path}" in dockerfile, path
+        assert (REPO / path).exists(), path
+    assert "collectstatic" in dockerfile and "torch" not in dockerfile.split("RUN pip")[1][:80]
