@@ -23,12 +23,13 @@ def _configure() -> None:
     broker = settings.CELERY_BROKER_URL
     if broker.startswith("filesystem://"):
         folder = settings.CELERY_BROKER_DIR
-        for sub in ("queue", "processed"):
+        for sub in ("queue", "processed", "control"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
         app.conf.broker_transport_options = {
             "data_folder_in": str(folder / "queue"),
             "data_folder_out": str(folder / "queue"),
             "processed_folder": str(folder / "processed"),
+            "control_folder": str(folder / "control"),
             "store_processed": False,
         }
     elif broker.startswith("redis"):
