@@ -1,9 +1,11 @@
 """The sender: a client that never hurts its host (after sentry-python and posthog-python).
 
-``Client.emit`` completes an event (run_id, attempt, rank, time, event_id) and puts it on a bounded
-queue with ``put_nowait``: it never blocks and never raises; a full queue drops the event and counts
-it. A daemon sender thread batches events (by count, bytes and time, with jitter), gzips them and
-POSTs ``{"events": [...]}`` to ``{url}/api/v1/events`` with ``Authorization: Bearer <token>``.
+``Client.emit`` puts an event on a bounded in-memory queue (a ``collections.deque``: the append is
+atomic, so the caller takes no lock and never waits; when ``max_queue`` events are waiting the
+event is dropped and counted). It never raises. A daemon sender thread completes the events
+(run_id, attempt, rank, time, event_id), batches them (by count, bytes and time, with jitter),
+gzips them and POSTs ``{"events": [...]}`` to ``{url}/api/v1/events`` with
+``Authorization: Bearer <token>``. All JSON work happens on the sender thread.
 
 Delivery, per batch:
 - 2xx: sent. The server answers ``{"accepted", "duplicates"}``; duplicates are counted.
@@ -27,8 +29,9 @@ Counters (``client.counters()``): ``queued`` (accepted by emit), ``sent`` (ackno
 server, counting re-sends from the spool), ``spooled`` (written to the spool), ``dropped`` (full
 queue or full spool), ``failed`` (rejected by the server for good), ``duplicates`` (already stored).
 
-Fork safety: the sender thread and queue are rebuilt in a child process (``os.register_at_fork``
-plus an ``os.getpid()`` check on every call). ``atexit`` flushes with a short total deadline
+Fork safety: the sender thread and queue are rebuilt in a child process (``os.register_at_fork``,
+plus an ``os.getpid()`` comparison when the thread is (re)started, in flush, close and counters,
+and once per ``batch_max_events`` emits). ``atexit`` flushes with a short total deadline
 (``atexit_deadline`` seconds), spools what it cannot send, and logs how many events are still
 pending. ``sync=True`` sends in the caller's thread (tests).
 
@@ -44,7 +47,6 @@ import itertools
 import json
 import logging
 import os
-import queue
 import random
 import re
 import threading
@@ -60,7 +62,6 @@ from typing import Any, Iterable
 
 log = logging.getLogger("recoverydash.sdk")
 
-_WAKE = object()  # queue sentinel: wake the sender for a flush or close
 _RUN_ID_RE = re.compile(r"[^A-Za-z0-9._:-]")
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
@@ -357,14 +358,19 @@ class Client:
 
     def _init_process_state(self):
         self._pid = os.getpid()
-        self._queue: queue.Queue = queue.Queue(self.max_queue)
+        # The hand-off to the sender: deque.append/popleft are atomic, so emit takes no lock.
+        # Items are (event dict or lazy report, time.time()); the sender completes them.
+        self._buf: deque = deque()
+        self._wake = threading.Event()
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._send_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self._c = dict(queued=0, sent=0, spooled=0, dropped=0, failed=0, duplicates=0)
-        self._resolved = 0          # events queued and then sent, spooled, failed or dropped
+        self._queued = 0            # written by producers only (no lock: the hot path)
+        self._dropped_full = 0      # idem
+        self._inflight = 0          # events taken from the buffer, not yet sent/spooled/failed
+        self._c = dict(sent=0, spooled=0, dropped=0, failed=0, duplicates=0)
         self._flush_req = 0
         self._flush_done = 0
         self._paused_until = 0.0    # time.monotonic(); no network sends before it
@@ -392,6 +398,8 @@ class Client:
             self._after_fork()
 
     def _ensure_thread(self):
+        if self._pid != os.getpid():
+            self._after_fork()
         t = self._thread
         if t is not None and t.is_alive():
             return
@@ -407,12 +415,15 @@ class Client:
 
     def counters(self) -> dict[str, int]:
         """Snapshot: queued, sent, spooled, dropped, failed, duplicates (events), plus
-        ``pending`` (queued and not yet resolved) and ``spool_events`` (events now in the spool)."""
+        ``pending`` (in memory, not yet sent, spooled or failed) and ``spool_events`` (events now
+        in the spool)."""
         try:
             self._check_fork()
             with self._lock:
                 c = dict(self._c)
-                c["pending"] = c["queued"] - self._resolved
+            c["queued"] = self._queued
+            c["dropped"] += self._dropped_full
+            c["pending"] = len(self._buf) + self._inflight
             c["spool_events"] = self._spool.pending_events() if self._spool is not None else 0
             return c
         except Exception:  # pragma: no cover - counters must never hurt
@@ -427,52 +438,67 @@ class Client:
         return eid
 
     def emit(self, event: dict) -> bool:
-        """Queue one event; fills ``run_id``, ``attempt``, ``rank``, ``time`` and ``event_id``
-        (random) when absent. Returns True when queued (or sent, in sync mode), False when dropped.
-        Never raises, never blocks."""
+        """Queue one event; ``run_id``, ``attempt``, ``rank``, ``time`` (the moment of this call)
+        and ``event_id`` (random) are filled by the sender thread when absent. Returns True when
+        queued (or sent, in sync mode), False when dropped. Never raises, never blocks: about a
+        microsecond (an atomic append; the JSON work happens on the sender thread)."""
         try:
-            self._check_fork()
-            if self._closed:
-                return False
-            ev = dict(event)
+            return self._push(event)
+        except Exception as e:  # never into the training loop
+            self._once(("emit", type(e)), logging.WARNING, "recoverydash: emit failed: %r", e)
+            return False
+
+    def _push(self, item) -> bool:
+        """Hand an event dict, or a lazy report with ``materialize() -> dict``, to the sender."""
+        if self._closed:
+            return False
+        self._queued += 1
+        if not self.url:
+            self._dropped_full += 1
+            return False
+        if self.sync:
+            if self._pid != os.getpid():
+                self._after_fork()
+            ev = self._complete(item, time.time())
+            if ev is not None:
+                self._deliver([json.dumps(ev, separators=(",", ":"), default=str).encode()])
+                self._drain_spool()
+            return True
+        if self._thread is None:  # first call, or the first after a fork
+            self._ensure_thread()
+        buf = self._buf
+        if len(buf) >= self.max_queue:
+            self._dropped_full += 1
+            self._once("full", logging.WARNING,
+                       "recoverydash: event queue full (%d); dropping events (counted)",
+                       self.max_queue)
+            return False
+        buf.append((item, time.time()))
+        if len(buf) >= self.batch_max_events:
+            self._ensure_thread()  # cheap insurance: a fork the at-fork hook did not see
+            self._wake.set()
+        return True
+
+    def _complete(self, item, t: float) -> dict | None:
+        """The wire event of a queued item (sender thread): fills the common fields."""
+        try:
+            ev = item.materialize() if hasattr(item, "materialize") else dict(item)
             ev.setdefault("run_id", self.run_id)
             ev.setdefault("attempt", self.attempt)
             if "rank" not in ev and self.rank is not None:
                 ev["rank"] = self.rank
-            ev.setdefault("time", now_rfc3339())
+            if "time" not in ev:
+                ev["time"] = datetime.fromtimestamp(t, timezone.utc).isoformat(
+                    timespec="milliseconds")
             if "event_id" not in ev:
                 ev["event_id"] = self.event_id(f"{ev.get('type', 'event')}:{uuid.uuid4().hex[:16]}",
                                                ev.get("rank"))
-            if not self.url:
-                with self._lock:
-                    self._c["queued"] += 1
-                    self._c["dropped"] += 1
-                    self._resolved += 1
-                return False
-            if self.sync:
-                with self._lock:
-                    self._c["queued"] += 1
-                self._deliver([json.dumps(ev, separators=(",", ":")).encode()])
-                self._drain_spool()
-                return True
-            self._ensure_thread()
-            try:
-                self._queue.put_nowait(ev)
-            except queue.Full:
-                with self._lock:
-                    self._c["queued"] += 1
-                    self._c["dropped"] += 1
-                    self._resolved += 1
-                self._once("full", logging.WARNING,
-                           "recoverydash: event queue full (%d); dropping events (counted)",
-                           self.max_queue)
-                return False
-            with self._lock:
-                self._c["queued"] += 1
-            return True
-        except Exception as e:  # never into the training loop
-            self._once(("emit", type(e)), logging.WARNING, "recoverydash: emit failed: %r", e)
-            return False
+            return ev
+        except Exception as e:
+            self._count("failed", 1)
+            self._once(("complete", type(e)), logging.WARNING,
+                       "recoverydash: event could not be built: %r", e)
+            return None
 
     def flush(self, timeout: float | None = 5.0) -> bool:
         """Wait until every event queued so far is sent, spooled or failed, then try once to send
@@ -499,17 +525,14 @@ class Client:
                 with self._lock:
                     self._flush_req += 1
                     req = self._flush_req
-                try:
-                    self._queue.put_nowait(_WAKE)
-                except queue.Full:
-                    pass
+                self._wake.set()
                 with self._cond:
                     while self._flush_done < req:
                         left = None if deadline is None else deadline - time.monotonic()
                         if left is not None and left <= 0:
                             return False
                         self._cond.wait(0.5 if left is None else min(left, 0.5))
-                    done = self._c["queued"] == self._resolved
+                    done = not self._buf and self._inflight == 0
                 if done and len(self._spool) == 0:
                     return True
                 # the spool still holds batches: wait for the pause to end, then drain again
@@ -540,25 +563,23 @@ class Client:
             if not self.sync and self._thread is not None and self._thread.is_alive():
                 with self._lock:
                     self._stopping = True
-                try:
-                    self._queue.put_nowait(_WAKE)
-                except queue.Full:
-                    pass
+                self._wake.set()
                 self._thread.join(max(0.0, deadline - time.monotonic()))
             if self.sync:
                 self._drain_spool()
             # Whatever is still queued: spool it here (fast, local) so a later process sends it.
             left = []
-            while True:
+            while self._buf:
                 try:
-                    ev = self._queue.get_nowait()
-                except queue.Empty:
+                    item, t = self._buf.popleft()
+                except IndexError:
                     break
-                if ev is not _WAKE:
-                    left.append(json.dumps(ev, separators=(",", ":")).encode())
+                ev = self._complete(item, t)
+                if ev is not None:
+                    left.append(json.dumps(ev, separators=(",", ":"), default=str).encode())
             if left:
                 self._store(left)
-            pending = self.counters().get("pending", 0)
+            pending = self._inflight
             if pending:
                 log.warning("recoverydash: %d events pending at exit were not delivered "
                             "(a batch was in flight)", pending)
@@ -661,63 +682,74 @@ class Client:
     def _run(self):
         while True:
             try:
-                batch, wake = self._collect()
-                if batch:
-                    self._deliver(batch)
                 with self._lock:
                     stopping = self._stopping
-                    flush_wanted = self._flush_req > self._flush_done
-                if flush_wanted or stopping or not self._paused():
-                    if self._queue.empty():
-                        self._drain_spool()
-                if self._queue.empty():
-                    with self._cond:
-                        if self._flush_req > self._flush_done:
-                            self._flush_done = self._flush_req
-                            self._cond.notify_all()
-                if stopping and self._queue.empty():
+                    req = self._flush_req
+                if not stopping and req <= self._flush_done and len(self._buf) < \
+                        self.batch_max_events:
+                    wait = self.flush_interval * random.uniform(0.8, 1.2)
+                    paused_left = self._paused_until - time.monotonic()
+                    if 0 < paused_left < wait:
+                        wait = paused_left
+                    self._wake.wait(wait)
+                self._wake.clear()
+                with self._lock:
+                    stopping = self._stopping
+                    req = self._flush_req
+                while True:  # one batch at a time: the buffer stays the bound on memory
+                    batch = self._take()
+                    if not batch:
+                        break
+                    try:
+                        self._deliver(batch)
+                    finally:
+                        self._inflight = 0
+                if not self._paused() or stopping or req > self._flush_done:
+                    self._drain_spool()
+                with self._cond:
+                    if req > self._flush_done:
+                        self._flush_done = req
+                        self._cond.notify_all()
+                if stopping and not self._buf:
                     return
             except Exception as e:  # the thread must survive anything
+                self._inflight = 0
                 self._once(("run", type(e)), logging.WARNING, "recoverydash: sender error: %r", e)
                 time.sleep(0.05)
 
-    def _collect(self) -> tuple[list[bytes], bool]:
+    def _take(self) -> list[bytes]:
+        """Up to ``batch_max_events`` / ``batch_max_bytes`` of encoded events from the buffer."""
         batch: list[bytes] = []
         size = 0
-        wake = False
-        deadline = time.monotonic() + self.flush_interval * random.uniform(0.8, 1.2)
-        paused_left = self._paused_until - time.monotonic()
-        if 0 < paused_left < self.flush_interval:
-            deadline = min(deadline, time.monotonic() + paused_left)
-        while len(batch) < self.batch_max_events and size < self.batch_max_bytes:
-            with self._lock:
-                hurry = self._stopping or self._flush_req > self._flush_done
-            left = 0.0 if hurry else deadline - time.monotonic()
+        buf = self._buf
+        while buf and len(batch) < self.batch_max_events and size < self.batch_max_bytes:
             try:
-                ev = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
-            except queue.Empty:
+                item, t = buf.popleft()
+            except IndexError:
                 break
-            if ev is _WAKE:
-                wake = True
+            self._inflight += 1
+            ev = self._complete(item, t)
+            if ev is None:
+                self._inflight -= 1
                 continue
             try:
                 b = json.dumps(ev, separators=(",", ":"), default=str).encode()
             except (TypeError, ValueError) as e:
+                self._inflight -= 1
                 self._count("failed", 1)
                 self._once(("json",), logging.WARNING, "recoverydash: event not JSON: %r", e)
                 continue
             batch.append(b)
             size += len(b)
-        return batch, wake
+        return batch
 
     def _paused(self) -> bool:
         return time.monotonic() < self._paused_until
 
     def _count(self, key: str, n: int, resolved: bool = True):
+        """Add to a counter (``resolved`` is kept for call sites; pending is measured directly)."""
         with self._lock:
             self._c[key] += n
-            if resolved:
-                self._resolved += n
 
     @staticmethod
     def _body(events: list[bytes]) -> bytes:

@@ -198,14 +198,13 @@ class LedgerRecorder:
         have passed. Returns whether the event was queued; never raises."""
         try:
             pending, self._pending = self._pending, []
-            spans, samples = self._spans(pending)
-            event_id = None
+            suffix = f"u{update}"
             if update <= self.update:  # a repeated commit: keep both, never reuse an event id
-                event_id = self.client.event_id(f"u{update}:{time.time_ns()}", self.rank)
+                suffix = f"u{update}:{time.time_ns()}"
             self.update = max(self.update, int(update))
             self._k_committed = self._k_consumed
-            ok = self.client.update_committed(update, spans, samples=samples, rank=self.rank,
-                                              event_id=event_id)
+            # the spans are built on the sender thread: the training loop only hands over chunks
+            ok = self.client._push(_UpdateReport(self, int(update), pending, suffix))
             if self.heartbeat_interval and \
                     time.monotonic() - self._last_heartbeat >= self.heartbeat_interval:
                 self.heartbeat()
@@ -363,6 +362,25 @@ class LedgerRecorder:
         if where not in self._errors:
             self._errors.add(where)
             log.warning("recoverydash: ledger %s failed (logged once): %r", where, e)
+
+
+class _UpdateReport:
+    """An ``update_committed`` whose spans are built when the sender thread sends it."""
+
+    __slots__ = ("recorder", "update", "pending", "suffix")
+
+    def __init__(self, recorder: LedgerRecorder, update: int, pending: list, suffix: str):
+        self.recorder = recorder
+        self.update = update
+        self.pending = pending
+        self.suffix = suffix
+
+    def materialize(self) -> dict:
+        rec = self.recorder
+        spans, samples = rec._spans(self.pending)
+        return {"type": "update_committed", "update": self.update, "spans": spans,
+                "samples": samples, "rank": rec.rank,
+                "event_id": rec.client.event_id(self.suffix, rec.rank)}
 
 
 # --- resuming ------------------------------------------------------------------------------------

@@ -22,8 +22,10 @@ class CaptureClient(Client):
         super().__init__(None, None, "run-t", attempt=0, rank=rank)
         self.events: list[dict] = []
 
-    def emit(self, event):
-        self.events.append(dict(event))
+    def _push(self, item):
+        ev = self._complete(item, 0.0)  # what the sender thread would build
+        if ev is not None:
+            self.events.append(ev)
         return True
 
     def of(self, kind):
@@ -185,10 +187,12 @@ def test_a_repeated_commit_never_reuses_an_event_id():
 
 def test_the_recorder_never_raises():
     rec = LedgerRecorder(CaptureClient(), rank=0, world_size=2, dataset_length=10)
-    rec.consumed("three")  # nonsense in
-    assert rec.commit(1) is False  # nothing raised
+    rec.consumed("three")  # nonsense in: the report cannot be built, and that is all
+    rec.commit(1)
+    assert rec.client.counters()["failed"] == 1
     rec.consumed(2)
     assert rec.commit(2) is True
+    assert [e["update"] for e in rec.client.of("update_committed")] == [2]
 
 
 @given(p=st.integers(0, 500), w_old=st.integers(1, 8), w_new=st.integers(1, 8))

@@ -20,7 +20,9 @@ from urllib.parse import urlparse
 import pytest
 
 pytest.importorskip("django")
-pytest.importorskip("pytest_django")
+if "pytest_django.plugin" not in sys.modules:  # run with -p no:django: nothing to serve
+    pytest.skip("needs the pytest-django plugin (run without -p no:django)",
+                allow_module_level=True)
 
 from recoverydash.sdk.client import Client  # noqa: E402
 from recoverydash.sdk.ledger import LedgerRecorder  # noqa: E402
