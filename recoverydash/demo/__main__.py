@@ -321,7 +321,20 @@ def expectation(s: Scenario) -> list[str]:
     return out
 
 
-def print_table(runs, answers, jobs) -> tuple[bool, list]:
+def run_pages(url: str, runs: list[Scenario]) -> dict:
+    """run_id -> the dashboard page of the run."""
+    try:
+        from recoverydash.runs.models import Run
+
+        pks = dict(Run.objects.filter(project__name="demo", run_id__in=[s.run_id for s in runs])
+                   .values_list("run_id", "pk"))
+        return {rid: f"{url}/runs/{pk}/" for rid, pk in pks.items()}
+    except Exception:  # the page links are a convenience
+        return {}
+
+
+def print_table(runs, answers, jobs, pages=None) -> tuple[bool, list]:
+    pages = pages or {}
     ok_all = True
     report = []
     width = 100
@@ -340,6 +353,8 @@ def print_table(runs, answers, jobs) -> tuple[bool, list]:
             print(f"      got:      {line}")
         for b in bad:
             print(f"      !! {b}")
+        if s.run_id in pages:
+            print(f"      dashboard: {pages[s.run_id]}")
         print("-" * width)
     return ok_all, report
 
@@ -386,7 +401,7 @@ def main() -> int:
         say("waiting for the analysis of every run to be current ...")
         answers = wait_analysis(url, inst["token"], runs, jobs,
                                 float(os.environ.get("DEMO_ANALYSIS_TIMEOUT", "120")))
-        ok, report = print_table(runs, answers, jobs)
+        ok, report = print_table(runs, answers, jobs, run_pages(url, runs))
         (base / "results.json").write_text(json.dumps({"ok": ok, "runs": report,
                                                        "answers": answers}, indent=1))
         elapsed = time.monotonic() - t_start
@@ -408,4 +423,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("\nstopped (the server was stopped too)", file=sys.stderr)
+        sys.exit(130)

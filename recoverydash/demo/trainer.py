@@ -100,6 +100,10 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(cfg["master_port"])})
     torch.set_num_threads(1)
+    if cfg.get("fault") and cfg.get("quiet_crash"):  # one short line per rank instead of the SDK's warnings
+        import logging
+
+        logging.getLogger("recoverydash.sdk").setLevel(logging.ERROR)
     dist.init_process_group("gloo", timeout=timedelta(seconds=30))
     attempt = cfg["attempt"]
     fault = cfg.get("fault")
@@ -178,6 +182,8 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
                                         rank_state={"scheduler": sched.state_dict()},
                                         recorder=rec)
                     if m is None:  # a peer died during the save: this rank's job is over too
+                        print(f"    rank {rank} stops: generation of update {update} not "
+                              "published (a rank died during the save)", flush=True)
                         client.flush(5)
                         return 3
         if micro % accum:  # the last, partial accumulation is an update too
