@@ -34,9 +34,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch  # noqa: E402
+import torch
 
-from recoverydash.sdk import Client, LedgerRecorder  # noqa: E402
+from recoverydash.sdk import Client, LedgerRecorder
 
 MICRO, ACCUM = 32, 4
 

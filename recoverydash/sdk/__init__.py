@@ -15,22 +15,64 @@ Nothing here raises into or blocks the training loop (``load_generation`` except
 fails must stop the job). Command line: ``python -m recoverydash.sdk check LOCATION``.
 """
 
-from recoverydash.sdk.checkpoint import (DEFAULT_REQUIRED_COMPONENTS, GenerationCheck, Selection,
-                                         load_generation, make_generation_id, restore_plan, save_generation,
-                                         select_restorable, shard_name)
+from recoverydash.sdk.checkpoint import (
+    DEFAULT_REQUIRED_COMPONENTS,
+    GenerationCheck,
+    Selection,
+    load_generation,
+    make_generation_id,
+    restore_plan,
+    save_generation,
+    select_restorable,
+    shard_name,
+)
 from recoverydash.sdk.client import Client, default_spool_dir, get_client, init, now_rfc3339
-from recoverydash.sdk.ledger import (LedgerRecorder, SkipFirst, batch_length, order_digest,
-                                     padded_length, resume_skip, resumed_from)
-from recoverydash.storage.objects import (MANIFEST_NAME, ObjectCheck, TransientStorageError,
-                                          list_manifests, read_manifest, verify_object,
-                                          write_manifest_atomically)
+from recoverydash.sdk.ledger import (
+    LedgerRecorder,
+    SkipFirst,
+    batch_length,
+    order_digest,
+    padded_length,
+    resume_skip,
+    resumed_from,
+)
+from recoverydash.storage.objects import (
+    MANIFEST_NAME,
+    ObjectCheck,
+    TransientStorageError,
+    list_manifests,
+    read_manifest,
+    verify_object,
+    write_manifest_atomically,
+)
 
 __all__ = [
-    "Client", "init", "get_client", "default_spool_dir", "now_rfc3339",
-    "LedgerRecorder", "SkipFirst", "order_digest", "padded_length", "batch_length",
-    "resume_skip", "resumed_from",
-    "save_generation", "load_generation", "select_restorable", "restore_plan", "Selection",
-    "GenerationCheck", "DEFAULT_REQUIRED_COMPONENTS", "shard_name", "make_generation_id",
-    "MANIFEST_NAME", "ObjectCheck", "TransientStorageError", "verify_object", "list_manifests",
-    "read_manifest", "write_manifest_atomically",
+    "DEFAULT_REQUIRED_COMPONENTS",
+    "MANIFEST_NAME",
+    "Client",
+    "GenerationCheck",
+    "LedgerRecorder",
+    "ObjectCheck",
+    "Selection",
+    "SkipFirst",
+    "TransientStorageError",
+    "batch_length",
+    "default_spool_dir",
+    "get_client",
+    "init",
+    "list_manifests",
+    "load_generation",
+    "make_generation_id",
+    "now_rfc3339",
+    "order_digest",
+    "padded_length",
+    "read_manifest",
+    "restore_plan",
+    "resume_skip",
+    "resumed_from",
+    "save_generation",
+    "select_restorable",
+    "shard_name",
+    "verify_object",
+    "write_manifest_atomically",
 ]

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"no manifest under {args.location}")
         for g in sel.generations:
             mark = "*" if sel.restorable is g else " "
-            print(f"{mark} {g.generation_id:<24} update {str(g.update):>8}  {g.status}")
+            print(f"{mark} {g.generation_id:<24} update {g.update!s:>8}  {g.status}")
             for r in g.reasons:
                 print(f"      {r['code']}: {r['detail']}")
         if sel.restorable:

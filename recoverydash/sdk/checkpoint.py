@@ -55,8 +55,11 @@ from typing import Any
 
 from recoverydash.sdk.client import Client, now_rfc3339
 from recoverydash.storage import objects as storage
-from recoverydash.storage.objects import (DEFAULT_FULL_HASH_MAX_BYTES, StorageError,
-                                          TransientStorageError)
+from recoverydash.storage.objects import (
+    DEFAULT_FULL_HASH_MAX_BYTES,
+    StorageError,
+    TransientStorageError,
+)
 
 log = logging.getLogger("recoverydash.sdk")
 
@@ -144,9 +147,8 @@ def _own_dcp_files(folder: str, rank: int, coordinator: bool) -> list[str]:
     ``.metadata`` when this rank is the coordinator)."""
     out = []
     for name in sorted(os.listdir(folder)):
-        if name.startswith(f"__{rank}_") and name.endswith(".distcp"):
-            out.append(name)
-        elif coordinator and name == ".metadata":
+        mine = name.startswith(f"__{rank}_") and name.endswith(".distcp")
+        if mine or (coordinator and name == ".metadata"):
             out.append(name)
     return out
 
@@ -391,8 +393,12 @@ def _static_reasons(manifest: dict, attempt: int, world_size, dataset_version,
                     required_components) -> list[dict]:
     """Rules that need no storage: the recovery core's, plus the restarting job's world size and
     dataset version."""
-    from recoverydash.recovery.generations import (component_missing, schema_unsupported,
-                                                   shard_missing, update_mismatch)
+    from recoverydash.recovery.generations import (
+        component_missing,
+        schema_unsupported,
+        shard_missing,
+        update_mismatch,
+    )
     from recoverydash.recovery.inputs import GenerationRecord
 
     gen = GenerationRecord(generation_id=str(manifest.get("generation_id")), attempt=attempt,

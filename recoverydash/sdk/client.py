@@ -56,9 +56,10 @@ import urllib.request
 import uuid
 import weakref
 from collections import deque
-from datetime import datetime, timezone
+from collections.abc import Iterable
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Iterable
+from typing import Any
 
 log = logging.getLogger("recoverydash.sdk")
 
@@ -68,7 +69,7 @@ RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
 def now_rfc3339() -> str:
     """Current time, RFC 3339 with offset and milliseconds: ``2026-11-01T00:00:05.123+00:00``."""
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def default_spool_dir() -> str:
@@ -370,7 +371,7 @@ class Client:
         self._queued = 0            # written by producers only (no lock: the hot path)
         self._dropped_full = 0      # idem
         self._inflight = 0          # events taken from the buffer, not yet sent/spooled/failed
-        self._c = dict(sent=0, spooled=0, dropped=0, failed=0, duplicates=0)
+        self._c = {"sent": 0, "spooled": 0, "dropped": 0, "failed": 0, "duplicates": 0}
         self._flush_req = 0
         self._flush_done = 0
         self._paused_until = 0.0    # time.monotonic(); no network sends before it
@@ -488,7 +489,7 @@ class Client:
             if "rank" not in ev and self.rank is not None:
                 ev["rank"] = self.rank
             if "time" not in ev:
-                ev["time"] = datetime.fromtimestamp(t, timezone.utc).isoformat(
+                ev["time"] = datetime.fromtimestamp(t, UTC).isoformat(
                     timespec="milliseconds")
             if "event_id" not in ev:
                 ev["event_id"] = self.event_id(f"{ev.get('type', 'event')}:{uuid.uuid4().hex[:16]}",
@@ -900,7 +901,7 @@ class Client:
 
 # --- process-wide registry: atexit flush and fork handling ---------------------------------------
 
-_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
+_clients: weakref.WeakSet[Client] = weakref.WeakSet()
 
 
 def _register(client: Client):

@@ -44,7 +44,8 @@ import json
 import logging
 import math
 import time
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from recoverydash.sdk.client import Client
 
@@ -135,7 +136,7 @@ class LedgerRecorder:
 
     @classmethod
     def for_sampler(cls, client: Client, sampler: Any, *, stratum: str = "main",
-                    dataset_version: str | None = None, **kw) -> "LedgerRecorder":
+                    dataset_version: str | None = None, **kw) -> LedgerRecorder:
         """A recorder that reads rank, world size, seed, shuffle, drop_last, epoch and dataset
         length from a ``DistributedSampler`` (any object with those attributes)."""
         return cls(client, rank=sampler.rank, world_size=sampler.num_replicas,
@@ -144,7 +145,7 @@ class LedgerRecorder:
                    dataset_version=dataset_version, sampler=sampler, **kw)
 
     @classmethod
-    def for_loader(cls, client: Client, loader: Any, **kw) -> "LedgerRecorder":
+    def for_loader(cls, client: Client, loader: Any, **kw) -> LedgerRecorder:
         """A recorder for a ``DataLoader`` (or torchdata ``StatefulDataLoader``) whose ``sampler``
         is a ``DistributedSampler``. Raises TypeError when the loader has no such sampler."""
         sampler = getattr(loader, "sampler", None)
@@ -166,8 +167,7 @@ class LedgerRecorder:
             self._pending.append((self._epoch, self._order, k, n))
             k += n
             self._k_consumed = k
-            if k > self._k_read:
-                self._k_read = k
+            self._k_read = max(self._k_read, k)
         except Exception as e:  # pragma: no cover
             self._log_once("consumed", e)
 
@@ -367,7 +367,7 @@ class LedgerRecorder:
 class _UpdateReport:
     """An ``update_committed`` whose spans are built when the sender thread sends it."""
 
-    __slots__ = ("recorder", "update", "pending", "suffix")
+    __slots__ = ("pending", "recorder", "suffix", "update")
 
     def __init__(self, recorder: LedgerRecorder, update: int, pending: list, suffix: str):
         self.recorder = recorder

@@ -34,8 +34,9 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 MANIFEST_NAME = "recoverydash-manifest.json"

@@ -32,9 +32,16 @@ def main(cfg: dict) -> int:
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-    from recoverydash.sdk import (Client, LedgerRecorder, SkipFirst, load_generation,
-                                  make_generation_id, resumed_from, save_generation,
-                                  select_restorable)
+    from recoverydash.sdk import (
+        Client,
+        LedgerRecorder,
+        SkipFirst,
+        load_generation,
+        make_generation_id,
+        resumed_from,
+        save_generation,
+        select_restorable,
+    )
 
     dist.init_process_group("gloo", timeout=timedelta(seconds=30))
     rank, world = dist.get_rank(), dist.get_world_size()

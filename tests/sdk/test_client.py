@@ -49,7 +49,7 @@ def run_py(code: str, timeout: float = 60.0, **env):
     """Run a Python snippet in a NEW process with the repository on the path."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **{k: str(v) for k, v in env.items()}}
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=timeout, env=full_env)
+                          text=True, timeout=timeout, env=full_env, check=False)
 
 
 def test_it_batches_gzips_and_authenticates(ingest, spool):

@@ -8,11 +8,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
-from torch.utils.data import DistributedSampler  # noqa: E402
+from torch.utils.data import DistributedSampler
 
-from recoverydash.sdk.client import Client  # noqa: E402
-from recoverydash.sdk.ledger import (LedgerRecorder, SkipFirst, order_digest,  # noqa: E402
-                                     padded_length, resume_skip, resumed_from)
+from recoverydash.sdk.client import Client
+from recoverydash.sdk.ledger import (
+    LedgerRecorder,
+    SkipFirst,
+    order_digest,
+    padded_length,
+    resume_skip,
+    resumed_from,
+)
 
 
 class CaptureClient(Client):

@@ -9,10 +9,19 @@ import os
 
 import pytest
 
-from recoverydash.storage.objects import (MANIFEST_NAME, ManifestConflictError,
-                                          PermanentStorageError, TransientStorageError,
-                                          file_uri, list_manifests, make_s3_client, parse_uri,
-                                          read_manifest, verify_object, write_manifest_atomically)
+from recoverydash.storage.objects import (
+    MANIFEST_NAME,
+    ManifestConflictError,
+    PermanentStorageError,
+    TransientStorageError,
+    file_uri,
+    list_manifests,
+    make_s3_client,
+    parse_uri,
+    read_manifest,
+    verify_object,
+    write_manifest_atomically,
+)
 
 DATA = b"recoverydash" * 100
 DIGEST = hashlib.sha256(DATA).hexdigest()

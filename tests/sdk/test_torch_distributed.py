@@ -13,11 +13,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from recoverydash.sdk.checkpoint import select_restorable  # noqa: E402
-from recoverydash.sdk.ledger import padded_length  # noqa: E402
-from recoverydash.storage.objects import MANIFEST_NAME  # noqa: E402
+from recoverydash.sdk.checkpoint import select_restorable
+from recoverydash.sdk.ledger import padded_length
+from recoverydash.storage.objects import MANIFEST_NAME
 
-from .conftest import REPO, FakeIngest, free_port  # noqa: E402
+from .conftest import REPO, FakeIngest, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -122,7 +122,7 @@ def test_a_clean_save_is_restorable(runs):
 
 
 def test_the_ledger_of_two_epochs_with_accumulation_covers_each_position_once(runs):
-    ingest, out = runs
+    ingest, _ = runs
     updates = events(ingest, "clean", "update_committed")
     total = padded_length(N, WORLD, drop_last=False)
     cov = coverage(updates)
