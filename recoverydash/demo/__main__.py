@@ -251,6 +251,11 @@ def _settled(body, restarted: bool = True) -> bool:
 
 # --- the table ------------------------------------------------------------------------------------
 
+# the rank each fault kills (trainer.py)
+KILLED_RANK = {"kill_before_shard": 3, "kill_mid_shard": 3, "kill_before_commit": 0,
+               "kill_after_commit": 0, "crash_mid_update": 1}
+
+
 def judge(s: Scenario, body: dict, job: dict) -> tuple[list[str], list[str]]:
     """(lines of what recoverydash concluded, mismatches)."""
     lines, bad = [], []
@@ -300,6 +305,10 @@ def judge(s: Scenario, body: dict, job: dict) -> tuple[list[str], list[str]]:
             bad.append(f"alert {rule} not expected, got {rules}")
     if s.discover and not job.get("discovered"):
         bad.append(f"discovery ingested {job.get('discovered')} manifests, expected >= 1")
+    killer = KILLED_RANK[s.fault]
+    if job["codes0"][killer] != 17:  # the fault hook's os._exit(17): the fault really happened
+        bad.append(f"fault not injected as designed: rank {killer} of attempt 0 exited with "
+                   f"{job['codes0'][killer]}, not 17")
     if job["codes1"] != [0] * s.world_after:
         bad.append(f"attempt 1 exit codes {job['codes1']}")
     return lines, bad

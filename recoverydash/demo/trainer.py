@@ -69,6 +69,7 @@ def _install_save_fault(cfg: dict, rank: int, client):
         def put_object(uri, data, **kw):
             if "/data_progress/" in uri:
                 path = objects.parse_uri(uri).path
+                os.makedirs(os.path.dirname(path), exist_ok=True)
                 with open(path, "wb") as f:  # half of the file, then the process is gone
                     f.write(data[:len(data) // 2])
                     f.flush()
