@@ -17,7 +17,8 @@ from django.utils import timezone
 
 from recoverydash.runs.models import Analysis, CheckpointObject, Generation
 from recoverydash.storage.models import StorageLocation
-from recoverydash.storage.objects import make_s3_client, verify_object
+from recoverydash.storage.objects import (ObjectCheck, PermanentStorageError, make_s3_client,
+                                          verify_object)
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +47,14 @@ def verify_objects(objects, locations: list[StorageLocation]) -> int:
     clients: dict = {}
     checked = 0
     for obj in objects:
-        result = verify_object(obj.uri, obj.size, obj.sha256 or None,
-                               s3_client=_client_for(obj.uri, locations, clients),
-                               full_hash_max_bytes=settings.RECOVERYDASH_FULL_HASH_MAX_BYTES)
+        try:
+            result = verify_object(obj.uri, obj.size, obj.sha256 or None,
+                                   s3_client=_client_for(obj.uri, locations, clients),
+                                   full_hash_max_bytes=settings.RECOVERYDASH_FULL_HASH_MAX_BYTES)
+        except PermanentStorageError as exc:
+            # A malformed URI, denied access, missing credentials: retrying cannot help, and
+            # nothing was proven either way. Stored and shown, never retried in a loop.
+            result = ObjectCheck("storage_unverified", f"cannot verify: {exc}")
         obj.check_status = result.status
         obj.check_detail = result.detail or ""
         obj.observed_size = result.observed_size
