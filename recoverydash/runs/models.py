@@ -134,26 +134,18 @@ class Run(models.Model):
 
     def analysis_summary(self, now=None) -> tuple[str | None, float | None]:
         """``(health, seconds_since_last_restorable)`` for lists (spec 5), read from the stored
-        :class:`Analysis`: both None while no analysis exists. Seconds are counted from
-        ``result["last_restorable"]["committed_at"]`` to ``now`` (default: the current time);
-        None when there is no restorable generation or the time cannot be read."""
+        :class:`Analysis`: both None while no analysis exists. The seconds follow DESIGN.md
+        "Time since last restorable", as in the ``recovery`` answer (see
+        ``recoverydash.alerts.rules.seconds_since_last_restorable``)."""
+        from recoverydash.alerts.rules import seconds_since_last_restorable
+
         try:
             analysis = self.analysis
         except Analysis.DoesNotExist:
             return None, None
-        seconds = None
-        last = (analysis.result or {}).get("last_restorable") or {}
-        committed_at = last.get("committed_at") if isinstance(last, dict) else None
-        if isinstance(committed_at, str):
-            from django.utils.dateparse import parse_datetime
-
-            try:
-                when = parse_datetime(committed_at)
-            except ValueError:
-                when = None
-            if when is not None and when.tzinfo is not None:
-                seconds = max(0.0, ((now or timezone.now()) - when).total_seconds())
-        return analysis.health, seconds
+        seconds = seconds_since_last_restorable(analysis.result or {}, self.first_event_at,
+                                                now or timezone.now())
+        return analysis.health, None if seconds is None else max(0.0, seconds)
 
 
 class Event(models.Model):
