@@ -395,6 +395,7 @@ def main() -> int:
         say(f"server up; demo user {inst['user']} / {inst['password']}, token {inst['token']}")
         # Everything the ranks use is imported once here: they are forked from this process, so
         # a rank starts in milliseconds and never re-imports (a file edited meanwhile included).
+        import torch._dynamo  # noqa: F401  (DDP's constructor imports it, and numpy with it)
         import torch.distributed.checkpoint  # noqa: F401
         import torch.distributed.checkpoint.state_dict  # noqa: F401
 
