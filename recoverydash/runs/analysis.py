@@ -240,12 +240,17 @@ def sweep(limit: int = 500) -> int:
     return sum(1 for pk in behind if request_analysis(pk))
 
 
-def evaluate_all(limit: int = 2000) -> int:
-    """Periodic: re-analyse the figures that depend on the clock and evaluate alerts of every
-    run that has not ended; returns the number of runs evaluated."""
+def evaluate_all(limit: int = 2000, refresh_after_s: float = 300.0) -> int:
+    """Periodic: evaluate the alert rules of every run that has not ended (the time-based ones,
+    ``checkpoint_stale`` and ``run_silent``, change without new events). A run whose analysis is
+    older than ``refresh_after_s`` is analysed again first, so its stored health and
+    seconds-since figures follow the clock. Returns the number of runs evaluated."""
+    stale = timezone.now() - timedelta(seconds=refresh_after_s)
     count = 0
     for run in (Run.objects.select_related("analysis", "project")
                 .filter(analysis__isnull=False).exclude(analysis__health="ended")[:limit]):
+        if run.analysis.computed_at < stale:
+            analyze(run)
         notify(run)
         count += 1
     return count

@@ -77,3 +77,30 @@ def test_it_reaches_the_scenario_verdicts_through_the_api(name, client, full_tok
     recovery, plan_status, plan = read(client, full_token, events[0]["run_id"])
     assert recovery["pending_analysis"] is False
     check_expect(recovery, plan_status, plan, expect)
+
+
+@pytest.mark.django_db
+def test_it_refreshes_an_old_analysis_before_evaluating_time_based_alerts(project, settings):
+    """A run whose events stopped still turns stale: the periodic evaluation re-analyses it."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from recoverydash.alerts.models import Alert
+    from recoverydash.ingest.actions import ingest_batch
+    from recoverydash.runs.analysis import analyze, evaluate_all
+    from recoverydash.runs.models import Analysis, Run
+
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    start = (timezone.now() - timedelta(hours=2)).isoformat()
+    ingest_batch(project, [{"event_id": "a0", "type": "attempt_started", "run_id": "quiet",
+                            "attempt": 0, "time": start, "world_size": 1,
+                            "dataset_version": "v1"}])
+    run = Run.objects.get(run_id="quiet")
+    analyze(run, now=(timezone.now() - timedelta(hours=2)).timestamp())
+    Analysis.objects.filter(run=run).update(computed_at=timezone.now() - timedelta(hours=2))
+    assert Analysis.objects.get(run=run).health == "ok"
+    assert evaluate_all() == 1
+    analysis = Analysis.objects.get(run=run)
+    assert analysis.health == "failing"  # no restorable generation for 2 h > 1 h limit
+    assert Alert.objects.filter(run=run, rule="checkpoint_stale", state="firing").exists()
