@@ -53,9 +53,9 @@ class Scenario:
 
 
 def scenarios() -> list[Scenario]:
-    at_ckpt = dict(fault_update=4)
+    at_ckpt = {"fault_update": 4}
     # a crash while reading update 6: 5 committed, 1 microbatch per rank read (8 positions)
-    mid = dict(fault="crash_mid_update", fault_update=6)
+    mid = {"fault": "crash_mid_update", "fault_update": 6}
     read = 5 * GB + WORLD * MICRO   # 88: the read cursor at the crash
     ckpt = 4 * GB                   # 64: the committed cursor of u000000004
     rolled = read - ckpt            # 24: read or committed after the checkpoint, rolled back
@@ -156,7 +156,7 @@ def start_server(var: Path, port: int, log_path: Path) -> subprocess.Popen:
     env = {**os.environ, "PORT": str(port), "RECOVERYDASH_VAR_DIR": str(var),
            "WEB_CONCURRENCY": "1", "CELERY_CONCURRENCY": "1",
            "SITE_URL": f"http://localhost:{port}"}
-    log = open(log_path, "ab")
+    log = open(log_path, "ab")  # noqa: SIM115 (the server process keeps writing to it)
     return subprocess.Popen([sys.executable, "-m", "recoverydash.serve"], env=env, cwd=str(REPO),
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -338,7 +338,7 @@ def run_pages(url: str, runs: list[Scenario]) -> dict:
         pks = dict(Run.objects.filter(project__name="demo", run_id__in=[s.run_id for s in runs])
                    .values_list("run_id", "pk"))
         return {rid: f"{url}/runs/{pk}/" for rid, pk in pks.items()}
-    except Exception:  # the page links are a convenience
+    except Exception:  # noqa: BLE001 (the page links are a convenience)
         return {}
 
 
@@ -395,13 +395,13 @@ def main() -> int:
         say(f"server up; demo user {inst['user']} / {inst['password']}, token {inst['token']}")
         # Everything the ranks use is imported once here: they are forked from this process, so
         # a rank starts in milliseconds and never re-imports (a file edited meanwhile included).
-        import torch._dynamo  # noqa: F401  (DDP's constructor imports it, and numpy with it)
-        import torch.distributed.checkpoint  # noqa: F401
+        import torch._dynamo
+        import torch.distributed.checkpoint
         import torch.distributed.checkpoint.state_dict  # noqa: F401
 
-        import recoverydash.demo.trainer  # noqa: F401
-        import recoverydash.recovery.generations  # noqa: F401
-        import recoverydash.recovery.inputs  # noqa: F401
+        import recoverydash.demo.trainer
+        import recoverydash.recovery.generations
+        import recoverydash.recovery.inputs
         import recoverydash.sdk  # noqa: F401
 
         jobs = {}

@@ -94,9 +94,16 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-    from recoverydash.sdk import (Client, LedgerRecorder, SkipFirst, load_generation,
-                                  make_generation_id, resumed_from, save_generation,
-                                  select_restorable)
+    from recoverydash.sdk import (
+        Client,
+        LedgerRecorder,
+        SkipFirst,
+        load_generation,
+        make_generation_id,
+        resumed_from,
+        save_generation,
+        select_restorable,
+    )
 
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(cfg["master_port"])})
@@ -191,7 +198,7 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
             opt.step()
             update += 1
             rec.commit(update)
-    except Exception as e:  # a peer died (gloo reports the closed connection): the job crashed
+    except Exception as e:  # noqa: BLE001 (a peer died, gloo says so: the job crashed)
         if fault is None or not cfg.get("quiet_crash"):
             traceback.print_exc()
         else:
@@ -208,7 +215,7 @@ def _child(cfg: dict, rank: int, world: int):
     code = 1
     try:
         code = rank_main(cfg, rank, world)
-    except BaseException:
+    except BaseException:  # noqa: BLE001 (reported; the exit code says it)
         traceback.print_exc()
     finally:
         os._exit(code)
