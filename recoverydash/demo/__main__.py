@@ -411,9 +411,26 @@ def main() -> int:
         say("waiting for the analysis of every run to be current ...")
         answers = wait_analysis(url, inst["token"], runs, jobs,
                                 float(os.environ.get("DEMO_ANALYSIS_TIMEOUT", "120")))
-        ok, report = print_table(runs, answers, jobs, run_pages(url, runs))
+        pages = run_pages(url, runs)
+        ok, report = print_table(runs, answers, jobs, pages)
+        screens = None
+        if os.environ.get("DEMO_SCREENSHOTS"):
+            from recoverydash.demo.screens import capture
+
+            folder = Path(os.environ["DEMO_SCREENSHOTS"]).resolve()
+            say(f"screenshots of the dashboard into {folder}")
+            try:
+                screens = capture(url, inst["user"], inst["password"], runs, pages, folder)
+            except Exception as exc:  # noqa: BLE001 (a browser problem must not hide the table)
+                screens = [{"key": "*", "missing": [f"no screenshots: {exc}"], "shots": []}]
+            for rec in screens:
+                if rec["missing"]:
+                    ok = False
+                    print(f"  !! dashboard of ({rec['key']}) does not show: "
+                          f"{', '.join(rec['missing'])}")
         (base / "results.json").write_text(json.dumps({"ok": ok, "runs": report,
-                                                       "answers": answers}, indent=1))
+                                                       "answers": answers, "screens": screens},
+                                                      indent=1))
         elapsed = time.monotonic() - t_start
         print(f"{sum(r['ok'] for r in report)}/{len(report)} conclusions match "
               f"({elapsed:.0f} s)")

@@ -32,11 +32,12 @@ def _free_port() -> int:
 def demo(tmp_path_factory):
     base = tmp_path_factory.mktemp("demo")
     env = {**os.environ, "DEMO_EXIT": "1", "DEMO_ONLY": FAULTS, "PORT": str(_free_port()),
-           "RECOVERYDASH_DEMO_DIR": str(base / "demo"), "DEMO_ANALYSIS_TIMEOUT": "90"}
+           "RECOVERYDASH_DEMO_DIR": str(base / "demo"), "DEMO_ANALYSIS_TIMEOUT": "90",
+           "DEMO_SCREENSHOTS": str(base / "shots")}
     env.pop("DATABASE_URL", None)
     env.pop("CELERY_BROKER_URL", None)
     proc = subprocess.run([sys.executable, "-m", "recoverydash.demo"], cwd=str(REPO), env=env,
-                          capture_output=True, text=True, timeout=170, check=False)
+                          capture_output=True, text=True, timeout=240, check=False)
     results = json.loads((base / "demo" / "results.json").read_text())
     return proc, results
 
@@ -96,3 +97,15 @@ def test_resuming_from_an_older_cursor_is_a_replay(demo):
     r = _restart(results, "g")
     assert (r["verdict"], r["replayed"], r["omitted"], r["recomputed"]) == ("replay", 16, 0, 24)
     assert "restart_replay" in {a["rule"] for a in _answer(results, "g")["alerts"]}
+
+
+def test_the_dashboard_shows_each_fault_where_on_call_looks(demo):
+    """Screenshots in headless Chromium: each run page names the verdict or the abandoned
+    generation, and each restart page shows the replayed / omitted counts."""
+    _, results = demo
+    screens = results["screens"]
+    assert screens and sorted(r["key"] for r in screens) == FAULTS.split(",")
+    for record in screens:
+        assert record["missing"] == [], record
+        for shot in record["shots"]:
+            assert Path(shot).stat().st_size > 10_000, shot
