@@ -121,7 +121,8 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
     n = cfg["n"]
     x_all = torch.randn(n, 8, generator=g)
     y_all = x_all @ torch.randn(8, 1, generator=g) + 0.1 * torch.randn(n, 1, generator=g)
-    ds = TensorDataset(x_all, y_all)
+    # the third tensor is the sample's identity, for the audit windows around checkpoints
+    ds = TensorDataset(x_all, y_all, torch.arange(n))
     sampler = DistributedSampler(ds, shuffle=True, seed=7, drop_last=False)
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(
@@ -156,19 +157,28 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
     rec.start(resumed_from=start_from, global_batch_size=cfg["micro"] * accum * world,
               micro_batch_size=cfg["micro"], grad_accum_steps=accum)
     first_epoch = rec.epoch
+    resumed_at = update
     micro = 0
+    slot_ids: list[list[int]] = []  # sample identities per accumulation slot of this update
+
+    def audited(u: int) -> bool:
+        """Seed 003: readable identities for the update a checkpoint holds last and the first
+        updates after a resume."""
+        return u % cfg["ckpt_every"] == 0 or (cfg.get("resume") and u <= resumed_at + 2)
+
     try:
         for epoch in range(first_epoch, cfg["epochs"]):
             sampler.set_epoch(epoch)
             loader = DataLoader(ds, batch_size=cfg["micro"],
                                 sampler=SkipFirst(sampler, skip, first_epoch))
-            for x, y in rec.wrap(loader):
+            for x, y, ids in rec.wrap(loader):
                 if fault == "crash_mid_update" and rank == 1 and update + 1 == fault_update:
                     with open(cfg["loader_state"], "w") as f:
                         json.dump({"fetched": rec.fetched_cursor()}, f)
                     rec.heartbeat()
                     _die(client)
                 torch.nn.functional.mse_loss(model(x), y).backward()
+                slot_ids.append(ids.tolist())
                 micro += 1
                 if micro % accum:
                     continue
@@ -177,6 +187,10 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
                 opt.zero_grad()
                 update += 1
                 rec.commit(update)
+                if audited(update):
+                    for slot, sample_ids in enumerate(slot_ids):
+                        client.audit_window(update, slot, sample_ids)
+                slot_ids = []
                 if cfg.get("stop_update") and update >= cfg["stop_update"]:
                     break
                 if update % cfg["ckpt_every"] == 0:
