@@ -56,7 +56,10 @@ def contract_of(run) -> dict:
 
 
 def duration(seconds: float) -> str:
-    """``3h 05m`` / ``12m 30s`` / ``45s``: how long, for people reading a page at night."""
+    """``3h 05m`` / ``12m 30s`` / ``45s`` / ``0.7s``: how long, for people reading a page at
+    night (tenths below ten seconds, so a sub-second figure does not read as zero)."""
+    if 0 < seconds < 10 and not float(seconds).is_integer():
+        return f"{seconds:.1f}s"
     seconds = int(max(seconds, 0))
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
