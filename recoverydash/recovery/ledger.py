@@ -17,7 +17,11 @@ Incremental contract. :meth:`Ledger.absorb` takes new :class:`~.inputs.LedgerRec
 O(1) each (amortised) and in any order; a record whose ``(attempt, update, rank)`` is already
 absorbed is united with what is there (an identical re-send is a no-op, new positions split the run
 and become a piece), so the absorbed state always equals the state built from all records at once.
-Nothing ever needs a full re-read of the ledger. :meth:`Ledger.to_bytes` /
+Nothing ever needs a full re-read of the ledger. Groups of reports that continue the previous
+update's group exactly (the DistributedSampler shape, W ranks x one range per key) take a batch
+fast path (:class:`_Lane`) that compares each report with a template in C and extends the runs
+once per call; it yields the same state as the general path (tests/recovery/
+test_absorb_fast_path.py). :meth:`Ledger.to_bytes` /
 :meth:`Ledger.from_bytes` store and load the state (zlib-compressed JSON with serialized roaring
 bitmaps). The analysis reads the ledger only through runs and bitmaps, so its cost grows with the
 number of runs, pieces, generations and attempts, not with the number of updates.
@@ -137,13 +141,77 @@ class Ledger:
         return state
 
     # ----------------------------------------------------------------------------- absorbing
-    def absorb(self, records) -> int:
+    def absorb(self, records, fast: bool = True) -> int:
         """Absorb LedgerRecords; returns how many were absorbed. O(1) amortised per record for
         the common shape (one range per span, continuing the rank's previous update).
 
-        Raises ValueError on a malformed range (see :func:`.positions.wire_range`)."""
+        Records are taken in consecutive groups of one ``(attempt, update)``. When a group
+        repeats, shifted by each run's advance, exactly what the same ranks reported in the
+        previous group (the DistributedSampler shape: W ranks, each one range per key), it is
+        checked against a template in one pass and absorbed by extending the runs, without any
+        per-span bookkeeping (see :class:`_Lane`); any other group goes through the general path,
+        record by record. ``fast=False`` uses the general path only (same resulting state; kept
+        for the tests and as the benchmark's baseline).
+
+        Raises ValueError on a malformed range (see :func:`.positions.wire_range`); the records
+        before the malformed one stay absorbed."""
+        if not fast:
+            touched: set = set()
+            try:
+                return self._absorb_each(records, touched)
+            finally:
+                self._invalidate(touched)
+        records = records if type(records) is list else list(records)
+        count = len(records)
+        touched: set = set()
+        lanes: dict = {}     # attempt -> _Lane, alive while its groups keep matching
+        backoff: dict = {}   # attempt -> [failed tries in a row, groups to skip before the next]
+        try:
+            i = 0
+            while i < count:
+                rec = records[i]
+                attempt, update = rec.attempt, rec.update
+                lane = lanes.get(attempt)
+                if lane is not None:
+                    j = i + lane.width
+                    if update == lane.update + 1 and j <= count and lane.take(records, i, j):
+                        i = j
+                        continue
+                    lane.flush()
+                    del lanes[attempt]
+                    if lane.taken:
+                        backoff.pop(attempt, None)
+                    else:
+                        _missed(backoff, attempt)
+                j = i + 1
+                while j < count and records[j].update == update and records[j].attempt == attempt:
+                    j += 1
+                self._absorb_each(records[i:j], touched)
+                wait = backoff.get(attempt)
+                if wait is not None and wait[1] > 0:
+                    wait[1] -= 1
+                else:
+                    lane = _Lane.build(self.attempts[attempt], update, records, i, j)
+                    if lane is None:
+                        _missed(backoff, attempt)
+                    else:
+                        lanes[attempt] = lane
+                        touched.add(attempt)
+                i = j
+        finally:
+            for lane in lanes.values():
+                lane.flush()
+            self._invalidate(touched)
+        return count
+
+    def _invalidate(self, touched: set) -> None:
+        for number in touched:
+            self.attempts[number]._groups = None
+        self._segments = {h: v for h, v in self._segments.items() if h[0] not in touched}
+
+    def _absorb_each(self, records, touched: set) -> int:
+        """The general path of :meth:`absorb`: record by record, any shape, any order."""
         count = 0
-        touched = set()
         current = state = None
         for rec in records:
             count += 1
@@ -212,9 +280,6 @@ class Ledger:
                 run = [rank, key, 0, update, update, start, 0, m, step]
                 runs.append(run)
                 opened[handle] = run
-        for number in touched:
-            self.attempts[number]._groups = None
-        self._segments = {h: v for h, v in self._segments.items() if h[0] not in touched}
         return count
 
     @staticmethod
@@ -483,6 +548,164 @@ class Ledger:
             state.times.frombytes(base64.b64decode(item["times"]))
             state.time_base = item["time_base"]
         return ledger
+
+
+def _missed(backoff: dict, attempt: int) -> None:
+    """A failed fast-path try for ``attempt``: skip 0, 1, 3, 7, ... (at most 63) groups before
+    the next, so that input that never fits costs the general path plus a bounded overhead (the
+    first miss is free: a stream's first group opens its runs, the second gives their advance)."""
+    entry = backoff.get(attempt)
+    if entry is None:
+        entry = backoff[attempt] = [0, 0]
+    entry[1] = min(2 ** entry[0] - 1, 63)
+    entry[0] += 1
+
+
+class _Lane:
+    """Fast path of :meth:`Ledger.absorb` for one attempt, alive during one absorb call.
+
+    Built from a group of records of one ``(attempt, update)`` that the general path has just
+    absorbed, when every record of it is *plain*: a distinct int rank whose highest absorbed
+    update is this one, spans that are dicts without ``ids`` or padding, each one range
+    ``[start, stop]`` or ``[start, stop, step]`` (a list of ints) of a distinct key, and that range
+    is the latest update of the rank's open slot-0 run of that key, a run of at least two updates
+    (so its advance ``adv`` is known). The lane keeps, per record, a copy of its spans (the
+    *template*).
+
+    The next group is accepted iff it has the same length, the same ranks in the same order,
+    the next update, the same attempt, and spans equal (``==``, the comparison the general path
+    makes) to the template with every range shifted by its run's ``adv``. That is exactly the
+    case in which the general path would extend each of those runs by one update and touch
+    nothing else, so the lane extends them (deferred: :meth:`flush` sets ``U1`` and marks the
+    updates absorbed, one ``add_range`` per rank). No rank of the lane can have absorbed an
+    update above ``update`` meanwhile: the lane dies (flushed first) before the general path
+    touches its attempt again.
+    """
+
+    __slots__ = ("state", "attempt", "width", "update", "base", "taken", "room", "ranks",
+                 "template", "items", "advs", "runs")
+
+    @classmethod
+    def build(cls, state: AttemptLedger, update: int, records: list, i: int, j: int):
+        """A lane continuing ``records[i:j]`` (one group, already absorbed), or None."""
+        absorbed, opened = state.absorbed, state.open
+        room = POSITION_LIMIT
+        ranks: list = []
+        distinct: set = set()
+        template: list = []
+        items: list = []
+        advs: list = []
+        runs: list = []
+        for rec in records[i:j]:
+            rank = rec.rank
+            if type(rank) is not int or rank in distinct:
+                return None
+            distinct.add(rank)
+            ranks.append(rank)
+            seen = absorbed.get(rank)
+            if seen is None or seen.max() != update:
+                return None
+            spans = rec.spans
+            if type(spans) is not list:
+                return None
+            row = []
+            keys = set()
+            for span in spans:
+                if type(span) is not dict or "ids" in span or span.get("padding"):
+                    return None
+                ranges = span.get("ranges")
+                if type(ranges) is not list or len(ranges) != 1:
+                    return None
+                item = ranges[0]
+                if type(item) is not list or not 2 <= len(item) <= 3 \
+                        or any(type(x) is not int for x in item):
+                    return None
+                start, stop = item[0], item[1]
+                step = item[2] if len(item) > 2 else 1
+                if not (0 <= start < stop < POSITION_LIMIT) or step < 1:
+                    return None
+                key = (span["stratum"], span.get("epoch", 0), span.get("order"))
+                if key in keys:
+                    return None
+                keys.add(key)
+                run = opened.get((rank, key, 0))
+                if run is None or run[U1] != update or run[U0] >= update or run[S] != step \
+                        or run[M] != (stop - start + step - 1) // step \
+                        or run[A] + (update - run[U0]) * run[ADV] != start:
+                    return None
+                adv = run[ADV]
+                # updates the lane may take before a range would leave [0, 2**63): the general
+                # path raises there, so the lane must not accept it
+                if adv > 0:
+                    room = min(room, (POSITION_LIMIT - 1 - stop) // adv)
+                elif adv < 0:
+                    room = min(room, start // -adv)
+                copy = dict(span)
+                mine = list(item)
+                copy["ranges"] = [mine]
+                row.append(copy)
+                items.append(mine)
+                advs.append(adv)
+                runs.append(run)
+            template.append(row)
+        if not ranks:
+            return None
+        lane = cls()
+        lane.state = state
+        lane.attempt = records[i].attempt
+        lane.width = j - i
+        lane.update = lane.base = update
+        lane.taken = 0
+        lane.room = room
+        lane.ranks = ranks
+        lane.template = template
+        lane.items = items
+        lane.advs = advs
+        lane.runs = runs
+        return lane
+
+    def take(self, records: list, i: int, j: int) -> bool:
+        """Absorb ``records[i:j]`` if it is the template's next group (see the class docstring);
+        False leaves the state as it was and the lane unusable (flush it and drop it)."""
+        if self.taken >= self.room:
+            return False
+        for item, adv in zip(self.items, self.advs):
+            item[0] += adv
+            item[1] += adv
+        update = self.update + 1
+        attempt = self.attempt
+        low = math.inf
+        for rec, rank, row in zip(records[i:j], self.ranks, self.template):
+            if rec.rank != rank or rec.update != update or rec.attempt != attempt \
+                    or rec.spans != row:
+                return False
+            when = rec.time
+            if when < low:
+                low = when
+        state = self.state
+        times = state.times
+        offset = update - state.time_base
+        if 0 <= offset < len(times):
+            if low < times[offset]:
+                times[offset] = low
+        else:
+            state.note_time(update, low)
+        self.update = update
+        self.taken += 1
+        return True
+
+    def flush(self) -> None:
+        """Write the deferred part of the accepted groups into the state."""
+        if self.update == self.base:
+            return
+        first, last = self.base + 1, self.update
+        for run in self.runs:
+            run[U1] = last
+        absorbed = self.state.absorbed
+        for rank in self.ranks:
+            absorbed[rank].add_range(first, last + 1)
+        self.state.updates.add_range(first, last + 1)
+        self.base = last
 
 
 def _disjoint(parts: list[range]) -> bool:
