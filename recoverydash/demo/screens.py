@@ -55,6 +55,7 @@ def capture(url: str, user: str, password: str, runs, pages: dict, folder: Path)
             page.wait_for_load_state("networkidle")
             shot = folder / f"run-{s.key}.png"
             page.screenshot(path=str(shot), full_page=True)
+            page.screenshot(path=str(folder / f"run-{s.key}-top.png"))  # what one screen shows
             text = page.inner_text("body").lower()
             shots = [str(shot)]
             missing = [w for w in expected_words(s) if w.lower() not in text]
