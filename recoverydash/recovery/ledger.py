@@ -34,6 +34,7 @@ import math
 import zlib
 from array import array
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from pyroaring import BitMap, BitMap64
 
@@ -42,6 +43,8 @@ from .positions import (POSITION_LIMIT, add_group, identity_position, range_posi
                         wire_range)
 
 RANK, KEY, SLOT, U0, U1, A, ADV, M, S = range(9)
+_RANK, _SPANS, _UPDATE, _ATTEMPT, _TIME = map(attrgetter, ("rank", "spans", "update", "attempt",
+                                                          "time"))
 #: Rank under which a report with a null rank (a coordinator's global view) is kept.
 COORDINATOR_RANK = -1
 _FORMAT = 1
@@ -583,7 +586,7 @@ class _Lane:
     """
 
     __slots__ = ("state", "attempt", "width", "update", "base", "taken", "room", "ranks",
-                 "template", "items", "advs", "runs")
+                 "template", "items", "advs", "adv", "runs")
 
     @classmethod
     def build(cls, state: AttemptLedger, update: int, records: list, i: int, j: int):
@@ -661,6 +664,7 @@ class _Lane:
         lane.template = template
         lane.items = items
         lane.advs = advs
+        lane.adv = advs[0] if advs and advs.count(advs[0]) == len(advs) else None
         lane.runs = runs
         return lane
 
@@ -669,18 +673,25 @@ class _Lane:
         False leaves the state as it was and the lane unusable (flush it and drop it)."""
         if self.taken >= self.room:
             return False
-        for item, adv in zip(self.items, self.advs):
-            item[0] += adv
-            item[1] += adv
+        adv = self.adv
+        if adv is not None:
+            for item in self.items:
+                item[0] += adv
+                item[1] += adv
+        else:
+            for item, adv in zip(self.items, self.advs):
+                item[0] += adv
+                item[1] += adv
         update = self.update + 1
-        attempt = self.attempt
+        group = records[i:j]
+        # C-level passes; the spans comparison is where the time goes (~0.15 us per span)
+        if list(map(_RANK, group)) != self.ranks or list(map(_SPANS, group)) != self.template \
+                or list(map(_UPDATE, group)) != [update] * self.width \
+                or list(map(_ATTEMPT, group)) != [self.attempt] * self.width:
+            return False
         low = math.inf
-        for rec, rank, row in zip(records[i:j], self.ranks, self.template):
-            if rec.rank != rank or rec.update != update or rec.attempt != attempt \
-                    or rec.spans != row:
-                return False
-            when = rec.time
-            if when < low:
+        for when in map(_TIME, group):
+            if when < low:   # the general path's comparison: a NaN time is never kept
                 low = when
         state = self.state
         times = state.times

@@ -108,6 +108,8 @@ def streams(draw):
         keys = [[s, 0, None, draw(st.integers(0, 50))]
                 for s in draw(st.lists(st.sampled_from("abc"), min_size=0, max_size=3,
                                        unique=True))]
+        # per key advance: the sampler's B, or a key that skips, repeats or goes back
+        advance = [draw(st.sampled_from([B, B, B, 2 * B, B + 3, 0, -1])) for _ in keys]
         u = draw(st.integers(0, 3))
         for _ in range(draw(st.integers(0, 14))):
             u += 1
@@ -121,13 +123,13 @@ def streams(draw):
             recs = group(draw, k, u, W, m, strided, [tuple(x) for x in keys], perturb,
                          1000.0 + k * 100 + u)
             (late if "late" in perturb else records).extend(recs)
-            for key in keys:
+            for key, adv in zip(keys, advance):
                 if "jump" in perturb:
                     key[3] += B + 7
                 elif "back" in perturb:
                     key[3] = max(0, key[3] - 3)
                 else:
-                    key[3] += B
+                    key[3] = max(0, key[3] + adv)
     records += late
     return records
 
@@ -176,8 +178,9 @@ def sampler_run(updates, W=4, m=2, start=0):
     return out
 
 
-def test_the_fast_path_is_taken_on_sampler_shaped_reports(monkeypatch):
-    taken = []
+def lane_steps(monkeypatch) -> list:
+    """Record the outcome of every fast-path try (True: a group taken by the lane)."""
+    taken: list = []
     original = ledger_module._Lane.take
 
     def counting(self, records, i, j):
@@ -186,6 +189,11 @@ def test_the_fast_path_is_taken_on_sampler_shaped_reports(monkeypatch):
         return ok
 
     monkeypatch.setattr(ledger_module._Lane, "take", counting)
+    return taken
+
+
+def test_the_fast_path_is_taken_on_sampler_shaped_reports(monkeypatch):
+    taken = lane_steps(monkeypatch)
     records = sampler_run(range(1, 41))
     fast, general = absorbed_both_ways(records, [])
     same_state(fast, general)
@@ -264,6 +272,31 @@ def test_edge_cases_of_the_fast_path_agree_with_the_general_path(case):
     cuts = [at + 1, at + W + 2] if case == "two_calls" else []
     fast, general = absorbed_both_ways(records, cuts)
     same_state(fast, general)
+
+
+@pytest.mark.parametrize("case", ["update_mix", "attempt_mix", "uneven_advance"])
+def test_a_group_that_looks_like_the_template_but_is_not_the_next_update(case, monkeypatch):
+    """Same positions every update (advance 0): a group slice can match ranks and spans while
+    mixing updates or attempts; and keys advancing by different amounts."""
+    records = []
+    for u in range(1, 6):
+        records += plain(0, u, 2, 1, 10)
+    if case == "update_mix":
+        records += plain(0, 6, 2, 1, 10)[:1] + plain(0, 7, 2, 1, 10)[1:] + plain(0, 7, 2, 1, 10)[:1]
+    elif case == "attempt_mix":
+        records += plain(0, 6, 2, 1, 10)[:1] + plain(1, 6, 2, 1, 10)[1:]
+    else:
+        records = []
+        for u in range(1, 12):
+            records += [LedgerRecord(0, u, r, 1.0, [
+                {"stratum": "a", "epoch": 0, "ranges": [[2 * u + r, 2 * u + 2, 2]]},
+                {"stratum": "b", "epoch": 0, "ranges": [[5 * u + r, 5 * u + 2, 2]]}])
+                for r in range(2)]
+    taken = lane_steps(monkeypatch)
+    fast, general = absorbed_both_ways(records, [])
+    same_state(fast, general)
+    if case == "uneven_advance":
+        assert taken.count(True) == 9
 
 
 def test_a_rank_reporting_a_position_twice_and_two_ranks_reporting_it_count_as_in_the_spec():
