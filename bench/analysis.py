@@ -9,8 +9,11 @@ What each timing covers:
 * core full analysis: ``analyze(run, now, ledger)`` from the compact per-attempt ledger state
   (runs, bitmaps); building that state from 64 million report objects is not timed at full size
   (the state is built directly from the run plan, as a worker keeps it between analyses);
-* core absorb: ``Ledger.absorb`` of 1,000 new updates = 64,000 LedgerRecords with 4 spans each,
-  then the same analysis again;
+* core absorb: ``Ledger.absorb`` of 1,000 new updates = 64,000 LedgerRecords with 4 spans each
+  (256,000 spans), then the same analysis again. Median of 7 repetitions, each on a fresh copy of
+  the state (``Ledger.from_bytes``), interleaved with the same-process baseline: the general,
+  record-by-record path (``absorb(records, fast=False)``, the path before the batch fast path),
+  which must give the same state byte for byte. The load average is printed beside;
 * brute-force model: the Python-sets model of tests/recovery/recovery_oracle.py is far too slow
   and too large at full size (512 million positions), so it runs on 1/1000 of the run (1,000
   updates, same ranks and strata) and its time is scaled by 1,000 (linear in positions); the core
@@ -18,6 +21,8 @@ What each timing covers:
 """
 from __future__ import annotations
 
+import os
+import statistics
 import sys
 import time
 from array import array
@@ -157,13 +162,17 @@ class Plan:
 
 
 def timed(fn, repeat=1):
-    best = None
+    """(median seconds over ``repeat`` calls, the last result)."""
+    times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         result = fn()
-        elapsed = time.perf_counter() - t0
-        best = elapsed if best is None else min(best, elapsed)
-    return best, result
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), result
+
+
+def load() -> str:
+    return "load average %.2f %.2f %.2f" % os.getloadavg()
 
 
 def model_figures(run):
@@ -180,7 +189,7 @@ def main() -> None:
     now_small = small.time(5, small.attempts[5][1], small.updates) + 10
     print(f"small run (1/{scale}): {len(small_run.ledger):,} ledger records, "
           f"{len(small_run.generations)} generations")
-    core_small_s, core_small = timed(lambda: analyze(small_run, now_small), repeat=3)
+    core_small_s, core_small = timed(lambda: analyze(small_run, now_small), repeat=5)
     assert analyze(small_run, now_small, ledger=small.compact_ledger()).to_dict() == \
         core_small.to_dict(), "the compact builder must equal absorb()"
     model_small_s, (model_strata, model_restarts) = timed(lambda: model_figures(small_run))
@@ -205,8 +214,8 @@ def main() -> None:
           f"compact state: {runs:,} runs (built from the plan in {build_s:.2f} s)")
     blob_s, blob = timed(ledger.to_bytes)
     load_s, _ = timed(lambda: Ledger.from_bytes(blob))
-    full_s, analysis = timed(lambda: analyze(run, now, ledger=Ledger.from_bytes(blob)), repeat=3)
-    print(f"  core full analysis (load state + analyze): {full_s:.3f} s "
+    full_s, analysis = timed(lambda: analyze(run, now, ledger=Ledger.from_bytes(blob)), repeat=5)
+    print(f"  core full analysis (load state + analyze), median of 5: {full_s:.3f} s "
           f"[state {len(blob) / 1e6:.1f} MB, to_bytes {blob_s:.3f} s, from_bytes {load_s:.3f} s]")
     for r in analysis.restarts:
         print(f"    restart {r.attempt}: {r.verdict:9s} replayed {r.replayed:4d} omitted "
@@ -219,27 +228,41 @@ def main() -> None:
     new = plan.records(last_k, last_lo, last_hi + 1, last_hi + 1000, last_shift)
     one_span = [LedgerRecord(r.attempt, r.update, r.rank, r.time, r.spans[:1]) for r in new]
 
-    def absorb_best(records):
-        best = None
-        for _ in range(3):
-            state = Ledger.from_bytes(blob)
-            elapsed, _ = timed(lambda: state.absorb(records))
-            best = elapsed if best is None else min(best, elapsed)
-        return best, state
+    def absorb_medians(records, repeat=7):
+        """Median seconds of absorb (fast path) and of the general path, interleaved, each
+        repetition on a fresh copy of the state; both must build the same state."""
+        times = {True: [], False: []}
+        states = {}
+        for _ in range(repeat):
+            for fast in (True, False):
+                state = Ledger.from_bytes(blob)
+                t0 = time.perf_counter()
+                state.absorb(records, fast=fast)
+                times[fast].append(time.perf_counter() - t0)
+                states[fast] = state
+        assert states[True].to_bytes() == states[False].to_bytes(), "fast path != general path"
+        return statistics.median(times[True]), statistics.median(times[False]), times, states[True]
 
-    absorb_s, state = absorb_best(new)
+    load_before = load()
+    absorb_s, general_s, absorb_all, state = absorb_medians(new)
+    one_s, one_general_s, _, _ = absorb_medians(one_span)
+    load_after = load()
     reanalyse_s, after = timed(lambda: analyze(run, now + 1000, ledger=state), repeat=3)
     assert after.strata[0].consumed == analysis.strata[0].consumed + 1000 * B
-    one_s, _ = absorb_best(one_span)
-    print(f"  core absorb of 1,000 updates ({len(new):,} records, 4 spans each, best of 3): "
-          f"{absorb_s * 1000:.1f} ms; re-analysis after it: {reanalyse_s * 1000:.1f} ms")
-    print(f"  core absorb of 1,000 updates ({len(new):,} records, 1 span each, best of 3): "
-          f"{one_s * 1000:.1f} ms")
+    print(f"  core absorb of 1,000 updates ({len(new):,} records, 4 spans each), median of 7, "
+          f"fresh state each: {absorb_s * 1000:.1f} ms "
+          f"[{', '.join(f'{t * 1000:.0f}' for t in absorb_all[True])}]; general path "
+          f"{general_s * 1000:.1f} ms [{', '.join(f'{t * 1000:.0f}' for t in absorb_all[False])}]"
+          f"; same state; re-analysis after it: {reanalyse_s * 1000:.1f} ms")
+    print(f"  core absorb of 1,000 updates ({len(new):,} records, 1 span each), median of 7: "
+          f"{one_s * 1000:.1f} ms; general path {one_general_s * 1000:.1f} ms")
+    print(f"  ({load_before} before the absorb timings, {load_after} after; 2 shared cores)")
 
     model_full_est = model_small_s * scale
     print(f"\nbrute-force model, estimated for the full run (1/{scale} run x {scale}): "
           f"{model_full_est:,.0f} s; for 1,000 new updates it recomputes everything, "
           f"the same {model_full_est:,.0f} s")
+    print("(timings on a shared machine: the load of other processes inflates them; medians)")
     print("\nratios (brute-force model / core):")
     print(f"  same small run, full analysis:      {model_small_s / core_small_s:10.1f} x")
     print(f"  full run, full analysis (est.):     {model_full_est / full_s:10.1f} x   "
@@ -247,8 +270,9 @@ def main() -> None:
     print(f"  full run, absorb 1,000 updates:     {model_full_est / absorb_s:10.1f} x   "
           f"[core {absorb_s * 1000:.1f} ms with 4 spans per report, {one_s * 1000:.1f} ms "
           f"with 1; target 100 ms]")
-    print("(timings on a shared machine: check `uptime`; the load of other processes inflates "
-          "them)")
+    print("ratio (general path / batch fast path, same process, same records, same state):")
+    print(f"  absorb 1,000 updates, 4 spans:      {general_s / absorb_s:10.1f} x   "
+          f"[{general_s * 1000:.1f} ms -> {absorb_s * 1000:.1f} ms; {load_after}]")
 
 
 if __name__ == "__main__":
