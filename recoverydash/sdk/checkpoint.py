@@ -46,6 +46,8 @@ import json
 import logging
 import os
 import random
+import shutil
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -126,9 +128,20 @@ def _dist_info(group) -> tuple[bool, int, int]:
 def _local_path(location: str) -> str:
     p = storage.parse_uri(location)
     if p.scheme != "file":
-        raise StorageError(f"DCP publishing needs a filesystem location, got {location!r} "
-                           "(S3 publication of DCP files is not implemented)")
+        raise StorageError(f"not a filesystem location: {location!r}")
     return p.path
+
+
+def _is_s3(location: str) -> bool:
+    return storage.parse_uri(location).scheme == "s3"
+
+
+def _staging(staging_dir: str | None, generation_id: str, rank: int, what: str) -> str:
+    """A fresh local folder for one rank's copy of a generation on S3 (removed by the caller)."""
+    if staging_dir:
+        os.makedirs(staging_dir, exist_ok=True)
+    return tempfile.mkdtemp(prefix=f"recoverydash-{what}-{generation_id}-rank{rank}-",
+                            dir=staging_dir)
 
 
 def _rng_state() -> bytes:
@@ -153,9 +166,16 @@ def _own_dcp_files(folder: str, rank: int, coordinator: bool) -> list[str]:
     return out
 
 
-def _describe(path: str, shard: str, component: str, update: int) -> dict:
+def _describe(path: str, shard: str, component: str, update: int, *, upload_to: str | None = None,
+              s3_client=None) -> dict:
+    """The manifest entry of a file DCP wrote: sized and sha256-hashed here; with ``upload_to``
+    (an ``s3://`` URI) the file is first uploaded there with that ChecksumSHA256."""
     digest, size = storage.sha256_file(path)
-    return {"uri": storage.file_uri(path), "shard": shard, "component": component,
+    uri = storage.file_uri(path)
+    if upload_to is not None:
+        storage.upload_file(upload_to, path, s3_client=s3_client, sha256=digest)
+        uri = upload_to
+    return {"uri": uri, "shard": shard, "component": component,
             "size": size, "sha256": digest, "update": update}
 
 
@@ -164,10 +184,16 @@ def save_generation(location: str, generation_id: str, update: int, *,
                     recorder: Any = None, client: Client | None = None,
                     dataset_version: str | None = None, config_digest: str | None = None,
                     required_components: list[str] | None = None, capture_rng: bool = True,
-                    group=None, coordinator: int = 0) -> dict | None:
+                    group=None, coordinator: int = 0, s3_client=None,
+                    staging_dir: str | None = None) -> dict | None:
     """Save and publish one generation; every rank calls it (a collective).
 
-    location: a folder (``/ckpt`` or ``file:///ckpt``). generation_id: unique in the run, no ``/``.
+    location: a folder (``/ckpt`` or ``file:///ckpt``) or an S3 prefix (``s3://bucket/prefix``).
+    On S3 each rank lets DCP write into a local staging folder (a fresh temporary folder, under
+    ``staging_dir`` when given, removed afterwards), hashes each of its files, uploads it with
+    that ``ChecksumSHA256`` (``storage.upload_file``) and reports the ``s3://`` URIs; the manifest
+    is then one conditional PUT. s3_client: a boto3 client (default ``make_s3_client()`` from the
+    environment). generation_id: unique in the run, no ``/``.
     update: optimizer updates completed that this state represents (the same on every rank).
     state: DCP components, e.g. ``{"model": model_sd, "optimizer": optim_sd}`` (each saved with
     ``dcp.save`` into its own folder; use ``torch.distributed.checkpoint.state_dict.get_state_dict``
@@ -198,8 +224,11 @@ def save_generation(location: str, generation_id: str, update: int, *,
 
     # Never write into a published generation: its files are someone's restore point.
     try:
-        taken = is_coord and os.path.exists(
-            storage.parse_uri(storage.manifest_uri(location, generation_id)).path)
+        on_s3 = _is_s3(location)
+        if on_s3 and s3_client is None:
+            s3_client = storage.make_s3_client()
+        taken = is_coord and storage.object_exists(storage.manifest_uri(location, generation_id),
+                                                   s3_client=s3_client)
         if not (_all_agree(not taken, group) if distributed else not taken):
             log.warning("recoverydash: generation %s is already published; not saving over it "
                         "(use make_generation_id(update, attempt))", generation_id)
@@ -208,17 +237,23 @@ def save_generation(location: str, generation_id: str, update: int, *,
         log.warning("recoverydash: generation %s not saved: %r", generation_id, e)
         return None
 
-    ok, objects, progress = True, [], None
+    ok, objects, progress, staged = True, [], None, None
     try:
         import torch
         import torch.distributed.checkpoint as dcp
 
-        gen_dir = os.path.join(_local_path(location), generation_id)
+        if on_s3:
+            staged = _staging(staging_dir, generation_id, rank, "save")
+            gen_dir = staged
+        else:
+            gen_dir = os.path.join(_local_path(location), generation_id)
         for component, sd in state.items():
             folder = os.path.join(gen_dir, component)
             dcp.save({component: sd}, checkpoint_id=folder, process_group=group)
             for name in _own_dcp_files(folder, rank, is_coord):
-                objects.append(_describe(os.path.join(folder, name), shard, component, update))
+                target = storage.join_uri(gen_uri, component, name) if on_s3 else None
+                objects.append(_describe(os.path.join(folder, name), shard, component, update,
+                                         upload_to=target, s3_client=s3_client))
         files: dict[str, tuple[str, bytes]] = {}
         for component, value in rank_state.items():
             buf = io.BytesIO()
@@ -231,12 +266,15 @@ def save_generation(location: str, generation_id: str, update: int, *,
         files["data_progress"] = (f"{shard}.json", json.dumps(progress, sort_keys=True).encode())
         for component, (name, data) in files.items():
             uri = storage.join_uri(gen_uri, component, name)
-            size, digest = storage.put_object(uri, data)
+            size, digest = storage.put_object(uri, data, s3_client=s3_client)
             objects.append({"uri": uri, "shard": shard, "component": component, "size": size,
                             "sha256": digest, "update": update})
     except Exception as e:
         ok = False
         log.warning("recoverydash: rank %d could not save generation %s: %r", rank, generation_id, e)
+    finally:
+        if staged is not None:
+            shutil.rmtree(staged, ignore_errors=True)
 
     if ok and client is not None:
         client.shard_written(generation_id, shard, update, objects, rank=rank)
@@ -284,7 +322,7 @@ def save_generation(location: str, generation_id: str, update: int, *,
     published = False
     if is_coord:
         try:
-            storage.write_manifest_atomically(location, manifest)
+            storage.write_manifest_atomically(location, manifest, s3_client=s3_client)
             published = True
         except Exception as e:
             log.warning("recoverydash: manifest of %s not written: %r", generation_id, e)
@@ -580,21 +618,79 @@ def restore_plan(url: str | None, token: str | None, run_id: str, *,
 
 def load_generation(location: str, generation_id: str, *, state: dict[str, Any],
                     client: Client | None = None, restore_rng: bool = True,
-                    group=None) -> dict:
+                    group=None, s3_client=None, staging_dir: str | None = None) -> dict:
     """Load a generation written by ``save_generation`` (every rank calls it).
+
+    location: a folder or an ``s3://bucket/prefix``. From S3, each rank reads the generation's
+    manifest and downloads into a local staging folder (a fresh temporary folder, under
+    ``staging_dir`` when given, removed afterwards) every object of the DCP components in
+    ``state`` and its own (or rank 0's) per-rank files, checking each download's size and sha256
+    against the manifest, then loads from there as from a folder.
 
     state: the DCP components to load in place, e.g. ``{"model": model_sd, "optimizer":
     optim_sd}`` (then apply them with ``set_state_dict`` / ``load_state_dict``). Returns this
     rank's per-rank components: ``{component: value}`` for each ``rank<r>.pt`` (falling back to
     ``rank0`` when the world size grew), and ``data_progress`` (a dict). Restores the RNG states
     when ``restore_rng``. Reports ``restore_completed`` with the seconds it took.
-    Raises whatever DCP or torch.load raise: a restore that fails must stop the job."""
+    Raises whatever DCP, torch.load or the download raise: a restore that fails must stop the
+    job."""
     import torch
-    import torch.distributed.checkpoint as dcp
 
     t0 = time.monotonic()
     _, rank, _ = _dist_info(group)
-    gen_dir = os.path.join(_local_path(location), generation_id)
+    if not _is_s3(location):
+        out = _load_dir(os.path.join(_local_path(location), generation_id), state, rank, group)
+    else:
+        if s3_client is None:
+            s3_client = storage.make_s3_client()
+        staged = _staging(staging_dir, generation_id, rank, "load")
+        try:
+            _download_generation(location, generation_id, set(state), rank, staged, s3_client)
+            out = _load_dir(staged, state, rank, group)
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
+    if restore_rng and isinstance(out.get("rng"), dict):
+        rng = out["rng"]
+        torch.set_rng_state(rng["torch"])
+        random.setstate(rng["python"])
+        if "cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+    if client is not None and rank == 0:
+        client.restore_completed(generation_id, round(time.monotonic() - t0, 3))
+    return out
+
+
+def _download_generation(location: str, generation_id: str, dcp_components: set, rank: int,
+                         dest: str, s3_client) -> None:
+    """Download what this rank needs of an S3 generation into ``dest/<component>/<name>``:
+    every object of the DCP components asked for, and the per-rank files of its shard and of
+    rank 0. Each download is checked against the manifest's size and sha256 (a mismatch raises
+    StorageError: a restore must not load damaged bytes)."""
+    manifest = storage.read_manifest(storage.manifest_uri(location, generation_id),
+                                     s3_client=s3_client)
+    prefix = storage.join_uri(location, generation_id).rstrip("/") + "/"
+    wanted_small = {f"{shard_name(rank)}.pt", f"{shard_name(rank)}.json", "rank0.pt",
+                    "rank0.json"}
+    for obj in manifest.get("objects") or []:
+        uri, component = obj.get("uri", ""), obj.get("component")
+        if not uri.startswith(prefix):
+            raise StorageError(f"object {uri} lies outside the generation {prefix}")
+        rel = uri[len(prefix):]
+        name = rel.rsplit("/", 1)[-1]
+        if component not in dcp_components and name not in wanted_small:
+            continue
+        path = os.path.join(dest, *rel.split("/"))
+        size, digest = storage.download_file(uri, path, s3_client=s3_client)
+        if size != obj.get("size") or (obj.get("sha256") and digest != obj["sha256"]):
+            raise StorageError(f"downloaded {uri}: {size} bytes sha256 {digest}, manifest says "
+                               f"{obj.get('size')} bytes sha256 {obj.get('sha256')}")
+
+
+def _load_dir(gen_dir: str, state: dict[str, Any], rank: int, group) -> dict[str, Any]:
+    """Load a generation from a local folder: DCP components in place, per-rank files returned."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
     for component, sd in state.items():
         dcp.load({component: sd}, checkpoint_id=os.path.join(gen_dir, component),
                  process_group=group)
@@ -613,12 +709,4 @@ def load_generation(location: str, generation_id: str, *, state: dict[str, Any],
                 else:
                     out[component] = torch.load(path, weights_only=False)
                 break
-    if restore_rng and isinstance(out.get("rng"), dict):
-        rng = out["rng"]
-        torch.set_rng_state(rng["torch"])
-        random.setstate(rng["python"])
-        if "cuda" in rng and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
-    if client is not None and rank == 0:
-        client.restore_completed(generation_id, round(time.monotonic() - t0, 3))
     return out

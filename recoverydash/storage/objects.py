@@ -562,3 +562,101 @@ def put_object(uri: str, data: bytes, *, s3_client=None) -> tuple[int, str]:
             raise _s3_error(e, f"PUT {uri}") from e
         return len(data), digest
     raise PermanentStorageError(f"cannot write {uri!r}: only s3:// and file://")
+
+
+SINGLE_PUT_MAX_BYTES = 5 * 1024**3
+"""S3's limit for one PUT; larger files go up as a multipart upload."""
+
+
+def upload_file(uri: str, path: str, *, s3_client=None, sha256: str | None = None
+                ) -> tuple[int, str]:
+    """Copy the local file ``path`` to ``uri`` (``s3://`` or ``file://``); returns (size, sha256 hex).
+
+    The file is hashed first (or ``sha256`` is trusted when given). S3: files up to 5 GiB go up in
+    one ``put_object`` carrying that full-object ``ChecksumSHA256``, so S3 refuses bytes that do
+    not match it and ``verify_object`` can later compare it without reading the object; larger
+    files use boto3's multipart ``upload_file`` with ``ChecksumAlgorithm=SHA256`` (a composite
+    checksum: verification then reads the object when it is small enough, else checks the size).
+    Raises TransientStorageError / PermanentStorageError (OSError for an unreadable local file)."""
+    if sha256 is None:
+        sha256, size = sha256_file(path)
+    else:
+        size = os.path.getsize(path)
+    p = parse_uri(uri)
+    if p.scheme == "file":
+        with open(path, "rb") as f:
+            data = f.read()
+        put_object(uri, data)
+        return size, sha256
+    if p.scheme != "s3":
+        raise PermanentStorageError(f"cannot write {uri!r}: only s3:// and file://")
+    client = _s3(s3_client)
+    try:
+        if size <= SINGLE_PUT_MAX_BYTES:
+            with open(path, "rb") as f:
+                client.put_object(Bucket=p.bucket, Key=p.key, Body=f, ContentLength=size,
+                                  ChecksumAlgorithm="SHA256",
+                                  ChecksumSHA256=base64.b64encode(bytes.fromhex(sha256)).decode())
+        else:  # pragma: no cover - needs a > 5 GiB file
+            client.upload_file(path, p.bucket, p.key, ExtraArgs={"ChecksumAlgorithm": "SHA256"})
+    except OSError:
+        raise
+    except Exception as e:
+        raise _s3_error(e, f"PUT {uri}") from e
+    return size, sha256
+
+
+def download_file(uri: str, path: str, *, s3_client=None) -> tuple[int, str]:
+    """Copy the object at ``uri`` (``s3://`` or ``file://``) to the local file ``path`` (folders
+    made), hashing while it streams; returns (size, sha256 hex). A missing object raises
+    PermanentStorageError; other failures TransientStorageError / PermanentStorageError."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    p = parse_uri(uri)
+    h = hashlib.sha256()
+    n = 0
+    if p.scheme == "file":
+        if not os.path.isfile(p.path):
+            raise PermanentStorageError(f"no file at {p.path}")
+        with open(p.path, "rb") as src, open(path, "wb") as out:
+            while chunk := src.read(CHUNK_BYTES):
+                h.update(chunk)
+                out.write(chunk)
+                n += len(chunk)
+        return n, h.hexdigest()
+    if p.scheme != "s3":
+        raise PermanentStorageError(f"cannot read {uri!r}: only s3:// and file:// URIs")
+    client = _s3(s3_client)
+    try:
+        body = client.get_object(Bucket=p.bucket, Key=p.key)["Body"]
+        try:
+            with open(path, "wb") as out:
+                while chunk := body.read(CHUNK_BYTES):
+                    h.update(chunk)
+                    out.write(chunk)
+                    n += len(chunk)
+        finally:
+            body.close()
+    except OSError:
+        raise
+    except Exception as e:
+        if _is_missing(e):
+            raise PermanentStorageError(f"no object at {uri}") from e
+        raise _s3_error(e, f"GET {uri}") from e
+    return n, h.hexdigest()
+
+
+def object_exists(uri: str, *, s3_client=None) -> bool:
+    """Whether an object or file exists at ``uri`` (a HEAD on S3). Raises StorageError when
+    storage cannot answer."""
+    p = parse_uri(uri)
+    if p.scheme == "file":
+        return os.path.exists(p.path)
+    if p.scheme == "s3":
+        try:
+            _s3(s3_client).head_object(Bucket=p.bucket, Key=p.key)
+            return True
+        except Exception as e:
+            if _is_missing(e):
+                return False
+            raise _s3_error(e, f"HEAD {uri}") from e
+    raise PermanentStorageError(f"cannot look up {uri!r}: only s3:// and file:// URIs")

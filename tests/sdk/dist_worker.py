@@ -3,7 +3,9 @@
 Run as ``python dist_worker.py '<json config>'`` with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 set. Config: location, url, token, run_id, attempt, spool, epochs, accum, micro, n, ckpt_every,
 resume (bool), kill_rank / kill_update (that rank dies inside DCP's write during the save of that
-update's generation), out (folder for per-rank result JSON).
+update's generation), fail_upload_rank / fail_upload_update (that rank's S3 uploads raise during
+that save), s3_endpoint (location is an s3:// prefix on that endpoint: moto's server), out
+(folder for per-rank result JSON).
 """
 
 from __future__ import annotations
@@ -43,6 +45,12 @@ def main(cfg: dict) -> int:
         select_restorable,
     )
 
+    from recoverydash.storage import objects as storage
+
+    s3 = None
+    if cfg.get("s3_endpoint"):
+        s3 = storage.make_s3_client(cfg["s3_endpoint"], access_key_id="testing",
+                                    secret_access_key="testing")
     dist.init_process_group("gloo", timeout=timedelta(seconds=30))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
@@ -59,10 +67,11 @@ def main(cfg: dict) -> int:
     skip = 0
     selection = None
     if cfg.get("resume"):
-        selection = select_restorable(cfg["location"], world_size=world)
+        selection = select_restorable(cfg["location"], world_size=world, s3_client=s3)
         msd, osd = get_state_dict(model, opt)
         small = load_generation(cfg["location"], selection.generation_id,
-                                state={"model": msd, "optimizer": osd}, client=client)
+                                state={"model": msd, "optimizer": osd}, client=client,
+                                s3_client=s3)
         set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
         sched.load_state_dict(small["scheduler"])
         update = selection.update
@@ -94,11 +103,17 @@ def main(cfg: dict) -> int:
                         os._exit(17)  # killed in the middle of the save, before publication
 
                     filesystem.FileSystemWriter.write_data = die
+                if rank == cfg.get("fail_upload_rank") and update == cfg.get("fail_upload_update"):
+                    def refuse(*a, **k):
+                        raise storage.TransientStorageError("upload refused (test)")
+
+                    storage.upload_file = refuse
                 msd, osd = get_state_dict(model, opt)
                 gen = make_generation_id(update, cfg["attempt"])
                 m = save_generation(cfg["location"], gen, update,
                                     state={"model": msd, "optimizer": osd},
-                                    rank_state={"scheduler": sched.state_dict()}, recorder=rec)
+                                    rank_state={"scheduler": sched.state_dict()}, recorder=rec,
+                                    s3_client=s3)
                 if m is None:
                     _write(cfg, rank, {"update": update, "published": published,
                                        "failed_generation": gen})

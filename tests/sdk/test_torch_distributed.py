@@ -27,12 +27,12 @@ MICRO, ACCUM = 3, 4
 WORKER = Path(__file__).with_name("dist_worker.py")
 
 
-def launch(cfg: dict, timeout: float = 90.0) -> list[int]:
-    """Run WORLD ranks of dist_worker.py; returns their exit codes."""
+def launch(cfg: dict, timeout: float = 90.0, world: int = WORLD) -> list[int]:
+    """Run ``world`` ranks of dist_worker.py; returns their exit codes."""
     port = free_port()
     procs = []
-    for r in range(WORLD):
-        env = {**os.environ, "RANK": str(r), "WORLD_SIZE": str(WORLD), "LOCAL_RANK": str(r),
+    for r in range(world):
+        env = {**os.environ, "RANK": str(r), "WORLD_SIZE": str(world), "LOCAL_RANK": str(r),
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
                "PYTHONPATH": str(REPO)}
         procs.append(subprocess.Popen([sys.executable, str(WORKER), json.dumps(cfg)], env=env,
