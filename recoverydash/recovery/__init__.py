@@ -19,7 +19,9 @@ Calling it
 Incrementally (a worker keeping the ledger state in the database)::
 
     ledger = Ledger.from_bytes(blob) if blob else Ledger()
-    ledger.absorb(new_ledger_records)                 # O(1) amortised per record
+    ledger.absorb(new_ledger_records)                 # O(1) amortised per record; groups in
+                                                      # the DistributedSampler shape are checked
+                                                      # against a template in one C-level pass
     analysis = analyze(run_without_ledger_rows, now, ledger=ledger)
     blob = ledger.to_bytes()
 

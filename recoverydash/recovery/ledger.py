@@ -689,10 +689,14 @@ class _Lane:
                 or list(map(_UPDATE, group)) != [update] * self.width \
                 or list(map(_ATTEMPT, group)) != [self.attempt] * self.width:
             return False
-        low = math.inf
-        for when in map(_TIME, group):
-            if when < low:   # the general path's comparison: a NaN time is never kept
-                low = when
+        # the earliest time, with the general path's comparison (a NaN time is never kept):
+        # min() skips NaN unless it comes first
+        low = min(map(_TIME, group))
+        if low != low:
+            low = math.inf
+            for when in map(_TIME, group):
+                if when < low:
+                    low = when
         state = self.state
         times = state.times
         offset = update - state.time_base
