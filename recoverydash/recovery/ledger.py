@@ -585,8 +585,8 @@ class _Lane:
     touches its attempt again.
     """
 
-    __slots__ = ("state", "attempt", "width", "update", "base", "taken", "room", "ranks",
-                 "template", "items", "advs", "adv", "runs")
+    __slots__ = ("adv", "advs", "attempt", "base", "items", "ranks", "room", "runs", "state",
+                 "taken", "template", "update", "width")
 
     @classmethod
     def build(cls, state: AttemptLedger, update: int, records: list, i: int, j: int):
@@ -692,17 +692,15 @@ class _Lane:
         # the earliest time, with the general path's comparison (a NaN time is never kept):
         # min() skips NaN unless it comes first
         low = min(map(_TIME, group))
-        if low != low:
+        if low != low:  # noqa: PLR0124 (NaN)
             low = math.inf
             for when in map(_TIME, group):
-                if when < low:
-                    low = when
+                low = min(low, when)
         state = self.state
         times = state.times
         offset = update - state.time_base
         if 0 <= offset < len(times):
-            if low < times[offset]:
-                times[offset] = low
+            times[offset] = min(times[offset], low)
         else:
             state.note_time(update, low)
         self.update = update

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recoverydash.recovery import LedgerRecord, Ledger
+from recoverydash.recovery import Ledger, LedgerRecord
 from recoverydash.recovery import ledger as ledger_module
 
 SETTINGS = settings(max_examples=int(__import__("os").environ.get("RECOVERY_EXAMPLES", "300")),
@@ -119,7 +119,7 @@ def streams(draw):
                 key[1] += 1
                 key[3] = 0
             if "order" in perturb and keys:
-                keys[0][2] = "o%d" % u
+                keys[0][2] = f"o{u}"
             recs = group(draw, k, u, W, m, strided, [tuple(x) for x in keys], perturb,
                          1000.0 + k * 100 + u)
             (late if "late" in perturb else records).extend(recs)
