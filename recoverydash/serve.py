@@ -2,7 +2,9 @@
 foreground as one unit. Ctrl-C (or SIGTERM) stops all three; if one of them dies, the others are
 stopped too and the exit status says so, rather than leaving a half-running service.
 
-Environment: ``PORT`` (default 8000), ``WEB_CONCURRENCY`` (gunicorn workers, default 2),
+Environment: ``PORT`` (default 8000), ``HOST`` (default 127.0.0.1: the embedded server is not
+exposed to the network unless asked; ``HOST=0.0.0.0`` to serve other machines),
+``WEB_CONCURRENCY`` (gunicorn workers, default 2),
 ``CELERY_CONCURRENCY`` (default 2), and every setting of ``recoverydash.settings``.
 """
 
@@ -15,14 +17,14 @@ import sys
 import time
 
 
-def commands(port: int) -> dict[str, list[str]]:
+def commands(port: int, host: str = "127.0.0.1") -> dict[str, list[str]]:
     """The three processes, by name."""
     from django.conf import settings
 
     py = sys.executable
     var = str(settings.VAR_DIR)
     return {
-        "web": [py, "-m", "gunicorn", "recoverydash.wsgi", "--bind", f"0.0.0.0:{port}",
+        "web": [py, "-m", "gunicorn", "recoverydash.wsgi", "--bind", f"{host}:{port}",
                 "--workers", os.environ.get("WEB_CONCURRENCY", "2"), "--threads", "4",
                 "--access-logfile", "-", "--timeout", "60"],
         "worker": [py, "-m", "celery", "-A", "workers.celery", "worker", "--loglevel", "INFO",
@@ -41,9 +43,10 @@ def main() -> int:
     from django.core.management import call_command
 
     port = int(os.environ.get("PORT", "8000"))
+    host = os.environ.get("HOST", "127.0.0.1")
     call_command("migrate", interactive=False, verbosity=0)
-    procs = {name: subprocess.Popen(cmd) for name, cmd in commands(port).items()}
-    print(f"recoverydash: web on http://localhost:{port}/ with a worker and beat "
+    procs = {name: subprocess.Popen(cmd) for name, cmd in commands(port, host).items()}
+    print(f"recoverydash: web on http://{host}:{port}/ with a worker and beat "
           f"(Ctrl-C stops all)", flush=True)
     stopping = False
 

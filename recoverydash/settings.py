@@ -212,10 +212,15 @@ CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "celery"
 # --- Ingest limits (spec section 1) --------------------------------------------------------------
 RECOVERYDASH_MAX_EVENTS_PER_REQUEST = envint("RECOVERYDASH_MAX_EVENTS_PER_REQUEST", 10_000, 1)
 RECOVERYDASH_MAX_BODY_BYTES = envint("RECOVERYDASH_MAX_BODY_BYTES", 8 * 1024 * 1024, 1024)
+# Positions in one range of one ledger report (one rank's share of one update): 2**32 by default.
+RECOVERYDASH_MAX_RANGE_POSITIONS = envint("RECOVERYDASH_MAX_RANGE_POSITIONS", 2**32, 1)
 # Token bucket per token: sustained requests per second and burst size. 0 disables the limit.
 RECOVERYDASH_RATE_LIMIT_PER_SECOND = envfloat("RECOVERYDASH_RATE_LIMIT_PER_SECOND", 50.0)
 RECOVERYDASH_RATE_LIMIT_BURST = envint("RECOVERYDASH_RATE_LIMIT_BURST", 200, 1)
-RECOVERYDASH_REDIS_URL = os.environ.get("RECOVERYDASH_REDIS_URL", "")
+# Redis for the rate limiter; defaults to the broker when that is Redis, so every web worker
+# shares one bucket per token (without Redis the bucket is per process).
+RECOVERYDASH_REDIS_URL = os.environ.get(
+    "RECOVERYDASH_REDIS_URL", CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else "")
 
 # --- Analysis, storage, alerts -------------------------------------------------------------------
 RECOVERYDASH_ANALYSIS_DEBOUNCE_S = envfloat("RECOVERYDASH_ANALYSIS_DEBOUNCE_S", 1.0)

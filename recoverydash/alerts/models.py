@@ -24,8 +24,9 @@ STATES = ("firing", "acknowledged", "resolved")
 class Alert(models.Model):
     """One episode of an alert condition on a run (spec 5 ``alerts``, spec 6).
 
-    ``dedup_key`` is ``run:rule:subject`` and stable across episodes; at most one alert per key is
-    open (firing or acknowledged) at a time, enforced by a partial unique constraint.
+    ``dedup_key`` is ``run:rule:subject`` and stable across episodes; at most one alert per run and
+    key is open (firing or acknowledged) at a time, enforced by a partial unique constraint. The
+    run is part of the constraint because two projects may use the same ``run_id`` (spec 1).
     ``silenced_until`` mutes notifications (not the state) until that time.
     """
 
@@ -46,8 +47,9 @@ class Alert(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["dedup_key"], condition=~models.Q(state="resolved"),
-                                    name="uniq_open_alert"),
+            models.UniqueConstraint(fields=["run", "dedup_key"],
+                                    condition=~models.Q(state="resolved"),
+                                    name="uniq_open_alert_per_run"),
         ]
         indexes = [models.Index(fields=["run", "state"], name="alert_run_state")]
 

@@ -61,6 +61,8 @@ class RecoveryDashAPI(NinjaAPI):
                                   403: "token without the scope", 429: "rate limit"})
                 if "{" in path:
                     codes[404] = "not found in this project"
+                if path.endswith("/restore-plan"):
+                    codes[503] = "the run's events cannot be analysed (analysis_failed)"
                 for code, text in codes.items():
                     operation["responses"].setdefault(code, {"description": text,
                                                              "content": ref})

@@ -133,6 +133,14 @@ class RateLimited(ApiError):
         self.retry_after = seconds
 
 
+class AnalysisUnavailable(ApiError):
+    """503: the run's analysis cannot be brought up to date (the core refused its inputs); the
+    message says why. Retrying helps only after new events change the run."""
+
+    status = 503
+    code = "analysis_failed"
+
+
 def error_response(exc: ApiError) -> HttpResponse:
     """Render an :class:`ApiError` as the spec-shaped JSON response with its headers."""
     response = HttpResponse(json.dumps(exc.body()), status=exc.status,

@@ -87,11 +87,27 @@ Time = Annotated[datetime, PlainValidator(parse_rfc3339),
                                  "description": "RFC 3339 with offset, e.g. 2026-11-01T00:00:05Z"})]
 
 
+def _max_range_positions() -> int:
+    from django.conf import settings
+
+    return settings.RECOVERYDASH_MAX_RANGE_POSITIONS
+
+
+MAX_RANGE_POSITIONS = _max_range_positions()
+
+
 def _check_range(r: list[int]) -> list[int]:
     if r[0] > r[1]:
         raise ValueError(f"expected start <= stop, got [{', '.join(map(str, r))}]")
     if len(r) == 3 and r[2] < 1:
         raise ValueError(f"expected step >= 1, got {r[2]}")
+    # An implementation limit beyond spec 3: one range of one report is one rank's share of one
+    # update. Billions of positions in it is a unit mistake (bytes for tokens?) and would cost the
+    # analysis memory in proportion; refuse it here with a clear message instead.
+    count = (r[1] - r[0] + (r[2] if len(r) == 3 else 1) - 1) // (r[2] if len(r) == 3 else 1)
+    if count > MAX_RANGE_POSITIONS:
+        raise ValueError(f"expected at most {MAX_RANGE_POSITIONS:,} positions in one range "
+                         f"(RECOVERYDASH_MAX_RANGE_POSITIONS), got {count:,}")
     return r
 
 

@@ -117,30 +117,43 @@ def analyze(run: Run, now: float | None = None) -> Analysis:
     return analyze_with_result(run, now)[0]
 
 
+class AnalysisFailed(Exception):
+    """The core refused a run's inputs (a malformed or out-of-bounds value that validation let
+    through). Stored on the Analysis row; retrying cannot help until new events arrive."""
+
+
+# Errors of the core on bad input; database errors are not among them (they are transient and
+# the Celery task retries them).
+_INPUT_ERRORS = (ValueError, OverflowError, TypeError, KeyError, IndexError, ArithmeticError,
+                 MemoryError, RecursionError)
+
+
 def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "recovery.RunAnalysis"]:
     """Bring the run's stored analysis up to date; returns the row and the core's RunAnalysis.
 
     Incremental: the ledger state kept in ``Analysis.state`` absorbs only ledger rows whose
     ``last_seq`` is above the seq the state reflects (a row that gained a piece is absorbed again;
     the core unites reports of one rank for one update). Attempts, generations, heartbeats and
-    restores are small and read whole. The Analysis row is locked for the duration, so two
-    workers cannot both absorb the same rows into diverging states.
+    restores are small and read whole. The work runs outside any transaction (readers and ingest
+    are never blocked by it); the result is written in a short transaction that locks the row and
+    keeps whichever of two concurrent analyses reflects more events.
+
+    Raises AnalysisFailed (after storing the error) when the core refuses the inputs.
     """
     started = time.monotonic()
     now = time.time() if now is None else now
-    with transaction.atomic():
-        analysis, _ = Analysis.objects.get_or_create(run=run)
-        analysis = Analysis.objects.select_for_update().get(pk=analysis.pk)
-        # Read the seq first: every row stamped at or below it is committed (ingest stamps rows
-        # under the run's row lock, in the same transaction that raises the seq).
-        target_seq = Run.objects.filter(pk=run.pk).values_list("ingest_seq", flat=True).get()
-        ledger = None
-        if analysis.state:
-            try:
-                ledger = recovery.Ledger.from_bytes(bytes(analysis.state))
-            except ValueError:
-                log.warning("run %s: stored ledger state unreadable; rebuilding", run.pk)
-        since = analysis.ingest_seq if ledger is not None else -1
+    analysis, _ = Analysis.objects.get_or_create(run=run)
+    # Read the seq first: every row stamped at or below it is committed (ingest stamps rows
+    # under the run's row lock, in the same transaction that raises the seq).
+    target_seq = Run.objects.filter(pk=run.pk).values_list("ingest_seq", flat=True).get()
+    ledger = None
+    if analysis.state and analysis.error_seq < analysis.ingest_seq:
+        try:
+            ledger = recovery.Ledger.from_bytes(bytes(analysis.state))
+        except ValueError:
+            log.warning("run %s: stored ledger state unreadable; rebuilding", run.pk)
+    since = analysis.ingest_seq if ledger is not None else -1
+    try:
         if ledger is None:
             ledger = recovery.Ledger()
         rows = (LedgerRow.objects.filter(run=run, last_seq__gt=since, last_seq__lte=target_seq)
@@ -156,12 +169,25 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
         run.refresh_from_db()
         outcome = recovery.analyze(load_input(run, ledger=False), now, ledger=ledger)
         result = outcome.to_dict()
+        state = ledger.to_bytes()
+    except _INPUT_ERRORS as exc:
+        message = f"{type(exc).__name__}: {exc}"[:2000]
+        log.warning("run %s: analysis refused the inputs at seq %s: %s", run.pk, target_seq,
+                    message)
+        Analysis.objects.filter(pk=analysis.pk).update(error=message, error_at=timezone.now(),
+                                                       error_seq=target_seq)
+        raise AnalysisFailed(message) from exc
+    with transaction.atomic():
+        analysis = Analysis.objects.select_for_update().get(pk=analysis.pk)
+        if analysis.ingest_seq > target_seq:
+            return analysis, outcome  # a concurrent analysis saw more events: keep it
         analysis.result = result
         analysis.health = result["health"]
-        analysis.state = ledger.to_bytes()
+        analysis.state = state
         analysis.ingest_seq = target_seq
         analysis.computed_at = timezone.now()
         analysis.duration_s = time.monotonic() - started
+        analysis.error, analysis.error_at, analysis.error_seq = "", None, -1
         analysis.save()
         _store_generation_statuses(run, result)
     return analysis, outcome
@@ -173,7 +199,10 @@ def analyze_and_alert(run_pk: int) -> Analysis | None:
     run = Run.objects.filter(pk=run_pk).first()
     if run is None:
         return None
-    analysis = analyze(run)
+    try:
+        analysis = analyze(run)
+    except AnalysisFailed:
+        return None  # stored on the row and shown; not retried until new events arrive
     notify(run)
     return analysis
 
@@ -236,11 +265,12 @@ def sweep(limit: int = 500) -> int:
     behind = (Run.objects.filter(Q(analysis__isnull=True) |
                                  Q(analysis__ingest_seq__lt=F("ingest_seq")))
               .filter(ingest_seq__gt=0)
+              .exclude(analysis__error_seq__gte=F("ingest_seq"))  # failed: wait for new events
               .values_list("pk", flat=True)[:limit])
     return sum(1 for pk in behind if request_analysis(pk))
 
 
-def evaluate_all(limit: int = 2000, refresh_after_s: float = 300.0) -> int:
+def evaluate_all(limit: int = 2000, refresh_after_s: float = 60.0) -> int:
     """Periodic: evaluate the alert rules of every run that has not ended (the time-based ones,
     ``checkpoint_stale`` and ``run_silent``, change without new events). A run whose analysis is
     older than ``refresh_after_s`` is analysed again first, so its stored health and
@@ -249,10 +279,15 @@ def evaluate_all(limit: int = 2000, refresh_after_s: float = 300.0) -> int:
     count = 0
     for run in (Run.objects.select_related("analysis", "project")
                 .filter(analysis__isnull=False).exclude(analysis__health="ended")[:limit]):
-        if run.analysis.computed_at < stale:
-            analyze(run)
-        notify(run)
-        count += 1
+        try:  # one run's failure must not stop the others' alerts
+            if run.analysis.computed_at < stale and run.analysis.error_seq < run.ingest_seq:
+                analyze(run)
+            notify(run)
+            count += 1
+        except AnalysisFailed:
+            continue
+        except Exception:
+            log.exception("run %s: alert evaluation failed", run.pk)
     return count
 
 
@@ -262,6 +297,11 @@ def plan_restore(run: Run, world_size: int | None = None, dataset_version: str |
 
     A restarting trainer asks this once; it must see every generation committed so far, so the
     analysis is brought up to date synchronously rather than read from the stored result."""
-    _, outcome = analyze_with_result(run)
+    from recoverydash.ingest.errors import AnalysisUnavailable
+
+    try:
+        _, outcome = analyze_with_result(run)
+    except AnalysisFailed as exc:
+        raise AnalysisUnavailable(f"the run's events cannot be analysed: {exc}") from None
     return recovery.restore_plan(outcome, world_size=world_size, dataset_version=dataset_version,
                                  config_digest=config_digest)

@@ -103,6 +103,9 @@ class RecoveryOut(Schema):
     alerts: list[AlertOut]
     costs: dict = Field(default_factory=dict, description="per-incident lost and recovery "
                         "seconds, goodput, MTBF, median save cost, Young interval")
+    analysis_error: Optional[str] = Field(None, description="why the newest events could not "
+                                          "be analysed (the figures above predate them); null "
+                                          "when the last analysis succeeded")
 
 
 class ObjectOut(Schema):
@@ -160,6 +163,7 @@ def recovery_view(run: Run) -> dict:
         "strata": result.get("strata", []),
         "alerts": alerts,
         "costs": result.get("costs", {}),
+        "analysis_error": (analysis.error or None) if analysis else None,
     }
 
 

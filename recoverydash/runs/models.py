@@ -421,4 +421,10 @@ class Analysis(models.Model):
     duration_s = models.FloatField(default=0.0)
     health = models.CharField(max_length=16, default="ok")
     result = models.JSONField(default=dict)
+    # The last analysis that failed for a reason retrying cannot fix (a malformed input the core
+    # refuses): its message and the ingest seq it was attempted at. The sweep does not retry a
+    # run until new events arrive; the read API and dashboard show the message.
+    error = models.TextField(blank=True, default="")
+    error_at = models.DateTimeField(null=True, blank=True)
+    error_seq = models.BigIntegerField(default=-1)
     state = models.BinaryField(null=True, blank=True)
