@@ -111,10 +111,15 @@ def conditions(result: dict, contract: dict, *, now: datetime, first_event_at: d
                 f"(limit {duration(silent_after)}) while the run has not ended."))
     finished = [g for g in generations if g["status"] in ("restorable", "rejected")]
     if finished and not last:
-        found.append(Condition(
-            "no_restorable_generation", "", "critical",
-            f"None of the {len(finished)} committed generation(s) is restorable: a failure now "
-            "would restart from scratch."))
+        elsewhere = [g["generation_id"] for g in generations if g["status"] == "restorable"]
+        if elsewhere:
+            summary = (f"No restorable generation in the live lineage: {', '.join(elsewhere[:5])} "
+                       "restorable in another attempt's lineage only (the live attempt resumed "
+                       "from a state recoverydash cannot tie to them).")
+        else:
+            summary = (f"None of the {len(finished)} committed generation(s) is restorable: a "
+                       "failure now would restart from scratch.")
+        found.append(Condition("no_restorable_generation", "", "critical", summary))
     for g in generations:
         if g["status"] != "rejected":
             continue

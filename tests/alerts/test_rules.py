@@ -154,3 +154,11 @@ def test_it_keeps_a_restart_alert_until_a_person_resolves_it_and_never_reopens_i
     alert.change_state("resolved", by="oncall")
     assert evaluate_run(run, now=now) == []
     assert Alert.objects.filter(run=run).count() == 1
+
+
+def test_it_says_when_restorable_generations_lie_outside_the_live_lineage():
+    res = result(last_restorable=None)  # g78 restorable, but the live lineage is unknown
+    [c] = conditions(res, dict(DEFAULT_CONTRACT), now=T0 + timedelta(minutes=5),
+                     first_event_at=T0, last_received_at=T0 + timedelta(minutes=5), ended=False)
+    assert c.rule == "no_restorable_generation"
+    assert c.summary.startswith("No restorable generation in the live lineage: g78 restorable")
