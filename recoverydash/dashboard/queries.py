@@ -202,6 +202,9 @@ class RunSummary:
     costs: dict
     freshness: dict
     rejected: list = field(default_factory=list)   # newest rejected generations
+    # restorable generations outside the live lineage (the live attempt resumed from a state
+    # that cannot be tied to them): shown when the live lineage has none
+    restorable_elsewhere: list = field(default_factory=list)
     recent_generations: list = field(default_factory=list)
     attempts: list = field(default_factory=list)
     alerts: list = field(default_factory=list)
@@ -249,6 +252,9 @@ def run_summary(run, now: datetime | None = None) -> RunSummary:
     )
     gens = Generation.objects.filter(run=run).defer("manifest")
     summary.rejected = list(gens.filter(status="rejected").order_by("-update", "-pk")[:5])
+    if not summary.last_restorable:
+        summary.restorable_elsewhere = list(gens.filter(status="restorable")
+                                            .order_by("-update", "-pk")[:5])
     summary.recent_generations = list(gens.order_by("-update", "-pk")[:12])
     summary.attempts = list(Attempt.objects.filter(run=run).order_by("attempt"))
     summary.alerts = list(run.alerts.exclude(state="resolved").order_by("-opened_at")[:20])

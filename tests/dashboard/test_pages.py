@@ -78,3 +78,19 @@ def test_live_fragments_render_only_the_live_region(owner_client, known_run):
 def test_empty_fleet_says_how_to_send_the_first_events(owner_client):
     html = owner_client.get("/").content.decode()
     assert "No runs yet" in html and "/api/v1/events" in html and "Create a token" in html
+
+
+def test_run_page_names_restorable_generations_outside_an_unknown_live_lineage(owner_client,
+                                                                              known_run):
+    """The live attempt resumed from a state that cannot be tied to g1250: the page must not say
+    that nothing is restorable, nor claim g1250 for the live lineage."""
+    from recoverydash.runs.models import Analysis
+
+    analysis = Analysis.objects.get(run=known_run)
+    analysis.result = dict(analysis.result, last_restorable=None)
+    analysis.save()
+    html = owner_client.get(reverse("run", args=[known_run.pk])).content.decode()
+    assert "No restorable generation in the live lineage" in html
+    assert "Restorable in another attempt&#x27;s lineage" in html or \
+        "Restorable in another attempt's lineage" in html
+    assert "restart from scratch" not in html
