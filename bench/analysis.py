@@ -25,10 +25,9 @@ import os
 import statistics
 import sys
 import time
-from array import array
 from pathlib import Path
 
-from pyroaring import BitMap
+from pyroaring import BitMap64
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -153,11 +152,11 @@ class Plan:
                         state.runs.append(run)
                         state.open[(r, key, 0)] = run
                 u = end + 1
-            state.updates = BitMap()
+            state.updates = BitMap64()
             state.updates.add_range(lo + 1, hi + 1)
-            state.absorbed = {r: BitMap(state.updates) for r in range(RANKS)}
-            state.time_base = lo + 1
-            state.times = array("d", (self.time(k, lo, u) for u in range(lo + 1, hi + 1)))
+            state.absorbed = {r: BitMap64(state.updates) for r in range(RANKS)}
+            for u in range(lo + 1, hi + 1):
+                state.note_time(u, self.time(k, lo, u))
         return ledger
 
 

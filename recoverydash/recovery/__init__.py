@@ -51,6 +51,18 @@ position count it twice; a null rank is one reporter of its own. Sample ids map 
 bytes (big-endian) of ``blake2b(utf8, digest_size=8)``, other ints hash ``"int:<decimal>"``.
 Strata of sample ids count consumed and duplicates but have no cursor and no omissions.
 
+Limits (memory is bounded by the reports, not by the numeric reach of their values)
+-----------------------------------------------------------------------------------
+* One wire range may reach at most ``MAX_RANGE_LENGTH`` = 2**30 positions (``stop - start``); a
+  longer one raises ``ValueError`` naming the range (at ``Ledger.absorb``, hence ``analyze``).
+  Counting builds roaring bitmaps, one container per 2**16 positions of reach: a legal span
+  ``[0, 2**63 - 1]`` would need 2**47 of them. Within the bound a range costs at most 16,385.
+* Updates of ledger records must lie in ``[0, 2**63)`` (64-bit bitmaps; else ``ValueError``).
+  Report times are kept per chunk of 64 consecutive updates, so far-apart updates (1 and 10**8)
+  cost one chunk each, not the gap.
+* Cursors (an untracked root's pre-tracking cursor, read cursors) are intervals ``[0, position)``
+  and are never built as bitmaps: any position below 2**63 is fine.
+
 Choices where the documents are silent
 --------------------------------------
 * A cursor without ``order`` used as pre-tracking state applies to order None; a read cursor

@@ -185,10 +185,9 @@ def _costs(run, ledger, attempts, live_lineage, restarts, verdicts, on_lineage, 
         if state is None or n < 2:
             continue
         first = next(iter(state.updates.iter_equal_or_larger(seg.after + 1)))
-        last = seg.upto if seg.upto is not None and seg.upto < state.updates.max() \
-            else state.updates.max()
-        while last not in state.updates:
-            last -= 1
+        # the highest reported update at or below the segment's top (n >= 2: one exists)
+        top = seg.upto if seg.upto is not None else state.updates.max()
+        last = state.updates[state.updates.rank(top) - 1]
         useful += useful_seconds(n, ledger.update_time(seg.attempt, first),
                                  ledger.update_time(seg.attempt, last))
     numbers = list(attempts)

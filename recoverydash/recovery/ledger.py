@@ -10,8 +10,9 @@ DESIGN.md, "How the numbers are defined": Lineage and Counting.
   whole attempt, whatever the number of updates;
 * *pieces*: ``{key: {(update, rank): BitMap64}}`` for what is not a run (sample ids, overlapping
   ranges of one report, reports united after a re-send);
-* per rank a bitmap of absorbed updates, the attempt's updates, and the first report time of every
-  update.
+* per rank a bitmap of absorbed updates, the attempt's updates (64-bit bitmaps, updates below
+  2**63), and the first report time of every update, in chunks of 64 consecutive updates (far
+  apart updates cost a chunk each, never the gap between them).
 
 Incremental contract. :meth:`Ledger.absorb` takes new :class:`~.inputs.LedgerRecord` objects in
 O(1) each (amortised) and in any order; a record whose ``(attempt, update, rank)`` is already
@@ -39,15 +40,22 @@ from operator import attrgetter
 from pyroaring import BitMap, BitMap64
 
 from .inputs import AttemptRecord, GenerationRecord, LedgerRecord
-from .positions import (POSITION_LIMIT, add_group, identity_position, range_positions, span_key,
-                        wire_range)
+from .positions import (MAX_RANGE_LENGTH, POSITION_LIMIT, add_group, identity_position,
+                        range_positions, span_key, wire_range)
 
 RANK, KEY, SLOT, U0, U1, A, ADV, M, S = range(9)
 _RANK, _SPANS, _UPDATE, _ATTEMPT, _TIME = map(attrgetter, ("rank", "spans", "update", "attempt",
                                                           "time"))
 #: Rank under which a report with a null rank (a coordinator's global view) is kept.
 COORDINATOR_RANK = -1
-_FORMAT = 1
+#: Upper bound (exclusive) of an update number in a ledger record (like positions: 64-bit
+#: bitmaps of updates); a larger one raises ValueError.
+UPDATE_LIMIT = 2 ** 63
+#: Report times are kept in chunks of 2**TIME_SHIFT consecutive updates (see AttemptLedger).
+TIME_SHIFT = 6
+TIME_MASK = (1 << TIME_SHIFT) - 1
+_EMPTY_CHUNK = array("d", [math.inf]) * (1 << TIME_SHIFT)
+_FORMAT = 2
 
 
 @dataclass
@@ -57,33 +65,28 @@ class AttemptLedger:
     runs: list = field(default_factory=list)
     pieces: dict = field(default_factory=dict)
     absorbed: dict = field(default_factory=dict)
-    updates: BitMap = field(default_factory=BitMap)
-    times: array = field(default_factory=lambda: array("d"))
-    time_base: int = 0
+    updates: BitMap64 = field(default_factory=BitMap64)
+    #: earliest report time per update, in chunks: ``{update >> TIME_SHIFT: array("d")}`` of
+    #: 2**TIME_SHIFT slots (inf: not reported). Consecutive updates cost 8 bytes each, and far
+    #: apart updates one chunk each, whatever the gap between them.
+    times: dict = field(default_factory=dict)
     open: dict = field(default_factory=dict)
     _groups: dict | None = None
 
     def note_time(self, update: int, when: float) -> None:
-        """Keep the earliest report time of ``update``."""
-        times = self.times
-        if not times:
-            self.time_base = update
-        offset = update - self.time_base
-        if offset < 0:
-            self.times = times = array("d", [math.inf]) * (-offset) + times
-            self.time_base = update
-            offset = 0
-        if offset >= len(times):
-            times.extend([math.inf] * (offset + 1 - len(times)))
-        if when < times[offset]:
-            times[offset] = when
+        """Keep the earliest report time of ``update`` (a NaN time is never kept)."""
+        chunk = self.times.get(update >> TIME_SHIFT)
+        if chunk is None:
+            chunk = self.times[update >> TIME_SHIFT] = _EMPTY_CHUNK * 1
+        if when < chunk[update & TIME_MASK]:
+            chunk[update & TIME_MASK] = when
 
     def update_time(self, update: int) -> float | None:
         """Earliest report time of ``update`` (POSIX seconds), None if never reported."""
-        offset = update - self.time_base
-        if 0 <= offset < len(self.times) and self.times[offset] != math.inf:
-            return self.times[offset]
-        return None
+        chunk = self.times.get(update >> TIME_SHIFT)
+        if chunk is None or chunk[update & TIME_MASK] == math.inf:
+            return None
+        return chunk[update & TIME_MASK]
 
     def groups(self) -> dict:
         """Runs grouped by key and geometry: ``{key: [(u0, u1, adv, m, s, starts, nruns)]}``,
@@ -105,20 +108,36 @@ class AttemptLedger:
         return set(self.groups()) | {k for k, p in self.pieces.items() if p}
 
 
+def below(bitmap: BitMap64, position: int) -> int:
+    """How many elements of ``bitmap`` are below ``position``."""
+    return bitmap.rank(position - 1) if position > 0 else 0
+
+
 @dataclass
 class KeyCount:
-    """Positions of one key in a lineage: ``consumed`` (sum of count(p)) and the distinct set."""
+    """Positions of one key in a lineage: ``consumed`` (sum of count(p)), the distinct set of
+    reported positions, and ``prefix``: positions ``[0, prefix)`` consumed before tracking began
+    (an untracked root's cursor), kept as an interval, never as a bitmap (a cursor may be at
+    2**62)."""
 
     consumed: int = 0
     positions: BitMap64 = field(default_factory=BitMap64)
+    prefix: int = 0
 
     @property
     def distinct(self) -> int:
-        return len(self.positions)
+        return self.prefix + len(self.positions) - below(self.positions, self.prefix)
 
     def frontier(self) -> int:
         """DESIGN.md, Counting: max consumed position + 1 (0 when nothing was consumed)."""
-        return self.positions.max() + 1 if self.positions else 0
+        return max(self.prefix, self.positions.max() + 1 if self.positions else 0)
+
+    def hits(self, positions: BitMap64) -> int:
+        """``|positions & (self.positions | [0, prefix))|``."""
+        if not self.prefix:
+            return positions.intersection_cardinality(self.positions)
+        both = positions & self.positions
+        return below(positions, self.prefix) + len(both) - below(both, self.prefix)
 
 
 class Ledger:
@@ -228,16 +247,18 @@ class Ledger:
                 last_added = None
             rank = COORDINATOR_RANK if rec.rank is None else rec.rank
             update = rec.update
-            times = state.times
-            offset = update - state.time_base
-            if 0 <= offset < len(times):
-                if rec.time < times[offset]:
-                    times[offset] = rec.time
+            if not 0 <= update < UPDATE_LIMIT:
+                raise ValueError(f"update {update!r} of attempt {rec.attempt}: need "
+                                 f"0 <= update < 2**63")
+            chunk = state.times.get(update >> TIME_SHIFT)
+            if chunk is not None:
+                if rec.time < chunk[update & TIME_MASK]:
+                    chunk[update & TIME_MASK] = rec.time
             else:
                 state.note_time(update, rec.time)
             seen = absorbed.get(rank)
             if seen is None:
-                seen = absorbed[rank] = BitMap()
+                seen = absorbed[rank] = BitMap64()
             if update in seen:
                 self._absorb_again(state, rank, update, rec.spans)
                 runs = state.runs
@@ -264,7 +285,8 @@ class Ledger:
                 item = span["ranges"][0]
                 start, stop = item[0], item[1]
                 step = item[2] if len(item) > 2 else 1
-                if start < 0 or stop < start or stop >= POSITION_LIMIT or step < 1:
+                if start < 0 or stop < start or stop >= POSITION_LIMIT or step < 1 \
+                        or stop - start > MAX_RANGE_LENGTH:
                     wire_range(item)  # raises with the message
                 m = (stop - start + step - 1) // step
                 if m == 0:
@@ -290,7 +312,8 @@ class Ledger:
                 item) -> None:
         start, stop = item[0], item[1]
         step = item[2] if len(item) > 2 else 1
-        if not (0 <= start <= stop < 2 ** 63) or step < 1:
+        if not (0 <= start <= stop < POSITION_LIMIT) or step < 1 \
+                or stop - start > MAX_RANGE_LENGTH:
             wire_range(item)  # raises with the message
         m = len(range(start, stop, step))
         if m == 0:
@@ -518,8 +541,8 @@ class Ledger:
                            for (update, rank), bm in pieces.items()],
                 "absorbed": [[rank, b64(bm.serialize())] for rank, bm in state.absorbed.items()],
                 "updates": b64(state.updates.serialize()),
-                "times": b64(state.times.tobytes()),
-                "time_base": state.time_base,
+                "times": [[index, b64(chunk.tobytes())]
+                          for index, chunk in sorted(state.times.items())],
             }
         doc = {"format": _FORMAT, "keys": [list(k) for k in keys],
                "id_strata": sorted(self.id_strata), "attempts": attempts}
@@ -527,10 +550,20 @@ class Ledger:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "Ledger":
-        """Load a state written by :meth:`to_bytes`. Raises ValueError on another format."""
+        """Load a state written by :meth:`to_bytes` (or by format 1: 32-bit update bitmaps and
+        one dense array of times). Raises ValueError on another format."""
         doc = json.loads(zlib.decompress(data))
-        if doc.get("format") != _FORMAT:
-            raise ValueError(f"unknown ledger state format {doc.get('format')!r}")
+        version = doc.get("format")
+        if version not in (1, _FORMAT):
+            raise ValueError(f"unknown ledger state format {version!r}")
+
+        def updates(blob: str) -> BitMap64:
+            if version == _FORMAT:
+                return BitMap64.deserialize(base64.b64decode(blob))
+            out = BitMap64()
+            out.update(BitMap.deserialize(base64.b64decode(blob)))
+            return out
+
         keys = [(k[0], k[1], k[2]) for k in doc["keys"]]
         ledger = cls()
         ledger.id_strata = set(doc["id_strata"])
@@ -545,11 +578,18 @@ class Ledger:
                 state.pieces.setdefault(keys[kid], {})[(update, rank)] = \
                     BitMap64.deserialize(base64.b64decode(blob))
             for rank, blob in item["absorbed"]:
-                state.absorbed[rank] = BitMap.deserialize(base64.b64decode(blob))
-            state.updates = BitMap.deserialize(base64.b64decode(item["updates"]))
-            state.times = array("d")
-            state.times.frombytes(base64.b64decode(item["times"]))
-            state.time_base = item["time_base"]
+                state.absorbed[rank] = updates(blob)
+            state.updates = updates(item["updates"])
+            if version == _FORMAT:
+                for index, blob in item["times"]:
+                    chunk = state.times[index] = array("d")
+                    chunk.frombytes(base64.b64decode(blob))
+            else:
+                dense = array("d")
+                dense.frombytes(base64.b64decode(item["times"]))
+                for offset, when in enumerate(dense):
+                    if when != math.inf:
+                        state.note_time(item["time_base"] + offset, when)
         return ledger
 
 
@@ -625,7 +665,8 @@ class _Lane:
                     return None
                 start, stop = item[0], item[1]
                 step = item[2] if len(item) > 2 else 1
-                if not (0 <= start < stop < POSITION_LIMIT) or step < 1:
+                if not (0 <= start < stop < POSITION_LIMIT) or step < 1 \
+                        or stop - start > MAX_RANGE_LENGTH:
                     return None
                 key = (span["stratum"], span.get("epoch", 0), span.get("order"))
                 if key in keys:
@@ -653,6 +694,8 @@ class _Lane:
             template.append(row)
         if not ranks:
             return None
+        # updates the lane may take before one leaves [0, 2**63) (the general path raises there)
+        room = min(room, UPDATE_LIMIT - 1 - update)
         lane = cls()
         lane.state = state
         lane.attempt = records[i].attempt
@@ -696,13 +739,11 @@ class _Lane:
             low = math.inf
             for when in map(_TIME, group):
                 low = min(low, when)
-        state = self.state
-        times = state.times
-        offset = update - state.time_base
-        if 0 <= offset < len(times):
-            times[offset] = min(times[offset], low)
+        chunk = self.state.times.get(update >> TIME_SHIFT)
+        if chunk is not None:
+            chunk[update & TIME_MASK] = min(chunk[update & TIME_MASK], low)
         else:
-            state.note_time(update, low)
+            self.state.note_time(update, low)
         self.update = update
         self.taken += 1
         return True
@@ -845,7 +886,7 @@ def lineage_counts(ledger: Ledger, lineage: Lineage) -> dict:
             continue
         mine = out.setdefault((stratum, epoch, order), KeyCount(0, BitMap64()))
         mine.consumed += position
-        mine.positions.add_range(0, position)
+        mine.prefix = max(mine.prefix, position)   # an interval: never a bitmap of [0, position)
     return out
 
 

@@ -20,6 +20,13 @@ from pyroaring import BitMap64
 
 #: Upper bound (exclusive) of a position, spec section 3.
 POSITION_LIMIT = 2 ** 63
+#: Longest reach ``stop - start`` of one wire range the core accepts (2**30 positions). A range is
+#: kept as geometry, but counting builds roaring bitmaps, which need one container per 2**16
+#: positions of reach: without a bound, one legal span ``[0, 2**63 - 1]`` needs 2**47 containers.
+#: Within it a range costs at most 16,385 containers (about 2 MB contiguous, at most 128 MB for
+#: the densest strided ranges), so memory is bounded by the number of reports. Longer ranges raise
+#: ValueError (the server refuses them at ingest; one rank's share of one update is far below).
+MAX_RANGE_LENGTH = 2 ** 30
 
 
 def identity_position(identity: int | str) -> int:
@@ -50,11 +57,15 @@ def span_key(span: dict) -> tuple:
 def wire_range(item) -> range:
     """A wire range ``[start, stop]`` or ``[start, stop, step]`` as a Python range.
 
-    Raises ValueError when ``0 <= start <= stop < 2**63`` or ``step >= 1`` does not hold."""
+    Raises ValueError when ``0 <= start <= stop < 2**63`` or ``step >= 1`` does not hold, or when
+    ``stop - start`` exceeds :data:`MAX_RANGE_LENGTH`."""
     start, stop = int(item[0]), int(item[1])
     step = int(item[2]) if len(item) > 2 else 1
     if not (0 <= start <= stop < POSITION_LIMIT) or step < 1:
         raise ValueError(f"bad range {list(item)!r}: need 0 <= start <= stop < 2**63, step >= 1")
+    if stop - start > MAX_RANGE_LENGTH:
+        raise ValueError(f"range {list(item)!r} spans {stop - start} positions, more than the "
+                         f"{MAX_RANGE_LENGTH} (2**30) the recovery core accepts in one range")
     return range(start, stop, step)
 
 

@@ -23,7 +23,7 @@ from pyroaring import BitMap64
 
 from .generations import Reason
 from .inputs import AttemptRecord
-from .ledger import KeyCount, Ledger, Lineage, Resume, cursor_of, epoch_tail
+from .ledger import KeyCount, Ledger, Lineage, Resume, below, cursor_of, epoch_tail
 
 Finding = Reason
 
@@ -73,9 +73,9 @@ def resume_cursor(resume: Resume, starts: dict) -> list:
 
 
 def replayed(own: dict, before: dict) -> int:
-    """Positions K consumes that L_U already consumed, same key: sum over keys |K & L_U|."""
-    return sum(count.positions.intersection_cardinality(before[key].positions)
-               for key, count in own.items() if key in before)
+    """Positions K consumes that L_U already consumed, same key: sum over keys |K & L_U| (L_U's
+    pre-tracking prefix counted as an interval)."""
+    return sum(before[key].hits(count.positions) for key, count in own.items() if key in before)
 
 
 def omitted(own: dict, before: dict, starts: dict, id_strata: set, epoch_length,
@@ -121,21 +121,25 @@ def omitted(own: dict, before: dict, starts: dict, id_strata: set, epoch_length,
 
 def recomputed(own: dict, before: dict, rolled_back: dict, fetched: list) -> int:
     """Positions K consumes that k-1 consumed in rolled-back updates (R) or had fetched (F), and
-    that L_U had not consumed (those are replays): sum over keys |K & ((R | F) - L_U)|."""
+    that L_U had not consumed (those are replays): sum over keys |K & ((R | F) - L_U)|.
+
+    F = ``[0, bound)`` and L_U's pre-tracking prefix are intervals, never bitmaps (a read cursor
+    may be anywhere below 2**63): only sets bounded by K are built."""
     total = 0
     for key, count in own.items():
         stratum, epoch, order = key
-        pool = BitMap64()
-        if key in rolled_back:
-            pool |= rolled_back[key].positions
         bound = max((int(c.get("position", 0)) for c in fetched
                      if c.get("stratum") == stratum and int(c.get("epoch", 0)) == epoch
                      and c.get("order", order) == order), default=0)
-        if bound > 0:
-            pool.add_range(0, bound)
+        mine, floor = count.positions, 0
         if key in before:
-            pool -= before[key].positions
-        total += count.positions.intersection_cardinality(pool)
+            mine = mine - before[key].positions
+            floor = before[key].prefix
+        if bound > floor:
+            total += mine.range_cardinality(floor, bound)
+        if key in rolled_back:
+            both = mine & rolled_back[key].positions
+            total += len(both) - below(both, max(floor, bound))
     return total
 
 
