@@ -72,6 +72,14 @@ Choices where the documents are silent
   ``epoch_length`` comes from the newest attempt's sampler that names the stratum.
 * ``storage_unverified`` keeps a generation ``committed`` (not proven, not disproven).
 * An attempt with no ``attempt_started`` is fresh if it is the first, else resumed from unknown.
+* A lineage whose root is unknown (resumed from unknown, from a generation the core does not
+  know, or untracked) is tracked only from where it starts: positions behind an explicit cursor
+  count as consumed (DESIGN.md); without a cursor for the stratum, positions below the lineage's
+  first position in each key (stratum, epoch, order) consumed at its first update of the stratum
+  are unknown, neither consumed nor omitted, so no omission and no replay rests on them
+  (``ledger.lineage_floors``). What the lineage skips once tracked still counts. Such a restart
+  is ``unverified``, and its ``lost_updates`` is 0 (``lost_seconds`` None): it cannot be tied to
+  its predecessor's updates, and the finding ``resumed_from_unknown`` says so.
 * ``world_size_before``, ``global_batch`` and ``dataset_version`` changes compare attempt k with
   its predecessor k-1.
 

@@ -123,6 +123,9 @@ class KeyCount:
     consumed: int = 0
     positions: BitMap64 = field(default_factory=BitMap64)
     prefix: int = 0
+    #: positions below ``floor`` are unknown (a lineage with an unknown root started this key
+    #: there): neither consumed nor omitted (see :func:`lineage_floors`)
+    floor: int = 0
 
     @property
     def distinct(self) -> int:
@@ -131,6 +134,15 @@ class KeyCount:
     def frontier(self) -> int:
         """DESIGN.md, Counting: max consumed position + 1 (0 when nothing was consumed)."""
         return max(self.prefix, self.positions.max() + 1 if self.positions else 0)
+
+    def gaps(self) -> int:
+        """DESIGN.md, Counting: ``|{floor <= p < frontier : count(p) = 0}|``."""
+        top, low = self.frontier(), self.floor
+        if top <= low:
+            return 0
+        covered = max(0, self.prefix - low) + len(self.positions) \
+            - below(self.positions, max(low, self.prefix))
+        return top - low - covered
 
     def hits(self, positions: BitMap64) -> int:
         """``|positions & (self.positions | [0, prefix))|``."""
@@ -469,28 +481,37 @@ class Ledger:
                     out[key] = bitmap.max() + 1
         return out
 
-    def first_positions(self, number: int, after: int) -> dict:
-        """Where attempt ``number`` starts each stratum after update ``after``:
-        ``{stratum: (update, epoch, position, order)}`` taken at the attempt's first update that
-        consumed the stratum, the smallest ``(epoch, position, order)`` there."""
+    def first_by_key(self, number: int, after: int, upto: int | None = None) -> dict:
+        """``{key: (update, position)}``: attempt ``number``'s first update in
+        ``after < u <= upto`` that consumed the key, and the smallest position there."""
         state = self.attempts.get(number)
         if state is None:
             return {}
+        hi = math.inf if upto is None else upto
         candidates: dict = {}
         for key, groups in state.groups().items():
             for (u0, u1, adv, m, s, starts, _n) in groups:
-                if u1 <= after:
+                if u1 <= after or u0 > hi:
                     continue
                 u = max(u0, after + 1)
                 candidates.setdefault(key, []).append((u, starts[0] + (u - u0) * adv))
         for key, pieces in state.pieces.items():
             for (update, _rank), bitmap in pieces.items():
-                if update > after:
+                if after < update <= hi:
                     candidates.setdefault(key, []).append((update, bitmap.min()))
         out: dict = {}
-        for (stratum, epoch, order), found in candidates.items():
+        for key, found in candidates.items():
             update = min(u for u, _ in found)
-            position = min(p for u, p in found if u == update)
+            out[key] = (update, min(p for u, p in found if u == update))
+        return out
+
+    def first_positions(self, number: int, after: int) -> dict:
+        """Where attempt ``number`` starts each stratum after update ``after``:
+        ``{stratum: (update, epoch, position, order)}`` taken at the attempt's first update that
+        consumed the stratum, the smallest ``(epoch, position, order)`` there."""
+        out: dict = {}
+        for (stratum, epoch, order), (update, position) in self.first_by_key(number,
+                                                                             after).items():
             item = (update, epoch, position, "" if order is None else order, order)
             best = out.get(stratum)
             if best is None or item < best:
@@ -808,11 +829,13 @@ class Resume:
 class Lineage:
     """DESIGN.md, Lineage: the chain of committed updates that a model state contains.
     ``segments`` newest first; ``pretracked`` the root's untracked starting cursors as
-    ``(stratum, epoch, position, order)``; ``root`` the attempt the chain starts from."""
+    ``(stratum, epoch, position, order)``; ``root`` the attempt the chain starts from;
+    ``unknown_root``: the root started from an untracked or unknown state (not fresh)."""
 
     segments: tuple
     pretracked: tuple = ()
     root: int | None = None
+    unknown_root: bool = False
 
     def holds(self, attempt: int, update: int) -> bool:
         """Whether update ``update`` of attempt ``attempt`` is part of this lineage."""
@@ -826,7 +849,7 @@ class Lineage:
 
     def before_own(self) -> "Lineage":
         """The lineage without its newest segment (the restored state's lineage, at or below U)."""
-        return Lineage(self.segments[1:], self.pretracked, self.root)
+        return Lineage(self.segments[1:], self.pretracked, self.root, self.unknown_root)
 
 
 def resolve_resumes(attempts: dict[int, AttemptRecord],
@@ -863,11 +886,50 @@ def lineage_of(number: int, resumes: dict[int, Resume], cap: int | None = None) 
     if resume.kind == "generation":
         limit = resume.update if cap is None else min(cap, resume.update)
         parent = lineage_of(resume.writer, resumes, limit)
-        return Lineage((own,) + parent.segments, parent.pretracked, parent.root)
+        return Lineage((own,) + parent.segments, parent.pretracked, parent.root,
+                       parent.unknown_root)
     if resume.kind != "untracked":
         return Lineage((own,), (), number)
     return Lineage((own,), tuple((c["stratum"], int(c.get("epoch", 0)), int(c.get("position", 0)),
-                                  c.get("order")) for c in resume.cursor), number)
+                                  c.get("order")) for c in resume.cursor), number, True)
+
+
+def lineage_floors(ledger: Ledger, lineage: Lineage) -> dict:
+    """``{key: floor}``: where a lineage whose root is unknown started tracking each key.
+
+    DESIGN.md, Lineage: positions behind where an untracked root starts were consumed (or not)
+    before tracking began. With a cursor naming the stratum they count as consumed (``pretracked``);
+    without one nothing is known about them, so they count neither as consumed nor as omitted
+    (no replay or omission can rest on them). The start of a stratum is the lineage's first update
+    that consumed it (the lineage's segments are disjoint and ordered by update); every key
+    (stratum, epoch, order) consumed at that update gets its smallest position there as floor,
+    when no cursor names the stratum, or when a cursor names the (stratum, epoch) but not that
+    order (a cursor without ``order`` applies to order None). Empty for a fresh root: a lineage
+    tracked from update 0 owes every position below its frontier."""
+    if not lineage.unknown_root:
+        return {}
+    named: dict = {}
+    for stratum, epoch, _position, order in lineage.pretracked:
+        named.setdefault(stratum, set()).add((epoch, order))
+    first: dict = {}
+    for seg in lineage.segments:
+        for key, (update, position) in ledger.first_by_key(seg.attempt, seg.after,
+                                                           seg.upto).items():
+            if key[0] in ledger.id_strata:
+                continue
+            have = first.get(key[0])
+            if have is None or update < have[0]:
+                first[key[0]] = (update, {key: position})
+            elif update == have[0]:
+                have[1][key] = position
+    out: dict = {}
+    for stratum, (_update, keys) in first.items():
+        cursors = named.get(stratum)
+        for key, position in keys.items():
+            if cursors is None or ((key[1], key[2]) not in cursors
+                                   and any(epoch == key[1] for epoch, _ in cursors)):
+                out[key] = position
+    return out
 
 
 def lineage_counts(ledger: Ledger, lineage: Lineage) -> dict:
@@ -887,6 +949,9 @@ def lineage_counts(ledger: Ledger, lineage: Lineage) -> dict:
         mine = out.setdefault((stratum, epoch, order), KeyCount(0, BitMap64()))
         mine.consumed += position
         mine.prefix = max(mine.prefix, position)   # an interval: never a bitmap of [0, position)
+    for key, floor in lineage_floors(ledger, lineage).items():
+        if key in out:
+            out[key].floor = floor
     return out
 
 
@@ -963,12 +1028,13 @@ def epoch_tail(frontier: int, epoch_length: int | None, global_batch: int | None
 
 def omissions(key: tuple, count: KeyCount, moved_on: bool, epoch_length: int | None,
               global_batch: int | None, id_stratum: bool) -> int:
-    """DESIGN.md, Counting: ``|{p < frontier : count(p) = 0}|`` (= frontier - distinct), plus the
-    epoch tail when the lineage ``moved_on`` to a later epoch of the stratum. Sample-id strata
-    have no order of positions, hence no omissions."""
+    """DESIGN.md, Counting: ``|{floor <= p < frontier : count(p) = 0}|`` (floor 0 unless the
+    lineage's root is unknown, see :func:`lineage_floors`), plus the epoch tail when the lineage
+    ``moved_on`` to a later epoch of the stratum. Sample-id strata have no order of positions,
+    hence no omissions."""
     if id_stratum:
         return 0
-    gap = count.frontier() - count.distinct
+    gap = count.gaps()
     return gap + (epoch_tail(count.frontier(), epoch_length, global_batch) if moved_on else 0)
 
 

@@ -23,7 +23,7 @@ from pyroaring import BitMap64
 
 from .generations import Reason
 from .inputs import AttemptRecord
-from .ledger import KeyCount, Ledger, Lineage, Resume, below, cursor_of, epoch_tail
+from .ledger import KeyCount, Ledger, Lineage, Resume, below, cursor_of, epoch_tail, lineage_floors
 
 Finding = Reason
 
@@ -79,7 +79,7 @@ def replayed(own: dict, before: dict) -> int:
 
 
 def omitted(own: dict, before: dict, starts: dict, id_strata: set, epoch_length,
-            global_batch_of) -> int:
+            global_batch_of, floors: dict | None = None) -> int:
     """Positions between the expected cursor and where k actually starts that the lineage never
     consumes, per stratum k consumes (DESIGN.md). With k's start ``(e1, s1, o1)`` and L_U's
     highest epoch ``e0`` of the stratum, frontier ``f0`` there:
@@ -90,15 +90,21 @@ def omitted(own: dict, before: dict, starts: dict, id_strata: set, epoch_length,
       ``|[0, s1) - K|`` of the new epoch;
     * earlier epoch: 0;
     * a stratum L_U never consumed: ``|[0, s1) - K|``.
-    Sample-id strata have no omissions.
+    Sample-id strata have no omissions. ``floors`` (k's lineage, :func:`.ledger.lineage_floors`):
+    when k's start key has a floor, the lineage's root is unknown and tracking of that key starts
+    with k: positions below ``s1`` of that key are unknown, not omitted (the ``[0, s1)`` terms
+    are 0).
     """
     total = 0
+    floors = floors or {}
     for stratum, (_u, e1, s1, o1) in starts.items():
         if stratum in id_strata:
             continue
         mine = own.get((stratum, e1, o1))
+        floor = floors.get((stratum, e1, o1), 0)
 
-        def gap(lo: int, hi: int) -> int:
+        def gap(lo: int, hi: int, mine=mine, floor=floor) -> int:
+            lo = max(lo, floor)
             if hi <= lo:
                 return 0
             return hi - lo - (mine.positions.range_cardinality(lo, hi) if mine else 0)
@@ -143,9 +149,12 @@ def recomputed(own: dict, before: dict, rolled_back: dict, fetched: list) -> int
     return total
 
 
-def lost_updates(last_update_before: int, update: int) -> int:
-    """Last update k-1 committed minus U (never below 0)."""
-    return max(0, last_update_before - update)
+def lost_updates(last_update_before: int, update: int, tied: bool = True) -> int:
+    """Last update k-1 committed minus U (never below 0). 0 when k cannot be tied to k-1
+    (``tied`` False: k resumed from an untracked or unknown state, so nothing says that its U
+    counts k-1's updates; the finding ``resumed_from_unknown`` says so, and ``lost_seconds`` is
+    None)."""
+    return max(0, last_update_before - update) if tied else 0
 
 
 def lost_seconds(commit_time_of_u: float | None, failure_time: float | None) -> float | None:
@@ -209,7 +218,8 @@ def analyse_restart(ledger: Ledger, record: AttemptRecord, before_record: Attemp
             into = rolled.setdefault(key, KeyCount(0, BitMap64()))
             into.positions |= count.positions
     replay_count = replayed(own, before)
-    omission_count = omitted(own, before, starts, ledger.id_strata, epoch_length, global_batch_of)
+    omission_count = omitted(own, before, starts, ledger.id_strata, epoch_length, global_batch_of,
+                             lineage_floors(ledger, lineage))
     findings = []
     if replay_count:
         findings.append(Finding("replay", f"{replay_count} positions committed at or below "
@@ -265,7 +275,7 @@ def analyse_restart(ledger: Ledger, record: AttemptRecord, before_record: Attemp
         resume_cursor=resume_cursor(resume, starts),
         replayed=replay_count, omitted=omission_count,
         recomputed=recomputed(own, before, rolled, fetched),
-        lost_updates=lost_updates(last, update),
+        lost_updates=lost_updates(last, update, resume.kind != "untracked"),
         lost_seconds=lost_seconds(commit_u, failure),
         recovery_seconds=recovery_seconds(failure, first_commit),
         verdict=verdict(replay_count, omission_count, committed, resume.kind != "untracked"),

@@ -118,6 +118,34 @@ class Model:
         kind, u, writer, *_ = self.resume(k)
         return self.root(writer) if kind == "generation" else k
 
+    def floors(self, k, cap=None):
+        """Refinement (unknown root): {key: floor}. When the lineage's root started untracked,
+        each stratum's tracking starts at the lineage's first update consuming it; the keys
+        consumed there get their smallest position as floor, unless a cursor names the stratum
+        (then only keys of a named (stratum, epoch) under an order no cursor names)."""
+        if self.resume(self.root(k))[0] != "untracked":
+            return {}
+        segments, pre = self.lineage(k, cap)
+        named = {}
+        for c in pre:
+            named.setdefault(c["stratum"], set()).add((c.get("epoch", 0), c.get("order")))
+        held = [(a, u, keyed) for (a, u, r), keyed in self.reports.items()
+                if any(self.holds(seg, a, u) for seg in segments)]
+        first = {}
+        for a, u, keyed in held:
+            for (s, e, o), positions in keyed.items():
+                if positions and s not in self.id_strata:
+                    first[s] = min(first.get(s, u), u)
+        out = {}
+        for a, u, keyed in held:
+            for (s, e, o), positions in keyed.items():
+                if not positions or s in self.id_strata or first[s] != u:
+                    continue
+                cursors = named.get(s)
+                if cursors is None or ((e, o) not in cursors and any(ce == e for ce, _ in cursors)):
+                    out[(s, e, o)] = min(out.get((s, e, o), min(positions)), min(positions))
+        return out
+
     def batch_of_key(self, segments, key, root):
         for seg in segments:
             for (a, u, r), keyed in self.reports.items():
@@ -138,6 +166,7 @@ class Model:
     def strata(self, k):
         segments, pre = self.lineage(k)
         counts = self.multiset(segments, pre)
+        floors = self.floors(k)
         top = {}
         for (s, e, o) in counts:
             top[s] = max(top.get(s, e), e)
@@ -151,7 +180,8 @@ class Model:
             row["distinct"] += len(counter)
             if s not in self.id_strata:
                 frontier = max(counter) + 1
-                row["omissions"] += sum(1 for p in range(frontier) if counter[p] == 0)
+                row["omissions"] += sum(1 for p in range(floors.get(key, 0), frontier)
+                                        if counter[p] == 0)
                 if e < top[s]:
                     row["omissions"] += self.tail(frontier, s, self.batch_of_key(segments, key, self.root(k)))
         out = []
@@ -202,15 +232,17 @@ class Model:
         parent = self.multiset(segments[1:], pre)
         K = self.own_positions(k, U)
         starts = self.starts(k, U)
+        floors = self.floors(k)
         replayed = sum(len(K[key] & set(parent[key])) for key in K if key in parent)
         omitted = 0
         for s, (u, e1, s1, _, o1) in starts.items():
             if s in self.id_strata:
                 continue
             mine = K.get((s, e1, o1), set())
+            floor = floors.get((s, e1, o1), 0)
             keys = [key for key in parent if key[0] == s]
             if not keys:
-                omitted += sum(1 for p in range(0, s1) if p not in mine)
+                omitted += sum(1 for p in range(floor, s1) if p not in mine)
                 continue
             e0 = max(key[1] for key in keys)
             top = max((max(parent[key]) + 1, "" if key[2] is None else key[2], key)
@@ -221,7 +253,7 @@ class Model:
                     omitted += sum(1 for p in range(f0, s1) if p not in mine)
             elif e1 > e0:
                 omitted += self.tail(f0, s, self.batch_of_key(segments[1:], top_key, self.root(k)))
-                omitted += sum(1 for p in range(0, s1) if p not in mine)
+                omitted += sum(1 for p in range(floor, s1) if p not in mine)
         # recomputed
         p_segments = [seg for seg in segments if seg[0] == before]
         rolled = {}
@@ -278,7 +310,8 @@ class Model:
         return {"attempt": k, "resumed_from": gid, "resumed_update": U,
                 "expected_cursor": self.cursor(parent), "resume_cursor": resume_cursor,
                 "replayed": replayed, "omitted": omitted, "recomputed": recomputed,
-                "lost_updates": max(0, last - U), "verdict": verdict, "codes": codes}
+                "lost_updates": 0 if kind == "untracked" else max(0, last - U),
+                "verdict": verdict, "codes": codes}
 
     def restarts(self):
         numbers = sorted(self.attempts)

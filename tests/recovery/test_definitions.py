@@ -304,3 +304,71 @@ def test_it_absorbs_a_heartbeat_free_attempt_with_no_updates():
     assert restart.verdict == "unverified"
     assert restart.recovery_seconds is None
     assert HeartbeatRecord  # imported for the API surface
+
+
+def unknown_start_run(resumed_from=None, started=False):
+    """Attempt 0 consumes [0, 40) over 10 updates and fails; attempt 1 starts from an unknown
+    state at position 40 (no attempt_started, or a generation nobody knows) for 5 updates."""
+    records = [LedgerRecord(0, u, 0, float(u), [{"stratum": "s", "epoch": 0,
+                                                 "ranges": [[4 * (u - 1), 4 * u]]}])
+               for u in range(1, 11)]
+    records += [LedgerRecord(1, u, 0, 100.0 + u, [{"stratum": "s", "epoch": 0,
+                                                   "ranges": [[40 + 4 * (u - 1), 40 + 4 * u]]}])
+                for u in range(1, 6)]
+    attempts = [AttemptRecord(0, started_at=0.0, ended_at=11.0, end_reason="failed",
+                              end_update=10)]
+    if started:
+        attempts.append(AttemptRecord(1, started_at=90.0, resumed_from=resumed_from))
+    return RunInput("unknown", attempts, records)
+
+
+@pytest.mark.parametrize("resumed_from, started", [
+    (None, False),                                                   # no attempt_started
+    ({"generation_id": "gNOPE", "update": 0, "cursor": []}, True),   # unknown generation
+    ({"generation_id": None, "update": 0, "cursor": []}, True),      # untracked, no cursor
+])
+def test_an_unknown_lineage_root_is_charged_with_no_omission(resumed_from, started):
+    """DESIGN.md, Lineage: behind where an unknown root starts, nothing is known: attempt 1
+    starting at 40 is unverified, with no omission (restart nor strata) and no lost updates
+    against attempt 0, which it cannot be tied to."""
+    analysis = analyze(unknown_start_run(resumed_from, started), now=200.0)
+    restart = analysis.restarts[0]
+    codes = {f.code for f in restart.findings}
+    assert restart.verdict == "unverified"
+    assert "resumed_from_unknown" in codes and not codes & {"omission", "replay"}
+    assert (restart.omitted, restart.replayed, restart.lost_updates) == (0, 0, 0)
+    assert restart.lost_seconds is None
+    row = analysis.strata[0]
+    assert (row.consumed, row.duplicates, row.omissions) == (20, 0, 0)
+
+
+def test_an_unknown_root_still_owes_what_it_skips_once_tracked():
+    """Tracking starts at 40: a later hole in the same key, and a descendant's jump past the
+    lineage's frontier, are omissions; a descendant consuming below 40 replays nothing."""
+    run = unknown_start_run()
+    run.ledger += [LedgerRecord(1, 6, 0, 106.0, [{"stratum": "s", "epoch": 0,
+                                                  "ranges": [[64, 68]]}])]   # skips [60, 64)
+    assert analyze(run, now=200.0).strata[0].omissions == 4
+    gen = GenerationRecord("g6", 1, 6, started_at=107.0, committed_at=108.0, manifests=[{
+        "schema_revision": 1, "generation_id": "g6", "update": 6, "world_size": None,
+        "required_shards": [], "components": [], "objects": [],
+        "data_progress": {"cursor": [{"stratum": "s", "epoch": 0, "position": 68}]},
+        "dataset_version": None}])
+    run.generations = [gen]
+    run.contract = {"required_components": []}
+    run.attempts.append(AttemptRecord(1, started_at=90.0, ended_at=109.0, end_reason="failed",
+                                      end_update=6, resumed_from={
+                                          "generation_id": "gNOPE", "update": 0, "cursor": []}))
+    run.attempts.append(AttemptRecord(2, started_at=110.0, resumed_from={
+        "generation_id": "g6", "update": 6, "cursor": []}))
+    run.ledger += [LedgerRecord(2, 7, 0, 111.0, [{"stratum": "s", "epoch": 0,
+                                                  "ranges": [[72, 76]]}]),
+                   LedgerRecord(2, 8, 0, 112.0, [{"stratum": "s", "epoch": 0,
+                                                  "ranges": [[30, 34]]}])]
+    analysis = analyze(run, now=200.0)
+    restart = analysis.restarts[1]
+    # [30, 34) lies below where tracking began: neither replay nor duplicate; [68, 72) is skipped
+    assert (restart.replayed, restart.omitted, restart.verdict) == (0, 4, "omission")
+    assert restart.lost_updates == 0
+    row = analysis.strata[0]
+    assert (row.duplicates, row.omissions) == (0, 8)
