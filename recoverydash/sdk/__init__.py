@@ -8,7 +8,18 @@ Two lines in a training script::
 and, for checkpoints, ``save_generation(location, generation_id, update, state=..., recorder=rec)``
 publishes a DCP save with its manifest (the commit marker); on restart,
 ``restore_plan(url, token, run_id, location=...)`` (or ``select_restorable(location)`` offline)
-names the generation to load and ``rec.restore(cursor, update)`` where the loader resumes.
+names the generation to load, ``load_generation(location, generation_id, state=...)`` loads it,
+and ``rec.restore(cursor, update)`` says where the loader resumes.
+
+A location is a folder (``/ckpt``, ``file:///ckpt``) or an S3 prefix (``s3://bucket/prefix``;
+pass ``s3_client=recoverydash.storage.objects.make_s3_client(endpoint, ...)`` or let boto3 read
+its usual environment). On S3, each rank lets DCP write to a local staging folder, uploads its
+files with their ``ChecksumSHA256`` (S3 refuses bytes that do not match), and only when every
+rank succeeded does the coordinator publish the manifest with one conditional PUT
+(``IfNoneMatch="*"``); a failure on any rank publishes nothing. ``load_generation`` downloads the
+objects it needs to a staging folder, checks size and sha256 against the manifest, and loads from
+there. ``select_restorable`` verifies S3 objects by HEAD (the stored ChecksumSHA256), so a deleted
+or damaged object rejects its generation.
 
 Needs only the ``sdk`` extra: no Django, no Celery; torch is imported only by the torch helpers.
 Nothing here raises into or blocks the training loop (``load_generation`` excepted: a restore that

@@ -10,6 +10,12 @@ Layout of one generation (``recoverydash.storage.objects`` documents the locatio
     <location>/<generation_id>/data_progress/rank<r>.json              LedgerRecorder.state_dict()
     <location>/<generation_id>/recoverydash-manifest.json              the commit marker
 
+On an S3 location (``s3://bucket/prefix``) the layout is the same under the prefix: DCP writes
+into a per-rank local staging folder (removed afterwards), and each rank uploads the files it
+wrote to ``<prefix>/<generation_id>/<component>/<name>`` with a full-object ``ChecksumSHA256``
+(``storage.upload_file``; one PUT per file up to 5 GiB). Manifest object URIs are then
+``s3://`` URIs, and ``load_generation`` downloads them to a staging folder before loading.
+
 Component assignment: every component has its own folder, so every object belongs to exactly one
 component and ``component_missing`` means what it says. A DCP component (a key of ``state``) is one
 ``dcp.save`` of ``{key: state[key]}``: its ``__<r>_<n>.distcp`` files belong to shard ``rank<r>``
@@ -25,7 +31,11 @@ Publication protocol (``save_generation``), seed 002: the coordinator reports
 ``shard_written``; all ranks agree on success (an all-reduce of a success flag, so a rank that
 failed or died makes every rank publish nothing); the coordinator gathers every rank's objects,
 checks that every required shard and component reported and that all parts are at the same
-update, writes the manifest atomically (the commit), then reports ``checkpoint_committed``.
+update, writes the manifest atomically (the commit: temporary file and link on a filesystem, one
+``IfNoneMatch="*"`` PUT on S3), then reports ``checkpoint_committed``. On S3 a rank whose upload
+fails votes no in that all-reduce, so nothing is published; objects already uploaded for the
+failed generation stay under its folder without a manifest, which readers never treat as a
+generation (the next attempt uses another generation id).
 Collectives are plain tensor collectives (no ``*_object`` helpers, which need numpy).
 
 Restore selection (``select_restorable``) works with the server down: it reads every manifest of

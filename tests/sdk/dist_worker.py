@@ -44,7 +44,6 @@ def main(cfg: dict) -> int:
         save_generation,
         select_restorable,
     )
-
     from recoverydash.storage import objects as storage
 
     s3 = None

@@ -239,3 +239,36 @@ def test_sync_mode_delivers_in_the_callers_thread(ingest, spool, spool_dir):
     c.update_committed(1, [])
     assert "run-a:0:0:u1" not in ingest.stored
     assert c.flush(3) and "run-a:0:0:u1" in ingest.stored
+
+
+def test_an_idle_sender_does_not_list_the_spool_folder_each_cycle(ingest, spool, monkeypatch):
+    c = make(ingest, spool, flush_interval=0.02)
+    c.heartbeat(0)
+    assert c.flush(5)
+    listed = []
+    real = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda p: listed.append(p) or real(p))
+    time.sleep(0.5)  # ~25 sender cycles with an empty spool
+    assert len(listed) <= 1
+    # a batch another process left in the spool is still sent by a flush (it lists the folder)
+    folder = os.path.join(spool, "run-a")
+    event = (b'{"type":"heartbeat","update":1,"run_id":"run-a","attempt":0,"rank":0,'
+             b'"time":"2026-11-01T00:00:00.000+00:00","event_id":"run-a:0:0:other"}')
+    body = c._body([event])
+    with open(os.path.join(folder, f"{time.time_ns():020d}-999999-00000000-n1.batch"), "wb") as f:
+        f.write(body)
+    assert c.flush(5)
+    assert "run-a:0:0:other" in ingest.stored
+
+
+def test_a_heartbeat_reports_dropped_events_without_listing_the_spool(ingest, spool, monkeypatch):
+    c = make(ingest, spool, max_queue=1, flush_interval=5.0)
+    c.heartbeat(0)
+    c.heartbeat(1)  # dropped: the queue holds one event
+    monkeypatch.setattr(c, "counters", lambda: pytest.fail("counters() on the hot path"))
+    c._buf.clear()
+    assert c.heartbeat(2)
+    monkeypatch.undo()
+    assert c.flush(5)
+    hb = [e for e in ingest.stored.values() if e["type"] == "heartbeat"]
+    assert [e.get("sdk_dropped") for e in hb] == [1]

@@ -47,9 +47,9 @@ def test_upload_file_stores_the_sha256_and_download_file_hashes_the_copy(s3_serv
 
 torch = pytest.importorskip("torch")
 
-from recoverydash.sdk.checkpoint import select_restorable  # noqa: E402
+from recoverydash.sdk.checkpoint import select_restorable
 
-from . import test_torch_distributed as dist_tests  # noqa: E402
+from . import test_torch_distributed as dist_tests
 
 WORLD = 2
 N = 203             # 102 per rank: 34 microbatches of 3, 8 updates and a partial one per epoch
