@@ -70,6 +70,12 @@ Choices where the documents are silent
 * The drop_last threshold of an epoch tail is the global batch of the newest lineage attempt that
   consumed that key (the root's for pre-tracking positions); an unknown batch drops no tail.
   ``epoch_length`` comes from the newest attempt's sampler that names the stratum.
+* Refinement of DESIGN.md's epoch tail rule: an epoch of a stratum that the lineage skipped
+  entirely (nothing of that (stratum, epoch) under any order, while an earlier and a later epoch
+  were consumed) counts ``epoch_length`` omissions when the length is known, in the strata and,
+  when the skip happens at a restart (between L_U's epoch and k's first epoch), in ``omitted``.
+  The drop_last exemption is for a tail shorter than a global batch, not for a whole epoch.
+  Epochs below the lineage's lowest consumed epoch are not counted (numbering may start at 1).
 * ``storage_unverified`` keeps a generation ``committed`` (not proven, not disproven).
 * An attempt with no ``attempt_started`` is fresh if it is the first, else resumed from unknown.
 * A lineage whose root is unknown (resumed from unknown, from a generation the core does not

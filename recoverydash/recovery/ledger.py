@@ -1026,6 +1026,14 @@ def epoch_tail(frontier: int, epoch_length: int | None, global_batch: int | None
     return tail
 
 
+def skipped_epochs(epochs) -> int:
+    """How many epochs lie strictly between consumed ``epochs`` and are not among them (epochs
+    below the lowest one are not skipped: numbering may start anywhere, and an unknown root's
+    earlier epochs were before tracking). Arithmetic on the distinct epochs, never a walk."""
+    ordered = sorted(set(epochs))
+    return sum(b - a - 1 for a, b in zip(ordered, ordered[1:]))
+
+
 def omissions(key: tuple, count: KeyCount, moved_on: bool, epoch_length: int | None,
               global_batch: int | None, id_stratum: bool) -> int:
     """DESIGN.md, Counting: ``|{floor <= p < frontier : count(p) = 0}|`` (floor 0 unless the
@@ -1042,10 +1050,18 @@ def count_strata(ledger: Ledger, lineage: Lineage, counts: dict, epoch_length,
                  global_batch_of) -> list[StratumCount]:
     """Per stratum figures of a lineage (DESIGN.md, Counting). ``epoch_length(stratum)`` gives
     the epoch length or None; ``global_batch_of(key)`` the global batch that bounds the drop_last
-    remainder of that key's epoch. Sorted by stratum."""
+    remainder of that key's epoch. Sorted by stratum.
+
+    Refinement of the tail rule: an epoch the lineage skipped entirely (no position of that
+    (stratum, epoch) under any order, while an earlier and a later epoch of the stratum were
+    consumed) counts ``epoch_length`` omissions when the epoch length is known; the drop_last
+    exemption is for a tail, not for a whole epoch. Epochs are compared per stratum, not per
+    order, as for the tail (an order may be named per epoch)."""
     top_epoch: dict = {}
+    epochs: dict = {}
     for (stratum, epoch, _order) in counts:
         top_epoch[stratum] = max(epoch, top_epoch.get(stratum, epoch))
+        epochs.setdefault(stratum, set()).add(epoch)
     out: dict = {}
     for key, count in counts.items():
         stratum, epoch, _order = key
@@ -1055,4 +1071,8 @@ def count_strata(ledger: Ledger, lineage: Lineage, counts: dict, epoch_length,
         row.duplicates += duplicates(count)
         row.omissions += omissions(key, count, epoch < top_epoch[stratum], epoch_length(stratum),
                                    global_batch_of(key), stratum in ledger.id_strata)
+    for stratum, seen in epochs.items():
+        length = epoch_length(stratum)
+        if length and length > 0 and stratum not in ledger.id_strata:
+            out[stratum].omissions += skipped_epochs(seen) * length
     return [out[s] for s in sorted(out)]

@@ -87,6 +87,8 @@ def omitted(own: dict, before: dict, starts: dict, id_strata: set, epoch_length,
     * same epoch and L_U used order ``o1`` in it: ``|[f0, s1) - K|``;
     * same epoch under another order: 0 (not comparable; finding ``order_changed``);
     * later epoch: the abandoned epoch's tail ``epoch_length - f0`` under the tail rule, plus
+      ``epoch_length`` for every epoch strictly between ``e0`` and ``e1`` of which K consumes
+      nothing (skipped whole: no drop_last exemption; refinement of DESIGN.md), plus
       ``|[0, s1) - K|`` of the new epoch;
     * earlier epoch: 0;
     * a stratum L_U never consumed: ``|[0, s1) - K|``.
@@ -120,7 +122,11 @@ def omitted(own: dict, before: dict, starts: dict, id_strata: set, epoch_length,
             if any(k[2] == o1 for _, _, k in top):
                 total += gap(f0, s1)
         elif e1 > e0:
-            total += epoch_tail(f0, epoch_length(stratum), global_batch_of(top_key))
+            length = epoch_length(stratum)
+            total += epoch_tail(f0, length, global_batch_of(top_key))
+            if length and length > 0 and e1 > e0 + 1:
+                later = {k[1] for k in own if k[0] == stratum and e0 < k[1] < e1}
+                total += (e1 - e0 - 1 - len(later)) * length
             total += gap(0, s1)
     return total
 

@@ -184,6 +184,13 @@ class Model:
                                         if counter[p] == 0)
                 if e < top[s]:
                     row["omissions"] += self.tail(frontier, s, self.batch_of_key(segments, key, self.root(k)))
+        # refinement: a whole epoch skipped between consumed epochs of a stratum (any order)
+        for s in rows:
+            length = self.epoch_length(s)
+            if length and s not in self.id_strata:
+                seen = {e for (s2, e, o) in counts if s2 == s}
+                missing = [e for e in range(min(seen), max(seen) + 1) if e not in seen]
+                rows[s]["omissions"] += len(missing) * length
         out = []
         for s in sorted(rows):
             row = rows[s]
@@ -253,6 +260,10 @@ class Model:
                     omitted += sum(1 for p in range(f0, s1) if p not in mine)
             elif e1 > e0:
                 omitted += self.tail(f0, s, self.batch_of_key(segments[1:], top_key, self.root(k)))
+                length = self.epoch_length(s)
+                if length:
+                    omitted += length * sum(1 for e in range(e0 + 1, e1)
+                                            if not any(key[0] == s and key[1] == e for key in K))
                 omitted += sum(1 for p in range(floor, s1) if p not in mine)
         # recomputed
         p_segments = [seg for seg in segments if seg[0] == before]

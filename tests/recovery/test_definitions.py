@@ -372,3 +372,46 @@ def test_an_unknown_root_still_owes_what_it_skips_once_tracked():
     assert restart.lost_updates == 0
     row = analysis.strata[0]
     assert (row.duplicates, row.omissions) == (0, 8)
+
+
+def epoch_span(epoch, lo, hi, **extra):
+    return dict({"stratum": "s", "epoch": epoch, "ranges": [[lo, hi]]}, **extra)
+
+
+def test_a_whole_skipped_epoch_counts_epoch_length_omissions():
+    """Epochs 0, 1, 3 of a 64-position epoch: epoch 2 was skipped whole (64 omissions, no
+    drop_last exemption); epoch 0's tail of 14 is shorter than a global batch of 16: dropped."""
+    sampler = {"epoch_length": {"s": 64}}
+    records = [LedgerRecord(0, 1, 0, 1.0, [epoch_span(0, 0, 50)]),
+               LedgerRecord(0, 2, 0, 2.0, [epoch_span(1, 0, 64)]),
+               LedgerRecord(0, 3, 0, 3.0, [epoch_span(3, 0, 64, order="o3")]),
+               LedgerRecord(0, 4, 0, 4.0, [epoch_span(5, 0, 8), epoch_span(7, 0, 8)])]
+    attempt = AttemptRecord(0, started_at=0.0, global_batch_size=16, sampler=sampler)
+    row = analyze(RunInput("skip", [attempt], records), now=5.0).strata[0]
+    # skipped whole: 2, 4, 6; tails: epoch 5 (56); epoch 0 (14 < 16) and 1, 3 complete
+    assert row.omissions == 3 * 64 + 56
+    attempt.sampler = {}
+    assert analyze(RunInput("skip", [attempt], records), now=5.0).strata[0].omissions == 0
+
+
+def test_a_restart_that_skips_a_whole_epoch_omits_it():
+    sampler = {"epoch_length": {"s": 64}}
+    records = [LedgerRecord(0, u, 0, float(u), [epoch_span(0, 16 * (u - 1), 16 * u)])
+               for u in range(1, 5)]
+    records += [LedgerRecord(1, 5, 0, 105.0, [epoch_span(2, 8, 24)])]
+    gen = GenerationRecord("g4", 0, 4, started_at=4.1, committed_at=4.5, manifests=[{
+        "schema_revision": 1, "generation_id": "g4", "update": 4, "world_size": None,
+        "required_shards": [], "components": [], "objects": [],
+        "data_progress": {"cursor": [{"stratum": "s", "epoch": 1, "position": 0}]},
+        "dataset_version": None}])
+    attempts = [AttemptRecord(0, started_at=0.0, ended_at=8.0, end_reason="failed",
+                              global_batch_size=16, sampler=sampler),
+                AttemptRecord(1, started_at=90.0, global_batch_size=16, sampler=sampler,
+                              resumed_from={"generation_id": "g4", "update": 4, "cursor": []})]
+    analysis = analyze(RunInput("skip", attempts, records, generations=[gen],
+                                contract={"required_components": []}), now=120.0)
+    assert analysis.generations[0].status == "restorable"
+    restart = analysis.restarts[0]
+    # epoch 0 complete, epoch 1 skipped whole (64), epoch 2 starts at 8 (8)
+    assert (restart.omitted, restart.verdict) == (64 + 8, "omission")
+    assert analysis.strata[0].omissions == 64 + 8
