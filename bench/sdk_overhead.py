@@ -1,22 +1,41 @@
 """What the trainer SDK costs a training loop.
 
 1. Median cost of one ledger record call, in microseconds: ``recorder.consumed(b)`` per
-   microbatch plus the amortised ``recorder.commit(update)`` (one per 4 microbatches, which builds
-   the spans and queues ``update_committed`` for the sender thread, here posting to a local
-   HTTP sink so the sender really runs).
-2. Update time of a small CPU training loop (MLP 256-1024-1024-10, microbatch 32, accumulation 4; one torch
-   thread) in three variants interleaved update by update (so machine noise hits all alike):
-   bare; with the SDK (consumed per microbatch, commit per update); with a metrics logger making
-   the same number of calls (one per microbatch). Medians of wall-clock time and of the training
-   thread's CPU time (``time.thread_time``: what other processes on a shared machine cannot
-   inflate; the sender thread's own work is excluded there and included in wall time).
-   The metrics logger is ``torch.utils.tensorboard.SummaryWriter.add_scalar`` when tensorboard is
-   installed; otherwise (this venv) a stand-in that does what add_scalar does on the caller's
-   thread: build a record (``json.dumps`` of tag, value, step, wall time) and ``put_nowait`` it on
-   a queue drained by a writer thread into a file.
+   microbatch plus the amortised ``recorder.commit(update)`` (one per 4 microbatches, which queues
+   ``update_committed`` for the sender thread).
+2. Update-time overhead of a small CPU training loop, A/A/B design in one process:
 
-Ratios are printed last. Targets: under 5 us per call, under 1% step-time overhead.
-Usage: ``.venv/bin/python bench/sdk_overhead.py [--quick]`` (1-2 minutes; --quick: seconds).
+   - the step: MLP 256-1024-1024-10, microbatch 32, accumulation 4, one torch thread: about
+     13-20 ms per optimizer update here (4 microbatches of 3-5 ms). That is 50-75 updates and
+     250-375 SDK calls a second, more than any real data-parallel trainer commits (GPU updates
+     take 0.1-2 s), so the SDK's event rate, and with it its per-second background work, is at
+     its plausible worst while the step stays a real forward/backward/optimizer step;
+   - variants: ``bare`` (no SDK), ``control`` (bare again: the A/A noise floor), ``sdk``
+     (``consumed`` per microbatch, ``commit`` per update), ``metrics`` (one add_scalar per
+     microbatch: tensorboard's SummaryWriter when installed, else a stand-in doing what it does on
+     the caller's thread);
+   - one *window* = ``n`` updates of the variant, then ``g`` bare updates that let the variant's
+     background work (the SDK's sender, the metrics writer) finish inside the window (``g`` covers
+     more than one ``flush_interval``), timed as a whole: background work is charged to the variant
+     that caused it, never to its neighbour;
+   - each round runs every variant's window once, in a fresh random order; a variant's overhead in
+     a round is (its window time - the bare window time) / (the bare time of its ``n`` updates);
+     the bench prints the median over rounds and the interquartile range.
+   - the event sink is a separate process (like the real server): an HTTP server in the
+     trainer's own interpreter would charge its request parsing to the SDK.
+   - besides wall and training-thread CPU time, each window measures the time the training
+     thread was *blocked*: wall - its CPU time - its run-queue wait (Linux schedstat). The loop
+     does no I/O, so that is time spent waiting for the GIL held by another thread of this
+     process (the SDK's sender, the metrics writer): the one way a background thread slows the
+     loop beyond its own calls, and a number other processes on the machine cannot inflate.
+
+   The sender thread's CPU time is read from its thread clock and reported per second.
+Ratios are printed last: the SDK's overhead estimated from its parts (its calls, timed in part
+1, plus the GIL waits it adds, both per update, over the update time), and the wall and CPU
+medians of the A/A/B comparison beside the A/A control, which shows what this machine can
+resolve. Targets: under 5 us per call, under 1% update-time overhead.
+``--flush-interval 0.05`` multiplies the sender's wake-ups by 20 to expose their cost.
+Usage: ``.venv/bin/python bench/sdk_overhead.py [--quick] [--rounds N]``.
 """
 
 from __future__ import annotations
@@ -25,7 +44,9 @@ import argparse
 import json
 import os
 import queue
+import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -34,14 +55,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch
-
-from recoverydash.sdk import Client, LedgerRecorder
-
 MICRO, ACCUM = 32, 4
 
 
 class _Sink(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, like a production server
+
     def log_message(self, *a):
         pass
 
@@ -49,21 +68,34 @@ class _Sink(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         body = b'{"accepted": 0, "duplicates": 0}'
         self.send_response(202)
+        self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
 
 
-def start_sink() -> tuple[ThreadingHTTPServer, str]:
+def serve_sink() -> int:
+    """Run the sink (``--sink``): print the port, serve until killed."""
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
     srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    return srv, f"http://127.0.0.1:{srv.server_address[1]}"
+    print(srv.server_address[1], flush=True)
+    srv.serve_forever()
+    return 0
 
 
-def make_recorder(url: str, spool: str, max_queue: int = 10_000) -> LedgerRecorder:
+def start_sink() -> tuple[subprocess.Popen, str]:
+    """The sink in its own process; returns (process, base URL)."""
+    p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--sink"],
+                         stdout=subprocess.PIPE, text=True)
+    port = int(p.stdout.readline())
+    return p, f"http://127.0.0.1:{port}"
+
+
+def make_recorder(url: str, spool: str, max_queue: int = 10_000, **kw):
+    from recoverydash.sdk import Client, LedgerRecorder
+
     client = Client(url, "bench", "bench-run", attempt=0, rank=3, spool_dir=spool,
-                    max_queue=max_queue)
+                    max_queue=max_queue, **kw)
     return LedgerRecorder(client, rank=3, world_size=64, dataset_length=10**9,
                           dataset_version="bench", heartbeat_interval=30.0)
 
@@ -131,7 +163,26 @@ def scalar_writer(tmp: str):
         return StandInScalarWriter(os.path.join(tmp, "scalars.jsonl")), "stand-in add_scalar"
 
 
-def bench_training(url: str, spool: str, tmp: str, updates: int):
+def _thread_cpu(thread) -> float:
+    """CPU seconds of another thread of this process (Linux thread clock), or nan."""
+    try:
+        return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+    except (AttributeError, OSError, TypeError):
+        return float("nan")
+
+
+def _runq_wait_ns() -> int:
+    """Nanoseconds this thread has waited on a run queue (Linux schedstat), or 0."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def bench_training(url: str, spool: str, tmp: str, rounds: int, n: int, gap: int, **client_kw):
+    import torch
+
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(),
@@ -140,14 +191,13 @@ def bench_training(url: str, spool: str, tmp: str, updates: int):
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     xs = torch.randn(ACCUM * 8, MICRO, 256)
     ys = torch.randint(0, 10, (ACCUM * 8, MICRO))
-    rec = make_recorder(url, spool)
+    rec = make_recorder(url, spool, **client_kw)
     writer, writer_name = scalar_writer(tmp)
     loss_fn = torch.nn.CrossEntropyLoss()
     state = {"update": 0, "micro": 0}
 
-    def one_update(variant: str) -> tuple[float, float]:
-        """(wall seconds, training-thread CPU seconds) of one optimizer update."""
-        t0, c0 = time.perf_counter(), time.thread_time()
+    def one_update(variant: str) -> float:
+        t0 = time.perf_counter()
         for _ in range(ACCUM):
             i = state["micro"] % len(xs)
             state["micro"] += 1
@@ -162,68 +212,130 @@ def bench_training(url: str, spool: str, tmp: str, updates: int):
         state["update"] += 1
         if variant == "sdk":
             rec.commit(state["update"])
-        return time.perf_counter() - t0, time.thread_time() - c0
+        return time.perf_counter() - t0
 
-    # "control" is the bare loop again under another name: its difference from "bare" is the
-    # noise floor of this machine at this moment (an A/A test).
-    variants = ("bare", "sdk", "metrics", "control")
-    k = len(variants)
-    for i in range(4 * k):  # warm up
-        one_update(variants[i % k])
-    wall: dict = {v: [] for v in variants}
-    cpu: dict = {v: [] for v in variants}
-    for i in range(updates * k):  # round robin, update by update, rotating the order each round
-        v = variants[(i + i // k) % k]
-        w, c = one_update(v)
-        wall[v].append(w)
-        cpu[v].append(c)
+    def window(variant: str) -> tuple[float, float, float, float]:
+        """(seconds of the whole window, seconds of its first n updates, training-thread CPU
+        seconds of the whole window, seconds the training thread was blocked: neither running
+        nor waiting for a CPU, i.e. waiting for the GIL, since the loop does no I/O)."""
+        t0, c0, q0 = time.perf_counter(), time.thread_time(), _runq_wait_ns()
+        first = sum(one_update(variant) for _ in range(n))
+        for _ in range(gap):
+            one_update("bare")
+        wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
+        return wall, first, cpu, wall - cpu - (_runq_wait_ns() - q0) / 1e9
+
+    variants = ("bare", "control", "sdk", "metrics")
+    for v in variants:  # warm up (and start the sender and writer threads)
+        window(v)
+    sender = rec.client._thread
+    rng = random.Random(1)
+    over: dict = {v: [] for v in variants[1:]}
+    over_cpu: dict = {v: [] for v in variants[1:]}
+    blocked: dict = {v: [] for v in variants}  # microseconds per update of the window
+    upd_ms = []
+    cpu0, t_run0 = _thread_cpu(sender), time.perf_counter()
+    for _ in range(rounds):
+        order = list(variants)
+        rng.shuffle(order)
+        got = {v: window(v) for v in order}
+        bare_total, bare_first, bare_cpu, _ = got["bare"]
+        for v in variants:
+            blocked[v].append(got[v][3] / (n + gap) * 1e6)
+        upd_ms.append(bare_first / n * 1000)
+        for v in variants[1:]:
+            over[v].append((got[v][0] - bare_total) / bare_first)
+            # CPU: the same normalisation (n updates' share of the bare window's CPU time)
+            over_cpu[v].append((got[v][2] - bare_cpu) / (bare_cpu * n / (n + gap)))
+    sender_cpu = (_thread_cpu(sender) - cpu0) / (time.perf_counter() - t_run0)
     rec.client.flush(10)
     c = rec.client.counters()
     writer.close()
-    return ({v: statistics.median(wall[v]) for v in variants},
-            {v: statistics.median(cpu[v]) for v in variants}, writer_name, c)
+    return over, over_cpu, blocked, statistics.median(upd_ms), sender_cpu, writer_name, c
+
+
+def _q(xs: list[float]) -> tuple[float, float, float]:
+    q = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
+    return q[0], statistics.median(xs), q[2]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a few seconds, for smoke tests")
+    ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--flush-interval", type=float, default=None,
+                    help="the sender's flush_interval (default: the client's); a small value "
+                    "multiplies the sender's wake-ups to expose their cost")
+    ap.add_argument("--sink", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    blocks, per_block, updates = (30, 200, 60) if args.quick else (200, 500, 600)
-    srv, url = start_sink()
-    with tempfile.TemporaryDirectory() as tmp:
-        spool = os.path.join(tmp, "spool")
-        call_us = bench_record_call(url, spool, blocks, per_block)
-        print(f"ledger record call (consumed + amortised commit, accumulation {ACCUM}): "
-              f"median {call_us:.3f} us per call over {blocks} blocks of {per_block} updates")
-        wall, cpu, writer_name, counters = bench_training(url, spool, tmp, updates)
-    srv.shutdown()
+    if args.sink:
+        return serve_sink()
+    from recoverydash.sdk import Client
+
+    flush_s = args.flush_interval or Client(None, None, "x").flush_interval
+    client_kw = {"flush_interval": flush_s} if args.flush_interval else {}
+    blocks, per_block, rounds, n = (30, 200, 2, 20) if args.quick else (200, 500, 8, 100)
+    rounds = args.rounds or rounds
+    sink, url = start_sink()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            spool = os.path.join(tmp, "spool")
+            call_us = bench_record_call(url, spool, blocks, per_block)
+            print(f"ledger record call (consumed + amortised commit, accumulation {ACCUM}): "
+                  f"median {call_us:.3f} us per call over {blocks} blocks of {per_block} updates")
+            # the gap covers 1.5 flush intervals at 15 ms per update (more when updates are slower)
+            gap = 10 if args.quick else max(40, int(1.5 * flush_s / 0.015))
+            n = min(n, gap) if args.flush_interval else n
+            over, over_cpu, blocked, upd_ms, sender_cpu, writer_name, counters = bench_training(
+                url, spool, tmp, rounds, n, gap, **client_kw)
+    finally:
+        sink.kill()
+        sink.wait()
     print(f"update time (MLP 256-1024-1024-10, microbatch {MICRO}, accumulation {ACCUM}, 1 torch "
-          f"thread), median of {updates} updates per variant, variants interleaved update by "
-          f"update; wall clock and training-thread CPU time:")
-    labels = (("bare", "bare loop"), ("sdk", "with recoverydash SDK"),
-              ("metrics", f"with {writer_name} (same call count)"),
-              ("control", "bare loop again (A/A control: noise floor)"))
+          f"thread): median {upd_ms:.2f} ms bare. {rounds} rounds of one window per variant in "
+          f"random order; window = {n} updates of the variant + {gap} bare updates "
+          f"(sender flush_interval {flush_s:g} s); overhead = extra window time / bare time of "
+          f"{n} updates:")
+    labels = (("sdk", "with recoverydash SDK"), ("metrics", f"with {writer_name} (same calls)"),
+              ("control", "bare loop again (A/A control)"))
     for k, label in labels:
-        print(f"  {label:<48} wall {wall[k] * 1000:8.3f} ms   cpu {cpu[k] * 1000:8.3f} ms")
-    print(f"  SDK events: sent {counters['sent']}, dropped {counters['dropped']}")
-    over = {k: {"wall": (wall[k] - wall["bare"]) / wall["bare"],
-                "cpu": (cpu[k] - cpu["bare"]) / cpu["bare"]} for k in ("sdk", "metrics", "control")}
-    bound = call_us * 1e-6 * ACCUM / wall["bare"]  # the SDK's own cost per update
+        q1, med, q3 = _q(over[k])
+        c1, cmed, c3 = _q(over_cpu[k])
+        print(f"  {label:<44} wall median {med * 100:+7.3f}% IQR [{q1 * 100:+.3f}%, "
+              f"{q3 * 100:+.3f}%]   training cpu median {cmed * 100:+7.3f}% IQR "
+              f"[{c1 * 100:+.3f}%, {c3 * 100:+.3f}%]")
+    print("  training thread blocked (GIL waits; wall - cpu - run-queue wait), us per update, "
+          "median over rounds: " + ", ".join(f"{v} {statistics.median(blocked[v]):.1f}"
+                                             for v in ("bare", "control", "sdk", "metrics")))
+    print(f"  SDK sender thread CPU: {sender_cpu * 1000:.3f} ms per second of training "
+          f"({sender_cpu * 100:.3f}% of one core); events sent {counters['sent']}, "
+          f"dropped {counters['dropped']}")
+    sdk = _q(over["sdk"])
+    ctl = _q(over["control"])
+    sdk_c = _q(over_cpu["sdk"])
+    ctl_c = _q(over_cpu["control"])
+    bound = call_us * 1e-6 * (ACCUM + 1) / (upd_ms / 1000)
+    gil = (statistics.median(blocked["sdk"]) - statistics.median(blocked["bare"])) * 1e-6 \
+        * (n + gap) / n / (upd_ms / 1000)  # per SDK update, over the update time
+    parts = bound + max(0.0, gil)
     print("ratios:")
-    print(f"  record call / 5 us target                 {call_us / 5:.3f}  "
+    print(f"  record call / 5 us target                  {call_us / 5:.3f}  "
           f"({'ok' if call_us < 5 else 'OVER'})")
-    print(f"  SDK update-time overhead, wall             {over['sdk']['wall'] * 100:+.3f}%")
-    print(f"  SDK update-time overhead, training cpu     {over['sdk']['cpu'] * 100:+.3f}%")
-    print(f"  control (A/A noise floor), wall / cpu     {over['control']['wall'] * 100:+.3f}% / "
-          f"{over['control']['cpu'] * 100:+.3f}%")
-    print(f"  SDK cost per update / update time (bound)  {bound * 100:.3f}%  "
-          f"({'ok' if bound < 0.01 else 'OVER'} vs 1% target)")
-    print(f"  {writer_name} overhead, wall     {over['metrics']['wall'] * 100:+.3f}%")
-    print(f"  {writer_name} overhead, cpu      {over['metrics']['cpu'] * 100:+.3f}%")
-    sdk_c = wall["sdk"] - wall["bare"]
-    met_c = wall["metrics"] - wall["bare"]
-    if met_c > 0:
-        print(f"  SDK overhead / {writer_name} overhead (wall) {sdk_c / met_c:.3f}")
+    print(f"  SDK calls' own cost / update time          {bound * 100:.3f}%")
+    print(f"  SDK GIL waits added / update time          {gil * 100:+.3f}%")
+    print(f"  SDK overhead from its parts                {parts * 100:.3f}%  "
+          f"({'ok' if parts < 0.01 else 'OVER'} vs 1% target)")
+    print(f"  SDK overhead, wall (median, IQR)           {sdk[1] * 100:+.3f}%  "
+          f"[{sdk[0] * 100:+.3f}%, {sdk[2] * 100:+.3f}%]")
+    print(f"  A/A control, wall (median, IQR)            {ctl[1] * 100:+.3f}%  "
+          f"[{ctl[0] * 100:+.3f}%, {ctl[2] * 100:+.3f}%]")
+    print(f"  SDK overhead, training cpu (median, IQR)   {sdk_c[1] * 100:+.3f}%  "
+          f"[{sdk_c[0] * 100:+.3f}%, {sdk_c[2] * 100:+.3f}%]")
+    print(f"  A/A control, training cpu (median, IQR)    {ctl_c[1] * 100:+.3f}%  "
+          f"[{ctl_c[0] * 100:+.3f}%, {ctl_c[2] * 100:+.3f}%]")
+    met = statistics.median(over["metrics"])
+    if met > 0:
+        print(f"  SDK overhead / {writer_name} overhead   {sdk[1] / met:.3f}")
     return 0
 
 
