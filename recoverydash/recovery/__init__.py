@@ -13,7 +13,8 @@ Calling it
     run = RunInput.from_events(events, object_checks={uri: "ok", ...})   # or build the records
     analysis = analyze(run, now=time.time())          # the caller passes `now`, in POSIX seconds
     analysis.to_dict()   # run_id, health, last_restorable, seconds_since_last_restorable,
-                         # updates_at_risk, generations, restarts, strata (spec 5) + costs, charts
+                         # updates_at_risk, generations, restarts, strata (spec 5) + costs, charts,
+                         # restorable_elsewhere (ids restorable outside the live lineage)
     plan = restore_plan(analysis, world_size=64)      # plan.status_code 200 or 409, plan.body
 
 Incrementally (a worker keeping the ledger state in the database)::

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from .costs import (Costs, goodput, median_save_cost, mtbf, observed_interval, useful_seconds,
                     young_interval)
-from .generations import GenerationVerdict, evaluate_generations
+from .generations import GenerationVerdict, Reason, evaluate_generations
 from .inputs import AttemptRecord, RunInput, format_time
 from .ledger import (Ledger, Lineage, count_strata, cursor_of, lineage_counts, lineage_frontier,
                      lineage_of, resolve_resumes)
@@ -45,6 +45,10 @@ class RunAnalysis:
     costs: Costs = field(default_factory=Costs)
     charts: dict = field(default_factory=dict)
     live_attempt: int | None = None
+    #: restorable generations outside the live lineage (ids, by update), and per id the reason
+    #: ``not_in_live_lineage`` the restore plan's 409 gives for it
+    restorable_elsewhere: list = field(default_factory=list)
+    elsewhere_reasons: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         last = self.last_restorable
@@ -61,6 +65,7 @@ class RunAnalysis:
             "strata": [s.to_dict() for s in self.strata],
             "costs": self.costs.to_dict(),
             "charts": self.charts,
+            "restorable_elsewhere": list(self.restorable_elsewhere),
         }
 
 
@@ -164,13 +169,34 @@ def analyze(run: RunInput, now: float, ledger: Ledger | None = None) -> RunAnaly
                                     else max(seg.after, floor), seg.upto)
                   for seg in live_lineage.segments)
 
+    live_ids = {v.generation_id for v in on_lineage}
+    elsewhere = [v for v in verdicts if v.status == "restorable" and v.generation_id not in live_ids]
+    why = _why_not_live(attempts, resumes, live, live_lineage)
+    reasons = {v.generation_id: Reason("not_in_live_lineage", (
+        f"{why}; {v.generation_id} (attempt {v.attempt}) is restorable in attempt {v.attempt}'s "
+        f"lineage")) for v in elsewhere}
     costs = _costs(run, ledger, attempts, live_lineage, restarts, verdicts, on_lineage, now,
                    first_event)
     health = _health(attempts[live], contract, last, since, now - first_event, restarts, verdicts,
                      ledger)
     charts = _charts(run, ledger, attempts, resumes)
     return RunAnalysis(run.run_id, now, health, last, since, at_risk, verdicts, restarts, strata,
-                       costs, charts, live)
+                       costs, charts, live, [v.generation_id for v in elsewhere], reasons)
+
+
+def _why_not_live(attempts: dict, resumes: dict, live: int, lineage: Lineage) -> str:
+    """Why a generation off the live lineage cannot be restored into it (restore plan 409)."""
+    root = lineage.root
+    resume = resumes[root]
+    if lineage.unknown_root:
+        if resume.generation_id is not None:
+            return f"attempt {root} resumed from unknown generation {resume.generation_id}"
+        if attempts[root].resumed_from is not None:
+            return f"attempt {root} resumed from an untracked state (no generation named)"
+        return f"attempt {root} resumed from unknown (no attempt_started)"
+    if root == live:
+        return f"the live attempt {live} started fresh"
+    return f"the live lineage of attempt {live} starts with attempt {root} (fresh)"
 
 
 def _costs(run, ledger, attempts, live_lineage, restarts, verdicts, on_lineage, now,
@@ -279,17 +305,22 @@ def restore_plan(source, world_size: int | None = None, dataset_version: str | N
     manifest's objects and data cursor, and warnings ``world_size_changed``,
     ``dataset_version_changed`` (restart finding codes) and ``config_digest_changed`` when the
     given values differ from the manifest's. Without one: 409 listing every generation that is
-    not restorable with its status and reasons."""
+    not restorable in the live lineage with its status and reasons; a generation restorable in
+    another lineage (``restorable_elsewhere``) is listed with status ``restorable`` and the reason
+    ``not_in_live_lineage``."""
     if isinstance(source, RunInput):
         times = [r.time for r in source.ledger] + [a.last_event_at for a in source.attempts
                                                    if a.last_event_at is not None]
         source = analyze(source, now if now is not None else max(times, default=0.0))
     last = source.last_restorable
     if last is None:
+        elsewhere = source.elsewhere_reasons
         return RestorePlan(409, {"error": "no_restorable_generation", "rejected": [
             {"generation_id": g.generation_id, "status": g.status,
-             "reasons": [r.to_dict() for r in g.reasons]}
-            for g in source.generations if g.status != "restorable"]})
+             "reasons": [r.to_dict() for r in g.reasons] + (
+                 [elsewhere[g.generation_id].to_dict()] if g.generation_id in elsewhere else [])}
+            for g in source.generations
+            if g.status != "restorable" or g.generation_id in elsewhere]})
     manifest = last.manifest or {}
     warnings = []
     for code, wanted, have in (("world_size_changed", world_size, manifest.get("world_size")),

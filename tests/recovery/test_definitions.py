@@ -415,3 +415,52 @@ def test_a_restart_that_skips_a_whole_epoch_omits_it():
     # epoch 0 complete, epoch 1 skipped whole (64), epoch 2 starts at 8 (8)
     assert (restart.omitted, restart.verdict) == (64 + 8, "omission")
     assert analysis.strata[0].omissions == 64 + 8
+
+
+def test_the_409_names_generations_restorable_outside_an_unknown_live_lineage():
+    """Attempt 0 committed a restorable g5; attempt 1 resumed from gNOPE, which nobody knows:
+    its lineage is unknown, so nothing is restorable in it (honest), but the 409 says that g5 is
+    restorable elsewhere, and the analysis lists it in ``restorable_elsewhere``."""
+    records = []
+    for u in range(1, 6):
+        records += strided(0, u, (u - 1) * PER_UPDATE, float(u))
+    for u in range(6, 9):
+        records += strided(1, u, (u - 1) * PER_UPDATE, 100.0 + u)
+    attempts = [AttemptRecord(0, started_at=0.0, world_size=W, dataset_version="ds",
+                              ended_at=10.0, end_reason="failed", end_update=5),
+                AttemptRecord(1, started_at=90.0, world_size=W, dataset_version="ds",
+                              resumed_from={"generation_id": "gNOPE", "update": 5, "cursor": []})]
+    rejected = generation("g3", 0, 3, 3 * PER_UPDATE, 3.5, checks="object_missing")
+    run = RunInput("elsewhere", attempts, records, generations=[
+        rejected, generation("g5", 0, 5, 5 * PER_UPDATE, 5.5)], first_event_at=0.0)
+    analysis = analyze(run, now=200.0)
+    assert analysis.last_restorable is None
+    assert {g.generation_id: g.status for g in analysis.generations} == \
+        {"g3": "rejected", "g5": "restorable"}
+    assert analysis.to_dict()["restorable_elsewhere"] == ["g5"]
+    plan = restore_plan(analysis)
+    assert plan.status_code == 409
+    listed = {g["generation_id"]: g for g in plan.body["rejected"]}
+    assert listed["g3"]["status"] == "rejected"
+    assert listed["g5"]["status"] == "restorable"
+    assert listed["g5"]["reasons"] == [{
+        "code": "not_in_live_lineage",
+        "detail": "attempt 1 resumed from unknown generation gNOPE; g5 (attempt 0) is "
+                  "restorable in attempt 0's lineage"}]
+    # a known live lineage holding g5: nothing elsewhere, and the plan answers 200
+    run.attempts[1].resumed_from["generation_id"] = "g5"
+    analysis = analyze(run, now=200.0)
+    assert analysis.to_dict()["restorable_elsewhere"] == []
+    assert restore_plan(analysis).status_code == 200
+
+
+def test_a_fresh_live_attempt_names_the_older_restorable_generation():
+    run = generation_run()
+    run.attempts.append(AttemptRecord(1, started_at=40.0, world_size=W, dataset_version="ds"))
+    run.ledger += strided(1, 1, 0, 41.0)
+    analysis = analyze(run, now=50.0)
+    assert analysis.restorable_elsewhere == ["g10"]
+    plan = restore_plan(analysis)
+    assert plan.status_code == 409
+    assert plan.body["rejected"][0]["reasons"][0]["detail"] == \
+        "the live attempt 1 started fresh; g10 (attempt 0) is restorable in attempt 0's lineage"
