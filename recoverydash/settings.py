@@ -212,8 +212,9 @@ CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "celery"
 # --- Ingest limits (spec section 1) --------------------------------------------------------------
 RECOVERYDASH_MAX_EVENTS_PER_REQUEST = envint("RECOVERYDASH_MAX_EVENTS_PER_REQUEST", 10_000, 1)
 RECOVERYDASH_MAX_BODY_BYTES = envint("RECOVERYDASH_MAX_BODY_BYTES", 8 * 1024 * 1024, 1024)
-# Positions in one range of one ledger report (one rank's share of one update): 2**32 by default.
-RECOVERYDASH_MAX_RANGE_POSITIONS = envint("RECOVERYDASH_MAX_RANGE_POSITIONS", 2**32, 1)
+# Positions in one range of one ledger report (one rank's share of one update): 2**30 by default,
+# the recovery core's own bound (recoverydash.recovery.positions).
+RECOVERYDASH_MAX_RANGE_POSITIONS = envint("RECOVERYDASH_MAX_RANGE_POSITIONS", 2**30, 1)
 # Token bucket per token: sustained requests per second and burst size. 0 disables the limit.
 RECOVERYDASH_RATE_LIMIT_PER_SECOND = envfloat("RECOVERYDASH_RATE_LIMIT_PER_SECOND", 50.0)
 RECOVERYDASH_RATE_LIMIT_BURST = envint("RECOVERYDASH_RATE_LIMIT_BURST", 200, 1)

@@ -101,13 +101,13 @@ def _check_range(r: list[int]) -> list[int]:
         raise ValueError(f"expected start <= stop, got [{', '.join(map(str, r))}]")
     if len(r) == 3 and r[2] < 1:
         raise ValueError(f"expected step >= 1, got {r[2]}")
-    # An implementation limit beyond spec 3: one range of one report is one rank's share of one
-    # update. Billions of positions in it is a unit mistake (bytes for tokens?) and would cost the
-    # analysis memory in proportion; refuse it here with a clear message instead.
-    count = (r[1] - r[0] + (r[2] if len(r) == 3 else 1) - 1) // (r[2] if len(r) == 3 else 1)
-    if count > MAX_RANGE_POSITIONS:
-        raise ValueError(f"expected at most {MAX_RANGE_POSITIONS:,} positions in one range "
-                         f"(RECOVERYDASH_MAX_RANGE_POSITIONS), got {count:,}")
+    # An implementation limit beyond spec 3, the recovery core's own bound: one range of one
+    # report is one rank's share of one update, and a reach (stop - start) of billions is a unit
+    # mistake that would cost the analysis memory in proportion; refuse it with a clear message.
+    if r[1] - r[0] > MAX_RANGE_POSITIONS:
+        raise ValueError(f"expected a range reaching at most {MAX_RANGE_POSITIONS:,} positions "
+                         f"(stop - start; RECOVERYDASH_MAX_RANGE_POSITIONS), got "
+                         f"{r[1] - r[0]:,}")
     return r
 
 

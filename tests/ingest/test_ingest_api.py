@@ -504,15 +504,16 @@ def test_it_never_lets_two_runs_share_seq_ordering(client, ingest_token):
 
 
 
-def test_it_refuses_a_range_of_more_positions_than_the_limit(client, ingest_token):
-    """A range reaching to 2**63 - 1 is legal in spec 3, but one rank's share of one update with
-    billions of positions is a unit mistake that would cost the analysis its memory."""
-    spans = [{"stratum": "m", "epoch": 0, "ranges": [[0, 2**63 - 1]]}]
-    r = post(client, ingest_token, [update("huge", 1, spans=spans)])
-    assert r.status_code == 400
-    [item] = r.json()["errors"]
-    assert item["index"] == 0 and item["path"] == "events[0].spans[0].ranges[0]"
-    assert "at most 4,294,967,296 positions in one range" in item["message"]
+def test_it_refuses_a_range_reaching_further_than_the_limit(client, ingest_token):
+    """A range reaching to 2**63 - 1 is legal in spec 3, but one rank's share of one update
+    spanning billions of positions is a unit mistake that would cost the analysis its memory."""
+    for i, rng in enumerate(([0, 2**63 - 1], [0, 2**63 - 1, 2**32], [5, 5 + 2**30 + 1])):
+        spans = [{"stratum": "m", "epoch": 0, "ranges": [rng]}]
+        r = post(client, ingest_token, [update(f"huge{i}", 1, spans=spans)])
+        assert r.status_code == 400, rng
+        [item] = r.json()["errors"]
+        assert item["index"] == 0 and item["path"] == "events[0].spans[0].ranges[0]"
+        assert "expected a range reaching at most 1,073,741,824 positions" in item["message"]
     assert Event.objects.count() == 0
-    strided = [{"stratum": "m", "epoch": 0, "ranges": [[0, 2**63 - 1, 2**32]]}]
-    assert post(client, ingest_token, [update("strided", 1, spans=strided)]).status_code == 202
+    at_limit = [{"stratum": "m", "epoch": 0, "ranges": [[2**62, 2**62 + 2**30, 64]]}]
+    assert post(client, ingest_token, [update("ok", 1, spans=at_limit)]).status_code == 202

@@ -42,7 +42,7 @@ times = st.builds(lambda dt, tz: dt.replace(tzinfo=tz).isoformat(),
 @st.composite
 def ranges(draw):
     start = draw(st.integers(0, 2**62))
-    stop = start + draw(st.integers(0, 2**40))
+    stop = start + draw(st.integers(0, 2**30))  # RECOVERYDASH_MAX_RANGE_POSITIONS
     return [start, stop, draw(st.integers(1, 64))] if draw(st.booleans()) else [start, stop]
 
 
