@@ -145,17 +145,26 @@ def read_body(request: HttpRequest) -> bytes:
         raise PayloadTooLarge(f"expected a body of at most {limit} bytes, got more")
     if not gzipped:
         return raw
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        body = inflater.decompress(raw, limit + 1)
-    except zlib.error as exc:
-        raise BadRequest("bad gzip", [ErrorItem(None, "", f"expected a gzip body that inflates, "
-                                                          f"got a broken stream ({exc})")])
-    if len(body) > limit:
-        raise PayloadTooLarge(f"expected a body of at most {limit} bytes once inflated, got more")
-    if not inflater.eof or inflater.unused_data:
-        raise BadRequest("bad gzip", [ErrorItem(None, "", "expected one complete gzip stream, "
-                                                          "got a truncated one or trailing bytes")])
+    # Members one after another (RFC 1952 allows several), each inflated no further than the
+    # room left under the limit.
+    body, rest = b"", raw
+    while True:
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            body += inflater.decompress(rest, limit + 1 - len(body))
+        except zlib.error as exc:
+            raise BadRequest("bad gzip", [ErrorItem(None, "", f"expected a gzip body that "
+                                                              f"inflates, got a broken stream "
+                                                              f"({exc})")])
+        if len(body) > limit or inflater.unconsumed_tail:
+            raise PayloadTooLarge(f"expected a body of at most {limit} bytes once inflated, "
+                                  "got more")
+        if not inflater.eof:
+            raise BadRequest("bad gzip", [ErrorItem(None, "", "expected a complete gzip stream, "
+                                                              "got a truncated one")])
+        rest = inflater.unused_data
+        if not rest:
+            break
     return body
 
 

@@ -517,3 +517,17 @@ def test_it_refuses_a_range_reaching_further_than_the_limit(client, ingest_token
     assert Event.objects.count() == 0
     at_limit = [{"stratum": "m", "epoch": 0, "ranges": [[2**62, 2**62 + 2**30, 64]]}]
     assert post(client, ingest_token, [update("ok", 1, spans=at_limit)]).status_code == 202
+
+
+def test_it_inflates_a_gzip_body_of_several_members(client, ingest_token):
+    """RFC 1952 allows members one after another (what `cat a.gz b.gz` makes)."""
+    body = json.dumps({"events": [update("m1", 1), update("m2", 2)]}).encode()
+    half = len(body) // 2
+    data = gzip.compress(body[:half]) + gzip.compress(body[half:])
+    r = client.post(URL, data=data, content_type="application/json",
+                    HTTP_CONTENT_ENCODING="gzip", HTTP_AUTHORIZATION=f"Bearer {ingest_token}")
+    assert r.status_code == 202 and r.json() == {"accepted": 2, "duplicates": 0}
+    broken = gzip.compress(body) + b"\x1f\x8b trailing garbage"
+    r = client.post(URL, data=broken, content_type="application/json",
+                    HTTP_CONTENT_ENCODING="gzip", HTTP_AUTHORIZATION=f"Bearer {ingest_token}")
+    assert r.status_code == 400
