@@ -162,9 +162,14 @@ def install(api) -> None:
     def on_ninja_validation(request: HttpRequest, exc: NinjaValidationError) -> HttpResponse:
         items = []
         for err in exc.errors[:MAX_ERRORS]:
-            loc = [p for p in err.get("loc", ()) if p not in ("query", "path", "body")]
+            where = err.get("loc", ())
+            loc = [p for p in where if p not in ("query", "path", "body")]
+            received = err.get("input", _MISSING)
+            if (received is _MISSING or received is None) and loc and "query" in where:
+                # ninja does not pass the raw query value on: read it from the request
+                received = request.GET.get(str(loc[-1]), _MISSING)
             items.append(ErrorItem(None, ".".join(str(p) for p in loc),
-                                   f"{err.get('msg', 'invalid')}, got {short(err.get('input'))}"))
+                                   f"{err.get('msg', 'invalid')}, got {short(received)}"))
         return error_response(BadRequest("invalid request parameters", items))
 
     def on_auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:

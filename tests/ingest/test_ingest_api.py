@@ -531,3 +531,10 @@ def test_it_inflates_a_gzip_body_of_several_members(client, ingest_token):
     r = client.post(URL, data=broken, content_type="application/json",
                     HTTP_CONTENT_ENCODING="gzip", HTTP_AUTHORIZATION=f"Bearer {ingest_token}")
     assert r.status_code == 400
+
+
+def test_it_names_the_received_value_of_a_bad_query_parameter(client, read_token):
+    r = client.get("/api/v1/runs?limit=abc", HTTP_AUTHORIZATION=f"Bearer {read_token}")
+    assert r.status_code == 400
+    [item] = r.json()["errors"]
+    assert item["path"] == "limit" and item["message"].endswith('got "abc"'), item
