@@ -10,7 +10,26 @@ beside what recoverydash concluded, and keeps serving until Ctrl-C.
 Environment: ``PORT`` (default 8000; a free one is picked when it is busy), ``DEMO_EXIT=1`` (exit
 after the table: status 0 only when every conclusion matches), ``DEMO_ONLY=a,d,f`` (a subset of the
 faults), ``RECOVERYDASH_DEMO_DIR``, ``DEMO_ANALYSIS_TIMEOUT`` (seconds, default 120),
-``RECOVERYDASH_DEMO_S3`` (not supported: DCP publishing in the SDK writes to a folder only).
+``DEMO_SCREENSHOTS`` (a folder: screenshots of the dashboard in headless Chromium).
+
+Checkpoint storage. By default every run's generations go into the local folder
+``<demo dir>/ckpt/<run_id>``. S3 mode (any S3-compatible store: AWS, MinIO, moto) is chosen by::
+
+    RECOVERYDASH_DEMO_S3=s3://bucket/prefix          # the prefix is optional
+    RECOVERYDASH_DEMO_S3_ENDPOINT=http://host:9000   # optional; unset: AWS S3
+    AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=...  # optional; unset: boto3's default chain
+    AWS_DEFAULT_REGION=...                           # optional; default us-east-1
+
+(``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` are used when ``RECOVERYDASH_DEMO_S3_ENDPOINT`` is
+unset.) The bucket must exist. Every run's checkpoint location is then
+``s3://bucket/prefix/<run_id>``; whatever is under those run prefixes is deleted first (the demo
+starts fresh, as it does with its local folder). The ranks publish there with the SDK
+(``save_generation`` uploads each file with a ChecksumSHA256, the manifest is one conditional
+PUT) and restore from there (``select_restorable`` / ``load_generation``); each run's
+``StorageLocation`` row carries the endpoint, region and keys, so the server verifies the objects
+and discovers manifests in the bucket (fault d); the server process also gets the credentials and
+endpoint in its environment (``AWS_*``, ``AWS_ENDPOINT_URL_S3``). The storage in use is printed at
+start.
 """
 
 from __future__ import annotations
@@ -111,14 +130,111 @@ def scenarios() -> list[Scenario]:
     ]
 
 
+@dataclass
+class S3Mode:
+    """The demo's S3 storage, from the environment (module doc)."""
+
+    url: str                  # s3://bucket/prefix (no trailing slash)
+    bucket: str
+    prefix: str
+    endpoint: str = ""
+    region: str = "us-east-1"
+    access_key_id: str = ""
+    secret_access_key: str = ""
+
+    @classmethod
+    def from_env(cls, env=os.environ) -> S3Mode | None:
+        """None when ``RECOVERYDASH_DEMO_S3`` is unset; ValueError when it is malformed."""
+        raw = (env.get("RECOVERYDASH_DEMO_S3") or "").strip()
+        if not raw:
+            return None
+        if not raw.startswith("s3://"):
+            raise ValueError(f"RECOVERYDASH_DEMO_S3 must be s3://bucket[/prefix], got {raw!r}")
+        bucket, _, prefix = raw[len("s3://"):].partition("/")
+        prefix = prefix.strip("/")
+        if not bucket:
+            raise ValueError(f"RECOVERYDASH_DEMO_S3 names no bucket: {raw!r}")
+        endpoint = (env.get("RECOVERYDASH_DEMO_S3_ENDPOINT") or env.get("AWS_ENDPOINT_URL_S3")
+                    or env.get("AWS_ENDPOINT_URL") or "").strip()
+        if endpoint and not endpoint.startswith(("http://", "https://")):
+            raise ValueError(f"RECOVERYDASH_DEMO_S3_ENDPOINT must be an http(s) URL, got "
+                             f"{endpoint!r}")
+        return cls(url=f"s3://{bucket}" + (f"/{prefix}" if prefix else ""), bucket=bucket,
+                   prefix=prefix, endpoint=endpoint,
+                   region=(env.get("AWS_DEFAULT_REGION") or env.get("AWS_REGION")
+                           or "us-east-1").strip(),
+                   access_key_id=(env.get("AWS_ACCESS_KEY_ID") or "").strip(),
+                   secret_access_key=(env.get("AWS_SECRET_ACCESS_KEY") or "").strip())
+
+    def location(self, run_id: str) -> str:
+        return f"{self.url}/{run_id}"
+
+    def client_args(self) -> dict:
+        """Arguments of ``recoverydash.storage.objects.make_s3_client``."""
+        return {"endpoint_url": self.endpoint or None, "region": self.region,
+                "access_key_id": self.access_key_id or None,
+                "secret_access_key": self.secret_access_key or None}
+
+    def client(self):
+        from recoverydash.storage.objects import make_s3_client
+
+        return make_s3_client(**self.client_args())
+
+    def server_env(self) -> dict:
+        """What the server process (web, worker, beat) needs to reach the store."""
+        env = {"AWS_DEFAULT_REGION": self.region}
+        if self.access_key_id:
+            env["AWS_ACCESS_KEY_ID"] = self.access_key_id
+        if self.secret_access_key:
+            env["AWS_SECRET_ACCESS_KEY"] = self.secret_access_key
+        if self.endpoint:
+            env["AWS_ENDPOINT_URL_S3"] = self.endpoint
+        return env
+
+    def describe(self) -> str:
+        key = (f"key {self.access_key_id[:4]}..., secret set" if self.access_key_id
+               else "credentials from boto3's default chain")
+        return (f"S3: {self.url}/<run_id> (endpoint {self.endpoint or 'AWS'}, region "
+                f"{self.region}, {key})")
+
+    def run_prefix(self, run_id: str) -> str:
+        return "/".join(p for p in (self.prefix, run_id) if p) + "/"
+
+    def clear_runs(self, client, runs: list[Scenario]) -> int:
+        """Delete every object under the runs' prefixes (a fresh start); returns how many."""
+        n = 0
+        for s in runs:
+            for page in client.get_paginator("list_objects_v2").paginate(
+                    Bucket=self.bucket, Prefix=self.run_prefix(s.run_id)):
+                keys = [{"Key": o["Key"]} for o in page.get("Contents", ())]
+                if keys:
+                    client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys})
+                    n += len(keys)
+        return n
+
+    def generations(self, client, run_id: str) -> dict:
+        """generation folder -> whether its manifest is in the bucket."""
+        from recoverydash.storage.objects import MANIFEST_NAME
+
+        prefix = self.run_prefix(run_id)
+        out: dict = {}
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket,
+                                                                     Prefix=prefix):
+            for o in page.get("Contents", ()):
+                gen, _, rest = o["Key"][len(prefix):].partition("/")
+                out[gen] = out.get(gen, False) or rest == MANIFEST_NAME
+        return dict(sorted(out.items()))
+
+
 def say(msg: str):
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 # --- the demo instance ----------------------------------------------------------------------------
 
-def setup_instance(base: Path, runs: list[Scenario]) -> dict:
-    """Fresh var dir, migrate, user, project, membership, token, storage locations."""
+def setup_instance(base: Path, runs: list[Scenario], s3: S3Mode | None = None) -> dict:
+    """Fresh var dir, migrate, user, project, membership, token, storage locations (a folder per
+    run, or with ``s3`` an S3 prefix per run carrying the endpoint, region and keys)."""
     var = base / "var"
     if base.exists():
         shutil.rmtree(base)
@@ -143,6 +259,12 @@ def setup_instance(base: Path, runs: list[Scenario]) -> dict:
     Membership.objects.create(project=project, user=user)
     _, token = ApiToken.issue(project, ["ingest", "read"], name="demo")
     for s in runs:
+        if s3 is not None:
+            StorageLocation.objects.create(
+                project=project, url=s3.location(s.run_id), run_id=s.run_id,
+                endpoint_url=s3.endpoint, region=s3.region, access_key_id=s3.access_key_id,
+                secret_access_key=s3.secret_access_key)
+            continue
         folder = base / "ckpt" / s.run_id
         folder.mkdir()
         StorageLocation.objects.create(project=project, url=folder.as_uri(), run_id=s.run_id)
@@ -152,10 +274,11 @@ def setup_instance(base: Path, runs: list[Scenario]) -> dict:
     return {"user": "demo", "password": password, "token": token, "var": var}
 
 
-def start_server(var: Path, port: int, log_path: Path) -> subprocess.Popen:
+def start_server(var: Path, port: int, log_path: Path,
+                 extra_env: dict | None = None) -> subprocess.Popen:
     env = {**os.environ, "PORT": str(port), "RECOVERYDASH_VAR_DIR": str(var),
            "WEB_CONCURRENCY": "1", "CELERY_CONCURRENCY": "1",
-           "SITE_URL": f"http://localhost:{port}"}
+           "SITE_URL": f"http://localhost:{port}", **(extra_env or {})}
     log = open(log_path, "ab")  # noqa: SIM115 (the server process keeps writing to it)
     return subprocess.Popen([sys.executable, "-m", "recoverydash.serve"], env=env, cwd=str(REPO),
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -187,20 +310,25 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float = 90.0) -> bool:
 
 # --- the jobs -------------------------------------------------------------------------------------
 
-def run_scenario(s: Scenario, base: Path, url: str, token: str) -> dict:
+def run_scenario(s: Scenario, base: Path, url: str, token: str,
+                 s3: S3Mode | None = None) -> dict:
     from recoverydash.demo.trainer import launch
 
-    loc = str(base / "ckpt" / s.run_id)
+    loc = s3.location(s.run_id) if s3 is not None else str(base / "ckpt" / s.run_id)
     common = {"url": url, "token": token, "run_id": s.run_id, "location": loc,
               "spool": str(base / "spool"), "n": N, "micro": MICRO, "epochs": 1,
               "ckpt_every": CKPT_EVERY, "loader_state": str(base / f"loader-{s.key}.json"),
               "quiet_crash": True, "world_before": WORLD}
+    if s3 is not None:  # each rank makes its own client (after the fork) from these
+        common.update(s3=s3.client_args(), staging=str(base / "staging"))
     t0 = time.monotonic()
     codes0 = launch({**common, "attempt": 0, "accum": ACCUM, "fault": s.fault,
                      "fault_update": s.fault_update}, WORLD)
-    folders = sorted(os.listdir(loc))
-    on_disk = {g: os.path.exists(os.path.join(loc, g, "recoverydash-manifest.json"))
-               for g in folders}
+    if s3 is not None:
+        on_disk = s3.generations(s3.client(), s.run_id)
+    else:
+        on_disk = {g: os.path.exists(os.path.join(loc, g, "recoverydash-manifest.json"))
+                   for g in sorted(os.listdir(loc))}
     say(f"  {s.key}: attempt 0 ({WORLD} ranks) exit codes {codes0}; in storage: "
         + ", ".join(f"{g}{'' if m else ' (no manifest)'}" for g, m in on_disk.items()))
     discovered = None
@@ -214,7 +342,8 @@ def run_scenario(s: Scenario, base: Path, url: str, token: str) -> dict:
                      "world_before": WORLD}, s.world_after)
     say(f"  {s.key}: attempt 1 ({s.world_after} ranks, resume: {s.resume}) exit codes {codes1} "
         f"({time.monotonic() - t0:.1f} s)")
-    return {"codes0": codes0, "codes1": codes1, "discovered": discovered, "on_disk": on_disk}
+    return {"codes0": codes0, "codes1": codes1, "discovered": discovered, "on_disk": on_disk,
+            "location": loc}
 
 
 def wait_analysis(url: str, token: str, runs: list[Scenario], jobs: dict,
@@ -373,9 +502,25 @@ def main() -> int:
     base = Path(os.environ.get("RECOVERYDASH_DEMO_DIR", REPO / "var" / "demo")).resolve()
     only = [k.strip() for k in os.environ.get("DEMO_ONLY", "").split(",") if k.strip()]
     runs = [s for s in scenarios() if not only or s.key in only]
-    if os.environ.get("RECOVERYDASH_DEMO_S3"):
-        say("note: RECOVERYDASH_DEMO_S3 is set, but the SDK publishes DCP generations into a "
-            "folder only; the demo uses a local folder")
+    try:
+        s3 = S3Mode.from_env()
+    except ValueError as e:
+        say(f"{e} (format: the docstring of recoverydash/demo/__main__.py)")
+        return 2
+    if s3 is None:
+        say(f"checkpoints: local folder {base / 'ckpt'}/<run_id> (RECOVERYDASH_DEMO_S3="
+            "s3://bucket/prefix [+ RECOVERYDASH_DEMO_S3_ENDPOINT, AWS_*] for S3)")
+    else:
+        say(f"checkpoints: {s3.describe()}")
+        try:
+            client = s3.client()
+            client.head_bucket(Bucket=s3.bucket)
+            cleared = s3.clear_runs(client, runs)
+        except Exception as e:  # noqa: BLE001 (any storage problem: say it and stop)
+            say(f"cannot use bucket {s3.bucket!r}: {type(e).__name__}: {e}")
+            return 2
+        if cleared:
+            say(f"deleted {cleared} object(s) of earlier demo runs under {s3.url}/<run_id>")
     from recoverydash.demo.util import free_port, port_is_free
 
     port = int(os.environ.get("PORT", "8000"))
@@ -384,10 +529,11 @@ def main() -> int:
         say(f"port {port} is busy: using {new}")
         port = new
     say(f"setting up a fresh demo instance in {base}")
-    inst = setup_instance(base, runs)
+    inst = setup_instance(base, runs, s3)
     url = f"http://localhost:{port}"
     say(f"starting web + worker + beat on {url} (log: {base / 'serve.log'})")
-    server = start_server(inst["var"], port, base / "serve.log")
+    server = start_server(inst["var"], port, base / "serve.log",
+                          s3.server_env() if s3 is not None else None)
     try:
         if not wait_http(url, server):
             say(f"the server did not come up; see {base / 'serve.log'}")
@@ -407,7 +553,7 @@ def main() -> int:
         jobs = {}
         for i, s in enumerate(runs, 1):
             say(f"[{i}/{len(runs)}] fault ({s.key}): {s.title}")
-            jobs[s.run_id] = run_scenario(s, base, url, inst["token"])
+            jobs[s.run_id] = run_scenario(s, base, url, inst["token"], s3)
         say("waiting for the analysis of every run to be current ...")
         answers = wait_analysis(url, inst["token"], runs, jobs,
                                 float(os.environ.get("DEMO_ANALYSIS_TIMEOUT", "120")))
@@ -428,7 +574,12 @@ def main() -> int:
                     ok = False
                     print(f"  !! dashboard of ({rec['key']}) does not show: "
                           f"{', '.join(rec['missing'])}")
-        (base / "results.json").write_text(json.dumps({"ok": ok, "runs": report,
+        storage = {"mode": "s3" if s3 is not None else "local",
+                   **({"url": s3.url, "endpoint": s3.endpoint, "region": s3.region}
+                      if s3 is not None else {}),
+                   "locations": {rid: j["location"] for rid, j in jobs.items()}}
+        (base / "results.json").write_text(json.dumps({"ok": ok, "storage": storage,
+                                                       "runs": report,
                                                        "answers": answers, "screens": screens},
                                                       indent=1))
         elapsed = time.monotonic() - t_start

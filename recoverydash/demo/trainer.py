@@ -12,7 +12,9 @@ depend on whether the client's 0.2 s send interval happened to pass before the k
 - ``kill_before_shard``: rank 3 dies when the save of update ``fault_update`` begins, before it
   writes anything (the coordinator has reported ``checkpoint_started``).
 - ``kill_mid_shard``: rank 3 dies while writing its ``data_progress`` file (its DCP files are on
-  disk, the file is half written); ranks 0-2 report ``shard_written``.
+  disk, the file is half written); ranks 0-2 report ``shard_written``. On S3 (where one PUT is
+  all or nothing) its DCP files are uploaded and the torn write is an object holding the first
+  half of the file's bytes, as a writer that streams its file and dies would leave.
 - ``kill_before_commit``: every shard is written and reported; the coordinator dies just before it
   writes the manifest (the commit marker).
 - ``kill_after_commit``: the coordinator writes the manifest, then dies before it reports
@@ -20,6 +22,11 @@ depend on whether the client's 0.2 s send interval happened to pass before the k
 - ``crash_mid_update``: rank 1 dies after it has read the first microbatch of update
   ``fault_update`` (its last heartbeat carries the read cursor); it also leaves a loader state file
   with the read cursor, as a prefetching loader's own state would.
+
+Storage: ``cfg["location"]`` is a folder or, in the demo's S3 mode, ``s3://bucket/prefix/<run_id>``;
+then ``cfg["s3"]`` holds ``make_s3_client`` arguments (endpoint, region, keys) and each rank makes
+its own client after the fork, used for saving, selecting and loading (DCP stages its files in
+``cfg["staging"]``).
 
 Resume modes of attempt 1 (``cfg["resume"]``): ``checkpoint`` (the checkpoint's committed cursor:
 exact), ``read_cursor`` (the loader state file: omission), ``older`` (one global batch behind the
@@ -68,11 +75,16 @@ def _install_save_fault(cfg: dict, rank: int, client):
 
         def put_object(uri, data, **kw):
             if "/data_progress/" in uri:
-                path = objects.parse_uri(uri).path
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(path, "wb") as f:  # half of the file, then the process is gone
-                    f.write(data[:len(data) // 2])
-                    f.flush()
+                p = objects.parse_uri(uri)
+                half = data[:len(data) // 2]  # half of the file, then the process is gone
+                if p.scheme == "s3":
+                    s3 = kw.get("s3_client") or objects.make_s3_client()
+                    s3.put_object(Bucket=p.bucket, Key=p.key, Body=half)
+                else:
+                    os.makedirs(os.path.dirname(p.path), exist_ok=True)
+                    with open(p.path, "wb") as f:
+                        f.write(half)
+                        f.flush()
                 _die(client)
             return original_put(uri, data, **kw)
 
@@ -129,18 +141,25 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
         torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.9)
+    s3 = None  # the store's client in S3 mode: made here, after the fork, one per rank
+    if cfg.get("s3"):
+        from recoverydash.storage.objects import make_s3_client
+
+        s3 = make_s3_client(**cfg["s3"])
+    io_kw = {"s3_client": s3, "staging_dir": cfg.get("staging")}
     client = Client(cfg["url"], cfg["token"], cfg["run_id"], attempt=attempt, rank=rank,
                     spool_dir=cfg["spool"], flush_interval=0.2)
     rec = LedgerRecorder.for_sampler(client, sampler, dataset_version=DATASET_VERSION,
                                      heartbeat_interval=1.0)
     update, skip, start_from = 0, 0, None
     if cfg.get("resume"):
-        sel = select_restorable(cfg["location"])  # offline: the manifests in storage
+        sel = select_restorable(cfg["location"], s3_client=s3)  # offline: manifests in storage
         if sel.restorable is None:
             raise RuntimeError("nothing restorable")
         msd, osd = get_state_dict(model, opt)
         small = load_generation(cfg["location"], sel.generation_id,
-                                state={"model": msd, "optimizer": osd}, client=client)
+                                state={"model": msd, "optimizer": osd}, client=client,
+                                **io_kw)
         set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
         sched.load_state_dict(small["scheduler"])
         update = sel.update
@@ -202,7 +221,7 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
                     m = save_generation(cfg["location"], make_generation_id(update, attempt),
                                         update, state={"model": msd, "optimizer": osd},
                                         rank_state={"scheduler": sched.state_dict()},
-                                        recorder=rec)
+                                        recorder=rec, **io_kw)
                     if m is None:  # a peer died during the save: this rank's job is over too
                         print(f"    rank {rank} stops: generation of update {update} not "
                               "published (a rank died during the save)", flush=True)
