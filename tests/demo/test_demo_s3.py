@@ -156,3 +156,33 @@ def test_restoring_from_the_bucket_resumes_at_the_read_cursor_an_omission(s3_dem
     r = next(r for r in answer["restarts"] if r["attempt"] == 1)
     assert (r["resumed_from"], r["verdict"], r["omitted"], r["replayed"]) \
         == ("u000000004-a0", "omission", 24, 0)
+
+
+def test_the_server_verified_every_object_and_discovered_the_manifest_in_the_bucket(s3_demo):
+    """Read from the demo instance's own SQLite (stdlib sqlite3: no second Django setup): the
+    worker checked each manifest object in the bucket with the location's endpoint and keys, and
+    discovery found the manifest whose commit event was never sent."""
+    import sqlite3
+
+    db = sqlite3.connect(s3_demo["base"] / "var" / "recoverydash.sqlite3")
+    try:
+        rows = db.execute("SELECT uri, check_status, check_detail FROM runs_checkpointobject "
+                          "WHERE in_manifest").fetchall()
+        discovered = db.execute(
+            "SELECT r.run_id, g.generation_id FROM runs_generation g JOIN runs_run r "
+            "ON r.id = g.run_id WHERE g.discovered").fetchall()
+        locations = db.execute("SELECT url, endpoint_url, access_key_id, last_error, "
+                               "last_listed_at FROM storage_storagelocation").fetchall()
+    finally:
+        db.close()
+    assert rows
+    for uri, status, detail in rows:
+        assert uri.startswith(f"s3://{BUCKET}/{PREFIX}/")
+        assert status == "ok" and "ChecksumSHA256" in detail, (uri, status, detail)
+    assert discovered == [("demo-d-commit-event-lost", "u000000004-a0")]
+    assert len(locations) == 3
+    for url, endpoint, key_id, last_error, listed in locations:
+        assert url.startswith(f"s3://{BUCKET}/{PREFIX}/demo-")
+        assert (endpoint, key_id, last_error) == (s3_demo["endpoint"],
+                                                  KEYS["AWS_ACCESS_KEY_ID"], "")
+        assert listed is not None
