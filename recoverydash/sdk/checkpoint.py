@@ -575,8 +575,9 @@ def restore_plan(url: str | None, token: str | None, run_id: str, *,
 
     Returns ``{"source": "server" | "storage" | "none", "generation_id": str | None,
     "update": int | None, "committed_at", "objects": [Object], "cursor": [Cursor],
-    "warnings": [{"code", "detail"}], "rejected": [...]}``; ``generation_id`` None means nothing
-    is restorable (fresh start). Never raises: a restart must never wait for the dashboard."""
+    "warnings": [{"code", "detail"}], "rejected": [...], "attempt": int | None}``;
+    ``generation_id`` None means nothing is restorable (fresh start); ``attempt`` is the attempt
+    that wrote the generation (from its manifest), for ``init(..., restored=plan)``. Never raises: a restart must never wait for the dashboard."""
     warnings: list = []
     if url:
         q = {k: v for k, v in (("world_size", world_size), ("dataset_version", dataset_version),
@@ -591,7 +592,9 @@ def restore_plan(url: str | None, token: str | None, run_id: str, *,
             return {"source": "server", "generation_id": body.get("generation_id"),
                     "update": body.get("update"), "committed_at": body.get("committed_at"),
                     "objects": body.get("objects") or [], "cursor": body.get("cursor") or [],
-                    "warnings": body.get("warnings") or [], "rejected": []}
+                    "warnings": body.get("warnings") or [], "rejected": [],
+                    "attempt": _manifest_attempt(location, body.get("generation_id"),
+                                                 s3_client)}
         except urllib.error.HTTPError as e:
             if e.code == 409:
                 try:
@@ -600,13 +603,13 @@ def restore_plan(url: str | None, token: str | None, run_id: str, *,
                     body = {}
                 return {"source": "server", "generation_id": None, "update": None,
                         "committed_at": None, "objects": [], "cursor": [], "warnings": [],
-                        "rejected": body.get("rejected") or []}
+                        "rejected": body.get("rejected") or [], "attempt": None}
             warnings.append({"code": "server_error", "detail": f"restore-plan answered {e.code}"})
         except Exception as e:
             warnings.append({"code": "server_unreachable", "detail": repr(e)[:300]})
     if not location:
         return {"source": "none", "generation_id": None, "update": None, "committed_at": None,
-                "objects": [], "cursor": [], "rejected": [],
+                "objects": [], "cursor": [], "rejected": [], "attempt": None,
                 "warnings": warnings + [{"code": "no_location",
                                          "detail": "no storage location to fall back to"}]}
     try:
@@ -614,14 +617,28 @@ def restore_plan(url: str | None, token: str | None, run_id: str, *,
                                 dataset_version=dataset_version, s3_client=s3_client)
     except Exception as e:
         return {"source": "storage", "generation_id": None, "update": None, "committed_at": None,
-                "objects": [], "cursor": [], "rejected": [],
+                "objects": [], "cursor": [], "rejected": [], "attempt": None,
                 "warnings": warnings + [{"code": "storage_error", "detail": repr(e)[:300]}]}
     m = sel.manifest or {}
     return {"source": "storage", "generation_id": sel.generation_id, "update": sel.update,
             "committed_at": m.get("committed_at"), "objects": m.get("objects") or [],
             "cursor": sel.cursor, "warnings": warnings,
             "rejected": [{"generation_id": g.generation_id, "reasons": g.reasons}
-                         for g in sel.rejected]}
+                         for g in sel.rejected],
+            "attempt": m.get("attempt") if isinstance(m.get("attempt"), int) else None}
+
+
+def _manifest_attempt(location: str | None, generation_id: str | None, s3_client) -> int | None:
+    """The ``attempt`` recorded in a generation's manifest at ``location`` (None when unknown)."""
+    if not location or not generation_id:
+        return None
+    try:
+        m = storage.read_manifest(storage.manifest_uri(location, generation_id),
+                                  s3_client=s3_client)
+    except Exception:
+        return None
+    a = m.get("attempt")
+    return a if isinstance(a, int) and not isinstance(a, bool) else None
 
 
 # --- loading ----------------------------------------------------------------------------------------

@@ -23,7 +23,9 @@ Delivery, per batch:
   seconds), or for ``Retry-After`` when the server gives one. While paused, new batches go to the
   spool too (order is kept: the spool is drained oldest first before anything new is sent).
 - 409 (an ``event_id`` reused with other content) and 413 (too large): the batch is split in
-  halves and each half sent again, so one bad event costs only itself (counted ``failed``).
+  halves and each half sent again, so one bad event costs only itself (counted ``failed``). A 409
+  on ``attempt_started`` is logged as an error saying the attempt number was most likely reused
+  by a relaunch (see ``recoverydash.sdk.attempt`` for how the attempt is chosen).
 - other 4xx: never retried; logged once per status code and counted ``failed``.
 
 The spool is a bounded folder of gzipped request bodies, ``<spool_dir>/<run_id>/`` (default
@@ -99,14 +101,14 @@ def default_spool_dir() -> str:
     return os.path.join(cache, "recoverydash", "spool")
 
 
-def default_attempt() -> int:
-    """The launch number torchrun or Slurm gives (``TORCHELASTIC_RESTART_COUNT``,
-    ``SLURM_RESTART_COUNT``), else 0. Pass ``attempt`` explicitly when your launcher resets it."""
-    for var in ("RECOVERYDASH_ATTEMPT", "TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"):
-        v = os.environ.get(var)
-        if v and v.isdigit():
-            return int(v)
-    return 0
+def default_attempt(run_id: str = "run", **kw) -> int:
+    """The attempt of this launch of ``run_id`` when none is passed: ``$RECOVERYDASH_ATTEMPT``,
+    else a number new for every launch (``recoverydash.sdk.attempt.resolve_attempt``; ``kw``:
+    ``url``, ``token``, ``location``, ``restored``, ``spool_dir``...). torchrun's and Slurm's
+    restart counts are only a floor: a plain relaunch starts them at 0 again."""
+    from recoverydash.sdk.attempt import resolve_attempt
+
+    return resolve_attempt(run_id, **kw)
 
 
 def _default_rank() -> int | None:
@@ -356,7 +358,17 @@ class Client:
             (events are accepted and discarded: counted ``dropped``).
         token: an API token with the ``ingest`` scope.
         run_id: the logical run, ``[A-Za-z0-9._:-]{1,128}``.
-        attempt: this launch of the run (default: ``default_attempt()``).
+        attempt: this launch of the run. Default: ``$RECOVERYDASH_ATTEMPT``, else a number new
+            for every launch, the same on every rank (``recoverydash.sdk.attempt``: one more than
+            the highest attempt seen in the restored manifest, the location's manifests, this
+            host's state file and the server's ``latest_attempt``; with ``torch.distributed``
+            initialised rank 0 decides and broadcasts it, so every rank must create its client
+            at the same point). The server is asked with ``min(request_timeout, 3)`` seconds.
+        location: the run's checkpoint location, looked at for the attempt rule (not needed
+            with an explicit ``attempt``).
+        restored: the restored generation (a manifest or a ``restore_plan`` answer), for the
+            attempt rule.
+        s3_client: a boto3 client for an ``s3://`` ``location``.
         rank: the data-parallel rank this process reports for (default: ``$RANK``, else None).
         spool_dir: root of the on-disk spool (default ``default_spool_dir()``); the run's batches
             live in ``<spool_dir>/<run_id>/``. ``False``: an in-memory retry store.
@@ -382,12 +394,19 @@ class Client:
                  flush_interval: float = 1.0, request_timeout: float = 10.0,
                  backoff_base: float = 0.5, backoff_cap: float = 30.0,
                  max_retry_after: float = 300.0, atexit_deadline: float = 2.0,
-                 sync: bool = False, user_agent: str = "recoverydash-sdk/1"):
+                 sync: bool = False, user_agent: str = "recoverydash-sdk/1",
+                 location: str | None = None, restored: Any = None, s3_client=None):
         self.url = (url or "").rstrip("/")
         self.endpoint = self.url + "/api/v1/events" if self.url else ""
         self.token = token or ""
         self.run_id = str(run_id)
-        self.attempt = default_attempt() if attempt is None else int(attempt)
+        if attempt is None:
+            attempt = default_attempt(self.run_id, url=self.url or None, token=self.token,
+                                      location=location, restored=restored,
+                                      spool_dir=spool_dir if self.url else False,
+                                      s3_client=s3_client,
+                                      timeout=min(request_timeout, 3.0))
+        self.attempt = int(attempt)
         self.rank = _default_rank() if rank == "env" else rank
         self.sync = sync
         self.max_queue = max_queue
@@ -908,10 +927,34 @@ class Client:
         self._failures = 0
         self._count("failed", n, resolved)
         detail = (payload or b"")[:500].decode("utf-8", "replace")
+        if status == 409 and n == 1:
+            self._explain_conflict(events, body, detail)
         self._once(("status", status), logging.ERROR,
                    "recoverydash: server refused a batch with %s (not retried; logged once): %s",
                    status, detail)
         return "failed"
+
+    def _explain_conflict(self, events: list[bytes] | None, body: bytes, detail: str):
+        """A 409 on ``attempt_started``: its event id (run, attempt, rank, ``start``) is stored
+        with other content, so this attempt number was already used by an earlier launch. Every
+        event of this launch then lands in (or is refused from) the older attempt: logged as an
+        error naming the cause, once per event id."""
+        try:
+            if events is None:
+                events = self._split_body(body) or []
+            ev = json.loads(events[0]) if events else {}
+        except (ValueError, TypeError, IndexError):
+            return
+        if not isinstance(ev, dict) or ev.get("type") != "attempt_started":
+            return
+        self._once(("attempt-reused", ev.get("event_id")), logging.ERROR,
+                   "recoverydash: the server refused attempt_started of run %s attempt %s "
+                   "(409: event id %s is already stored with other content). Attempt %s was "
+                   "most likely used by an earlier launch of this run: this launch's events "
+                   "would be merged into it (no restart recorded, false duplicates). Let the SDK "
+                   "pick the attempt (no attempt= and no RECOVERYDASH_ATTEMPT), or pass a new "
+                   "number. Server said: %s", ev.get("run_id"), ev.get("attempt"),
+                   ev.get("event_id"), ev.get("attempt"), detail)
 
     def _store_part(self, part: list[bytes], from_spool: bool):
         if from_spool:
@@ -994,7 +1037,13 @@ def init(url: str | None = None, token: str | None = None, run_id: str | None = 
          **kwargs: Any) -> Client:
     """Create the process's default client. Unset arguments come from ``RECOVERYDASH_URL``,
     ``RECOVERYDASH_TOKEN`` and ``RECOVERYDASH_RUN_ID``. Returns the client (also kept as the
-    default one, ``get_client()``). Never raises: with no URL the client sends nothing."""
+    default one, ``get_client()``). Never raises: with no URL the client sends nothing.
+
+    ``kwargs`` go to ``Client``; with no ``attempt`` (and no ``$RECOVERYDASH_ATTEMPT``) the
+    attempt is new for every launch (``recoverydash.sdk.attempt``): pass ``location=`` (and
+    ``restored=`` the restore plan) so the checkpoint location counts too. With
+    ``torch.distributed`` initialised, call it on every rank at the same point (rank 0 decides
+    the attempt and broadcasts it)."""
     global _default_client
     try:
         _default_client = Client(url or os.environ.get("RECOVERYDASH_URL"),

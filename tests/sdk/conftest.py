@@ -37,12 +37,29 @@ class FakeIngest:
         self.deliveries: dict[str, int] = {}
         self.script: list[tuple[int, dict]] = []
         self.delay = 0.0  # seconds each request waits before it is answered
+        self.runs: list[dict] = []  # GET /api/v1/runs answers this list
+        self.runs_status = 200      # ... with this status (403: a token without read scope)
+        self.gets: list[str] = []
         self.lock = threading.Lock()
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *a):
                 pass
+
+            def do_GET(self):
+                fake.gets.append(self.path)
+                if not self.path.startswith("/api/v1/runs"):
+                    status, out = 404, b'{"detail": "not found"}'
+                elif fake.runs_status != 200:
+                    status, out = fake.runs_status, b'{"detail": "scripted"}'
+                else:
+                    status, out = 200, json.dumps(fake.runs).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
 
             def do_POST(self):
                 n = int(self.headers.get("Content-Length") or 0)
