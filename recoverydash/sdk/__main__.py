@@ -1,19 +1,30 @@
 """Command line: ``python -m recoverydash.sdk check LOCATION [--world-size N] [--json]``.
 
-Lists the generations published under LOCATION (a folder or ``s3://bucket/prefix``), newest first,
+Lists the generations published under LOCATION (a folder, relative or absolute, ``file:///dir``
+or ``s3://bucket/prefix``), newest first,
 with their status (``restorable``, ``rejected``, ``committed``) and reasons (spec 5 codes), after
 verifying every object in storage. Exit status: 0 when one generation is restorable, 1 when none
 is (or the location cannot be listed), 2 on usage errors.
+
+The check covers storage only: it does not see the data ledger, so ``data_cursor_mismatch`` and
+``stale_state`` (which need the server's ledger and the digests of every generation it knows) are
+not checked; a recommended generation says so.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from recoverydash.sdk.checkpoint import select_restorable
 from recoverydash.storage.objects import DEFAULT_FULL_HASH_MAX_BYTES, StorageError, make_s3_client
+
+
+OFFLINE_NOTE = ("note: checked storage only (manifests, shards, components, sizes, digests); "
+                "the data ledger was not checked. data_cursor_mismatch and stale_state need the "
+                "server: ask its restore plan (GET /api/v1/runs/RUN/restore-plan) when it is up.")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,10 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     s3 = None
     if args.location.startswith("s3://"):
         s3 = make_s3_client(args.endpoint_url, args.region)
-    elif not (args.location.startswith("/") or args.location.startswith("file://")):
-        print(f"error: LOCATION must be an absolute path, file:///... or s3://...: "
-              f"{args.location!r}", file=sys.stderr)
-        return 2
+    elif not args.location.startswith("file://"):
+        if "://" in args.location:
+            print(f"error: LOCATION must be a folder, file:///... or s3://...: "
+                  f"{args.location!r}", file=sys.stderr)
+            return 2
+        args.location = os.path.abspath(args.location)  # a relative folder: from here
     try:
         sel = select_restorable(args.location, world_size=args.world_size,
                                 dataset_version=args.dataset_version,
@@ -63,7 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: cannot list {args.location}: {e}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps(sel.to_dict(), indent=1))
+        doc = sel.to_dict()
+        doc["checked"] = "storage"  # the data ledger was not checked (see OFFLINE_NOTE)
+        doc["note"] = OFFLINE_NOTE
+        print(json.dumps(doc, indent=1))
     else:
         if not sel.generations:
             print(f"no manifest under {args.location}")
@@ -75,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         if sel.restorable:
             print(f"restore {sel.generation_id} (update {sel.update}), cursor "
                   f"{json.dumps(sel.cursor)}")
+            print(OFFLINE_NOTE)
         else:
             print("no restorable generation")
     return 0 if sel.restorable else 1

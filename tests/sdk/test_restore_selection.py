@@ -158,12 +158,28 @@ def test_the_cli_exits_0_1_2(tmp_path, capsys):
     assert [g["status"] for g in doc["generations"]] == ["rejected", "restorable"]
     assert cli(["check", loc, "--world-size", "3"]) == 1
     assert cli(["check"]) == 2
-    assert cli(["check", "relative/path"]) == 2
+    assert cli(["check", "http://host/ckpt"]) == 2
     assert cli(["frobnicate", loc]) == 2
     r = subprocess.run([sys.executable, "-m", "recoverydash.sdk", "check", loc, "--json"],
                        capture_output=True, text=True, cwd=REPO, timeout=60,
                        check=False)
     assert r.returncode == 0 and json.loads(r.stdout)["restorable"]["generation_id"] == "g1"
+
+
+def test_the_cli_takes_a_relative_folder_and_says_the_ledger_was_not_checked(tmp_path, capsys,
+                                                                             monkeypatch):
+    make_generation(str(tmp_path / "ckpt"), "g1", 1)
+    monkeypatch.chdir(tmp_path)
+    assert cli(["check", "ckpt"]) == 0
+    out = capsys.readouterr().out
+    assert "restore g1" in out
+    assert "data ledger was not checked" in out
+    assert "data_cursor_mismatch" in out and "stale_state" in out
+    assert cli(["check", "./ckpt", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["restorable"]["generation_id"] == "g1" and doc["checked"] == "storage"
+    assert cli(["check", "missing-folder"]) == 1
+    assert "no manifest under " + str(tmp_path / "missing-folder") in capsys.readouterr().out
 
 
 class _PlanServer:
