@@ -35,7 +35,6 @@ checkpoint's cursor: replay). The generation is chosen by the SDK's ``select_res
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import traceback
@@ -43,18 +42,8 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-import torch.distributed.distributed_c10d as c10d
 
 DATASET_VERSION = "demo-ds-1"
-
-
-def _tensor_to_object(tensor, tensor_size, group):
-    # torch's object collectives (used inside DCP) need numpy for this; the venv has none.
-    buf = bytes(tensor.cpu()[:tensor_size].tolist())
-    return c10d._unpickler(io.BytesIO(buf)).load()
-
-
-c10d._tensor_to_object = _tensor_to_object
 
 
 def _die(client=None, code: int = 17):
