@@ -21,7 +21,6 @@ import sys
 from recoverydash.sdk.checkpoint import select_restorable
 from recoverydash.storage.objects import DEFAULT_FULL_HASH_MAX_BYTES, StorageError, make_s3_client
 
-
 OFFLINE_NOTE = ("note: checked storage only (manifests, shards, components, sizes, digests); "
                 "the data ledger was not checked. data_cursor_mismatch and stale_state need the "
                 "server: ask its restore plan (GET /api/v1/runs/RUN/restore-plan) when it is up.")
