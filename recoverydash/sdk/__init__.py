@@ -11,6 +11,17 @@ publishes a DCP save with its manifest (the commit marker); on restart,
 names the generation to load, ``load_generation(location, generation_id, state=...)`` loads it,
 and ``rec.restore(cursor, update)`` says where the loader resumes.
 
+Attempts: every launch of a run is a new attempt, the same number on every rank. ``init`` /
+``Client`` take ``attempt=`` or ``$RECOVERYDASH_ATTEMPT`` as given; otherwise the number is one
+more than the highest attempt found in the restored generation's manifest (``restored=``, e.g.
+the ``restore_plan`` answer), the manifests under ``location=``, this host's state file
+``<spool_dir>/<run_id>/attempts.json`` and the server's ``latest_attempt`` (``GET /api/v1/runs``,
+scope ``read``; skipped when refused or unreachable), and at least torchrun's / Slurm's restart
+count. With ``torch.distributed`` initialised, rank 0 decides and broadcasts it (every rank must
+create its client at the same point). ``recoverydash.sdk.attempt`` has the details; a 409 on
+``attempt_started`` (a reused attempt) is logged as an error. A complete script:
+``examples/train_ddp.py``.
+
 A location is a folder (``/ckpt``, ``file:///ckpt``) or an S3 prefix (``s3://bucket/prefix``;
 pass ``s3_client=recoverydash.storage.objects.make_s3_client(endpoint, ...)`` or let boto3 read
 its usual environment). On S3, each rank lets DCP write to a local staging folder, uploads its
@@ -23,9 +34,11 @@ or damaged object rejects its generation.
 
 Needs only the ``sdk`` extra: no Django, no Celery; torch is imported only by the torch helpers.
 Nothing here raises into or blocks the training loop (``load_generation`` excepted: a restore that
-fails must stop the job). Command line: ``python -m recoverydash.sdk check LOCATION``.
+fails must stop the job). Command line: ``python -m recoverydash.sdk check LOCATION`` (storage only:
+the data ledger, hence ``data_cursor_mismatch`` and ``stale_state``, needs the server).
 """
 
+from recoverydash.sdk.attempt import resolve_attempt
 from recoverydash.sdk.checkpoint import (
     DEFAULT_REQUIRED_COMPONENTS,
     GenerationCheck,
@@ -78,6 +91,7 @@ __all__ = [
     "order_digest",
     "padded_length",
     "read_manifest",
+    "resolve_attempt",
     "restore_plan",
     "resume_skip",
     "resumed_from",
