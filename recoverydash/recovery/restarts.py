@@ -23,7 +23,7 @@ from pyroaring import BitMap64
 
 from .generations import Reason
 from .inputs import AttemptRecord
-from .ledger import KeyCount, Ledger, Lineage, Resume, below, cursor_of, epoch_tail, lineage_floors
+from .ledger import COORDINATOR_RANK, KeyCount, Ledger, Lineage, Resume, below, cursor_of, epoch_tail, lineage_floors
 
 Finding = Reason
 
@@ -177,6 +177,24 @@ def recovery_seconds(failure_time: float | None, first_commit: float | None) -> 
     return first_commit - failure_time
 
 
+def first_update_complete(state, update: int, world_size: int | None) -> bool:
+    """Whether k's first committed update is complete: a coordinator's global report, or reports
+    of ``world_size`` distinct data-parallel ranks (any number when the world size is unknown).
+
+    Ranks report separately, so their first reports reach the server at different times; until
+    every rank's part of the first update is in, where k starts is not known and a verdict would
+    flip as the rest arrives (a false ``omission`` alert). DESIGN.md's "unverified until k has
+    committed an update" is read as: until the first update is fully reported."""
+    absorbed = state.absorbed
+    coordinator = absorbed.get(COORDINATOR_RANK)
+    if coordinator is not None and update in coordinator:
+        return True
+    if not world_size:
+        return True
+    ranks = sum(1 for rank, updates in absorbed.items() if rank >= 0 and update in updates)
+    return ranks >= world_size
+
+
 def verdict(replay_count: int, omission_count: int, committed: bool, known: bool) -> str:
     """``unverified`` until k has committed an update or when the lineage before U is unknown;
     else ``exact``, ``replay``, ``omission`` or ``replay_and_omission``."""
@@ -271,8 +289,9 @@ def analyse_restart(ledger: Ledger, record: AttemptRecord, before_record: Attemp
     committed = ledger.updates_in(k, own_segment.after, None) > 0
     first_commit = None
     if committed:
-        first = state.updates.iter_equal_or_larger(own_segment.after + 1)
-        first_commit = ledger.update_time(k, next(iter(first)))
+        first_update = next(iter(state.updates.iter_equal_or_larger(own_segment.after + 1)))
+        first_commit = ledger.update_time(k, first_update)
+        committed = first_update_complete(state, first_update, record.world_size)
     failure = before_record.failure_time()
     return Restart(
         attempt=k, resumed_from=resume.generation_id, resumed_update=update,

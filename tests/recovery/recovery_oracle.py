@@ -289,6 +289,11 @@ class Model:
                            if x is not None]
         last = max(last_candidates) if last_candidates else U
         committed = any(u > U for u in self.updates.get(k, ()))
+        if committed:  # the first update counts once every rank's part of it is in
+            first = min(u for u in self.updates[k] if u > U)
+            ranks = {r for (a, u, r) in self.reports if a == k and u == first}
+            size = getattr(self.attempts.get(k), "world_size", None)
+            committed = None in ranks or not size or len(ranks) >= size
         if not committed or kind == "untracked":
             verdict = "unverified"
         elif replayed and omitted:
