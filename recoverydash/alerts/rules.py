@@ -27,9 +27,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from recoverydash.alerts.models import Alert, AlertFlip
+from recoverydash.recovery import DEFAULT_CONTRACT  # spec 4 defaults, defined once in the core
 
-DEFAULT_CONTRACT = {"max_replay_samples": 0, "max_omission_samples": 0,
-                    "max_checkpoint_age_s": 3600.0}
 EVENT_RULES = ("restart_replay", "restart_omission", "resumed_from_unrestorable",
                "dataset_version_changed", "world_size_changed")
 

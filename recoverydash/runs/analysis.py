@@ -88,16 +88,15 @@ def load_generations(run: Run) -> list:
     return records
 
 
-def load_input(run: Run, ledger: bool = True) -> "recovery.RunInput":
-    """The core's ``RunInput`` for a run, read from its typed tables."""
+def load_input(run: Run) -> "recovery.RunInput":
+    """The core's ``RunInput`` for a run, read from its typed tables, without the ledger: the
+    ledger reaches the core through the incremental ``Ledger`` state (``analyze_with_result``)."""
     attempts, restores = load_attempts(run)
     heartbeats = [recovery.HeartbeatRecord(attempt=h.attempt, rank=h.rank, time=h.time.timestamp(),
                                            update=h.update, fetched=h.fetched)
                   for h in Heartbeat.objects.filter(run=run).order_by("time")]
-    rows = (LedgerRow.objects.filter(run=run).order_by("attempt", "update", "rank").iterator(
-        chunk_size=5000)) if ledger else []
     return recovery.RunInput(
-        run_id=run.run_id, attempts=attempts, ledger=ledger_records(rows), heartbeats=heartbeats,
+        run_id=run.run_id, attempts=attempts, ledger=[], heartbeats=heartbeats,
         generations=load_generations(run), restores=restores, contract=run.contract or None,
         first_event_at=_ts(run.first_event_at))
 
@@ -167,7 +166,7 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
         if batch:
             ledger.absorb(ledger_records(batch))
         run.refresh_from_db()
-        outcome = recovery.analyze(load_input(run, ledger=False), now, ledger=ledger)
+        outcome = recovery.analyze(load_input(run), now, ledger=ledger)
         result = outcome.to_dict()
         state = ledger.to_bytes()
     except _INPUT_ERRORS as exc:

@@ -10,7 +10,6 @@ that save), s3_endpoint (location is an s3:// prefix on that endpoint: moto's se
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import sys
@@ -18,16 +17,6 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-import torch.distributed.distributed_c10d as c10d
-
-
-def _tensor_to_object(tensor, tensor_size, group):
-    # This venv has no numpy, which torch's object collectives (used inside DCP) need.
-    buf = bytes(tensor.cpu()[:tensor_size].tolist())
-    return c10d._unpickler(io.BytesIO(buf)).load()
-
-
-c10d._tensor_to_object = _tensor_to_object
 
 
 def main(cfg: dict) -> int:
