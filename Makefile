@@ -13,7 +13,7 @@ PIP_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
-	$(PY) -m pip install --quiet $(PIP_LINKS) -e ".[dev,torch]"
+	$(PY) -m pip install --quiet $(PIP_LINKS) -e ".[dev,torch,frameworks]"
 	touch $@
 
 install: $(VENV)/.installed  ## create .venv and install everything
