@@ -1,29 +1,19 @@
-"""Shared fixtures: a project with an owner, a teammate and an outsider; tokens; the shared
-scenarios. Tests run against the database named by DATABASE_URL (the Makefile points it at the
-machine's PostgreSQL) or the embedded SQLite."""
+"""Fixtures of the whole suite: a project with an owner, a teammate and an outsider; tokens; the
+worked scenarios of ``tests/scenarios/``. Tests run against the database named by DATABASE_URL
+(the Makefile points it at the machine's PostgreSQL) or the embedded SQLite."""
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("RECOVERYDASH_SHARED", REPO.parent / "shared")).resolve()
-SCENARIOS = SHARED / "scenarios"
+from scenarios import load as load_scenario
 
 
 @pytest.fixture(scope="session")
 def scenario_loader():
-    """``load(name, objects_dir) -> (events, expect)`` from ../shared/scenarios/scenario.py."""
-    if not (SCENARIOS / "scenario.py").exists():
-        pytest.fail(f"shared scenarios not found at {SCENARIOS} (set RECOVERYDASH_SHARED)")
-    sys.path.insert(0, str(SCENARIOS))
-    import scenario  # type: ignore
-
-    return scenario.load
+    """``load(name, objects_dir) -> (events, expect)``: a scenario of ``tests/scenarios/`` with
+    its checkpoint objects written under ``objects_dir`` (see tests/scenarios/README.md)."""
+    return load_scenario
 
 
 @pytest.fixture

@@ -175,7 +175,7 @@ def analyse(run):
 
 
 def post_scenario(client, token, loader, name, objects_dir):
-    """Post a shared scenario's events through the real ingest API and analyse the run."""
+    """Post a worked scenario's events through the real ingest API and analyse the run."""
     import json
 
     from recoverydash.runs.models import Run
@@ -192,5 +192,6 @@ def post_scenario(client, token, loader, name, objects_dir):
 @pytest.fixture
 def s2_run(client, full_token, scenario_loader, tmp_path, project):
     """Scenario s2 (seed 003, resume at 80,048: 48 positions omitted), ingested and analysed."""
-    run, _ = post_scenario(client, full_token, scenario_loader, "s2_seed003_omission", tmp_path)
+    run, _ = post_scenario(client, full_token, scenario_loader,
+                           "s2_resume_at_read_cursor_omission", tmp_path)
     return run

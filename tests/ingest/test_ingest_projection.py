@@ -1,5 +1,5 @@
-"""Projection of accepted events into the typed tables (spec 4), including the five shared
-scenarios posted through the API."""
+"""Projection of accepted events into the typed tables (docs/ingest-v1.md#event-types), including
+the worked scenarios of tests/scenarios/ posted through the API."""
 
 from __future__ import annotations
 
@@ -12,11 +12,10 @@ import pytest
 from ingest_support import event, post, update
 from recoverydash.runs.models import (GLOBAL_RANK, Attempt, AuditWindow, CheckpointObject, Event,
                                       Generation, Heartbeat, LedgerRow, Run, ShardReport)
+from scenarios import NAMES as SCENARIOS
 
 pytestmark = pytest.mark.django_db
 
-SCENARIOS = ["s1_seed003_exact", "s2_seed003_omission", "s3_seed003_replay",
-             "s4_seed002_rank7_dies", "s5_seed004_three_of_four"]
 
 
 def expected_counts(events: list[dict]) -> dict:
@@ -206,7 +205,7 @@ def test_it_updates_run_times_and_counts(client, ingest_token):
 
 
 def test_it_stores_the_body_as_received(client, ingest_token, scenario_loader, tmp_path):
-    events, _ = scenario_loader("s4_seed002_rank7_dies", str(tmp_path))
+    events, _ = scenario_loader("s4_rank_dies_during_save", str(tmp_path))
     post(client, ingest_token, events)
     stored = {e.event_id: e.body for e in Event.objects.all()}
     assert all(stored[e["event_id"]] == json.loads(json.dumps(e)) for e in events)

@@ -1,6 +1,7 @@
-"""The five shared scenarios posted through the real ingest API reach their ``expect`` through
-``/recovery`` and ``/restore-plan``, with objects verified from files (tasks run eagerly here;
-``test_worker_process.py`` runs the same path through a real Celery worker and Redis)."""
+"""The worked scenarios of tests/scenarios/ posted through the real ingest API reach their
+``expect`` through ``/recovery`` and ``/restore-plan``, with objects verified from files (tasks run
+eagerly here; ``test_worker_process.py`` runs the same path through a real Celery worker and
+Redis)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ import json
 
 import pytest
 
-SCENARIOS = ["s1_seed003_exact", "s2_seed003_omission", "s3_seed003_replay",
-             "s4_seed002_rank7_dies", "s5_seed004_three_of_four"]
+from scenarios import NAMES as SCENARIOS
 
 
 def post_events(client, token, events, batch=500):
@@ -21,7 +21,7 @@ def post_events(client, token, events, batch=500):
 
 
 def check_expect(recovery: dict, plan_status: int, plan: dict, expect: dict) -> None:
-    """Assert every key of a scenario's ``expect`` (see ../shared/scenarios/README.md)."""
+    """Assert every key of a scenario's ``expect`` (see tests/scenarios/README.md)."""
     generations = {g["generation_id"]: g for g in recovery["generations"]}
     for gid, want in expect.get("generations", {}).items():
         got = generations[gid]

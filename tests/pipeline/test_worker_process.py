@@ -34,8 +34,8 @@ def analysed(run_id: str):
                      if g.verified_at] or [0]))
 
 
-@pytest.mark.parametrize("name", ["s2_seed003_omission", "s4_seed002_rank7_dies",
-                                  "s5_seed004_three_of_four"])
+@pytest.mark.parametrize("name", ["s2_resume_at_read_cursor_omission", "s4_rank_dies_during_save",
+                                  "s5_three_of_four_shards"])
 def test_it_reaches_the_verdicts_through_a_real_worker(name, client, full_token, scenario_loader,
                                                        tmp_path, settings, workers_on):
     settings.RECOVERYDASH_RATE_LIMIT_PER_SECOND = 0
@@ -55,7 +55,7 @@ def test_it_verifies_again_after_the_worker_is_killed_mid_verification(
     again (acks_late, visibility timeout) and the result is the same as an undisturbed run."""
     settings.RECOVERYDASH_RATE_LIMIT_PER_SECOND = 0
     settings.RECOVERYDASH_FULL_HASH_MAX_BYTES = 8 * 1024 ** 3
-    events, _ = scenario_loader("s1_seed003_exact", str(tmp_path))
+    events, _ = scenario_loader("s1_resume_at_checkpoint_exact", str(tmp_path))
     big = tmp_path / "big.bin"
     with open(big, "wb") as f:  # sparse: cheap to make, real bytes to hash
         f.truncate(6 * 1024 ** 3)
@@ -95,7 +95,7 @@ def test_it_answers_202_while_redis_is_down_and_the_sweep_catches_up(
 
         point_app_at(redis.url, workers_on.queue, settings)
         redis.stop()
-        events, expect = scenario_loader("s3_seed003_replay", str(tmp_path))
+        events, expect = scenario_loader("s3_resume_one_update_early_replay", str(tmp_path))
         started = time.monotonic()
         post_events(client, full_token, events, batch=2000)
         assert time.monotonic() - started < 60

@@ -1,33 +1,24 @@
-"""Every scenario of the shared scenarios directory reaches its `expect` through the core."""
+"""Every worked scenario of tests/scenarios/ reaches its `expect` through the core."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import pytest
 
 from recoverydash.recovery import RunInput, analyze, restore_plan
-
-SHARED = Path(os.environ.get("RECOVERYDASH_SHARED",
-                             Path(__file__).resolve().parents[2] / ".." / "shared"))
-SCENARIOS = sorted(p.stem for p in (SHARED / "scenarios").glob("*.json"))
-
-
-def load_scenario(name, tmp_path):
-    spec = importlib.util.spec_from_file_location("scenario", SHARED / "scenarios" / "scenario.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.load(name, str(tmp_path))
+from scenarios import NAMES as SCENARIOS
+from scenarios import load
 
 
 def object_checks(events):
-    """What a storage verifier would say of every manifest object written by scenario.py."""
+    """What a storage verifier would say of every manifest object the loader wrote."""
     out = {}
     for event in events:
         for obj in (event.get("manifest") or {}).get("objects") or []:
-            path = obj["uri"][len("file://"):]
+            path = unquote(urlparse(obj["uri"]).path)
             if not os.path.exists(path):
                 out[obj["uri"]] = "object_missing"
                 continue
@@ -43,7 +34,7 @@ def object_checks(events):
 
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_it_reaches_the_scenario_expectations(name, tmp_path):
-    events, expect = load_scenario(name, tmp_path)
+    events, expect = load(name, tmp_path)
     run = RunInput.from_events(events, object_checks(events))
     analysis = analyze(run, now=run.first_event_at + 600)
     got = analysis.to_dict()
