@@ -228,7 +228,11 @@ RECOVERYDASH_ANALYSIS_DEBOUNCE_S = envfloat("RECOVERYDASH_ANALYSIS_DEBOUNCE_S", 
 RECOVERYDASH_FULL_HASH_MAX_BYTES = envint("RECOVERYDASH_FULL_HASH_MAX_BYTES", 256 * 1024 * 1024)
 RECOVERYDASH_RUN_SILENT_S = envfloat("RECOVERYDASH_RUN_SILENT_S", 900.0, 1.0)
 RECOVERYDASH_WEBHOOK_ALLOW_PRIVATE = envbool("RECOVERYDASH_WEBHOOK_ALLOW_PRIVATE", False)
+# Total seconds one webhook delivery may take (resolving, connecting, TLS, sending, reading),
+# and the most of a receiver's answer that is read (the rest is never downloaded).
 RECOVERYDASH_WEBHOOK_TIMEOUT_S = envfloat("RECOVERYDASH_WEBHOOK_TIMEOUT_S", 10.0, 0.1)
+RECOVERYDASH_WEBHOOK_MAX_RESPONSE_BYTES = envint("RECOVERYDASH_WEBHOOK_MAX_RESPONSE_BYTES",
+                                                 64 * 1024, 1)
 
 LOGGING = {
     "version": 1,

@@ -47,6 +47,16 @@ def deliver_webhook(delivery_pk: int) -> None:
     deliver(delivery_pk)
 
 
+@shared_task(name="workers.tasks.send_test_webhook", acks_late=True, soft_time_limit=60,
+             time_limit=90)
+def send_test_webhook(endpoint_pk: int, webhook_id: str) -> None:
+    """Send the test notification a person asked for from the project page (never retried:
+    the answer, good or bad, is what they asked to see)."""
+    from recoverydash.alerts.delivery import send_test
+
+    send_test(endpoint_pk, webhook_id)
+
+
 @shared_task(name="workers.tasks.sweep_runs", **RETRY)
 def sweep_runs() -> None:
     """Enqueue analysis for runs whose stored analysis is behind their events."""

@@ -4,6 +4,11 @@
 creates one ``Delivery`` per interested endpoint; ``deliver`` sends one delivery, claiming it with
 a conditional UPDATE so two workers never send the same attempt at once. Retries use exponential
 backoff with jitter; ``webhook-id`` stays the same on every attempt (spec 6).
+
+A test notification ("Send test" on the project page) is asked for in the web process
+(:func:`request_test` marks the endpoint ``test_status="pending"`` with a new ``webhook-id``) and
+sent by a worker (:func:`send_test`), so a slow or hostile receiver never holds a web process;
+the page shows the result once the worker has stored it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from recoverydash.alerts.models import (WEBHOOK_MAX_ATTEMPTS, AlertFlip, Delivery,
-                                        WebhookEndpoint)
+                                        WebhookEndpoint, new_webhook_id)
 from recoverydash.alerts.transports import TransportError, transport_for
 
 log = logging.getLogger(__name__)
@@ -85,6 +90,19 @@ def process_flips(limit: int = 500) -> list[int]:
     return created
 
 
+def _send(endpoint: WebhookEndpoint, payload: dict, webhook_id: str) -> int:
+    """The endpoint's transport sends ``payload``; an unexpected error (a bug, a receiver that
+    breaks the HTTP client in a way it does not classify) is logged and becomes a retryable
+    TransportError, so the delivery counts an attempt and ends instead of staying pending."""
+    try:
+        return transport_for(endpoint).send(payload, webhook_id)
+    except TransportError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one endpoint must not stop the delivery loop
+        log.exception("webhook %s to %s: unexpected error", webhook_id, endpoint.url)
+        raise TransportError(f"unexpected error: {type(exc).__name__}: {exc}") from None
+
+
 def deliver(delivery_pk: int) -> str:
     """Send one delivery now if it is due; returns its status afterwards.
 
@@ -104,7 +122,7 @@ def deliver(delivery_pk: int) -> str:
     try:
         if not endpoint.enabled:
             raise TransportError(f"endpoint disabled: {endpoint.disabled_reason}", permanent=True)
-        code = transport_for(endpoint).send(delivery.payload, delivery.webhook_id)
+        code = _send(endpoint, delivery.payload, delivery.webhook_id)
     except TransportError as exc:
         delivery.last_status_code = exc.status_code
         delivery.last_error = exc.message[:2000]
@@ -125,6 +143,61 @@ def deliver(delivery_pk: int) -> str:
         delivery.delivered_at, delivery.last_error = timezone.now(), ""
     delivery.save()
     return delivery.status
+
+
+def test_payload(project) -> dict:
+    """A spec 6 body for a test notification: a made-up ``info`` alert named ``test``."""
+    now = timezone.now().isoformat()
+    return {
+        "version": "1", "status": "firing",
+        "alert": {"id": "al_test", "rule": "test", "severity": "info", "state": "firing",
+                  "opened_at": now, "resolved_at": None,
+                  "summary": f"Test notification from recoverydash for project {project.name}."},
+        "run": {"run_id": "test", "health": "ok", "url": f"{settings.SITE_URL}/"},
+        "dedup_key": f"test:{project.pk}",
+    }
+
+
+def request_test(endpoint: WebhookEndpoint) -> str:
+    """Mark a test notification of ``endpoint`` pending under a new ``webhook-id`` (returned);
+    the caller enqueues :func:`send_test` with it. A newer request supersedes an older one."""
+    webhook_id = new_webhook_id()
+    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(
+        test_webhook_id=webhook_id, test_status="pending", test_message="",
+        test_requested_at=timezone.now(), test_finished_at=None)
+    return webhook_id
+
+
+def finish_test(endpoint_pk: int, webhook_id: str, ok: bool, message: str) -> bool:
+    """Store the outcome of test ``webhook_id`` unless a newer test replaced it; returns whether
+    it was stored. A failure is also the endpoint's ``last_error`` (it does not disable it)."""
+    now = timezone.now()
+    values = {"test_status": "delivered" if ok else "failed", "test_message": message[:2000],
+              "test_finished_at": now}
+    if not ok:
+        values.update(last_error=message[:2000], last_error_at=now)
+    return bool(WebhookEndpoint.objects.filter(pk=endpoint_pk, test_webhook_id=webhook_id,
+                                               test_status="pending").update(**values))
+
+
+def send_test(endpoint_pk: int, webhook_id: str) -> str:
+    """Send test notification ``webhook_id`` to one endpoint (in a worker), within the delivery
+    time budget, and store what the receiver answered; returns the test status afterwards
+    (``""`` when the endpoint is gone, the stored status when a newer test replaced this
+    one)."""
+    endpoint = WebhookEndpoint.objects.select_related("project").filter(pk=endpoint_pk).first()
+    if endpoint is None:
+        return ""
+    if endpoint.test_webhook_id != webhook_id or endpoint.test_status != "pending":
+        return endpoint.test_status
+    try:
+        code = _send(endpoint, test_payload(endpoint.project), webhook_id)
+    except TransportError as exc:
+        ok, message = False, exc.message
+    else:
+        ok, message = True, f"the receiver answered HTTP {code}"
+    finish_test(endpoint_pk, webhook_id, ok, message)
+    return "delivered" if ok else "failed"
 
 
 def due_deliveries(limit: int = 200) -> list[int]:

@@ -146,6 +146,14 @@ class WebhookEndpoint(models.Model):
     last_error = models.TextField(blank=True, default="")
     last_error_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # The last "Send test": asked for in the web process, sent by a worker, shown when done.
+    test_webhook_id = models.CharField(max_length=64, blank=True, default="")
+    test_status = models.CharField(max_length=16, blank=True, default="",
+                                   choices=[(s, s) for s in ("", "pending", "delivered",
+                                                             "failed")])
+    test_message = models.TextField(blank=True, default="")
+    test_requested_at = models.DateTimeField(null=True, blank=True)
+    test_finished_at = models.DateTimeField(null=True, blank=True)
 
     def wants(self, severity: str) -> bool:
         return SEVERITIES.index(severity) >= SEVERITIES.index(self.min_severity)

@@ -5,15 +5,12 @@ acting user's name so alert history says who did what.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import timedelta
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from recoverydash.alerts.models import Alert, AlertFlip, WebhookEndpoint, new_webhook_id
-from recoverydash.alerts.transports import TransportError, transport_for
+from recoverydash.alerts.models import Alert, AlertFlip, WebhookEndpoint
 from recoverydash.runs.models import ApiToken
 
 SILENCE_CHOICES = [(1800, "30 minutes"), (3600, "1 hour"), (4 * 3600, "4 hours"),
@@ -65,39 +62,20 @@ def delete_webhook(project, endpoint_pk: int) -> bool:
     return bool(deleted)
 
 
-@dataclass
-class SendResult:
-    ok: bool
-    message: str
-    webhook_id: str
+def send_test_notification(project, endpoint_pk: int) -> str:
+    """Ask a worker to send a signed test notification to one endpoint of ``project``; returns
+    its ``webhook-id``. The endpoint's ``test_status`` is ``pending`` until the worker stores
+    the receiver's answer (or ``failed`` at once when the task cannot be queued); the web
+    process never waits for the receiver."""
+    from recoverydash.alerts.delivery import finish_test, request_test
+    from recoverydash.runs.analysis import enqueue
 
-
-def sample_payload(project) -> dict:
-    """A spec 6 body for a test notification: a made-up ``info`` alert named ``test``."""
-    now = timezone.now().isoformat()
-    return {
-        "version": "1", "status": "firing",
-        "alert": {"id": "al_test", "rule": "test", "severity": "info", "state": "firing",
-                  "opened_at": now, "resolved_at": None,
-                  "summary": f"Test notification from recoverydash for project {project.name}."},
-        "run": {"run_id": "test", "health": "ok", "url": f"{settings.SITE_URL}/"},
-        "dedup_key": f"test:{project.pk}",
-    }
-
-
-def send_test_notification(project, endpoint_pk: int) -> SendResult:
-    """Send a signed test notification to one endpoint now, synchronously (bounded by
-    ``RECOVERYDASH_WEBHOOK_TIMEOUT_S``), and say what the receiver answered. A failure is stored
-    on the endpoint (``last_error``) like a real delivery's; it does not disable the endpoint."""
     endpoint = WebhookEndpoint.objects.get(project=project, pk=endpoint_pk)
-    webhook_id = new_webhook_id()
-    try:
-        code = transport_for(endpoint).send(sample_payload(project), webhook_id)
-    except TransportError as exc:
-        endpoint.last_error, endpoint.last_error_at = exc.message[:2000], timezone.now()
-        endpoint.save(update_fields=["last_error", "last_error_at"])
-        return SendResult(False, exc.message, webhook_id)
-    return SendResult(True, f"the receiver answered HTTP {code}", webhook_id)
+    webhook_id = request_test(endpoint)
+    if not enqueue("workers.tasks.send_test_webhook", endpoint.pk, webhook_id):
+        finish_test(endpoint.pk, webhook_id, False,
+                    "the test could not be queued: the task broker does not answer")
+    return webhook_id
 
 
 CONTRACT_FIELDS = ("max_replay_samples", "max_omission_samples", "max_checkpoint_age_s",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import forms
 
 from recoverydash.alerts.models import SEVERITIES, WebhookEndpoint
+from recoverydash.alerts.transports import TransportError, check_address
 from recoverydash.dashboard.actions import SILENCE_CHOICES
 from recoverydash.runs.models import SCOPES
 
@@ -50,6 +51,23 @@ class WebhookForm(forms.ModelForm):
         labels = {"url": "URL", "min_severity": "Minimum severity",
                   "routing_key": "PagerDuty routing key"}
         help_texts = {"routing_key": "Only for PagerDuty endpoints."}
+
+    #: set by clean_url when the name does not resolve now (saved anyway: DNS may recover)
+    resolve_warning = ""
+
+    def clean_url(self) -> str:
+        """The guard of every delivery, applied when the URL is saved: a scheme other than
+        http(s), a port outside 1-65535 or an address the guard refuses (loopback, private,
+        ...: the message names it and the setting that allows it) is a form error. A name
+        that does not resolve now is kept, with ``resolve_warning`` set."""
+        url = self.cleaned_data["url"]
+        try:
+            check_address(url)
+        except TransportError as exc:
+            if exc.permanent:
+                raise forms.ValidationError(exc.message) from None
+            self.resolve_warning = exc.message
+        return url
 
     def clean(self):
         data = super().clean()

@@ -138,10 +138,13 @@ def projects(request):
 
 
 def _project_page(request, project, **extra):
-    context = {"p": queries.project_settings(project), "token_form": TokenForm(),
-               "webhook_form": WebhookForm(), "api_url": request.build_absolute_uri("/api/v1/")}
+    settings_ = queries.project_settings(project)
+    context = {"p": settings_, "token_form": TokenForm(), "webhook_form": WebhookForm(),
+               "api_url": request.build_absolute_uri("/api/v1/"),
+               # the endpoint list refreshes itself while a test notification is on its way
+               "testing": any(w.test_status == "pending" for w in settings_.webhooks)}
     context.update(extra)
-    return render(request, "dashboard/project.html", context)
+    return _page(request, "dashboard/project.html", context)
 
 
 @login_required
@@ -186,6 +189,8 @@ def webhook_create(request, pk: int):
     endpoint = actions.create_webhook(project, **form.cleaned_data)
     messages.success(request, f"Endpoint {endpoint.name or endpoint.url} added. Send a test to "
                               "check that it answers.")
+    if form.resolve_warning:
+        messages.warning(request, f"{form.resolve_warning}: deliveries fail until it resolves.")
     return redirect("project", pk=project.pk)
 
 
@@ -203,10 +208,7 @@ def webhook_delete(request, pk: int, endpoint_pk: int):
 def webhook_test(request, pk: int, endpoint_pk: int):
     project = queries.project_for(request.user, pk)
     queries.webhook_for(project, endpoint_pk)
-    outcome = actions.send_test_notification(project, endpoint_pk)
-    if outcome.ok:
-        messages.success(request, f"Test notification {outcome.webhook_id} sent: "
-                                  f"{outcome.message}.")
-    else:
-        messages.error(request, f"Test notification failed: {outcome.message}")
-    return redirect("project", pk=project.pk)
+    webhook_id = actions.send_test_notification(project, endpoint_pk)
+    messages.info(request, f"Test notification {webhook_id} queued: its result appears with the "
+                           "endpoint once a worker has sent it.")
+    return redirect(reverse("project", args=[project.pk]) + "#webhooks")

@@ -163,4 +163,5 @@ def test_it_marks_a_delivery_to_a_refused_address_failed(run, settings):
     [pk] = process_flips()
     assert deliver(pk) == "failed"
     endpoint.refresh_from_db()
-    assert "private or loopback" in endpoint.last_error
+    assert "127.0.0.1 is a loopback address" in endpoint.last_error
+    assert "RECOVERYDASH_WEBHOOK_ALLOW_PRIVATE=true" in endpoint.last_error

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.urls import reverse
@@ -115,41 +117,50 @@ def test_a_contract_with_a_negative_limit_is_refused(owner_client, known_run):
     assert known_run.contract == {"max_checkpoint_age_s": 3600}
 
 
-def test_webhook_endpoints_are_created_tested_and_deleted(owner_client, project, settings,
-                                                          monkeypatch):
+def test_webhook_endpoints_are_created_tested_and_deleted(owner_client, project, settings):
     settings.RECOVERYDASH_WEBHOOK_ALLOW_PRIVATE = True
-    owner_client.post(reverse("webhook_create", args=[project.pk]),
-                      {"name": "ops", "url": "http://127.0.0.1:9/hook", "kind": "standard",
-                       "min_severity": "warning"})
-    endpoint = WebhookEndpoint.objects.get(project=project)
-    assert endpoint.secret.startswith("whsec_")
+    settings.CELERY_TASK_ALWAYS_EAGER = True  # the worker's part runs here, at once
+    received, answers = [], [204, 500]
 
-    sent = []
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            received.append(dict(self.headers))
+            self.send_response(answers.pop(0))
+            body = b"boom" if received and len(received) == 2 else b""
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
-    def fake_post(url, content, headers, **kwargs):
-        import httpx
+        def log_message(self, *args):
+            pass
 
-        sent.append((url, headers))
-        return httpx.Response(204, request=httpx.Request("POST", url))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    try:
+        owner_client.post(reverse("webhook_create", args=[project.pk]),
+                          {"name": "ops", "url": url, "kind": "standard",
+                           "min_severity": "warning"})
+        endpoint = WebhookEndpoint.objects.get(project=project)
+        assert endpoint.secret.startswith("whsec_")
 
-    monkeypatch.setattr("recoverydash.alerts.transports.httpx.post", fake_post)
-    response = owner_client.post(reverse("webhook_test", args=[project.pk, endpoint.pk]),
-                                 follow=True)
-    assert "the receiver answered HTTP 204" in response.content.decode()
-    url, headers = sent[0]
-    assert url == "http://127.0.0.1:9/hook" and headers["webhook-signature"].startswith("v1,")
+        page = owner_client.post(reverse("webhook_test", args=[project.pk, endpoint.pk]),
+                                 follow=True).content.decode()
+        endpoint.refresh_from_db()
+        assert f"Test notification {endpoint.test_webhook_id} queued" in page
+        assert "✔ delivered</span> the receiver answered HTTP 204" in page
+        assert received[0]["webhook-signature"].startswith("v1,")
+        assert received[0]["webhook-id"] == endpoint.test_webhook_id
 
-    def refusing_post(url, content, headers, **kwargs):
-        import httpx
-
-        return httpx.Response(500, text="boom", request=httpx.Request("POST", url))
-
-    monkeypatch.setattr("recoverydash.alerts.transports.httpx.post", refusing_post)
-    response = owner_client.post(reverse("webhook_test", args=[project.pk, endpoint.pk]),
-                                 follow=True)
-    assert "Test notification failed: HTTP 500: boom" in response.content.decode()
-    endpoint.refresh_from_db()
-    assert endpoint.last_error == "HTTP 500: boom"
+        page = owner_client.post(reverse("webhook_test", args=[project.pk, endpoint.pk]),
+                                 follow=True).content.decode()
+        assert "✖ failed</span> HTTP 500: boom" in page
+        endpoint.refresh_from_db()
+        assert endpoint.last_error == "HTTP 500: boom" and endpoint.enabled
+    finally:
+        server.shutdown()
+        server.server_close()
 
     owner_client.post(reverse("webhook_delete", args=[project.pk, endpoint.pk]))
     assert not WebhookEndpoint.objects.filter(project=project).exists()
