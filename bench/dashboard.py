@@ -1,7 +1,8 @@
 """Server time to render the run page and its chart data for a long run.
 
 A run of 1,000,000 updates, 2,000 generations and 20 restarts (21 attempts), fabricated
-directly as rows and a stored analysis in the shape the recovery core writes (spec 5 fields,
+directly as rows and a stored analysis in the shape the recovery core writes (the fields of
+docs/ingest-v1.md#recovery,
 ``costs``, and ``charts`` bounded per attempt), so no ledger is ingested. Measured through
 Django's test client in one process, median of 20 requests each:
 

@@ -13,7 +13,8 @@ CPU only (gloo). What makes the restart exact and the checkpoints restorable:
 - every component of the default contract is saved: model and optimizer (DCP), the scheduler
   (a per-rank component), RNG states and the data cursor (``save_generation`` adds both);
 - AdamW moves its state on every update, so no saved optimizer file repeats an older one
-  (plain SGD without momentum has no optimizer state that changes: spec 5 ``stale_state``);
+  (plain SGD without momentum has no optimizer state that changes: ``stale_state``,
+  docs/definitions.md#restorable);
 - the loader resumes at the restored cursor: ``rec.restore`` returns how many samples this rank
   skips in the cursor's epoch, and ``SkipFirst`` skips exactly those;
 - the attempt number is new for every launch (``rd.init`` decides it, the same on all ranks).

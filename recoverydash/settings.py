@@ -209,7 +209,7 @@ CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
 RECOVERYDASH_BROKER_VISIBILITY_TIMEOUT_S = envint("RECOVERYDASH_BROKER_VISIBILITY_TIMEOUT_S", 3600, 1)
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "celery")
 
-# --- Ingest limits (spec section 1) --------------------------------------------------------------
+# --- Ingest limits (docs/ingest-v1.md#limits) ---------------------------------------------------
 RECOVERYDASH_MAX_EVENTS_PER_REQUEST = envint("RECOVERYDASH_MAX_EVENTS_PER_REQUEST", 10_000, 1)
 RECOVERYDASH_MAX_BODY_BYTES = envint("RECOVERYDASH_MAX_BODY_BYTES", 8 * 1024 * 1024, 1024)
 # Positions in one range of one ledger report (one rank's share of one update): 2**30 by default,

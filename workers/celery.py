@@ -66,7 +66,7 @@ BEAT_SCHEDULE = {
     "evaluate-alerts": _every(30.0, "workers.tasks.evaluate_all_alerts"),
     # notifications whose retry is due, and flips not yet turned into deliveries
     "deliver-due": _every(10.0, "workers.tasks.deliver_due"),
-    # manifests written to storage whose commit event never arrived (seed 002)
+    # manifests written to storage whose commit event never arrived
     "discover-manifests": _every(60.0, "workers.tasks.discover_manifests"),
     # retention that deleted the last restorable generation, objects not yet checked
     "recheck-storage": _every(600.0, "workers.tasks.recheck_storage"),

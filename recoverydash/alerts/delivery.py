@@ -3,7 +3,8 @@
 ``process_flips`` claims unprocessed flips (conditional UPDATE, like healthchecks' Flip queue) and
 creates one ``Delivery`` per interested endpoint; ``deliver`` sends one delivery, claiming it with
 a conditional UPDATE so two workers never send the same attempt at once. Retries use exponential
-backoff with jitter; ``webhook-id`` stays the same on every attempt (spec 6).
+backoff with jitter; ``webhook-id`` stays the same on every attempt
+(docs/ingest-v1.md#6-alert-webhooks).
 
 A test notification ("Send test" on the project page) is asked for in the web process
 (:func:`request_test` marks the endpoint ``test_status="pending"`` with a new ``webhook-id``) and
@@ -45,7 +46,8 @@ def run_url(run) -> str:
 
 
 def flip_payload(flip: AlertFlip) -> dict:
-    """The spec 6 body of a flip: version, status, alert (spec 5 item) and run."""
+    """The body of a flip (docs/ingest-v1.md#6-alert-webhooks): version, status, alert (an
+    ``alerts`` item of docs/ingest-v1.md#recovery), run and the dedup key."""
     alert = flip.alert
     run = alert.run
     health = getattr(getattr(run, "analysis", None), "health", None) or "ok"
@@ -146,7 +148,8 @@ def deliver(delivery_pk: int) -> str:
 
 
 def test_payload(project) -> dict:
-    """A spec 6 body for a test notification: a made-up ``info`` alert named ``test``."""
+    """A body of docs/ingest-v1.md#6-alert-webhooks for a test notification: a made-up ``info``
+    alert named ``test``."""
     now = timezone.now().isoformat()
     return {
         "version": "1", "status": "firing",

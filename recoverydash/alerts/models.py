@@ -3,7 +3,8 @@
 Following healthchecks' ``Flip``: every state change of an alert is an ``AlertFlip`` row; that
 table is both the history the dashboard draws and the queue of notifications to send. Each flip
 becomes one ``Delivery`` per enabled endpoint of the project; a delivery keeps a stable
-``webhook_id`` across retries so receivers can deduplicate (spec section 6).
+``webhook_id`` across retries so receivers can deduplicate
+(docs/ingest-v1.md#6-alert-webhooks).
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ STATES = ("firing", "acknowledged", "resolved")
 
 
 class Alert(models.Model):
-    """One episode of an alert condition on a run (spec 5 ``alerts``, spec 6).
+    """One episode of an alert condition on a run (docs/definitions.md#alert-rules).
 
     ``dedup_key`` is ``run:rule:subject`` and stable across episodes; at most one alert per run and
     key is open (firing or acknowledged) at a time, enforced by a partial unique constraint. The
-    run is part of the constraint because two projects may use the same ``run_id`` (spec 1).
+    run is part of the constraint because two projects may use the same ``run_id``
+    (docs/ingest-v1.md#authentication).
     ``silenced_until`` mutes notifications (not the state) until that time.
     """
 
@@ -58,7 +60,7 @@ class Alert(models.Model):
         return f"al_{self.pk}"
 
     def to_dict(self) -> dict:
-        """The spec 5 ``alerts`` item."""
+        """The ``alerts`` item of docs/ingest-v1.md#recovery."""
         return {
             "id": self.public_id,
             "rule": self.rule,
@@ -126,7 +128,8 @@ def new_webhook_secret() -> str:
 
 
 class WebhookEndpoint(models.Model):
-    """Where a project's alert notifications go. ``kind``: ``standard`` (spec 6 body, signed per
+    """Where a project's alert notifications go. ``kind``: ``standard`` (the body of
+    docs/ingest-v1.md#6-alert-webhooks, signed per
     Standard Webhooks), ``slack`` (incoming-webhook body) or ``pagerduty`` (Events v2; the
     routing key is ``routing_key``). A permanent 4xx disables it with the reason stored."""
 

@@ -1,4 +1,4 @@
-"""Alert rules (spec section 5, "Alert rules") evaluated against a run's stored analysis.
+"""Alert rules (docs/definitions.md#alert-rules) evaluated against a run's stored analysis.
 
 ``conditions`` is pure: from the analysis result, the run's contract and the clock to the set of
 conditions that hold now. ``evaluate_run`` turns that set into alert rows and flips inside one
@@ -27,7 +27,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from recoverydash.alerts.models import Alert, AlertFlip
-from recoverydash.recovery import DEFAULT_CONTRACT  # spec 4 defaults, defined once in the core
+from recoverydash.recovery import DEFAULT_CONTRACT  # contract defaults, defined once in the core
 
 EVENT_RULES = ("restart_replay", "restart_omission", "resumed_from_unrestorable",
                "dataset_version_changed", "world_size_changed")
@@ -48,7 +48,8 @@ class Condition:
 
 
 def contract_of(run) -> dict:
-    """The run's recovery contract (spec 4 ``contract``, the latest wins) with spec defaults."""
+    """The run's recovery contract (docs/ingest-v1.md#attempt_started ``contract``, the latest
+    wins) with its defaults."""
     merged = dict(DEFAULT_CONTRACT)
     merged.update({k: v for k, v in (run.contract or {}).items() if v is not None})
     return merged
@@ -71,8 +72,8 @@ def duration(seconds: float) -> str:
 
 def seconds_since_last_restorable(result: dict, first_event_at: datetime | None,
                                   now: datetime) -> float | None:
-    """DESIGN.md "Time since last restorable": now minus the newest restorable generation's
-    ``committed_at``; with none yet, since the run's first event; None with neither."""
+    """docs/definitions.md#seconds-since-last-restorable: now minus the newest restorable
+    generation's ``committed_at``; with none yet, since the run's first event; None with neither."""
     last = result.get("last_restorable")
     if last and last.get("committed_at"):
         return (now - datetime.fromisoformat(last["committed_at"])).total_seconds()
@@ -83,7 +84,8 @@ def seconds_since_last_restorable(result: dict, first_event_at: datetime | None,
 
 def conditions(result: dict, contract: dict, *, now: datetime, first_event_at: datetime | None,
                last_received_at: datetime | None, ended: bool) -> list[Condition]:
-    """Every alert condition that holds for a run now (spec 5 rule names).
+    """Every alert condition that holds for a run now (rule names of
+    docs/definitions.md#alert-rules).
 
     ``result``: the recovery core's ``to_dict()``; ``contract``: see ``contract_of``; times are
     aware datetimes. Returns conditions sorted by rule and subject.

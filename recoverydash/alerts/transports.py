@@ -1,8 +1,8 @@
 """One transport per alert channel: signed JSON (Standard Webhooks), Slack, PagerDuty Events v2.
 
-Each transport turns the stored spec-6 payload into the channel's body and headers and sends it
-with httpx. Failures raise ``TransportError(message, permanent=...)``; retrying happens in one
-place (``recoverydash.alerts.delivery``), never here.
+Each transport turns the stored payload (docs/ingest-v1.md#6-alert-webhooks) into the channel's body
+and headers and sends it with httpx. Failures raise ``TransportError(message, permanent=...)``;
+retrying happens in one place (``recoverydash.alerts.delivery``), never here.
 
 A monitoring server must not become a way to reach the inside of its network, nor a way to tie
 up its own processes. Every delivery therefore:
@@ -354,7 +354,8 @@ class Transport:
 
 
 class StandardWebhookTransport(Transport):
-    """Spec 6: the payload as is, signed per Standard Webhooks with the endpoint's secret."""
+    """docs/ingest-v1.md#6-alert-webhooks: the payload as is, signed per Standard Webhooks with the
+    endpoint's secret."""
 
     def body(self, payload: dict) -> dict:
         return payload

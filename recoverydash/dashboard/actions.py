@@ -83,9 +83,9 @@ CONTRACT_FIELDS = ("max_replay_samples", "max_omission_samples", "max_checkpoint
 
 
 def save_contract(run, values: dict) -> dict:
-    """Replace the run's recovery contract (spec 4 ``contract``) with ``values``; keys outside
-    the spec's four are kept as they were. A later ``attempt_started`` carrying a contract
-    replaces this one again (the latest one wins)."""
+    """Replace the run's recovery contract (docs/ingest-v1.md#attempt_started ``contract``) with
+    ``values``; keys outside the contract's four are kept as they were. A later ``attempt_started``
+    carrying a contract replaces this one again (the latest one wins)."""
     with transaction.atomic():
         locked = type(run).objects.select_for_update().get(pk=run.pk)
         contract = dict(locked.contract or {})

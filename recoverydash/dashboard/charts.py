@@ -2,9 +2,9 @@
 
 Each ``*_figure`` function returns a Plotly figure as a plain dict (``{"data": [...],
 "layout": {...}}``, the JSON that ``Plotly.react`` takes) and says in its docstring which
-definition of ../shared/DESIGN.md or spec 5 it draws. Figures are built from:
+definition of docs/definitions.md it draws. Figures are built from:
 
-- ``Analysis.result`` (the recovery core's ``to_dict()``): spec 5 ``restarts``, ``strata``,
+- ``Analysis.result`` (the recovery core's ``to_dict()``): ``restarts``, ``strata``,
   ``costs`` and, when the core provides them, chart series under ``result["series"]``;
 - the typed tables the analysis keeps current: ``Generation`` (status, committed_at, manifest
   cursor), ``Attempt`` (start, end, restore) and ``Heartbeat`` (fetched cursors);
@@ -193,8 +193,8 @@ def run_window(run, attempts: list, now: datetime) -> tuple[datetime | None, dat
 
 def tslrc_sawtooth(commit_times: list[datetime], start: datetime | None,
                    end: datetime) -> tuple[list, list]:
-    """DESIGN "Time since last restorable": ``now - committed_at`` of the newest restorable
-    generation (before any: since the run's first event), as a sawtooth over the run.
+    """docs/definitions.md#seconds-since-last-restorable: ``now - committed_at`` of the newest
+    restorable generation (before any: since the run's first event), as a sawtooth over the run.
 
     Returns (times, seconds): at each restorable commit the value peaks, then drops to 0; the
     last point is at ``end``. ``commit_times`` need not be sorted.
@@ -221,11 +221,11 @@ def tslrc_sawtooth(commit_times: list[datetime], start: datetime | None,
 
 
 def committed_frontier_from_ledger(run) -> dict | None:
-    """The committed cursor against time for small runs without a stored series: per update (of
-    any attempt, in commit order), the highest position consumed + 1 per stratum (DESIGN
-    "Counting": ``frontier = max consumed position + 1``), as in ``result["series"]["committed"]``.
-    None when the run has more than ``LEDGER_FALLBACK_MAX_ROWS`` ledger rows (the core's series is
-    then the only source)."""
+    """The committed cursor against time for small runs without a stored series: per update (of any
+    attempt, in commit order), the highest position consumed + 1 per stratum
+    (docs/definitions.md#frontier: ``max consumed position + 1``), as in
+    ``result["series"]["committed"]``. None when the run has more than ``LEDGER_FALLBACK_MAX_ROWS``
+    ledger rows (the core's series is then the only source)."""
     qs = LedgerRow.objects.filter(run=run)
     if qs.count() > LEDGER_FALLBACK_MAX_ROWS:
         return None
@@ -262,11 +262,12 @@ def committed_frontier_from_ledger(run) -> dict | None:
 # --- figures --------------------------------------------------------------------------------------
 
 def generations_figure(generations: list[dict], attempts: list, window: tuple) -> dict:
-    """Generations over time by status (spec 5 statuses: restorable, committed, pending, rejected,
-    abandoned): x the commit time (else the start of the save), y the update the generation
-    holds. Attempts are shaded bands from start to end; failures (``attempt_ended`` reason
-    ``failed``, or an attempt that stopped without ending) are marked with a cross and restores
-    (an attempt resumed from a generation) with a triangle at the restored update.
+    """Generations over time by status (docs/definitions.md#generation-status: restorable,
+    committed, pending, rejected, abandoned): x the commit time (else the start of the save), y the
+    update the generation holds. Attempts are shaded bands from start to end; failures
+    (``attempt_ended`` reason ``failed``, or an attempt that stopped without ending) are marked with
+    a cross and restores (an attempt resumed from a generation) with a triangle at the restored
+    update.
 
     ``generations``: dicts with generation_id, update, status, time; ``attempts``: Attempt rows.
     """
@@ -341,8 +342,8 @@ def generations_figure(generations: list[dict], attempts: list, window: tuple) -
 
 
 def tslrc_figure(xs: list, seconds: list, limit_s: float) -> dict:
-    """DESIGN "Time since last restorable (TSLRC)" over the run: a sawtooth that grows with the
-    clock and drops to zero at each restorable commit, with the contract's
+    """docs/definitions.md#seconds-since-last-restorable over the run: a sawtooth that grows
+    with the clock and drops to zero at each restorable commit, with the contract's
     ``max_checkpoint_age_s`` as a dashed line (``checkpoint_stale`` fires above it). Downsampled
     with ``downsample`` (peaks kept)."""
     if not xs:
@@ -366,7 +367,7 @@ def tslrc_figure(xs: list, seconds: list, limit_s: float) -> dict:
 
 
 def cursors_figure(committed: dict | None, fetched: dict, restorable: dict) -> dict:
-    """Cursors against time, per stratum (spec 3 Cursor, the position of the next sample):
+    """Cursors against time, per stratum (wire cursors, the position of the next sample):
     *committed* (the lineage frontier after each committed update), *fetched* (the read cursor of
     heartbeats and ``attempt_ended``: read from the source, committed or not) and *restorable*
     (``data_progress.cursor`` of each restorable generation, held until the next one). The gap
@@ -405,7 +406,7 @@ def cursors_figure(committed: dict | None, fetched: dict, restorable: dict) -> d
 
 
 def restart_positions_figure(restarts: list[dict]) -> dict:
-    """Per restart (spec 5 ``restarts``): positions ``replayed`` (consumed again within the
+    """Per restart: positions ``replayed`` (consumed again within the
     lineage), ``omitted`` (skipped, never consumed) and ``recomputed`` (redone after a rollback:
     the price of the restart, never a defect), as grouped bars labelled with their values."""
     if not restarts:
@@ -425,7 +426,7 @@ def restart_positions_figure(restarts: list[dict]) -> dict:
 
 
 def restart_seconds_figure(restarts: list[dict]) -> dict:
-    """Per restart (spec 5 ``restarts``, DESIGN "A restart"): ``lost_seconds`` (from the commit of
+    """Per restart (docs/definitions.md#lost-seconds): ``lost_seconds`` (from the commit of
     the restored update to the failure) and ``recovery_seconds`` (from the failure to the first
     committed update of the new attempt). A value not known yet is drawn as no bar and labelled."""
     if not restarts:
@@ -451,7 +452,7 @@ def restart_seconds_figure(restarts: list[dict]) -> dict:
 
 
 def strata_figure(strata: list[dict]) -> dict:
-    """Per stratum (spec 5 ``strata``, DESIGN "Counting"): ``duplicate_rate`` = duplicates /
+    """Per stratum (docs/definitions.md#duplicate-rate): ``duplicate_rate`` = duplicates /
     consumed and ``omission_rate`` = omissions / (omissions + distinct consumed), in percent,
     labelled with the counts behind them."""
     if not strata:
@@ -489,10 +490,10 @@ COST_KEYS = {  # normalised name -> names the core may use in result["costs"]
 
 
 def normalise_costs(costs: dict | None) -> dict:
-    """The costs block of the stored analysis (DESIGN "Cost of recovery") under fixed names:
-    goodput (share 0..1), mtbf_s, save_cost_s, young_interval_s (sqrt(2 x save cost x MTBF)),
-    interval_in_use_s; a missing figure is None. When the core gives no Young interval but gives
-    its inputs, it is computed here by the same formula."""
+    """The costs block of the stored analysis (docs/definitions.md#cost-of-recovery) under fixed
+    names: goodput (share 0..1), mtbf_s, save_cost_s, young_interval_s (sqrt(2 x save cost x MTBF)),
+    interval_in_use_s; a missing figure is None. When the core gives no Young interval but gives its
+    inputs, it is computed here by the same formula."""
     costs = costs or {}
     out = {}
     for name, keys in COST_KEYS.items():
@@ -503,8 +504,8 @@ def normalise_costs(costs: dict | None) -> dict:
 
 
 def interval_figure(costs: dict) -> dict:
-    """DESIGN "Cost of recovery": the checkpoint interval that minimises expected loss (Young:
-    sqrt(2 x measured save cost x MTBF)) beside the interval the run actually uses."""
+    """docs/definitions.md#young-interval: the checkpoint interval that minimises expected loss
+    (Young: sqrt(2 x measured save cost x MTBF)) beside the interval the run actually uses."""
     c = normalise_costs(costs)
     if c["young_interval_s"] is None and c["interval_in_use_s"] is None:
         return empty_figure("Checkpoint interval",

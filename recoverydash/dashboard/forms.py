@@ -77,7 +77,8 @@ class WebhookForm(forms.ModelForm):
 
 
 class ContractForm(forms.Form):
-    """The run's recovery contract (spec 4 ``contract``), with the spec defaults."""
+    """The run's recovery contract (docs/ingest-v1.md#attempt_started ``contract``), with its
+    defaults."""
 
     max_replay_samples = forms.IntegerField(
         min_value=0, help_text="Positions a restart may replay before restart_replay fires.")

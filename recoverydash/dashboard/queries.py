@@ -2,12 +2,12 @@
 
 Views call one function of this module (or of ``actions`` for writes) and render what it returns.
 Every figure shown on a page comes from the stored analysis (``Analysis.result``, the recovery
-core's ``to_dict()``: spec 5 fields plus ``costs`` and chart series) or from the typed tables
-that ingest fills; the function that computes each one is named in its docstring, with the
-definition in ../shared/DESIGN.md it shows.
+core's ``to_dict()``: the fields of docs/ingest-v1.md#recovery plus ``costs`` and chart series)
+or from the typed tables that ingest fills; the function that computes each one is named in its
+docstring, with the definition in docs/definitions.md it shows.
 
 Large parts of ``Analysis.result`` (chart series of a million updates) are never loaded for
-pages that do not draw them: page queries pick the small spec 5 keys with JSON key lookups.
+pages that do not draw them: page queries pick the small keys with JSON key lookups.
 """
 
 from __future__ import annotations
@@ -95,8 +95,9 @@ def _limit_of(run) -> float:
 
 
 def freshness(run, analysis) -> dict:
-    """How fresh the stored analysis is: ``computed_at`` and ``pending_analysis`` (spec 5: true
-    while the run's ingest seq is ahead of the seq the analysis absorbed)."""
+    """How fresh the stored analysis is: ``computed_at`` and ``pending_analysis``
+    (docs/ingest-v1.md#recovery: true while the run's ingest seq is ahead of the seq the analysis
+    absorbed)."""
     if analysis is None:
         return {"computed_at": None, "pending": run.ingest_seq > 0, "version": "none"}
     computed_at = analysis["computed_at"] if isinstance(analysis, dict) else analysis.computed_at
@@ -113,12 +114,12 @@ class FleetRow:
 
     run: Run
     health: str
-    seconds_since_restorable: float | None  # DESIGN "Time since last restorable (TSLRC)"
+    seconds_since_restorable: float | None  # docs/definitions.md#seconds-since-last-restorable
     limit_s: float                          # contract max_checkpoint_age_s
-    last_restorable: dict | None            # spec 5 last_restorable
-    updates_at_risk: int | None             # spec 5 updates_at_risk
+    last_restorable: dict | None            # docs/definitions.md#last-restorable
+    updates_at_risk: int | None             # docs/definitions.md#updates-at-risk
     open_alerts: int
-    last_restart: dict | None               # the last item of spec 5 restarts
+    last_restart: dict | None               # the last of ``restarts``
     computed_at: datetime | None
     pending: bool
 
@@ -140,9 +141,9 @@ def fleet(user, *, project: int | None = None, health: str = "", q: str = "",
     """Every run ``user`` may see, worst first: failing, at risk, ok, ended, then not analysed;
     within a health, the run furthest past its checkpoint-age limit first.
 
-    Filters: ``project`` (pk), ``health`` (a spec 5 health word, or ``unknown`` for runs without
-    an analysis yet), ``q`` (case-insensitive substring of run_id). Reads only the small keys of
-    each stored analysis.
+    Filters: ``project`` (pk), ``health`` (docs/definitions.md#health, or ``unknown`` for runs
+    without an analysis yet), ``q`` (case-insensitive substring of run_id). Reads only the small
+    keys of each stored analysis.
     """
     now = now or timezone.now()
     runs = Run.objects.select_related("project").filter(project__in=visible_projects(user))
@@ -221,7 +222,7 @@ class RunSummary:
 
 def load_small_analysis(run) -> dict | None:
     """The stored analysis of ``run`` without its chart series: computed_at, ingest_seq, health
-    and the spec 5 keys in ``SMALL_KEYS`` (missing keys are None)."""
+    and the keys in ``SMALL_KEYS`` (missing keys are None)."""
     return (Analysis.objects.filter(run=run)
             .values("pk", "computed_at", "ingest_seq", "health",
                     **{f"r_{k}": KeyTransform(k, "result") for k in SMALL_KEYS})
@@ -229,10 +230,10 @@ def load_small_analysis(run) -> dict | None:
 
 
 def run_summary(run, now: datetime | None = None) -> RunSummary:
-    """Everything the run page states in words: can we resume and from what (spec 5
-    ``last_restorable``), how much is at risk (TSLRC from ``rules.seconds_since_last_restorable``
-    and ``updates_at_risk``), what the last restart did to the data (spec 5 ``restarts[-1]``),
-    plus attempts, recent generations and the run's alerts."""
+    """Everything the run page states in words: can we resume and from what
+    (docs/definitions.md#last-restorable), how much is at risk (TSLRC from
+    ``rules.seconds_since_last_restorable`` and ``updates_at_risk``), what the last restart did to
+    the data (``restarts[-1]``), plus attempts, recent generations and the run's alerts."""
     now = now or timezone.now()
     a = load_small_analysis(run)
     result = {k: (a or {}).get(f"r_{k}") for k in SMALL_KEYS}
@@ -291,8 +292,8 @@ def generation_detail(run, generation_id: str) -> GenerationDetail:
     """The generation page: required shards (from the manifest, else ``checkpoint_started``),
     required components (manifest components, else the run contract's ``required_components``),
     and per shard x component the verification result of its object (``CheckpointObject``):
-    ``ok``, a spec 5 reason code, ``pending`` or ``absent`` (no object listed). Http404 for an
-    unknown generation."""
+    ``ok``, a reason code (docs/definitions.md#generation-status), ``pending`` or ``absent`` (no
+    object listed). Http404 for an unknown generation."""
     gen = Generation.objects.filter(run=run, generation_id=generation_id).first()
     if gen is None:
         raise Http404("no such generation")
@@ -330,7 +331,7 @@ def generation_detail(run, generation_id: str) -> GenerationDetail:
 
 @dataclass
 class RestartDetail:
-    """One restart (spec 5 ``restarts`` item) with its cursors joined per stratum and the audit
+    """One restart (docs/definitions.md#a-restart) with its cursors joined per stratum and the audit
     windows around it."""
 
     restart: dict
@@ -345,8 +346,8 @@ def _cursor_key(c: dict) -> str:
 
 
 def cursor_comparison(expected: list, resume: list) -> list[dict]:
-    """Expected against actual resume cursor per stratum (DESIGN "A restart": ``expected_cursor``
-    is the lineage's frontier at U, ``resume_cursor`` where the attempt starts). ``gap`` is
+    """Expected against actual resume cursor per stratum (docs/definitions.md#expected-cursor is
+    the lineage's frontier at U, ``resume_cursor`` where the attempt starts). ``gap`` is
     resume minus expected position when both are in the same epoch: positive means positions
     were skipped (possible omission), negative means positions are read again (possible replay)."""
     exp = {_cursor_key(c): c for c in expected or []}
@@ -387,8 +388,8 @@ def _audit_table(run, attempt: int | None, updates_q, order: str, limit_updates:
 
 
 def restart_detail(run, attempt: int, summary_restarts: list | None = None) -> RestartDetail:
-    """The restart page of attempt ``attempt``: the spec 5 ``restarts`` item, the cursor
-    comparison (``cursor_comparison``), and audit windows (spec 4 ``audit_window``) of the
+    """The restart page of attempt ``attempt``: its ``restarts`` item, the cursor
+    comparison (``cursor_comparison``), and audit windows (docs/ingest-v1.md#audit_window) of the
     predecessor just before the restored update U (its last two updates at or below U) and of the
     resumed attempt just after (its first two updates above U). Http404 when the run has no
     restart for that attempt."""

@@ -170,8 +170,8 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
     slot_ids: list[list[int]] = []  # sample identities per accumulation slot of this update
 
     def audited(u: int) -> bool:
-        """Seed 003: readable identities for the update a checkpoint holds last and the first
-        updates after a resume."""
+        """Readable identities (``audit_window``) for the update a checkpoint holds last and the
+        first updates after a resume."""
         return u % cfg["ckpt_every"] == 0 or (cfg.get("resume") and u <= resumed_at + 2)
 
     try:

@@ -1,5 +1,5 @@
 """The one writer of ingest: :func:`ingest_batch` stores a validated batch and projects it into
-the typed tables, in one transaction (spec section 1: "a batch is atomic").
+the typed tables, in one transaction (docs/ingest-v1.md#answers: "a batch is atomic").
 
 Order of work inside the transaction, per batch:
 
@@ -52,12 +52,13 @@ class IngestResult:
     generation_pks: list[int] = field(default_factory=list)
 
     def as_response(self) -> dict[str, int]:
-        """The 202 body of spec 1."""
+        """The 202 body (docs/ingest-v1.md#answers)."""
         return {"accepted": self.accepted, "duplicates": self.duplicates}
 
 
 def ingest_batch(token: ApiToken | Project, events: Sequence[ValidEvent | dict]) -> IngestResult:
-    """Store ``events`` for the token's project atomically and idempotently (spec 1-4).
+    """Store ``events`` for the token's project atomically and idempotently (docs/ingest-v1.md,
+    sections 1-4).
 
     ``token``: the authenticated :class:`ApiToken` (its project receives the events; a project
     may be passed directly by internal callers). ``events``: the output of
@@ -204,8 +205,9 @@ def _insert_optimistically(runs: dict[str, Run], events: Sequence[ValidEvent],
 
 
 def _check_span_kinds(runs: dict[str, Run], events: Iterable[ValidEvent]) -> None:
-    """Spec 3: a stratum uses one kind (ranges or ids) throughout a run. Records first use in
-    ``Run.strata``; raises BadRequest naming each span that breaks the rule."""
+    """docs/ingest-v1.md#3-positions-spans-and-cursors: a stratum uses one kind (ranges or ids)
+    throughout a run. Records first use in ``Run.strata``; raises BadRequest naming each span that
+    breaks the rule."""
     items: list[ErrorItem] = []
     for ev in events:
         if ev.model.type != "update_committed":

@@ -3,7 +3,7 @@
 Views only parse the request, check access, call one action and answer; every refusal is an
 :mod:`~recoverydash.ingest.errors` exception turned into JSON in one place.
 
-- ``POST /events`` (scope ``ingest``): spec 1-4, see :func:`post_events`.
+- ``POST /events`` (scope ``ingest``): docs/ingest-v1.md, sections 1-4, see :func:`post_events`.
 - ``GET /runs`` (scope ``read``): the project's runs, see :func:`list_runs`.
 - ``GET /openapi.json`` and ``GET /docs`` (Swagger UI served from django-ninja's bundled static
   files through WhiteNoise: nothing is fetched from the internet).
@@ -119,10 +119,10 @@ def _finite_float(text: str) -> float:
 
 
 def read_body(request: HttpRequest) -> bytes:
-    """The decoded request body (spec 1): JSON content type only (415), gzip or identity
-    content encoding (415 otherwise), at most ``RECOVERYDASH_MAX_BODY_BYTES`` once decoded
-    (413; gzip is inflated in bounded steps, never further than the limit), gzip that does not
-    inflate: 400."""
+    """The decoded request body (docs/ingest-v1.md#1-transport): JSON content type only (415), gzip
+    or identity content encoding (415 otherwise), at most ``RECOVERYDASH_MAX_BODY_BYTES`` once
+    decoded (413; gzip is inflated in bounded steps, never further than the limit), gzip that does
+    not inflate: 400."""
     limit = settings.RECOVERYDASH_MAX_BODY_BYTES
     media = request.META.get("CONTENT_TYPE", "").split(";")[0].strip().lower()
     if media != "application/json":
@@ -169,8 +169,8 @@ def read_body(request: HttpRequest) -> bytes:
 
 
 def parse_batch(request: HttpRequest) -> list[ValidEvent]:
-    """Decode the body and validate ``{"events": [...]}``: 413 over the events limit, 400 for
-    JSON that does not parse or events that break spec 2-4."""
+    """Decode the body and validate ``{"events": [...]}``: 413 over the events limit, 400 for JSON
+    that does not parse or events that break docs/ingest-v1.md, sections 2-4."""
     body = read_body(request)
     try:
         doc = json.loads(body, parse_constant=_reject_constant, parse_float=_finite_float)
@@ -192,7 +192,7 @@ def parse_batch(request: HttpRequest) -> list[ValidEvent]:
 
 @api.post(
     "/events", auth=ingest_auth, response={202: Accepted, **ERROR_RESPONSES},
-    summary="Push a batch of events (spec 1-4)",
+    summary="Push a batch of events",
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -233,7 +233,7 @@ class RunsQuery(Schema):
 
 
 @api.get("/runs", auth=read_auth, response={200: list[RunOut]},
-         summary="The project's runs (spec 5)")
+         summary="The project's runs")
 def list_runs(request: HttpRequest, query: Query[RunsQuery]):
     """The token's project's runs, most recently heard from first."""
     runs = (Run.objects.filter(project_id=request.auth.project_id)
@@ -251,7 +251,8 @@ def list_runs(request: HttpRequest, query: Query[RunsQuery]):
     return Status(200, out)
 
 
-# The read API of spec 5 (recovery, restore-plan) lives beside the analysis it reads.
+# The read API (docs/ingest-v1.md#5-reading-the-analysis: recovery, restore-plan) lives beside the
+# analysis it reads.
 from recoverydash.runs.api import router as _analysis_router  # noqa: E402
 
 api.add_router("/runs", _analysis_router)

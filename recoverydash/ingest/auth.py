@@ -1,4 +1,5 @@
-"""Bearer-token authentication, scope checks and the per-token rate limit (spec section 1).
+"""Bearer-token authentication, scope checks and the per-token rate limit
+(docs/ingest-v1.md#authentication, #limits).
 
 For API endpoints (django-ninja), pass the ready-made auth objects::
 
@@ -10,9 +11,10 @@ For API endpoints (django-ninja), pass the ready-made auth objects::
         ...
 
 ``request.auth`` is then the :class:`~recoverydash.runs.models.ApiToken` (``.project`` is its
-project). For a plain Django view, call ``token = require_token(request, "read")`` or decorate
-it with ``@token_required("read")``; either raises or answers 401 (no, unknown or revoked token),
-403 (token without the scope) or 429 (rate limit, with ``Retry-After``) in the spec's JSON shape.
+project). For a plain Django view, call ``token = require_token(request, "read")`` or decorate it
+with ``@token_required("read")``; either raises or answers 401 (no, unknown or revoked token), 403
+(token without the scope) or 429 (rate limit, with ``Retry-After``) in the shape of
+docs/ingest-v1.md#errors.
 
 Rate limit: a token bucket per token, ``RECOVERYDASH_RATE_LIMIT_PER_SECOND`` tokens per second
 up to ``RECOVERYDASH_RATE_LIMIT_BURST``; shared through Redis when ``RECOVERYDASH_REDIS_URL`` is
@@ -68,7 +70,7 @@ def require_token(request: HttpRequest, scope: str) -> ApiToken:
 
 class TokenAuth(HttpBearer):
     """django-ninja auth for one scope: ``auth=TokenAuth("read")``; ``request.auth`` is the
-    :class:`ApiToken`. Errors go through the API's one error handler (spec JSON shape)."""
+    :class:`ApiToken`. Errors go through the API's one error handler (docs/ingest-v1.md#errors)."""
 
     def __init__(self, scope: str):
         super().__init__()
@@ -87,7 +89,7 @@ read_auth = TokenAuth(SCOPE_READ)
 
 def token_required(scope: str) -> Callable:
     """Decorator for plain Django views: sets ``request.auth`` to the token, or answers
-    401/403/429 in the spec's JSON shape."""
+    401/403/429 in the shape of docs/ingest-v1.md#errors."""
 
     def decorate(view: Callable) -> Callable:
         @functools.wraps(view)
@@ -105,7 +107,7 @@ def token_required(scope: str) -> Callable:
 
 def run_for(token: ApiToken, run_id: str) -> Run:
     """The token's project's run named ``run_id``; NotFound (404) otherwise, also for a run of
-    another project (spec 1: invisible)."""
+    another project (invisible: docs/ingest-v1.md#authentication)."""
     run = Run.objects.filter(project_id=token.project_id, run_id=run_id).first()
     if run is None:
         raise NotFound(f"expected a run of this project, got unknown run_id {run_id!r}")

@@ -1,11 +1,12 @@
-"""The one error hierarchy of the v1 API, and the one place it turns into JSON (spec section 1).
+"""The one error hierarchy of the v1 API, and the one place it turns into JSON
+(docs/ingest-v1.md#errors).
 
 Every refusal the API makes is an :class:`ApiError` subclass with an HTTP status and a short
-machine code. :func:`error_response` renders any of them into the spec's shape::
+machine code. :func:`error_response` renders any of them into the wire contract's shape::
 
     {"error": "<code>", "errors": [{"index": int | null, "path": str, "message": str}, ...]}
 
-``errors`` holds at most :data:`MAX_ERRORS` items (spec 1: "at most 100 errors"). ``index`` is the
+``errors`` holds at most :data:`MAX_ERRORS` items ("at most 100 errors"). ``index`` is the
 position of the offending event in the batch (null when the problem is the request as a whole),
 ``path`` uses the wire's field names and indexes (``events[3].spans[0].ranges[1]``), and every
 ``message`` says what was expected and what came. A 409 names the index of the conflicting event
@@ -60,7 +61,8 @@ class ApiError(Exception):
 
 
 class BadRequest(ApiError):
-    """400: the body is not JSON, gzip that does not inflate, or events that break spec 2-4."""
+    """400: the body is not JSON, gzip that does not inflate, or events that break docs/ingest-v1.md
+    sections 2-4."""
 
     status = 400
     code = "invalid"
@@ -142,7 +144,8 @@ class AnalysisUnavailable(ApiError):
 
 
 def error_response(exc: ApiError) -> HttpResponse:
-    """Render an :class:`ApiError` as the spec-shaped JSON response with its headers."""
+    """Render an :class:`ApiError` as the JSON response of docs/ingest-v1.md#errors with its
+    headers."""
     response = HttpResponse(json.dumps(exc.body()), status=exc.status,
                             content_type="application/json")
     for name, value in exc.headers.items():

@@ -1,6 +1,7 @@
-"""Pydantic v2 models of the wire contract (spec sections 2 to 4) and the batch validator.
+"""Pydantic v2 models of the wire contract (docs/ingest-v1.md, sections 2 to 4) and the batch
+validator.
 
-The models check every rule the spec states about one event: types (strict: ``"5"`` is not an
+The models check every rule the contract states about one event: types (strict: ``"5"`` is not an
 integer, ``true`` is not a number), bounds (integers that reach the database fit its columns:
 ``attempt``, ``rank``, ``world_size`` and the like below 2**31, updates, sizes and positions below
 2**63), RFC 3339 timestamps with an offset, the ``run_id`` pattern, ranges
@@ -9,17 +10,18 @@ sha256 digests, enums and list limits. Rules that need the database (an ``event_
 stored, the kind a stratum already uses in the run) are checked by
 :func:`recoverydash.ingest.actions.ingest_batch`.
 
-Where the spec is silent, these choices are documented in the OpenAPI schema:
-string fields that land in a database column are bounded by it (``generation_id``, ``shard``,
-``component``: 200 chars; ``dataset_version``, ``config_digest``: 500; ``uri``: 2000); strings
-may not contain NUL characters or lone surrogates anywhere in an event (no database can store
-them); ``sampler.epoch_length`` and ``sampler.units`` are checked when present because the analysis
-reads them. A ``checkpoint_committed`` manifest is checked field by field only when its
-``schema_revision`` is 1; another revision must still be an integer and name a ``generation_id``,
-and is stored for the analysis to reject as ``schema_unsupported``.
+Where the original contract is silent, these choices are documented in the OpenAPI schema (and
+marked as extensions in docs/ingest-v1.md): string fields that land in a database column are bounded
+by it (``generation_id``, ``shard``, ``component``: 200 chars; ``dataset_version``,
+``config_digest``: 500; ``uri``: 2000); strings may not contain NUL characters or lone surrogates
+anywhere in an event (no database can store them); ``sampler.epoch_length`` and ``sampler.units``
+are checked when present because the analysis reads them. A ``checkpoint_committed`` manifest is
+checked field by field only when its ``schema_revision`` is 1; another revision must still be an
+integer and name a ``generation_id``, and is stored for the analysis to reject as
+``schema_unsupported``.
 
 Unknown extra fields are ignored by the models but kept: the stored ``Event.body`` is the event's
-JSON object as received (spec 2).
+JSON object as received (docs/ingest-v1.md#2-common-fields).
 
 Entry point: :func:`validate_events` (raw list from the request body -> :class:`ValidEvent` list,
 or :class:`~recoverydash.ingest.errors.BadRequest` with at most 100 located errors).
@@ -101,9 +103,10 @@ def _check_range(r: list[int]) -> list[int]:
         raise ValueError(f"expected start <= stop, got [{', '.join(map(str, r))}]")
     if len(r) == 3 and r[2] < 1:
         raise ValueError(f"expected step >= 1, got {r[2]}")
-    # An implementation limit beyond spec 3, the recovery core's own bound: one range of one
-    # report is one rank's share of one update, and a reach (stop - start) of billions is a unit
-    # mistake that would cost the analysis memory in proportion; refuse it with a clear message.
+    # An implementation limit beyond the original contract, the recovery core's own bound: one range
+    # of one report is one rank's share of one update, and a reach (stop - start) of billions is a
+    # unit mistake that would cost the analysis memory in proportion; refuse it with a clear
+    # message.
     if r[1] - r[0] > MAX_RANGE_POSITIONS:
         raise ValueError(f"expected a range reaching at most {MAX_RANGE_POSITIONS:,} positions "
                          f"(stop - start; RECOVERYDASH_MAX_RANGE_POSITIONS), got "
@@ -120,7 +123,7 @@ class _Wire(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=False)
 
 
-# --- spec 3: spans and cursors ------------------------------------------------------------------
+# --- docs/ingest-v1.md#3-positions-spans-and-cursors --------------------------------------------
 class Span(_Wire):
     """Positions of one ``(stratum, epoch)``: ``ranges`` ([start, stop] or [start, stop, step],
     half-open like Python's range) xor ``ids`` (at most 100,000 sample identities)."""
@@ -153,7 +156,8 @@ class Cursor(_Wire):
 
 
 class Object(_Wire):
-    """A checkpoint object (spec 4). URIs ``s3://`` and ``file://`` are verified by the server."""
+    """A checkpoint object (docs/ingest-v1.md#shard_written). URIs ``s3://`` and ``file://`` are
+    verified by the server."""
 
     uri: Annotated[str, Strict(), Field(min_length=1, max_length=2000)]
     shard: Optional[Name200] = None
@@ -173,7 +177,7 @@ class DataProgress(_Wire):
 
 
 class ManifestV1(_Wire):
-    """A committed manifest of ``schema_revision`` 1 (spec 4, ``checkpoint_committed``)."""
+    """A committed manifest of ``schema_revision`` 1 (docs/ingest-v1.md#checkpoint_committed)."""
 
     schema_revision: Literal[1]
     generation_id: Name200
@@ -195,9 +199,9 @@ class ManifestHead(_Wire):
     generation_id: Name200
 
 
-# --- spec 2: common fields ----------------------------------------------------------------------
+# --- docs/ingest-v1.md#2-common-fields ----------------------------------------------------------
 class EventBase(_Wire):
-    """Fields of every event (spec 2)."""
+    """Fields of every event (docs/ingest-v1.md#2-common-fields)."""
 
     event_id: Name200
     run_id: Annotated[str, Strict(), Field(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
@@ -206,7 +210,7 @@ class EventBase(_Wire):
     rank: Optional[Int31] = None
 
 
-# --- spec 4: event types ------------------------------------------------------------------------
+# --- docs/ingest-v1.md#4-event-types ------------------------------------------------------------
 class Sampler(_Wire):
     """Free-form; the recommended keys the analysis reads are checked when present."""
 
@@ -313,7 +317,7 @@ AnyEvent = Annotated[Union[EVENT_MODELS], Field(discriminator="type")]  # type: 
 
 
 class IngestBody(BaseModel):
-    """The request body of ``POST /api/v1/events`` (spec 1)."""
+    """The request body of ``POST /api/v1/events`` (docs/ingest-v1.md#1-transport)."""
 
     events: list[AnyEvent]
 
@@ -442,7 +446,8 @@ def _find_unstorable(value: Any, path: str) -> tuple[str, str] | None:
 
 
 def validate_events(raw_events: Any) -> list[ValidEvent]:
-    """Validate the ``events`` list of a request body (spec 2-4, one event at a time).
+    """Validate the ``events`` list of a request body (docs/ingest-v1.md, sections 2-4, one event at
+    a time).
 
     Returns one :class:`ValidEvent` per event, in order. Raises
     :class:`~recoverydash.ingest.errors.BadRequest` listing at most 100 errors, each with the

@@ -102,7 +102,8 @@ def load_input(run: Run) -> "recovery.RunInput":
 
 
 def _store_generation_statuses(run: Run, result: dict) -> None:
-    """Copy each generation's status and reasons (spec 5) onto its row, where they changed."""
+    """Copy each generation's status and reasons (docs/definitions.md#generation-status) onto its
+    row, where they changed."""
     current = {g.generation_id: g for g in Generation.objects.filter(run=run)
                .only("pk", "generation_id", "status", "reasons")}
     for g in result.get("generations", []):
@@ -292,7 +293,7 @@ def evaluate_all(limit: int = 2000, refresh_after_s: float = 60.0) -> int:
 
 def plan_restore(run: Run, world_size: int | None = None, dataset_version: str | None = None,
                  config_digest: str | None = None) -> "recovery.RestorePlan":
-    """Spec 5 restore-plan: analyse the run up to its newest events, then choose.
+    """docs/ingest-v1.md#restore-plan: analyse the run up to its newest events, then choose.
 
     A restarting trainer asks this once; it must see every generation committed so far, so the
     analysis is brought up to date synchronously rather than read from the stored result."""

@@ -1,4 +1,5 @@
-"""The read API of spec section 5: a run's recovery analysis and its restore plan.
+"""The read API (docs/ingest-v1.md#5-reading-the-analysis): a run's recovery analysis and its
+restore plan.
 
 ``GET /api/v1/runs/{run_id}/recovery`` answers from the stored analysis (written by the workers),
 with the clock-dependent figure (seconds since the last restorable generation) computed at request
@@ -144,7 +145,8 @@ class RestorePlanQuery(Schema):
 
 
 def recovery_view(run: Run) -> dict:
-    """The spec 5 ``recovery`` body of a run from its stored analysis and alert rows."""
+    """The ``recovery`` body (docs/ingest-v1.md#recovery) of a run from its stored analysis and
+    alert rows."""
     now = timezone.now()
     analysis = Analysis.objects.filter(run=run).first()
     result = analysis.result if analysis else {}
@@ -168,7 +170,7 @@ def recovery_view(run: Run) -> dict:
 
 
 @router.get("/{run_id}/recovery", auth=read_auth, response={200: RecoveryOut},
-            summary="A run's recovery analysis (spec 5)")
+            summary="A run's recovery analysis")
 def get_recovery(request: HttpRequest, run_id: str):
     """Which checkpoint can be resumed, what is at risk, and what each restart did to the data."""
     return Status(200, recovery_view(run_for(request.auth, run_id)))
@@ -176,7 +178,7 @@ def get_recovery(request: HttpRequest, run_id: str):
 
 @router.get("/{run_id}/restore-plan", auth=read_auth,
             response={200: RestorePlanOut, 409: NoRestorableOut},
-            summary="Which generation a restarting trainer should load (spec 5)")
+            summary="Which generation a restarting trainer should load")
 def get_restore_plan(request: HttpRequest, run_id: str, query: Query[RestorePlanQuery]):
     """200 with the newest restorable generation of the live lineage, its objects and data
     cursor, and warnings when the restart differs (``world_size_changed``, ...); 409

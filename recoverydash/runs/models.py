@@ -2,7 +2,8 @@
 tables that ingest projects events into (ledger rows, heartbeats, generations, checkpoint objects,
 audit windows), plus the stored analysis of each run.
 
-Vocabulary follows ../shared/DESIGN.md ("Words") and the wire contract (spec sections 2 to 4).
+Vocabulary follows docs/definitions.md#words and the wire contract (docs/ingest-v1.md,
+sections 2 to 4).
 The raw event log is the record of what trainers said; every typed table can be rebuilt from it.
 """
 
@@ -49,7 +50,8 @@ def hash_token(raw: str) -> str:
 
 
 class ApiToken(models.Model):
-    """A bearer token of one project with scopes ``ingest`` and/or ``read`` (spec section 1).
+    """A bearer token of one project with scopes ``ingest`` and/or ``read``
+    (docs/ingest-v1.md#authentication).
 
     The raw token is shown once at creation; only its sha256 is stored. ``prefix`` (the first
     characters) lets people tell tokens apart in lists.
@@ -102,7 +104,8 @@ class ApiToken(models.Model):
 
 
 class Run(models.Model):
-    """A logical training run (spec 2, ``run_id``), created on first sight, within one project.
+    """A logical training run (``run_id``, docs/ingest-v1.md#2-common-fields), created on first
+    sight, within one project.
 
     ``ingest_seq`` counts accepted batches that touched the run; it is incremented under a row
     lock, so rows stamped with it are ordered by commit. The analysis records the seq it has
@@ -121,8 +124,9 @@ class Run(models.Model):
     # recoverydash.runs.analysis.request_analysis); None when none is waiting.
     analysis_queued_at = models.DateTimeField(null=True, blank=True)
     contract = models.JSONField(default=dict, blank=True)  # the latest attempt_started contract
-    # stratum -> "ranges" | "ids": the kind of span the stratum uses; spec 3 says one kind
-    # throughout a run, and ingest refuses a batch that mixes them (400).
+    # stratum -> "ranges" | "ids": the kind of span the stratum uses; one kind throughout a
+    # run (docs/ingest-v1.md#3-positions-spans-and-cursors), and ingest refuses a batch that
+    # mixes them (400).
     strata = models.JSONField(default=dict, blank=True)
 
     class Meta:
@@ -133,9 +137,9 @@ class Run(models.Model):
         return self.run_id
 
     def analysis_summary(self, now=None) -> tuple[str | None, float | None]:
-        """``(health, seconds_since_last_restorable)`` for lists (spec 5), read from the stored
-        :class:`Analysis`: both None while no analysis exists. The seconds follow DESIGN.md
-        "Time since last restorable", as in the ``recovery`` answer (see
+        """``(health, seconds_since_last_restorable)`` for lists (docs/ingest-v1.md#runs-list),
+        read from the stored :class:`Analysis`: both None while no analysis exists. The seconds
+        follow docs/definitions.md#seconds-since-last-restorable, as in the ``recovery`` answer (see
         ``recoverydash.alerts.rules.seconds_since_last_restorable``)."""
         from recoverydash.alerts.rules import seconds_since_last_restorable
 
@@ -172,7 +176,7 @@ class Event(models.Model):
 
 
 class Attempt(models.Model):
-    """One launch of a run (spec 4, ``attempt_started`` / ``attempt_ended``).
+    """One launch of a run (docs/ingest-v1.md#attempt_started, #attempt_ended).
 
     A row may exist before its ``attempt_started`` arrives (events can come out of order);
     ``started_at`` is then null. ``resumed_from`` is the wire object or null (fresh start).
@@ -208,7 +212,7 @@ class Attempt(models.Model):
         constraints = [models.UniqueConstraint(fields=["run", "attempt"], name="uniq_attempt")]
 
     def advance_fetched(self, cursors: list[dict]) -> bool:
-        """Keep the furthest read cursor per ``(stratum, epoch)`` (spec 3 Cursor dicts).
+        """Keep the furthest read cursor per ``(stratum, epoch)`` (wire cursor dicts).
         Returns True when ``fetched`` changed."""
         merged = {(c["stratum"], c["epoch"]): c for c in self.fetched or []}
         changed = False
@@ -228,11 +232,11 @@ GLOBAL_RANK = -1  # a ledger report with a null rank: the coordinator's global v
 
 
 class LedgerRow(models.Model):
-    """Positions one data-parallel rank contributed to one committed update (spec 4,
-    ``update_committed``). One row per ``(run, attempt, update, rank)``; ``rank`` -1 stands for a
-    null rank. Reports of the same rank for one update are united: a later piece appends its spans
-    and raises ``last_seq`` above ``first_seq``. ``spans`` are the wire spans, which are already
-    compact (ranges, strided ranges).
+    """Positions one data-parallel rank contributed to one committed update
+    (docs/ingest-v1.md#update_committed). One row per ``(run, attempt, update, rank)``; ``rank`` -1
+    stands for a null rank. Reports of the same rank for one update are united: a later piece
+    appends its spans and raises ``last_seq`` above ``first_seq``. ``spans`` are the wire spans,
+    which are already compact (ranges, strided ranges).
     """
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="ledger_rows")
@@ -268,7 +272,8 @@ class LedgerRow(models.Model):
 
 
 class Heartbeat(models.Model):
-    """A liveness report with the read cursor (spec 4, ``heartbeat``): charts fetched cursors."""
+    """A liveness report with the read cursor (docs/ingest-v1.md#heartbeat): charts fetched
+    cursors."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="heartbeats")
     attempt = models.IntegerField()
@@ -285,8 +290,8 @@ class Generation(models.Model):
     """One checkpoint save (``generation_id``) with what was reported of it.
 
     ``manifest`` is the first committed manifest; ``manifest_conflict`` is set when a different
-    one arrives for the same generation (spec 5, ``manifest_conflict``). ``status`` and
-    ``reasons`` are written by the analysis (spec 5 statuses and reason codes).
+    one arrives for the same generation (``manifest_conflict``). ``status`` and ``reasons`` are
+    written by the analysis (docs/definitions.md#generation-status).
     """
 
     STATUS_CHOICES = [(s, s) for s in ("pending", "committed", "restorable", "rejected", "abandoned")]
@@ -304,7 +309,7 @@ class Generation(models.Model):
     manifest_hash = models.CharField(max_length=64, blank=True, default="")
     manifest_conflict = models.BooleanField(default=False)
     conflicting_manifest = models.JSONField(null=True, blank=True)  # the second, different one
-    discovered = models.BooleanField(default=False)  # found by listing storage (seed 002)
+    discovered = models.BooleanField(default=False)  # found by listing storage
     status = models.CharField(max_length=16, choices=STATUS_CHOICES, default="pending")
     reasons = models.JSONField(default=list, blank=True)
     verified_at = models.DateTimeField(null=True, blank=True)
@@ -317,8 +322,9 @@ class Generation(models.Model):
 
     def record_manifest(self, manifest: dict, manifest_hash: str, committed_at, reported_at,
                         attempt: int) -> bool:
-        """Apply a ``checkpoint_committed`` manifest (spec 4). The first one is kept; a later
-        one with other content sets ``manifest_conflict`` (spec 5: neither is trusted), the same
+        """Apply a ``checkpoint_committed`` manifest (docs/ingest-v1.md#checkpoint_committed). The
+        first one is kept; a later one with other content sets ``manifest_conflict`` (neither is
+        trusted, docs/definitions.md#restorable), the same
         one again changes nothing. Returns True when the generation changed (the analysis and
         verification must look at it again)."""
         if self.manifest is None:
@@ -361,7 +367,8 @@ class ShardReport(models.Model):
 
 
 class CheckpointObject(models.Model):
-    """One object of a generation (spec 4, Object) and the result of checking it in storage.
+    """One object of a generation (Object, docs/ingest-v1.md#shard_written) and the result of
+    checking it in storage.
 
     ``check_status``: ``pending`` (not checked yet), ``ok``, ``object_missing``,
     ``size_mismatch``, ``digest_mismatch``, ``storage_unverified`` (a scheme the server cannot
@@ -392,7 +399,8 @@ class CheckpointObject(models.Model):
 
 
 class AuditWindow(models.Model):
-    """Readable sample identities around a checkpoint or resume (spec 4, ``audit_window``)."""
+    """Readable sample identities around a checkpoint or resume
+    (docs/ingest-v1.md#audit_window)."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="audit_windows")
     attempt = models.IntegerField()
@@ -409,7 +417,8 @@ class AuditWindow(models.Model):
 class Analysis(models.Model):
     """The stored analysis of a run: the recovery core's result and its incremental state.
 
-    ``result`` holds the core's ``to_dict()`` (spec 5 fields, costs, chart series);
+    ``result`` holds the core's ``to_dict()`` (docs/ingest-v1.md#recovery fields, costs, chart
+    series);
     ``state`` the core's serialised incremental state; ``ingest_seq`` the run's ingest seq the
     result reflects. Figures that depend on the current time (seconds since last restorable)
     are computed when read, from ``result``.

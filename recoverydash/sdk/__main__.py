@@ -1,10 +1,10 @@
 """Command line: ``python -m recoverydash.sdk check LOCATION [--world-size N] [--json]``.
 
-Lists the generations published under LOCATION (a folder, relative or absolute, ``file:///dir``
-or ``s3://bucket/prefix``), newest first,
-with their status (``restorable``, ``rejected``, ``committed``) and reasons (spec 5 codes), after
-verifying every object in storage. Exit status: 0 when one generation is restorable, 1 when none
-is (or the location cannot be listed), 2 on usage errors.
+Lists the generations published under LOCATION (a folder, relative or absolute, ``file:///dir`` or
+``s3://bucket/prefix``), newest first, with their status (``restorable``, ``rejected``,
+``committed``) and reasons (docs/definitions.md#generation-status), after verifying every object in
+storage. Exit status: 0 when one generation is restorable, 1 when none is (or the location cannot be
+listed), 2 on usage errors.
 
 The check covers storage only: it does not see the data ledger, so ``data_cursor_mismatch`` and
 ``stale_state`` (which need the server's ledger and the digests of every generation it knows) are

@@ -23,20 +23,20 @@ component and ``component_missing`` means what it says. A DCP component (a key o
 replicated tensors, so with DDP some ranks may write no ``.distcp`` for a component: that is not a
 missing component. Per-rank components (keys of ``rank_state``, plus ``rng`` and ``data_progress``)
 are one small file per rank, so every required shard carries them. The manifest's ``components``
-lists them all; its ``required_components`` (extra field) is the contract's list (spec default
+lists them all; its ``required_components`` (extra field) is the contract's list (default
 ``model, optimizer, scheduler, rng, data_progress`` unless you pass another).
 
-Publication protocol (``save_generation``), seed 002: the coordinator reports
-``checkpoint_started``; every rank saves, sizes and sha256-hashes the files it wrote and reports
-``shard_written``; all ranks agree on success (an all-reduce of a success flag, so a rank that
-failed or died makes every rank publish nothing); the coordinator gathers every rank's objects,
-checks that every required shard and component reported and that all parts are at the same
+Publication protocol (``save_generation``; docs/ingest-v1.md#7-checkpoints-in-storage): the
+coordinator reports ``checkpoint_started``; every rank saves, sizes and sha256-hashes the files it
+wrote and reports ``shard_written``; all ranks agree on success (an all-reduce of a success flag, so
+a rank that failed or died makes every rank publish nothing); the coordinator gathers every rank's
+objects, checks that every required shard and component reported and that all parts are at the same
 update, writes the manifest atomically (the commit: temporary file and link on a filesystem, one
 ``IfNoneMatch="*"`` PUT on S3), then reports ``checkpoint_committed``. On S3 a rank whose upload
-fails votes no in that all-reduce, so nothing is published; objects already uploaded for the
-failed generation stay under its folder without a manifest, which readers never treat as a
-generation (the next attempt uses another generation id).
-Collectives are plain tensor collectives (no ``*_object`` helpers, which need numpy).
+fails votes no in that all-reduce, so nothing is published; objects already uploaded for the failed
+generation stay under its folder without a manifest, which readers never treat as a generation (the
+next attempt uses another generation id). Collectives are plain tensor collectives (no ``*_object``
+helpers, which need numpy).
 
 Restore selection (``select_restorable``) works with the server down: it reads every manifest of
 the location, applies the recovery core's generation rules (``recoverydash.recovery.generations``:
@@ -76,7 +76,7 @@ from recoverydash.storage.objects import (
 log = logging.getLogger("recoverydash.sdk")
 
 DEFAULT_REQUIRED_COMPONENTS = ["model", "optimizer", "scheduler", "rng", "data_progress"]
-"""spec 4, ``contract.required_components`` default."""
+"""The default of ``contract.required_components`` (docs/ingest-v1.md#attempt_started)."""
 
 
 def shard_name(rank: int) -> str:
@@ -375,9 +375,9 @@ def _check_reports(reports: list[dict], shards: list[str], components: list[str]
 
 @dataclass
 class GenerationCheck:
-    """One generation found in storage: ``status`` is ``restorable``, ``rejected`` (reasons say
-    why, spec 5 codes) or ``committed`` (not verified: storage could not answer, or it was not
-    checked because a newer generation is restorable)."""
+    """One generation found in storage: ``status`` is ``restorable``, ``rejected`` (reasons say why,
+    docs/definitions.md#generation-status) or ``committed`` (not verified: storage could not answer,
+    or it was not checked because a newer generation is restorable)."""
 
     generation_id: str
     update: int | None
@@ -513,7 +513,7 @@ def select_restorable(location: str, *, world_size: int | None = None,
     within ``full_hash_max_bytes``). Checking stops at the first restorable one unless
     ``verify_all``; older ones are then listed as ``committed``. world_size / dataset_version:
     the restarting job's, compared when given. required_components: default the manifest's
-    ``required_components``, else the spec default.
+    ``required_components``, else the contract's default.
 
     Returns a Selection. Raises StorageError (Transient/Permanent) only when the location cannot
     be listed."""
@@ -571,7 +571,8 @@ def restore_plan(url: str | None, token: str | None, run_id: str, *,
                  dataset_version: str | None = None, config_digest: str | None = None,
                  timeout: float = 5.0, s3_client=None) -> dict:
     """Which generation to load: the server's answer (``GET /api/v1/runs/{run_id}/restore-plan``,
-    spec 5) when it answers within ``timeout`` seconds, else ``select_restorable(location)``.
+    docs/ingest-v1.md#restore-plan) when it answers within ``timeout`` seconds, else
+    ``select_restorable(location)``.
 
     Returns ``{"source": "server" | "storage" | "none", "generation_id": str | None,
     "update": int | None, "committed_at", "objects": [Object], "cursor": [Cursor],

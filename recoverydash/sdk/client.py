@@ -667,7 +667,7 @@ class Client:
             self._once(("close", type(e)), logging.WARNING, "recoverydash: close failed: %r", e)
             return False
 
-    # -- event helpers (spec section 4) --
+    # -- event helpers (docs/ingest-v1.md#4-event-types) --
 
     def attempt_started(self, *, world_size: int, dataset_version: str,
                         resumed_from: dict | None = None, global_batch_size: int | None = None,
@@ -687,8 +687,9 @@ class Client:
     def update_committed(self, update: int, spans: list[dict], *, samples: int | None = None,
                          tokens: int | None = None, ids_digest: str | None = None,
                          event_id: str | None = None, **extra) -> bool:
-        """``update_committed``: spans (spec 3) this rank contributed to optimizer update
-        ``update`` (>= 1). Event id ``{run}:{attempt}:{rank}:u{update}`` unless given."""
+        """``update_committed``: spans (docs/ingest-v1.md#3-positions-spans-and-cursors) this rank
+        contributed to optimizer update ``update`` (>= 1). Event id
+        ``{run}:{attempt}:{rank}:u{update}`` unless given."""
         ev = {"type": "update_committed", "update": update, "spans": spans, "samples": samples,
               "tokens": tokens, "ids_digest": ids_digest, **extra}
         if event_id:

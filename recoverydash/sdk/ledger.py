@@ -1,12 +1,12 @@
 """The data ledger of a PyTorch trainer: which positions each optimizer update consumed.
 
-Positions (spec section 3) index the global sample order of one epoch of one stratum. For
-``torch.utils.data.DistributedSampler`` that order is the padded, permuted index list *before* it is
-sliced by rank: rank ``r`` of ``W`` owns positions ``r, r+W, r+2W, ...``, so this rank's k-th sample
-of the epoch is position ``r + k*W``, and a microbatch of ``b`` samples is one strided range
-``[r + k*W, r + (k+b)*W, W]``. With ``drop_last=False`` the sampler pads the list to a multiple of
-``W`` by repeating its head: positions ``>= len(dataset)`` are those repeats and are reported in a
-separate span marked ``"padding": true`` (they are never duplicates).
+Positions (docs/ingest-v1.md#3-positions-spans-and-cursors) index the global sample order of one
+epoch of one stratum. For ``torch.utils.data.DistributedSampler`` that order is the padded, permuted
+index list *before* it is sliced by rank: rank ``r`` of ``W`` owns positions ``r, r+W, r+2W, ...``,
+so this rank's k-th sample of the epoch is position ``r + k*W``, and a microbatch of ``b`` samples
+is one strided range ``[r + k*W, r + (k+b)*W, W]``. With ``drop_last=False`` the sampler pads the
+list to a multiple of ``W`` by repeating its head: positions ``>= len(dataset)`` are those repeats
+and are reported in a separate span marked ``"padding": true`` (they are never duplicates).
 
 Usage, with gradient accumulation (a microbatch is never a "step")::
 
@@ -20,11 +20,11 @@ Usage, with gradient accumulation (a microbatch is never a "step")::
                 optimizer.step(); scheduler.step(); update += 1
                 rec.commit(update)                             # update_committed (+ heartbeat)
 
-Cursors: the *committed* cursor (``rec.cursor()``, what a checkpoint's ``data_progress`` must
-hold) is ``k_committed * W``: everything below was consumed by committed updates. The *read* cursor
+Cursors: the *committed* cursor (``rec.cursor()``, what a checkpoint's ``data_progress`` must hold)
+is ``k_committed * W``: everything below was consumed by committed updates. The *read* cursor
 (``rec.fetched_cursor()``, sent in heartbeats as ``fetched``) is ``k_read * W`` where ``k_read``
-counts what the loader has handed out, committed or not (seed 003: fetched 80,048, committed
-80,000). Both assume data-parallel ranks move in lock step, as DDP requires.
+counts what the loader has handed out, committed or not (docs/definitions.md#worked-example: fetched
+80,048, committed 80,000). Both assume data-parallel ranks move in lock step, as DDP requires.
 
 The ``order`` digest of an epoch (``order_digest``) is the first 32 hex chars of sha256 over the
 canonical JSON of ``{"algorithm": "torch.utils.data.DistributedSampler", "dataset_length": N,
@@ -278,7 +278,8 @@ class LedgerRecorder:
                 "samples_committed": self._k_committed * self.world_size}
 
     def sampler_info(self) -> dict:
-        """The ``sampler`` object of ``attempt_started`` (spec 4, recommended fields)."""
+        """The ``sampler`` object of ``attempt_started`` (docs/ingest-v1.md#attempt_started,
+        recommended fields)."""
         return {"algorithm": SAMPLER_ALGORITHM, "seed": self.seed, "shuffle": self.shuffle,
                 "drop_last": self.drop_last, "epoch_length": {self.stratum: self.dataset_length},
                 "padded_length": {self.stratum: self.total_size},

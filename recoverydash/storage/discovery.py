@@ -1,9 +1,10 @@
 """Manifest discovery: list each storage location and ingest committed manifests not seen yet.
 
-Seed 002: "If the coordinator dies after writing the manifest but before reporting success, the
-manifest is the durable authority." A manifest found in storage becomes a ``checkpoint_committed``
-event through the same ingest action as the API (so it is in the event log, idempotent by its
-``event_id``, and conflicts with a different committed manifest are detected the same way).
+If the coordinator dies after writing the manifest but before reporting success, the manifest is the
+durable authority (docs/ingest-v1.md#7-checkpoints-in-storage). A manifest found in storage becomes
+a ``checkpoint_committed`` event through the same ingest action as the API (so it is in the event
+log, idempotent by its ``event_id``, and conflicts with a different committed manifest are detected
+the same way).
 
 Layout and file name: ``<location>/<generation_id>/recoverydash-manifest.json``
 (``recoverydash.storage.objects.MANIFEST_NAME``), written by the SDK's checkpoint publisher.
@@ -28,7 +29,8 @@ log = logging.getLogger(__name__)
 
 
 def manifest_event(manifest: dict, run_id: str, uri: str) -> dict:
-    """The ``checkpoint_committed`` event (spec 4) for a manifest found at ``uri``.
+    """The ``checkpoint_committed`` event (docs/ingest-v1.md#checkpoint_committed) for a
+    manifest found at ``uri``.
 
     The ``event_id`` is derived from the manifest's content, so listing it again is a duplicate,
     never a second event. Raises ValueError when the manifest lacks what an event needs."""

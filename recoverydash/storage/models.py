@@ -1,6 +1,6 @@
 """Where a project's checkpoints live: storage locations that the workers list for committed
-manifests (seed 002: a manifest in storage is the durable authority even when its commit event
-never arrived) and whose credentials verify the objects under them."""
+manifests (a manifest in storage is the durable authority even when its commit event never arrived:
+docs/ingest-v1.md#7-checkpoints-in-storage) and whose credentials verify the objects under them."""
 
 from __future__ import annotations
 

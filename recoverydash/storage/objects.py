@@ -13,11 +13,11 @@ Layout of a location (decided here, used by the SDK and the server's manifest di
     <location>/<generation_id>/recoverydash-manifest.json      # the commit marker
     <location>/<generation_id>/...                              # the generation's objects
 
-The manifest document is spec section 4's manifest (``schema_revision`` 1, ``generation_id``,
-``update``, ``world_size``, ``required_shards``, ``components``, ``objects``, ``data_progress``,
-``dataset_version``, ``config_digest``, ``committed_at``) plus the extra fields ``run_id`` and
-``attempt`` (and, when the writer knows it, ``required_components``). Its presence is the commit:
-readers enumerate manifests, never raw generation folders.
+The manifest document is the manifest of docs/ingest-v1.md#checkpoint_committed (``schema_revision``
+1, ``generation_id``, ``update``, ``world_size``, ``required_shards``, ``components``, ``objects``,
+``data_progress``, ``dataset_version``, ``config_digest``, ``committed_at``) plus the extra fields
+``run_id`` and ``attempt`` (and, when the writer knows it, ``required_components``). Its presence is
+the commit: readers enumerate manifests, never raw generation folders.
 
 Errors
     ``verify_object`` reports what it saw as an ``ObjectCheck`` status; it raises only when it could
@@ -63,9 +63,9 @@ class PermanentStorageError(StorageError):
 
 
 class ManifestConflictError(StorageError):
-    """A different manifest is already published for this generation (spec: manifest_conflict).
+    """A different manifest is already published for this generation (``manifest_conflict``).
 
-    Seed 002: a second coordinator must verify the published manifest, never overwrite it."""
+    A second coordinator must verify the published manifest, never overwrite it."""
 
 
 @dataclass(frozen=True)
@@ -445,7 +445,7 @@ def write_manifest_atomically(location: str, manifest: dict, *, s3_client=None) 
     into place (atomic, and refuses to replace an existing manifest), fsync the folder. S3: one
     PUT with ``IfNoneMatch="*"`` (and a ChecksumSHA256), so readers see all of it or nothing.
     Publishing the same bytes again is a no-op; a different manifest already in place raises
-    ManifestConflictError (seed 002: a second coordinator verifies, never overwrites).
+    ManifestConflictError (a second coordinator verifies, never overwrites).
 
     Returns the manifest URI. Raises ManifestConflictError, TransientStorageError,
     PermanentStorageError, or ValueError when ``generation_id`` is missing or holds a ``/``."""

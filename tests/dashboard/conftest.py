@@ -1,6 +1,7 @@
 """Dashboard fixtures: an owner and a teammate of ``project``, an outsider (member of
-``other_project`` only), and ``known_run``: the omission restart of scenario s2 (seed 003) written
-straight into the tables with a stored analysis whose every figure the tests know."""
+``other_project`` only), and ``known_run``: the omission restart of scenario s2
+(docs/definitions.md#worked-example) written straight into the tables with a stored analysis whose
+every figure the tests know."""
 
 from __future__ import annotations
 
@@ -45,8 +46,8 @@ def admin_user(db):
 
 
 def known_result() -> dict:
-    """A stored analysis (spec 5 shape plus costs) of scenario s2: resume at 80,048 instead of
-    80,000, 48 positions omitted."""
+    """A stored analysis (docs/ingest-v1.md#recovery shape plus costs) of scenario s2: resume at
+    80,048 instead of 80,000, 48 positions omitted."""
     return {
         "run_id": "s2-omission",
         "health": "failing",
@@ -191,7 +192,8 @@ def post_scenario(client, token, loader, name, objects_dir):
 
 @pytest.fixture
 def s2_run(client, full_token, scenario_loader, tmp_path, project):
-    """Scenario s2 (seed 003, resume at 80,048: 48 positions omitted), ingested and analysed."""
+    """Scenario s2 (the worked example, resume at 80,048: 48 positions omitted), ingested and
+    analysed."""
     run, _ = post_scenario(client, full_token, scenario_loader,
                            "s2_resume_at_read_cursor_omission", tmp_path)
     return run

@@ -1,4 +1,5 @@
-"""Scenario s2 (seed 003) through the real ingest API and the analysis, then the pages."""
+"""Scenario s2 (the worked example resumed at the read cursor) through the real ingest API and the
+analysis, then the pages."""
 
 from __future__ import annotations
 

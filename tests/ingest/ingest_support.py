@@ -1,4 +1,4 @@
-"""Builders of wire events (spec 2-4) and a poster for the ingest tests."""
+"""Builders of wire events (docs/ingest-v1.md, sections 2-4) and a poster for the ingest tests."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ T0 = "2026-11-01T00:00:05Z"
 
 
 def event(type_: str, event_id: str, run_id: str = "run-1", attempt: int = 0, **fields) -> dict:
-    """A wire event with the common fields of spec 2 plus ``fields``."""
+    """A wire event with the common fields (docs/ingest-v1.md#2-common-fields) plus ``fields``."""
     return {"event_id": event_id, "type": type_, "run_id": run_id, "attempt": attempt,
             "time": fields.pop("time", T0), **fields}
 

@@ -1,5 +1,6 @@
-"""POST /api/v1/events and GET /api/v1/runs: every status code of spec 1, idempotency,
-atomicity, cross-project isolation, gzip, limits, the rate limit (process-local and Redis)."""
+"""POST /api/v1/events and GET /api/v1/runs: every status code of docs/ingest-v1.md#errors,
+idempotency, atomicity, cross-project isolation, gzip, limits, the rate limit (process-local and
+Redis)."""
 
 from __future__ import annotations
 
@@ -505,8 +506,9 @@ def test_it_never_lets_two_runs_share_seq_ordering(client, ingest_token):
 
 
 def test_it_refuses_a_range_reaching_further_than_the_limit(client, ingest_token):
-    """A range reaching to 2**63 - 1 is legal in spec 3, but one rank's share of one update
-    spanning billions of positions is a unit mistake that would cost the analysis its memory."""
+    """A range reaching to 2**63 - 1 is legal in the original contract, but one rank's share of one
+    update spanning billions of positions is a unit mistake that would cost the analysis its
+    memory."""
     for i, rng in enumerate(([0, 2**63 - 1], [0, 2**63 - 1, 2**32], [5, 5 + 2**30 + 1])):
         spans = [{"stratum": "m", "epoch": 0, "ranges": [rng]}]
         r = post(client, ingest_token, [update(f"huge{i}", 1, spans=spans)])

@@ -1,6 +1,6 @@
 """S3 through moto's server mode over HTTP: verification of present, missing, wrong-size and
 wrong-checksum objects, and discovery of a manifest written to a bucket with no event at all
-(seed 002: the coordinator died after publishing)."""
+(the coordinator died after publishing: docs/ingest-v1.md#7-checkpoints-in-storage)."""
 
 from __future__ import annotations
 

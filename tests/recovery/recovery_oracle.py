@@ -1,4 +1,4 @@
-"""A brute-force model of DESIGN.md's definitions, written plainly on Python sets and Counters.
+"""A brute-force model of docs/definitions.md, written plainly on Python sets and Counters.
 
 It shares no code with recoverydash.recovery: it reads wire-shaped records (the dataclasses are
 only containers) and recomputes every position figure by enumerating positions one by one. Use it

@@ -1,8 +1,8 @@
 """The batch fast path of ``Ledger.absorb`` (DistributedSampler groups checked against a template)
 gives exactly the state of the general, record-by-record path (``absorb(records, fast=False)``):
 same runs, pieces, absorbed updates and times, byte for byte in ``to_bytes``, hence the same
-analysis (issue 3, incremental analysis; spec 3: re-sent reports of one rank are united, two ranks
-reporting a position count it twice, padding never counts)."""
+analysis (incremental analysis; docs/definitions.md#counting: re-sent reports of one rank are
+united, two ranks reporting a position count it twice, padding never counts)."""
 from __future__ import annotations
 
 import pytest

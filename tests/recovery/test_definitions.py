@@ -1,4 +1,4 @@
-"""Exact values from DESIGN.md's definitions and seed 003's worked example."""
+"""Exact values from docs/definitions.md and its worked example (#worked-example)."""
 from __future__ import annotations
 
 import hashlib
@@ -10,7 +10,7 @@ from recoverydash.recovery import (AttemptRecord, GenerationRecord, HeartbeatRec
                                    restore_plan)
 
 W, MICRO, ACCUM = 8, 2, 4
-PER_UPDATE = W * MICRO * ACCUM  # 64 positions per update (seed 003)
+PER_UPDATE = W * MICRO * ACCUM  # 64 positions per update (the worked example)
 COMPONENTS = ["model", "optimizer", "scheduler", "rng", "data_progress"]
 SHARDS = ["rank0", "rank1", "rank2", "rank3"]
 
@@ -39,7 +39,8 @@ def generation(gid, attempt, update, cursor, when, world_size=W, objects=None, c
 
 
 def seed003(resume_at, updates_before=1250, after=10):
-    """Seed 003: generation at update 1,250 (cursor 80,000), read cursor 80,048 at the crash."""
+    """The worked example: generation at update 1,250 (cursor 80,000), read cursor 80,048 at the
+    crash."""
     ledger = []
     for u in range(1, updates_before + 1):
         ledger += strided(0, u, (u - 1) * PER_UPDATE, float(u))
@@ -146,7 +147,8 @@ def test_it_hashes_string_ids_with_blake2b_and_keeps_small_ints():
 
 
 def test_it_rolls_back_updates_after_the_restored_generation():
-    """Positions of rolled-back updates may be consumed again without replay (DESIGN, Lineage)."""
+    """Positions of rolled-back updates may be consumed again without replay
+    (docs/definitions.md#lineage)."""
     records = [LedgerRecord(0, u, 0, float(u), [{"stratum": "s", "epoch": 0,
                                                  "ranges": [[(u - 1) * 4, u * 4]]}])
                for u in range(1, 8)]
@@ -328,9 +330,9 @@ def unknown_start_run(resumed_from=None, started=False):
     ({"generation_id": None, "update": 0, "cursor": []}, True),      # untracked, no cursor
 ])
 def test_an_unknown_lineage_root_is_charged_with_no_omission(resumed_from, started):
-    """DESIGN.md, Lineage: behind where an unknown root starts, nothing is known: attempt 1
-    starting at 40 is unverified, with no omission (restart nor strata) and no lost updates
-    against attempt 0, which it cannot be tied to."""
+    """docs/definitions.md#unknown-lineage-root: behind where an unknown root starts, nothing is
+    known: attempt 1 starting at 40 is unverified, with no omission (restart nor strata) and no lost
+    updates against attempt 0, which it cannot be tied to."""
     analysis = analyze(unknown_start_run(resumed_from, started), now=200.0)
     restart = analysis.restarts[0]
     codes = {f.code for f in restart.findings}

@@ -1,5 +1,5 @@
 """The core agrees with the brute-force model on random runs, and incremental absorption agrees
-with a full analysis (DESIGN.md, "How the numbers are defined"; issue 3, Show)."""
+with a full analysis (docs/definitions.md)."""
 from __future__ import annotations
 
 import random

@@ -135,7 +135,8 @@ def test_a_microbatch_is_one_strided_range_and_contiguous_ones_merge():
 
 
 def test_read_cursor_runs_ahead_of_the_committed_cursor():
-    """Seed 003: 8 ranks, micro 2, accum 4; 3 microbatches read after update 1,250."""
+    """docs/definitions.md#worked-example: 8 ranks, micro 2, accum 4; 3 microbatches read after
+    update 1,250."""
     rec = LedgerRecorder(CaptureClient(), rank=0, world_size=8, dataset_length=10**6,
                          heartbeat_interval=0)
     for update in range(1, 1251):

@@ -110,7 +110,7 @@ def test_world_size_and_dataset_version_of_the_restarting_job_are_compared(tmp_p
 
 
 def test_scenario_manifests_get_the_expected_verdicts(tmp_path, scenario_loader):
-    """Seed 004 / scenario s5: 1,100 has 3 of 4 shards; 1,000 is restorable."""
+    """Scenario s5_three_of_four_shards: 1,100 has 3 of 4 shards; 1,000 is restorable."""
     events, expect = scenario_loader("s5_three_of_four_shards", str(tmp_path / "objects"))
     loc = str(tmp_path / "ckpt")
     for e in events:

@@ -87,7 +87,7 @@ def share_width(value):
 
 @register.filter
 def cursor_text(cursor):
-    """A spec 3 cursor as ``epoch 0 · position 80,048``."""
+    """A wire cursor as ``epoch 0 · position 80,048``."""
     if not cursor:
         return "—"
     return f"epoch {cursor.get('epoch', 0)} · position {int(cursor.get('position', 0)):,}"

@@ -7,7 +7,7 @@ from recoverydash.storage.discovery import discover_all
 
 
 class Command(BaseCommand):
-    help = "Ingest committed manifests found in storage that the server has not seen (seed 002)."
+    help = "Ingest committed manifests found in storage that the server has not seen."
 
     def handle(self, *args, **options):
         n = discover_all()
