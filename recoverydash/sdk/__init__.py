@@ -50,7 +50,7 @@ from recoverydash.sdk.checkpoint import (
     select_restorable,
     shard_name,
 )
-from recoverydash.sdk.client import Client, default_spool_dir, get_client, init, now_rfc3339
+from recoverydash.sdk.client import Client, get_client, init, now_rfc3339
 from recoverydash.sdk.ledger import (
     LedgerRecorder,
     SkipFirst,
@@ -60,6 +60,7 @@ from recoverydash.sdk.ledger import (
     resume_skip,
     resumed_from,
 )
+from recoverydash.sdk.spool import default_spool_dir
 from recoverydash.storage.objects import (
     MANIFEST_NAME,
     ObjectCheck,

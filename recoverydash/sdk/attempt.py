@@ -46,13 +46,14 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from recoverydash.sdk.spool import run_folder
+
 log = logging.getLogger("recoverydash.sdk")
 
 STATE_NAME = "attempts.json"
 """The per-run state file inside ``<spool_dir>/<run_id>/``."""
 
 _GEN_ID_RE = re.compile(r"^u\d{9}-a(\d+)$")
-_RUN_ID_RE = re.compile(r"[^A-Za-z0-9._:-]")
 _RESTART_VARS = ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")
 _MAX_KEYS = 64  # launch keys kept in the state file
 
@@ -75,10 +76,7 @@ def restart_floor() -> int:
 
 def state_path(run_id: str, spool_dir: str | None = None) -> str:
     """``<spool_dir>/<run_id>/attempts.json`` (run id sanitised as the spool folder is)."""
-    from recoverydash.sdk.client import default_spool_dir
-
-    return os.path.join(spool_dir or default_spool_dir(), _RUN_ID_RE.sub("_", str(run_id)) or "_",
-                        STATE_NAME)
+    return os.path.join(run_folder(spool_dir, run_id), STATE_NAME)
 
 
 # --- the four sources ------------------------------------------------------------------------------

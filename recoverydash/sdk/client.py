@@ -28,11 +28,9 @@ Delivery, per batch:
   by a relaunch (see ``recoverydash.sdk.attempt`` for how the attempt is chosen).
 - other 4xx: never retried; logged once per status code and counted ``failed``.
 
-The spool is a bounded folder of gzipped request bodies, ``<spool_dir>/<run_id>/`` (default
-``spool_dir``: ``$RECOVERYDASH_SPOOL_DIR``, else ``$XDG_CACHE_HOME/recoverydash/spool``, else
-``~/.cache/recoverydash/spool``). Any process of the same run drains it, including a new process
-after a trainer restart: files are claimed by an atomic rename, and claims of dead processes
-(same host) are released. Re-sending is safe because the server is idempotent on ``event_id``, and
+The spool (``recoverydash.sdk.spool``) is a bounded folder of gzipped request bodies,
+``<spool_dir>/<run_id>/``, that any process of the same run drains, including a new process after
+a trainer restart. Re-sending is safe because the server is idempotent on ``event_id``, and
 the event helpers use deterministic ids (``{run_id}:{attempt}:{rank}:u{update}`` and the like).
 ``spool_dir=False`` keeps the retry store in memory (bounded by ``spool_max_bytes`` too).
 
@@ -54,12 +52,10 @@ from __future__ import annotations
 import atexit
 import gzip
 import hashlib
-import itertools
 import json
 import logging
 import os
 import random
-import re
 import threading
 import time
 import urllib.error
@@ -73,32 +69,19 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from recoverydash.sdk.spool import DiskSpool, MemorySpool, run_folder
+
 log = logging.getLogger("recoverydash.sdk")
 
-_RUN_ID_RE = re.compile(r"[^A-Za-z0-9._:-]")
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
 # One encoder for every event: ``json.dumps`` with keyword arguments builds a new encoder per call.
 _encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
-SPOOL_RESCAN_S = 10.0
-"""Seconds a disk spool found empty is trusted to stay empty (batches this process stores reset
-it): the sender then skips listing the folder on every batch. Batches another process left there
-(a trainer restart) are found within this time."""
 
 
 def now_rfc3339() -> str:
     """Current time, RFC 3339 with offset and milliseconds: ``2026-11-01T00:00:05.123+00:00``."""
     return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-def default_spool_dir() -> str:
-    """``$RECOVERYDASH_SPOOL_DIR``, else ``$XDG_CACHE_HOME/recoverydash/spool``, else
-    ``~/.cache/recoverydash/spool``."""
-    env = os.environ.get("RECOVERYDASH_SPOOL_DIR")
-    if env:
-        return env
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(cache, "recoverydash", "spool")
 
 
 def default_attempt(run_id: str = "run", **kw) -> int:
@@ -143,209 +126,6 @@ class _Once:
             return
         self._seen.add(key)
         log.log(level, msg, *args)
-
-
-# --- retry stores -------------------------------------------------------------------------------
-
-class _MemorySpool:
-    """In-memory retry store (``spool_dir=False``): a deque of gzipped bodies, bounded in bytes."""
-
-    def __init__(self, max_bytes: int):
-        self.max_bytes = max_bytes
-        self._items: deque = deque()
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    def put(self, body: bytes, n: int) -> bool:
-        with self._lock:
-            if self._bytes + len(body) > self.max_bytes:
-                return False
-            self._items.append((body, n))
-            self._bytes += len(body)
-            return True
-
-    def claim(self):
-        with self._lock:
-            if not self._items:
-                return None
-            body, n = self._items.popleft()
-            self._bytes -= len(body)
-            return (body, n), body, n
-
-    def ack(self, handle):
-        pass
-
-    def nack(self, handle):
-        body, n = handle
-        with self._lock:
-            self._items.appendleft((body, n))
-            self._bytes += len(body)
-
-    def __len__(self):
-        return len(self._items)
-
-    def has_pending(self) -> bool:
-        return bool(self._items)
-
-    def pending_events(self) -> int:
-        with self._lock:
-            return sum(n for _, n in self._items)
-
-
-class _DiskSpool:
-    """Folder of gzipped request bodies ``<time_ns>-<pid>-<seq>-n<events>.batch``, oldest first.
-
-    A process claims a file by renaming it to ``<name>.claimed-<pid>``; ack deletes it, nack renames
-    it back. Claims of processes that no longer exist on this host are released on open and before
-    each drain. Bounded by ``max_bytes`` (a full spool refuses new batches) and ``max_age_s``
-    (older files are deleted and counted dropped)."""
-
-    def __init__(self, folder: str, max_bytes: int, max_age_s: float):
-        self.folder = folder
-        self.max_bytes = max_bytes
-        self.max_age_s = max_age_s
-        self._seq = itertools.count()
-        self._lock = threading.Lock()
-        os.makedirs(folder, exist_ok=True)
-        self.expired_events = 0
-        self._empty_until = 0.0  # time.monotonic() until which the folder is known to be empty
-        self._bytes = 0           # bytes in the folder as of the last scan, plus our puts since
-        self._bytes_until = 0.0   # time.monotonic() of the next full scan (stat of every file)
-        self._candidates: deque = deque()  # names of one listing, oldest first, to claim in turn
-        self.release_stale_claims()
-
-    @staticmethod
-    def _events_in(name: str) -> int:
-        m = re.search(r"-n(\d+)\.batch", name)
-        return int(m.group(1)) if m else 0
-
-    def _entries(self):
-        try:
-            return sorted(e for e in os.listdir(self.folder) if ".batch" in e)
-        except FileNotFoundError:
-            return []
-
-    def _size(self) -> int:
-        """Bytes in the folder: a full scan (a stat per file) at most every ``SPOOL_RESCAN_S``,
-        else the last scan plus what this process stored and minus what it sent since. A long
-        outage leaves thousands of files; stat-ing all of them per stored batch held the GIL for
-        milliseconds."""
-        now = time.monotonic()
-        if now < self._bytes_until:
-            return self._bytes
-        total = 0
-        for e in self._entries():
-            try:
-                total += os.stat(os.path.join(self.folder, e)).st_size
-            except OSError:
-                pass
-        self._bytes, self._bytes_until = total, now + SPOOL_RESCAN_S
-        return total
-
-    def release_stale_claims(self):
-        mine = os.getpid()
-        for e in self._entries():
-            m = re.search(r"\.claimed-(\d+)$", e)
-            if not m:
-                continue
-            pid = int(m.group(1))
-            if pid != mine and _pid_alive(pid):
-                continue
-            try:
-                os.rename(os.path.join(self.folder, e), os.path.join(self.folder, e[:m.start()]))
-            except OSError:
-                pass
-
-    def put(self, body: bytes, n: int) -> bool:
-        with self._lock:
-            if self._size() + len(body) > self.max_bytes:
-                return False
-            name = f"{time.time_ns():020d}-{os.getpid()}-{next(self._seq):08d}-n{n}.batch"
-            tmp = os.path.join(self.folder, "." + name + ".tmp")
-            with open(tmp, "wb") as f:
-                f.write(body)
-                f.flush()
-                os.fsync(f.fileno())
-            os.rename(tmp, os.path.join(self.folder, name))
-            self._empty_until = 0.0
-            self._bytes += len(body)
-            return True
-
-    def claim(self):
-        """The oldest unclaimed batch: (handle, body, events), or None. The folder is listed once
-        per pass over it, not once per batch (draining n files stays O(n))."""
-        cutoff = time.time_ns() - int(self.max_age_s * 1e9)
-        if not self._candidates:
-            self._candidates.extend(e for e in self._entries()
-                                    if e.endswith(".batch") and not e.startswith("."))
-        while self._candidates:
-            e = self._candidates.popleft()
-            src = os.path.join(self.folder, e)
-            head = e.split("-", 1)[0]
-            if head.isdigit() and int(head) < cutoff:
-                try:
-                    os.unlink(src)
-                    self.expired_events += self._events_in(e)
-                except OSError:
-                    pass
-                continue
-            dst = f"{src}.claimed-{os.getpid()}"
-            try:
-                os.rename(src, dst)  # atomic: exactly one process wins the file
-            except OSError:
-                continue
-            try:
-                with open(dst, "rb") as f:
-                    body = f.read()
-            except OSError:
-                continue
-            return (src, dst, len(body)), body, self._events_in(e)
-        return None
-
-    def ack(self, handle):
-        try:
-            os.unlink(handle[1])
-            self._bytes = max(0, self._bytes - handle[2])
-        except OSError:
-            pass
-
-    def nack(self, handle):
-        self._empty_until = 0.0
-        try:
-            os.rename(handle[1], handle[0])
-            self._candidates.appendleft(os.path.basename(handle[0]))  # still the oldest
-        except OSError:
-            pass
-
-    def __len__(self):
-        return sum(1 for e in self._entries() if e.endswith(".batch") and not e.startswith("."))
-
-    def has_pending(self) -> bool:
-        """Whether batches may wait (stale claims count): lists the folder at most once per
-        ``SPOOL_RESCAN_S`` while it stays empty, so an idle spool costs the sender nothing."""
-        if self._candidates:
-            return True
-        now = time.monotonic()
-        if now < self._empty_until:
-            return False
-        if any(".batch" in e and not e.startswith(".") for e in self._entries()):
-            return True
-        self._empty_until = now + SPOOL_RESCAN_S
-        return False
-
-    def pending_events(self) -> int:
-        return sum(self._events_in(e) for e in self._entries()
-                   if e.endswith(".batch") and not e.startswith("."))
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # --- the client -----------------------------------------------------------------------------------
@@ -453,15 +233,14 @@ class Client:
     def _open_spool(self):
         spool_dir, max_bytes, max_age = self._spool_args
         if spool_dir is False:
-            self._spool = _MemorySpool(max_bytes)
+            self._spool = MemorySpool(max_bytes)
             return
-        folder = os.path.join(spool_dir or default_spool_dir(),
-                              _RUN_ID_RE.sub("_", self.run_id) or "_")
+        folder = run_folder(spool_dir, self.run_id)
         try:
-            self._spool = _DiskSpool(folder, max_bytes, max_age)
+            self._spool = DiskSpool(folder, max_bytes, max_age)
         except OSError as e:
             log.warning("recoverydash: spool folder %s unusable (%s); retrying from memory", folder, e)
-            self._spool = _MemorySpool(max_bytes)
+            self._spool = MemorySpool(max_bytes)
 
     def _after_fork(self):
         self._init_process_state()
@@ -864,7 +643,7 @@ class Client:
         if self._spool is None or not (force or self._spool.has_pending()):
             return
         with self._send_lock:
-            if isinstance(self._spool, _DiskSpool):
+            if isinstance(self._spool, DiskSpool):
                 self._spool.release_stale_claims()
             while not self._paused():
                 item = self._spool.claim()
@@ -876,7 +655,7 @@ class Client:
                     self._spool.nack(handle)
                     break
                 self._spool.ack(handle)
-            if isinstance(self._spool, _DiskSpool) and self._spool.expired_events:
+            if isinstance(self._spool, DiskSpool) and self._spool.expired_events:
                 self._count("dropped", self._spool.expired_events, resolved=False)
                 self._spool.expired_events = 0
 
