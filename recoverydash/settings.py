@@ -102,6 +102,7 @@ INSTALLED_APPS = [
     "recoverydash.storage",
     "recoverydash.alerts",
     "recoverydash.dashboard",
+    "workers",  # creates the Celery app at startup (workers/apps.py); nothing imports workers
 ]
 
 MIDDLEWARE = [

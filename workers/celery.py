@@ -15,6 +15,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "recoverydash.settings")
 
 app = Celery("recoverydash")
 app.config_from_object("django.conf:settings", namespace="CELERY")
+# The default app in every thread of the process (``set_current`` covers only this one): the
+# service sends tasks by name through ``celery.current_app`` (``recoverydash.runs.queue``).
+app.set_default()
 
 
 def _configure() -> None:

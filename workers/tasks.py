@@ -26,7 +26,7 @@ RETRY = {"autoretry_for": TRANSIENT, "retry_backoff": 2, "retry_backoff_max": 12
 @shared_task(name="workers.tasks.analyze_run", **RETRY)
 def analyze_run(run_pk: int) -> None:
     """Bring the run's stored analysis up to date, then evaluate its alerts."""
-    from recoverydash.runs.analysis import analyze_and_alert
+    from recoverydash.alerts.evaluation import analyze_and_alert
 
     analyze_and_alert(run_pk)
 
@@ -68,7 +68,7 @@ def sweep_runs() -> None:
 @shared_task(name="workers.tasks.evaluate_all_alerts", **RETRY)
 def evaluate_all_alerts() -> None:
     """Evaluate time-based alert rules of every analysed run and send what flipped."""
-    from recoverydash.runs.analysis import evaluate_all
+    from recoverydash.alerts.evaluation import evaluate_all
 
     evaluate_all()
 

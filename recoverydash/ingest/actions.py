@@ -16,7 +16,8 @@ Order of work inside the transaction, per batch:
    savepoint; existing keys are united), heartbeats, generations, shard reports, checkpoint
    objects, audit windows;
 6. after commit, hand the touched runs and newly committed generations to
-   :func:`workers.dispatch.after_ingest`, which never fails the request.
+   :func:`after_ingest`, which enqueues their verification and analysis and never fails the
+   request.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ from typing import Any, Iterable, Sequence
 from django.db import connection, transaction
 from django.utils import timezone
 
+from recoverydash.runs.analysis import request_analysis
 from recoverydash.runs.models import (GLOBAL_RANK, ApiToken, Attempt, AuditWindow,
                                       CheckpointObject, Event, Generation, Heartbeat, LedgerRow,
                                       Project, Run, ShardReport)
+from recoverydash.runs.queue import VERIFY_GENERATION, enqueue
 
 from .errors import BadRequest, Conflict, ErrorItem, MAX_ERRORS
 from .schemas import ValidEvent, canonical_json, manifest_committed_at, validate_events
@@ -105,11 +108,23 @@ def ingest_batch(token: ApiToken | Project, events: Sequence[ValidEvent | dict])
 def _after_commit(run_pks: list[int], generation_pks: list[int]) -> None:
     """Enqueue the workers' follow-up; a failure is logged, never raised (events are stored)."""
     try:
-        from workers.dispatch import after_ingest
-
         after_ingest(run_pks, generation_pks)
     except Exception:  # noqa: BLE001 - the batch is committed; the periodic sweep catches up
         log.exception("after_ingest failed for runs %s", run_pks)
+
+
+def after_ingest(run_pks: list[int], committed_generation_pks: list[int]) -> None:
+    """Enqueue verification of ``committed_generation_pks`` (whose manifests just arrived) and a
+    debounced analysis of each run in ``run_pks`` (database pks).
+
+    Called from ``transaction.on_commit`` so a task never sees uncommitted rows. A broker that is
+    down must not fail an ingest whose events are already stored: ``enqueue`` logs and answers
+    False, and the periodic sweep (``workers.tasks.sweep_runs``) and storage re-check pick that
+    work up later."""
+    for pk in committed_generation_pks:
+        enqueue(VERIFY_GENERATION, pk)
+    for pk in run_pks:
+        request_analysis(pk)
 
 
 def _lock_runs(project: Project, run_ids: set[str]) -> dict[str, Run]:

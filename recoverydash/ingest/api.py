@@ -29,7 +29,7 @@ from pydantic import Field
 
 from recoverydash.runs.models import Run
 
-from . import errors
+from . import errors, read_api
 from .actions import ingest_batch
 from .auth import ingest_auth, read_auth
 from .errors import BadRequest, ErrorItem, PayloadTooLarge, UnsupportedMediaType, short
@@ -251,8 +251,6 @@ def list_runs(request: HttpRequest, query: Query[RunsQuery]):
     return Status(200, out)
 
 
-# The read API (docs/ingest-v1.md#5-reading-the-analysis: recovery, restore-plan) lives beside the
-# analysis it reads.
-from recoverydash.runs.api import router as _analysis_router  # noqa: E402
-
-api.add_router("/runs", _analysis_router)
+# The read API (docs/ingest-v1.md#5-reading-the-analysis: recovery, restore-plan), beside the
+# token checks it uses.
+api.add_router("/runs", read_api.router)

@@ -1,9 +1,10 @@
 """The bridge between stored rows and the recovery core: load a run's typed tables into the
-core's input records, run the analysis, store the result, evaluate alerts.
+core's input records, run the analysis, store the result.
 
-This is the only module that knows both the Django models and ``recoverydash.recovery``. The
-Celery tasks in ``workers.tasks`` are thin wrappers around ``analyze_and_alert``, ``sweep`` and
-``evaluate_all``; tests call these functions directly.
+This is the only module that knows both the Django models and ``recoverydash.recovery``. What
+follows an analysis (alert rules, webhooks) lives above it, in
+``recoverydash.alerts.evaluation``; the Celery tasks in ``workers.tasks`` are thin wrappers around
+these functions and those, and tests call them directly.
 
 Debouncing: ``request_analysis`` enqueues at most one analysis per run per debounce window, by a
 conditional UPDATE of ``Run.analysis_queued_at`` (works on PostgreSQL and SQLite alike); the task
@@ -24,6 +25,7 @@ from django.utils import timezone
 from recoverydash import recovery
 from recoverydash.runs.models import (GLOBAL_RANK, Analysis, Attempt, CheckpointObject,
                                       Generation, Heartbeat, LedgerRow, Run, ShardReport)
+from recoverydash.runs.queue import ANALYZE_RUN, enqueue
 
 log = logging.getLogger(__name__)
 
@@ -193,45 +195,18 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
     return analysis, outcome
 
 
-def analyze_and_alert(run_pk: int) -> Analysis | None:
-    """The ``analyze_run`` task: clear the queue mark, analyse, evaluate alerts, send flips."""
+def analyze_queued(run_pk: int) -> Analysis | None:
+    """The queued analysis of run ``run_pk``: clear its queue mark (events arriving from now on
+    enqueue the next analysis), then analyse. None when the run no longer exists or the core
+    refused its inputs (stored on the row and shown; not retried until new events arrive)."""
     Run.objects.filter(pk=run_pk).update(analysis_queued_at=None)
     run = Run.objects.filter(pk=run_pk).first()
     if run is None:
         return None
     try:
-        analysis = analyze(run)
+        return analyze(run)
     except AnalysisFailed:
-        return None  # stored on the row and shown; not retried until new events arrive
-    notify(run)
-    return analysis
-
-
-def notify(run: Run) -> None:
-    """Evaluate the run's alert rules and hand new flips to the delivery task."""
-    from recoverydash.alerts.delivery import process_flips
-    from recoverydash.alerts.rules import evaluate_run
-
-    run = Run.objects.select_related("analysis", "project").get(pk=run.pk)
-    if evaluate_run(run):
-        for pk in process_flips():
-            enqueue("workers.tasks.deliver_webhook", pk)
-
-
-def enqueue(task_name: str, *args, countdown: float = 0.0) -> bool:
-    """Send a task by name; returns False (and logs) when the broker cannot take it. Never
-    raises: work that cannot be enqueued now is found again by the periodic sweeps."""
-    from workers.celery import app
-
-    if settings.CELERY_TASK_ALWAYS_EAGER:  # tests, and a single-process embedded use
-        app.tasks[task_name].apply(args=args, throw=True)
-        return True
-    try:
-        app.send_task(task_name, args=args, countdown=countdown or None)
-        return True
-    except Exception as exc:  # broker down: kombu raises several types
-        log.warning("could not enqueue %s%s: %s", task_name, args, exc)
-        return False
+        return None
 
 
 def request_analysis(run_pk: int, force: bool = False) -> bool:
@@ -252,7 +227,7 @@ def request_analysis(run_pk: int, force: bool = False) -> bool:
                   .update(analysis_queued_at=now))
         if not marked:
             return False
-    sent = enqueue("workers.tasks.analyze_run", run_pk,
+    sent = enqueue(ANALYZE_RUN, run_pk,
                    countdown=0.0 if force else settings.RECOVERYDASH_ANALYSIS_DEBOUNCE_S)
     if not sent:
         Run.objects.filter(pk=run_pk).update(analysis_queued_at=None)
@@ -270,38 +245,14 @@ def sweep(limit: int = 500) -> int:
     return sum(1 for pk in behind if request_analysis(pk))
 
 
-def evaluate_all(limit: int = 2000, refresh_after_s: float = 60.0) -> int:
-    """Periodic: evaluate the alert rules of every run that has not ended (the time-based ones,
-    ``checkpoint_stale`` and ``run_silent``, change without new events). A run whose analysis is
-    older than ``refresh_after_s`` is analysed again first, so its stored health and
-    seconds-since figures follow the clock. Returns the number of runs evaluated."""
-    stale = timezone.now() - timedelta(seconds=refresh_after_s)
-    count = 0
-    for run in (Run.objects.select_related("analysis", "project")
-                .filter(analysis__isnull=False).exclude(analysis__health="ended")[:limit]):
-        try:  # one run's failure must not stop the others' alerts
-            if run.analysis.computed_at < stale and run.analysis.error_seq < run.ingest_seq:
-                analyze(run)
-            notify(run)
-            count += 1
-        except AnalysisFailed:
-            continue
-        except Exception:
-            log.exception("run %s: alert evaluation failed", run.pk)
-    return count
-
-
 def plan_restore(run: Run, world_size: int | None = None, dataset_version: str | None = None,
                  config_digest: str | None = None) -> "recovery.RestorePlan":
     """docs/ingest-v1.md#restore-plan: analyse the run up to its newest events, then choose.
 
     A restarting trainer asks this once; it must see every generation committed so far, so the
-    analysis is brought up to date synchronously rather than read from the stored result."""
-    from recoverydash.ingest.errors import AnalysisUnavailable
+    analysis is brought up to date synchronously rather than read from the stored result.
 
-    try:
-        _, outcome = analyze_with_result(run)
-    except AnalysisFailed as exc:
-        raise AnalysisUnavailable(f"the run's events cannot be analysed: {exc}") from None
+    Raises AnalysisFailed when the core refuses the run's inputs."""
+    _, outcome = analyze_with_result(run)
     return recovery.restore_plan(outcome, world_size=world_size, dataset_version=dataset_version,
                                  config_digest=config_digest)

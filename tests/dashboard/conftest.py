@@ -163,9 +163,9 @@ def owner_client(client, owner):
 
 def analyse(run):
     """Analyse a run the way the workers do, synchronously: verify every generation's objects in
-    storage (``storage.verification.verify_generation``), then ``runs.analysis.analyze_and_alert``
+    storage (``storage.verification.verify_generation``), then ``alerts.evaluation.analyze_and_alert``
     (the recovery core, the stored Analysis and generation statuses, the alert rules)."""
-    from recoverydash.runs.analysis import analyze_and_alert
+    from recoverydash.alerts.evaluation import analyze_and_alert
     from recoverydash.runs.models import Generation, Run
     from recoverydash.storage.verification import verify_generation
 

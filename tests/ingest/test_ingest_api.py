@@ -423,7 +423,7 @@ def test_it_lets_requests_through_when_redis_does_not_answer(client, ingest_toke
 def test_it_hands_runs_and_committed_generations_to_the_workers_after_commit(
         client, ingest_token, django_capture_on_commit_callbacks, monkeypatch):
     calls = []
-    monkeypatch.setattr("workers.dispatch.after_ingest", lambda r, g: calls.append((r, g)))
+    monkeypatch.setattr("recoverydash.ingest.actions.after_ingest", lambda r, g: calls.append((r, g)))
     with django_capture_on_commit_callbacks(execute=True):
         r = post(client, ingest_token, [update("a", 1), event(
             "checkpoint_committed", "m", manifest=manifest())])
@@ -438,7 +438,7 @@ def test_it_answers_202_even_when_dispatch_fails(client, ingest_token,
     def boom(*args):
         raise RuntimeError("broker down")
 
-    monkeypatch.setattr("workers.dispatch.after_ingest", boom)
+    monkeypatch.setattr("recoverydash.ingest.actions.after_ingest", boom)
     with django_capture_on_commit_callbacks(execute=True):
         r = post(client, ingest_token, [update("a", 1)])
     assert r.status_code == 202 and Event.objects.count() == 1

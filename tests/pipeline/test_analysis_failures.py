@@ -10,6 +10,7 @@ from unittest import mock
 import pytest
 from django.utils import timezone
 
+from recoverydash.alerts import evaluation
 from recoverydash.alerts.models import Alert
 from recoverydash.ingest.actions import ingest_batch
 from recoverydash.runs import analysis as bridge
@@ -31,7 +32,7 @@ def test_it_stores_a_refused_analysis_and_does_not_retry_it_until_new_events(pro
     with mock.patch.object(bridge.recovery, "analyze", side_effect=ValueError("bad range")):
         with pytest.raises(bridge.AnalysisFailed):
             bridge.analyze(run)
-        assert bridge.analyze_and_alert(run.pk) is None  # the task ends, no retry
+        assert evaluation.analyze_and_alert(run.pk) is None  # the task ends, no retry
     analysis = Analysis.objects.get(run=run)
     assert analysis.error == "ValueError: bad range" and analysis.error_seq == run.ingest_seq
     with mock.patch.object(bridge, "request_analysis") as request:
@@ -66,7 +67,7 @@ def test_it_keeps_alerts_of_two_projects_with_the_same_run_id_apart(project, oth
     for run in (mine, theirs):
         bridge.analyze(run)
         Analysis.objects.filter(run=run).update(computed_at=old)
-    assert bridge.evaluate_all() == 2
+    assert evaluation.evaluate_all() == 2
     stale = Alert.objects.filter(rule="checkpoint_stale", state="firing")
     assert sorted(a.run.project.name for a in stale) == ["alpha", "beta"]
     assert {a.dedup_key for a in stale} == {"shared:checkpoint_stale:"}
@@ -78,13 +79,13 @@ def test_it_evaluates_the_other_runs_when_one_run_fails(project, settings):
     first, second = start(project, "a", old), start(project, "b", old)
     for run in (first, second):
         bridge.analyze(run)
-    real_notify = bridge.notify
+    real_notify = evaluation.notify
 
     def notify(run):
         if run.run_id == "a":
             raise RuntimeError("boom")
         real_notify(run)
 
-    with mock.patch.object(bridge, "notify", side_effect=notify):
-        assert bridge.evaluate_all() == 1
+    with mock.patch.object(evaluation, "notify", side_effect=notify):
+        assert evaluation.evaluate_all() == 1
     assert Alert.objects.filter(run=second, rule="checkpoint_stale").exists()

@@ -86,9 +86,10 @@ def test_it_refreshes_an_old_analysis_before_evaluating_time_based_alerts(projec
 
     from django.utils import timezone
 
+    from recoverydash.alerts.evaluation import evaluate_all
     from recoverydash.alerts.models import Alert
     from recoverydash.ingest.actions import ingest_batch
-    from recoverydash.runs.analysis import analyze, evaluate_all
+    from recoverydash.runs.analysis import analyze
     from recoverydash.runs.models import Analysis, Run
 
     settings.CELERY_TASK_ALWAYS_EAGER = True

@@ -5,7 +5,9 @@ restore plan.
 with the clock-dependent figure (seconds since the last restorable generation) computed at request
 time and ``pending_analysis`` telling whether events arrived since. ``GET .../restore-plan`` brings
 the analysis up to date synchronously first: a restarting trainer must see every generation
-committed so far. Both need scope ``read``; another project's run is a 404.
+committed so far. Both need scope ``read``; another project's run is a 404. Mounted under
+``/api/v1/runs`` by :mod:`recoverydash.ingest.api`, beside the token checks it uses
+(:mod:`recoverydash.ingest.auth`).
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ from pydantic import Field
 
 from recoverydash.alerts.models import Alert
 from recoverydash.alerts.rules import seconds_since_last_restorable
-from recoverydash.ingest.auth import read_auth, run_for
+from recoverydash.runs.analysis import AnalysisFailed, plan_restore
 from recoverydash.runs.models import Analysis, Run
+
+from .auth import read_auth, run_for
+from .errors import AnalysisUnavailable
 
 router = Router(tags=["analysis"])
 
@@ -183,10 +188,12 @@ def get_restore_plan(request: HttpRequest, run_id: str, query: Query[RestorePlan
     """200 with the newest restorable generation of the live lineage, its objects and data
     cursor, and warnings when the restart differs (``world_size_changed``, ...); 409
     ``no_restorable_generation`` listing the generations that are not restorable."""
-    from recoverydash.runs.analysis import plan_restore
-
-    plan = plan_restore(run_for(request.auth, run_id), world_size=query.world_size,
-                        dataset_version=query.dataset_version, config_digest=query.config_digest)
+    try:
+        plan = plan_restore(run_for(request.auth, run_id), world_size=query.world_size,
+                            dataset_version=query.dataset_version,
+                            config_digest=query.config_digest)
+    except AnalysisFailed as exc:
+        raise AnalysisUnavailable(f"the run's events cannot be analysed: {exc}") from None
     return Status(plan.status_code, plan.body)
 
 

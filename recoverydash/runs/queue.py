@@ -1,0 +1,45 @@
+"""Work handed to the Celery workers, by task name: the one way the service enqueues.
+
+Nothing in ``recoverydash`` imports ``workers``: a task is sent by the name it is registered
+under (``workers/tasks.py`` registers each with ``name=`` one of the constants below, and a test
+checks that every name here is a registered task). The Celery app is the one ``workers.celery``
+creates and makes the default when Django starts (``workers`` is an installed app, loaded by
+name from the settings), so ``celery.current_app`` is configured from the same settings in the
+web process, the worker and the tests.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+
+log = logging.getLogger(__name__)
+
+ANALYZE_RUN = "workers.tasks.analyze_run"
+"""Bring a run's stored analysis up to date, then evaluate its alerts (args: run pk)."""
+VERIFY_GENERATION = "workers.tasks.verify_generation"
+"""Check every object of a committed generation in storage (args: generation pk)."""
+DELIVER_WEBHOOK = "workers.tasks.deliver_webhook"
+"""Send one webhook delivery (args: delivery pk)."""
+
+TASK_NAMES = (ANALYZE_RUN, VERIFY_GENERATION, DELIVER_WEBHOOK)
+
+
+def enqueue(task_name: str, *args, countdown: float = 0.0) -> bool:
+    """Send the task ``task_name`` (one of ``TASK_NAMES``) with positional ``args``, to run
+    ``countdown`` seconds from now (0: at once); returns False (and logs) when the broker cannot
+    take it. Never raises for a broker that is down: work that cannot be enqueued now is found
+    again by the periodic sweeps. With ``CELERY_TASK_ALWAYS_EAGER`` (tests, a single-process
+    embedded use) the task runs here and now, and its errors propagate."""
+    from celery import current_app
+
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        current_app.tasks[task_name].apply(args=args, throw=True)
+        return True
+    try:
+        current_app.send_task(task_name, args=args, countdown=countdown or None)
+        return True
+    except Exception as exc:  # broker down: kombu raises several types
+        log.warning("could not enqueue %s%s: %s", task_name, args, exc)
+        return False
