@@ -68,11 +68,11 @@ def send_test_notification(project, endpoint_pk: int) -> str:
     the receiver's answer (or ``failed`` at once when the task cannot be queued); the web
     process never waits for the receiver."""
     from recoverydash.alerts.delivery import finish_test, request_test
-    from recoverydash.runs.analysis import enqueue
+    from recoverydash.runs import queue
 
     endpoint = WebhookEndpoint.objects.get(project=project, pk=endpoint_pk)
     webhook_id = request_test(endpoint)
-    if not enqueue("workers.tasks.send_test_webhook", endpoint.pk, webhook_id):
+    if not queue.enqueue(queue.SEND_TEST_WEBHOOK, endpoint.pk, webhook_id):
         finish_test(endpoint.pk, webhook_id, False,
                     "the test could not be queued: the task broker does not answer")
     return webhook_id

@@ -23,7 +23,10 @@ VERIFY_GENERATION = "workers.tasks.verify_generation"
 DELIVER_WEBHOOK = "workers.tasks.deliver_webhook"
 """Send one webhook delivery (args: delivery pk)."""
 
-TASK_NAMES = (ANALYZE_RUN, VERIFY_GENERATION, DELIVER_WEBHOOK)
+SEND_TEST_WEBHOOK = "workers.tasks.send_test_webhook"
+"""Send the test notification a person asked for (args: endpoint pk, webhook id)."""
+
+TASK_NAMES = (ANALYZE_RUN, VERIFY_GENERATION, DELIVER_WEBHOOK, SEND_TEST_WEBHOOK)
 
 
 def enqueue(task_name: str, *args, countdown: float = 0.0) -> bool:

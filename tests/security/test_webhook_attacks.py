@@ -233,7 +233,7 @@ def test_send_test_returns_at_once_while_the_receiver_is_slow(member_client, pro
     settings.RECOVERYDASH_WEBHOOK_TIMEOUT_S = 1.0
     receiver = raw_receiver(trickle(20.0))
     queued = []
-    monkeypatch.setattr("recoverydash.runs.analysis.enqueue",
+    monkeypatch.setattr("recoverydash.runs.queue.enqueue",
                         lambda name, *args, **kwargs: queued.append((name, args)) or True)
     endpoint = WebhookEndpoint.objects.create(project=project, url=receiver.url)
     page_url = f"/projects/{project.pk}/"
@@ -263,7 +263,7 @@ def test_a_newer_send_test_supersedes_an_older_one(member_client, project, monke
                                                    settings):
     settings.RECOVERYDASH_WEBHOOK_ALLOW_PRIVATE = True
     queued = []
-    monkeypatch.setattr("recoverydash.runs.analysis.enqueue",
+    monkeypatch.setattr("recoverydash.runs.queue.enqueue",
                         lambda name, *args, **kwargs: queued.append(args) or True)
     endpoint = WebhookEndpoint.objects.create(project=project, url="http://127.0.0.1:9/x")
     for _ in range(2):
@@ -274,7 +274,7 @@ def test_a_newer_send_test_supersedes_an_older_one(member_client, project, monke
 
 
 def test_a_send_test_that_cannot_be_queued_fails_at_once(member_client, project, monkeypatch):
-    monkeypatch.setattr("recoverydash.runs.analysis.enqueue", lambda *args, **kwargs: False)
+    monkeypatch.setattr("recoverydash.runs.queue.enqueue", lambda *args, **kwargs: False)
     endpoint = WebhookEndpoint.objects.create(project=project, url="https://hooks.example.org/x")
     member_client.post(f"/projects/{project.pk}/webhooks/{endpoint.pk}/test/")
     endpoint.refresh_from_db()
