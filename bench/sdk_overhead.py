@@ -92,11 +92,11 @@ def start_sink() -> tuple[subprocess.Popen, str]:
 
 
 def make_recorder(url: str, spool: str, max_queue: int = 10_000, **kw):
-    from recoverydash.sdk import Client, LedgerRecorder
+    from recoverydash.sdk import Client, CountingRecorder
 
     client = Client(url, "bench", "bench-run", attempt=0, rank=3, spool_dir=spool,
                     max_queue=max_queue, **kw)
-    return LedgerRecorder(client, rank=3, world_size=64, dataset_length=10**9,
+    return CountingRecorder(client, rank=3, world_size=64, dataset_length=10**9,
                           dataset_version="bench", heartbeat_interval=30.0)
 
 

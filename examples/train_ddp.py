@@ -60,7 +60,7 @@ def train(args: argparse.Namespace) -> None:
     plan = plan[0]
     # The sender; its attempt number is new for every launch (rank 0 decides, all ranks agree).
     client = rd.init(args.url, args.token, args.run_id, location=location, restored=plan)
-    rec = rd.LedgerRecorder.for_sampler(client, sampler, dataset_version=DATASET)
+    rec = rd.CountingRecorder.for_sampler(client, sampler, dataset_version=DATASET)
     update, skip, resumed = 0, 0, None
     if plan["generation_id"]:
         msd, osd = get_state_dict(model, opt)

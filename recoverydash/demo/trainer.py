@@ -97,7 +97,7 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
 
     from recoverydash.sdk import (
         Client,
-        LedgerRecorder,
+        CountingRecorder,
         SkipFirst,
         load_generation,
         make_generation_id,
@@ -138,7 +138,7 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
     io_kw = {"s3_client": s3, "staging_dir": cfg.get("staging")}
     client = Client(cfg["url"], cfg["token"], cfg["run_id"], attempt=attempt, rank=rank,
                     spool_dir=cfg["spool"], flush_interval=0.2)
-    rec = LedgerRecorder.for_sampler(client, sampler, dataset_version=DATASET_VERSION,
+    rec = CountingRecorder.for_sampler(client, sampler, dataset_version=DATASET_VERSION,
                                      heartbeat_interval=1.0)
     update, skip, start_from = 0, 0, None
     if cfg.get("resume"):

@@ -74,13 +74,20 @@ def shard_missing(gen: GenerationRecord, manifest: dict) -> Reason | None:
 def component_missing(manifest: dict, required_components) -> Reason | None:
     """Components of the contract's ``required_components`` or of the manifest's ``components``
     with no object; and a component carried by more than half of the required shards (at least
-    two) that some required shard lacks (seed 004: one optimizer shard missing)."""
+    two) that some required shard lacks (seed 004: one optimizer shard missing). An object that
+    holds several components (a Lightning ``.ckpt``) names them all in ``components`` (an
+    extension of spec 4's Object) and carries each of them."""
     objects = manifest.get("objects") or []
-    carried = {o.get("component") for o in objects}
+
+    def held(o: dict) -> list:
+        many = o.get("components")
+        return list(many) if isinstance(many, list) and many else [o.get("component")]
+
+    carried = {c for o in objects for c in held(o)}
     needed = list(dict.fromkeys(list(required_components) + list(manifest.get("components") or [])))
     problems = [f"no object for component {c}" for c in needed if c not in carried]
     shards = list(manifest.get("required_shards") or [])
-    by_shard = {s: {o.get("component") for o in objects if o.get("shard") == s} for s in shards}
+    by_shard = {s: {c for o in objects if o.get("shard") == s for c in held(o)} for s in shards}
     for component in sorted(c for c in carried if c is not None):
         holders = [s for s in shards if component in by_shard[s]]
         lacking = [s for s in shards if by_shard[s] and component not in by_shard[s]]

@@ -1,15 +1,23 @@
 """recoverydash trainer SDK: the data ledger and checkpoint manifests of a PyTorch run.
 
-Two lines in a training script::
+The data ledger is observed (``recoverydash.sdk.observe``): the position of every sample travels
+with it through the loader and is recorded where the model receives it::
 
-    rec = recoverydash.sdk.LedgerRecorder.for_sampler(recoverydash.sdk.init(url, token, run_id), sampler)
-    rec.commit(update)        # after optimizer.step(), at each accumulation boundary
+    rec = recoverydash.sdk.ObservedRecorder(recoverydash.sdk.init(url, token, run_id))
+    loader = DataLoader(rec.dataset(ds), sampler=rec.sampler(sampler), batch_size=b,
+                        collate_fn=rec.collate())
+    for batch in loader:
+        loss(model(*rec.observe(batch))).backward()      # or rec.attach(model)
+        ...; optimizer.step(); rec.commit()              # at each accumulation boundary
 
-and, for checkpoints, ``save_generation(location, generation_id, update, state=..., recorder=rec)``
-publishes a DCP save with its manifest (the commit marker); on restart,
-``restore_plan(url, token, run_id, location=...)`` (or ``select_restorable(location)`` offline)
-names the generation to load, ``load_generation(location, generation_id, state=...)`` loads it,
-and ``rec.restore(cursor, update)`` says where the loader resumes.
+(``recoverydash.integrations`` builds those loaders for plain PyTorch and torchdata.) The
+``CountingRecorder`` infers positions from a count instead: a fallback for loops that cannot
+carry positions. For checkpoints, ``save_generation(location, generation_id, update, state=...,
+recorder=rec)`` publishes a DCP save with its manifest (the commit marker; the recorder's
+``state_dict()`` is the data progress); ``publish_files`` publishes files a trainer wrote itself.
+On restart, ``restore_plan(url, token, run_id, location=...)`` (or ``select_restorable(location)``
+offline) names the generation to load, ``load_generation(location, generation_id, state=...)``
+loads it, and ``rec.load_state_dict(progress)`` resumes the loader.
 
 Attempts: every launch of a run is a new attempt, the same number on every rank. ``init`` /
 ``Client`` take ``attempt=`` or ``$RECOVERYDASH_ATTEMPT`` as given; otherwise the number is one
@@ -42,9 +50,13 @@ from recoverydash.sdk.attempt import resolve_attempt
 from recoverydash.sdk.checkpoint import (
     DEFAULT_REQUIRED_COMPONENTS,
     GenerationCheck,
+    PublishResult,
     Selection,
     load_generation,
     make_generation_id,
+    merge_cursors,
+    publish_files,
+    resolve_location,
     restore_plan,
     save_generation,
     select_restorable,
@@ -52,7 +64,7 @@ from recoverydash.sdk.checkpoint import (
 )
 from recoverydash.sdk.client import Client, get_client, init, now_rfc3339
 from recoverydash.sdk.ledger import (
-    LedgerRecorder,
+    CountingRecorder,
     SkipFirst,
     batch_length,
     order_digest,
@@ -61,6 +73,17 @@ from recoverydash.sdk.ledger import (
     resumed_from,
 )
 from recoverydash.sdk.spool import default_spool_dir
+from recoverydash.sdk.observe import (
+    BATCH_KEY,
+    BatchTag,
+    Draw,
+    ObservedCollate,
+    ObservedDataset,
+    ObservedIterableDataset,
+    ObservedRecorder,
+    PositionSampler,
+    strip,
+)
 from recoverydash.storage.objects import (
     MANIFEST_NAME,
     ObjectCheck,
@@ -72,12 +95,21 @@ from recoverydash.storage.objects import (
 )
 
 __all__ = [
+    "BATCH_KEY",
     "DEFAULT_REQUIRED_COMPONENTS",
     "MANIFEST_NAME",
+    "BatchTag",
     "Client",
+    "CountingRecorder",
+    "Draw",
     "GenerationCheck",
-    "LedgerRecorder",
     "ObjectCheck",
+    "ObservedCollate",
+    "ObservedDataset",
+    "ObservedIterableDataset",
+    "ObservedRecorder",
+    "PositionSampler",
+    "PublishResult",
     "Selection",
     "SkipFirst",
     "TransientStorageError",
@@ -88,17 +120,21 @@ __all__ = [
     "list_manifests",
     "load_generation",
     "make_generation_id",
+    "merge_cursors",
     "now_rfc3339",
     "order_digest",
     "padded_length",
+    "publish_files",
     "read_manifest",
     "resolve_attempt",
+    "resolve_location",
     "restore_plan",
     "resume_skip",
     "resumed_from",
     "save_generation",
     "select_restorable",
     "shard_name",
+    "strip",
     "verify_object",
     "write_manifest_atomically",
 ]

@@ -7,7 +7,7 @@ Layout of one generation (``recoverydash.storage.objects`` documents the locatio
     <location>/<generation_id>/optimizer/__<rank>_0.distcp, .metadata  DCP save of state["optimizer"]
     <location>/<generation_id>/scheduler/rank<r>.pt                    torch.save of rank_state[...]
     <location>/<generation_id>/rng/rank<r>.pt                          CPU/CUDA/python RNG states
-    <location>/<generation_id>/data_progress/rank<r>.json              LedgerRecorder.state_dict()
+    <location>/<generation_id>/data_progress/rank<r>.json              CountingRecorder.state_dict()
     <location>/<generation_id>/recoverydash-manifest.json              the commit marker
 
 On an S3 location (``s3://bucket/prefix``) the layout is the same under the prefix: DCP writes
@@ -135,6 +135,34 @@ def _dist_info(group) -> tuple[bool, int, int]:
 
 # --- saving ----------------------------------------------------------------------------------------
 
+def resolve_location(location: str) -> str:
+    """A location as storage takes it: a relative folder (no scheme, not absolute, e.g.
+    ``ckpt`` or ``./runs/a``) is resolved against the current working directory; absolute folders,
+    ``file://`` and ``s3://`` URIs pass unchanged. The caller's string is not rewritten anywhere
+    else: only the object URIs of a manifest, which the server must be able to verify, are
+    absolute. Raises StorageError for a location that is not a non-empty string."""
+    if not isinstance(location, str) or not location:
+        raise StorageError(f"expected a folder or URI, got {location!r}")
+    if "://" in location or location.startswith("/"):
+        return location
+    return os.path.abspath(location)
+
+
+def merge_cursors(cursors: list) -> list[dict]:
+    """The lineage's frontier from every rank's committed cursor: per stratum the highest
+    ``(epoch, position)`` over ranks (each rank knows only the positions it consumed; the
+    frontier is the position after the highest one any rank committed). Sorted by stratum."""
+    best: dict = {}
+    for cs in cursors:
+        for c in cs or []:
+            if not isinstance(c, dict) or "stratum" not in c:
+                continue
+            key = (int(c.get("epoch", 0)), int(c.get("position", 0)))
+            if c["stratum"] not in best or key > best[c["stratum"]]:
+                best[c["stratum"]] = key
+    return [{"stratum": st, "epoch": e, "position": p} for st, (e, p) in sorted(best.items())]
+
+
 def _local_path(location: str) -> str:
     p = storage.parse_uri(location)
     if p.scheme != "file":
@@ -176,6 +204,19 @@ def _own_dcp_files(folder: str, rank: int, coordinator: bool) -> list[str]:
     return out
 
 
+def _progress_file(shard: str, progress: dict) -> tuple[str, bytes]:
+    """This rank's data progress file: ``rank<r>.json``, or ``rank<r>.pt`` (torch.save) when the
+    state is not JSON (a loader state holding tensors)."""
+    try:
+        return f"{shard}.json", json.dumps(progress, sort_keys=True).encode()
+    except (TypeError, ValueError):
+        import torch
+
+        buf = io.BytesIO()
+        torch.save(progress, buf)
+        return f"{shard}.pt", buf.getvalue()
+
+
 def _describe(path: str, shard: str, component: str, update: int, *, upload_to: str | None = None,
               s3_client=None) -> dict:
     """The manifest entry of a file DCP wrote: sized and sha256-hashed here; with ``upload_to``
@@ -208,15 +249,22 @@ def save_generation(location: str, generation_id: str, update: int, *,
     state: DCP components, e.g. ``{"model": model_sd, "optimizer": optim_sd}`` (each saved with
     ``dcp.save`` into its own folder; use ``torch.distributed.checkpoint.state_dict.get_state_dict``
     for sharded models). rank_state: small per-rank components, e.g. ``{"scheduler":
-    scheduler.state_dict()}`` (``torch.save`` per rank). recorder: the ``LedgerRecorder``, whose
+    scheduler.state_dict()}`` (``torch.save`` per rank). recorder: the ``CountingRecorder``, whose
     committed cursor becomes ``data_progress``. capture_rng: also save the ``rng`` component.
     client: the sender for checkpoint events (default: ``recorder.client``).
+
+    A relative folder is resolved against the working directory (``resolve_location``). The
+    manifest's ``data_progress.cursor`` is the maximum over ranks of their recorders' committed
+    cursors (``merge_cursors``); this rank's ``data_progress`` file is its recorder's
+    ``state_dict()`` (JSON, or a ``torch.save`` ``rank<r>.pt`` when the state holds tensors, as a
+    StatefulDataLoader's does).
 
     Returns the published manifest on every rank, or None when nothing was published (a failure
     on any rank, a rank that died, a mismatch of update across ranks, an existing different
     manifest). Never raises: training goes on and the previous generation stays the fallback."""
     client = client or getattr(recorder, "client", None)
     try:
+        location = resolve_location(location)
         distributed, rank, world = _dist_info(group)
     except Exception as e:  # pragma: no cover
         log.warning("recoverydash: checkpoint %s not published: %r", generation_id, e)
@@ -273,7 +321,7 @@ def save_generation(location: str, generation_id: str, update: int, *,
             files["rng"] = (f"{shard}.pt", _rng_state())
         progress = recorder.state_dict() if recorder is not None else {"cursor": []}
         progress = {**progress, "update": update}
-        files["data_progress"] = (f"{shard}.json", json.dumps(progress, sort_keys=True).encode())
+        files["data_progress"] = _progress_file(shard, progress)
         for component, (name, data) in files.items():
             uri = storage.join_uri(gen_uri, component, name)
             size, digest = storage.put_object(uri, data, s3_client=s3_client)
@@ -316,7 +364,7 @@ def save_generation(location: str, generation_id: str, update: int, *,
         "schema_revision": 1, "generation_id": generation_id, "update": update,
         "world_size": world, "required_shards": shards, "components": components,
         "objects": all_objects,
-        "data_progress": {"cursor": (progress or {}).get("cursor") or [],
+        "data_progress": {"cursor": merge_cursors([rep.get("cursor") for rep in reports]),
                           **({"samples_committed": progress["samples_committed"]}
                              if progress and "samples_committed" in progress else {})},
         "dataset_version": dataset_version or getattr(recorder, "dataset_version", None)
@@ -350,6 +398,205 @@ def save_generation(location: str, generation_id: str, update: int, *,
     return manifest
 
 
+@dataclass
+class PublishResult:
+    """What ``publish_files`` did: ``published`` (the manifest is committed), ``manifest`` (the
+    document, also when an identical one was already there: ``already`` True), ``reason`` (why
+    nothing was published), ``warnings`` (published, but the server will say more: a required
+    component without files). ``bool(result)`` is ``published``."""
+
+    published: bool
+    manifest: dict | None = None
+    reason: str | None = None
+    already: bool = False
+    warnings: list = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return self.published
+
+
+def _expand(paths) -> list[str]:
+    """Files named by a path or a list of paths; a folder stands for every file below it (sorted,
+    hidden files included). Raises FileNotFoundError for a path that does not exist."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    out: list[str] = []
+    for p in paths:
+        p = os.path.abspath(os.fspath(p))
+        if os.path.isdir(p):
+            for root, dirs, names in os.walk(p):
+                dirs.sort()
+                out.extend(os.path.join(root, n) for n in sorted(names))
+        elif os.path.isfile(p):
+            out.append(p)
+        else:
+            raise FileNotFoundError(p)
+    return list(dict.fromkeys(out))
+
+
+def publish_files(location: str, generation_id: str, update: int, files: dict[str, Any], *,
+                  client: Client | None = None, recorder: Any = None,
+                  data_progress: dict | None = None, dataset_version: str | None = None,
+                  world_size: int | None = None, config_digest: str | None = None,
+                  required_components: list[str] | None = None, collective: bool = False,
+                  group=None, coordinator: int = 0, s3_client=None,
+                  shard: str | None = None) -> PublishResult:
+    """Publish a generation made of files a trainer wrote itself (HF Trainer's ``checkpoint-N/``,
+    Lightning's ``.ckpt``, your own ``torch.save``): every file is sized and sha256-hashed, and the
+    manifest is committed atomically at ``<location>/<generation_id>/recoverydash-manifest.json``
+    (temporary file and link on a filesystem, one conditional PUT on S3), as ``save_generation``
+    does.
+
+    files: ``{component: path or [paths]}``; a folder stands for every file below it. One file
+    may hold several components (a Lightning ``.ckpt``): name it under each, e.g.
+    ``{"model": ckpt, "optimizer": ckpt}``; the manifest then lists the object once with
+    ``components`` naming them all. On a folder location the files stay where they are (object
+    URIs are their absolute ``file://`` URIs); on an S3 location each file is uploaded to
+    ``<location>/<generation_id>/<component>/<name>`` with its ``ChecksumSHA256`` first.
+    location: a folder (relative ones are resolved against the working directory), ``file://``
+    or ``s3://bucket/prefix``. update: optimizer updates the files' state represents.
+    data_progress: the manifest's data progress (default: ``{"cursor": recorder.cursor()}``;
+    with neither, an empty cursor). client: the sender (default ``recorder.client``): it reports
+    ``checkpoint_started``, ``shard_written`` and ``checkpoint_committed``. world_size: the
+    manifest's (default: the torch.distributed world size, else the recorder's, else 1).
+    collective: every rank calls it with the files it wrote (shard ``rank<r>``); the coordinator
+    publishes only when every rank succeeded, with the cursor merged over ranks. Otherwise the
+    caller's files are one shard (``shard``, default ``rank<r>`` of the caller) and the only
+    required one. A required component (``required_components``, default the spec's) without
+    files is published as it is (the server rejects it with ``component_missing``) and named in
+    ``warnings``.
+
+    A manifest already committed for ``generation_id`` with the same objects (a re-save of the
+    same update on resume) is not an error: ``already`` is True. A different one is never
+    overwritten: ``reason`` says so. Never raises: failures are logged and returned."""
+    client = client or getattr(recorder, "client", None)
+    try:
+        location = resolve_location(location)
+        distributed, rank, world = _dist_info(group)
+        if not collective:
+            distributed = False
+        if world_size is None:
+            world_size = world if _dist_info(group)[0] else getattr(recorder, "world_size", 1)
+        on_s3 = _is_s3(location)
+        if on_s3 and s3_client is None:
+            s3_client = storage.make_s3_client()
+        my_shard = shard or shard_name(rank)
+        gen_uri = storage.join_uri(location, generation_id)
+        components = list(files)
+        if client is not None and (not distributed or rank == coordinator):
+            shards = [shard_name(r) for r in range(world)] if distributed else [my_shard]
+            client.checkpoint_started(generation_id, update, shards, components)
+    except Exception as e:
+        log.warning("recoverydash: generation %s not published: %r", generation_id, e)
+        return PublishResult(False, reason=f"bad arguments: {e!r}")
+
+    objects: list[dict] = []
+    problem = None
+    try:
+        by_path: dict[str, dict] = {}
+        for component, paths in files.items():
+            for path in _expand(paths):
+                entry = by_path.get(path)
+                if entry is not None:
+                    entry.setdefault("components", [entry["component"]]).append(component)
+                    continue
+                digest, size = storage.sha256_file(path)
+                uri = storage.file_uri(path)
+                if on_s3:
+                    uri = storage.join_uri(gen_uri, component, os.path.basename(path))
+                    storage.upload_file(uri, path, s3_client=s3_client, sha256=digest)
+                entry = {"uri": uri, "shard": my_shard, "component": component, "size": size,
+                         "sha256": digest, "update": int(update)}
+                by_path[path] = entry
+                objects.append(entry)
+        if not objects:
+            problem = "no files"
+    except Exception as e:
+        problem = f"rank {rank} could not describe its files: {e!r}"
+    cursor = list((data_progress or {}).get("cursor") or []) if data_progress is not None else (
+        recorder.cursor() if recorder is not None and hasattr(recorder, "cursor") else [])
+    if problem is None and client is not None:
+        client.shard_written(generation_id, my_shard, update, objects, rank=rank)
+    try:
+        if distributed:
+            if not _all_agree(problem is None, group):
+                problem = problem or "another rank failed: nothing published"
+                log.warning("recoverydash: generation %s not published: %s", generation_id,
+                            problem)
+                return PublishResult(False, reason=problem)
+            reports = _all_gather_json({"objects": objects, "cursor": cursor}, group)
+        else:
+            if problem is not None:
+                log.warning("recoverydash: generation %s not published: %s", generation_id,
+                            problem)
+                return PublishResult(False, reason=problem)
+            reports = [{"objects": objects, "cursor": cursor}]
+    except Exception as e:
+        log.warning("recoverydash: generation %s not published (a rank is gone?): %r",
+                    generation_id, e)
+        return PublishResult(False, reason=f"ranks could not agree: {e!r}")
+
+    all_objects = [o for rep in reports for o in rep["objects"]]
+    shards = list(dict.fromkeys(o["shard"] for o in all_objects))
+    required = list(required_components or DEFAULT_REQUIRED_COMPONENTS)
+    carried = {c for o in all_objects for c in o.get("components", [o["component"]])}
+    progress = dict(data_progress or {})
+    progress["cursor"] = merge_cursors([rep.get("cursor") for rep in reports])
+    manifest = {
+        "schema_revision": 1, "generation_id": generation_id, "update": int(update),
+        "world_size": int(world_size or 1), "required_shards": shards,
+        "components": list(dict.fromkeys(components + sorted(carried - set(components)))),
+        "objects": all_objects, "data_progress": progress,
+        "dataset_version": dataset_version or getattr(recorder, "dataset_version", None)
+        or "unknown",
+        "committed_at": now_rfc3339(), "required_components": required,
+    }
+    if config_digest:
+        manifest["config_digest"] = config_digest
+    if client is not None:
+        manifest["run_id"] = client.run_id
+        manifest["attempt"] = client.attempt
+    warnings = [f"required component {c!r} has no file" for c in required if c not in carried]
+    result = PublishResult(False, manifest, warnings=warnings)
+    if not distributed or rank == coordinator:
+        result = _commit_manifest(location, manifest, s3_client, warnings)
+    if distributed:
+        try:
+            flags = _all_gather_json([result.published, result.already, result.reason], group)
+            result.published, result.already, result.reason = flags[coordinator]
+        except Exception as e:
+            log.warning("recoverydash: could not learn whether %s was published: %r",
+                        generation_id, e)
+            return PublishResult(False, manifest, reason=f"unknown: {e!r}")
+    if result.published and not result.already and client is not None and \
+            (not distributed or rank == coordinator):
+        client.checkpoint_committed(result.manifest)
+    return result
+
+
+def _commit_manifest(location: str, manifest: dict, s3_client, warnings: list) -> PublishResult:
+    """Write the manifest atomically; an identical committed one (same objects) is success."""
+    gid = manifest["generation_id"]
+    uri = storage.manifest_uri(location, gid)
+    try:
+        if storage.object_exists(uri, s3_client=s3_client):
+            old = storage.read_manifest(uri, s3_client=s3_client)
+            same = [(o.get("uri"), o.get("size"), o.get("sha256")) for o in old.get("objects")
+                    or []] == [(o["uri"], o["size"], o["sha256"]) for o in manifest["objects"]]
+            if same and old.get("update") == manifest["update"]:
+                return PublishResult(True, old, already=True, warnings=warnings)
+            reason = (f"a different manifest is already committed for {gid}: not overwritten "
+                      "(use make_generation_id(update, attempt))")
+            log.warning("recoverydash: %s", reason)
+            return PublishResult(False, old, reason=reason, warnings=warnings)
+        storage.write_manifest_atomically(location, manifest, s3_client=s3_client)
+    except Exception as e:
+        log.warning("recoverydash: manifest of %s not written: %r", gid, e)
+        return PublishResult(False, manifest, reason=f"manifest not written: {e!r}",
+                             warnings=warnings)
+    return PublishResult(True, manifest, warnings=warnings)
+
+
 def _check_reports(reports: list[dict], shards: list[str], components: list[str],
                    update: int) -> str | None:
     """Why the gathered reports cannot be published, or None."""
@@ -364,10 +611,6 @@ def _check_reports(reports: list[dict], shards: list[str], components: list[str]
     updates = {rep["update"] for rep in reports}
     if updates != {update}:
         return f"ranks are at different updates: {sorted(updates)}"
-    cursors = {json.dumps(rep.get("cursor"), sort_keys=True) for rep in reports}
-    if len(cursors) > 1:
-        log.warning("recoverydash: ranks report different data cursors: %s (the coordinator's "
-                    "is published)", sorted(cursors))
     return None
 
 
@@ -517,6 +760,7 @@ def select_restorable(location: str, *, world_size: int | None = None,
 
     Returns a Selection. Raises StorageError (Transient/Permanent) only when the location cannot
     be listed."""
+    location = resolve_location(location)
     uris = storage.list_manifests(location, s3_client=s3_client)
     found: list[GenerationCheck] = []
     for uri in uris:
@@ -580,6 +824,11 @@ def restore_plan(url: str | None, token: str | None, run_id: str, *,
     ``generation_id`` None means nothing is restorable (fresh start); ``attempt`` is the attempt
     that wrote the generation (from its manifest), for ``init(..., restored=plan)``. Never raises: a restart must never wait for the dashboard."""
     warnings: list = []
+    if location:
+        try:
+            location = resolve_location(location)
+        except StorageError:
+            pass  # select_restorable says so below
     if url:
         q = {k: v for k, v in (("world_size", world_size), ("dataset_version", dataset_version),
                                ("config_digest", config_digest)) if v is not None}
@@ -665,6 +914,7 @@ def load_generation(location: str, generation_id: str, *, state: dict[str, Any],
     import torch
 
     t0 = time.monotonic()
+    location = resolve_location(location)
     _, rank, _ = _dist_info(group)
     if not _is_s3(location):
         out = _load_dir(os.path.join(_local_path(location), generation_id), state, rank, group)

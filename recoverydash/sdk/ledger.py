@@ -1,16 +1,29 @@
 """The data ledger of a PyTorch trainer: which positions each optimizer update consumed.
 
-Positions (docs/ingest-v1.md#3-positions-spans-and-cursors) index the global sample order of one
-epoch of one stratum. For ``torch.utils.data.DistributedSampler`` that order is the padded, permuted
-index list *before* it is sliced by rank: rank ``r`` of ``W`` owns positions ``r, r+W, r+2W, ...``,
-so this rank's k-th sample of the epoch is position ``r + k*W``, and a microbatch of ``b`` samples
-is one strided range ``[r + k*W, r + (k+b)*W, W]``. With ``drop_last=False`` the sampler pads the
-list to a multiple of ``W`` by repeating its head: positions ``>= len(dataset)`` are those repeats
-and are reported in a separate span marked ``"padding": true`` (they are never duplicates).
+Two recorders send it (``update_committed``, docs/ingest-v1.md#update_committed):
+
+* ``recoverydash.sdk.observe.ObservedRecorder`` (use this one): the positions travel with the
+  samples through the loader and are recorded where the model receives them; nothing is inferred.
+* :class:`CountingRecorder` (this module), the fallback for loops that cannot carry positions: it
+  *infers* positions from a count of samples and the restored cursor (``r + k*W``), so it reports
+  what a ``DistributedSampler`` *should* have delivered, not what it did. A loader that replays or
+  skips while the counter is right looks exact. Its ``attempt_started.sampler.ledger`` is
+  ``"counted"`` so the dashboard says so.
+
+This module also holds what both share: ``order_digest``, ``padded_length``, ``resume_skip``,
+``resumed_from`` and ``SkipFirst``.
+
+Positions (docs/ingest-v1.md#3-positions-spans-and-cursors) index the global sample order of one epoch of one stratum. For
+``torch.utils.data.DistributedSampler`` that order is the padded, permuted index list *before* it is
+sliced by rank: rank ``r`` of ``W`` owns positions ``r, r+W, r+2W, ...``, so this rank's k-th sample
+of the epoch is position ``r + k*W``, and a microbatch of ``b`` samples is one strided range
+``[r + k*W, r + (k+b)*W, W]``. With ``drop_last=False`` the sampler pads the list to a multiple of
+``W`` by repeating its head: positions ``>= len(dataset)`` are those repeats and are reported in a
+separate span marked ``"padding": true`` (they are never duplicates).
 
 Usage, with gradient accumulation (a microbatch is never a "step")::
 
-    rec = LedgerRecorder.for_sampler(client, sampler, dataset_version="ds-v3")
+    rec = CountingRecorder.for_sampler(client, sampler, dataset_version="ds-v3")
     rec.start(global_batch_size=..., resumed_from=None)       # attempt_started
     for epoch in range(E):
         sampler.set_epoch(epoch)                               # the recorder notices the epoch
@@ -52,6 +65,8 @@ from recoverydash.sdk.client import Client
 log = logging.getLogger("recoverydash.sdk")
 
 SAMPLER_ALGORITHM = "torch.utils.data.DistributedSampler"
+LEDGER_MODE = "counted"
+"""``attempt_started.sampler.ledger`` of this recorder: positions inferred from a count."""
 
 
 def order_digest(*, seed: int, epoch: int, dataset_length: int, shuffle: bool,
@@ -91,8 +106,9 @@ def batch_length(batch: Any) -> int:
         return len(batch)
 
 
-class LedgerRecorder:
-    """Turns the samples one data-parallel rank consumed into ``update_committed`` spans.
+class CountingRecorder:
+    """Infers the positions one data-parallel rank consumed from a count of samples (module doc:
+    the fallback; ``ObservedRecorder`` observes them) and sends them as ``update_committed``.
 
     Args:
         client: the sender (``Client``); events carry ``rank`` = this data-parallel rank.
@@ -136,7 +152,7 @@ class LedgerRecorder:
 
     @classmethod
     def for_sampler(cls, client: Client, sampler: Any, *, stratum: str = "main",
-                    dataset_version: str | None = None, **kw) -> LedgerRecorder:
+                    dataset_version: str | None = None, **kw) -> CountingRecorder:
         """A recorder that reads rank, world size, seed, shuffle, drop_last, epoch and dataset
         length from a ``DistributedSampler`` (any object with those attributes)."""
         return cls(client, rank=sampler.rank, world_size=sampler.num_replicas,
@@ -145,13 +161,13 @@ class LedgerRecorder:
                    dataset_version=dataset_version, sampler=sampler, **kw)
 
     @classmethod
-    def for_loader(cls, client: Client, loader: Any, **kw) -> LedgerRecorder:
+    def for_loader(cls, client: Client, loader: Any, **kw) -> CountingRecorder:
         """A recorder for a ``DataLoader`` (or torchdata ``StatefulDataLoader``) whose ``sampler``
         is a ``DistributedSampler``. Raises TypeError when the loader has no such sampler."""
         sampler = getattr(loader, "sampler", None)
         if sampler is None or not hasattr(sampler, "num_replicas"):
             raise TypeError("the loader's sampler is not a DistributedSampler; build the "
-                            "recorder with LedgerRecorder(client, rank=..., world_size=..., ...)")
+                            "recorder with CountingRecorder(client, rank=..., world_size=..., ...)")
         return cls.for_sampler(client, sampler, **kw)
 
     # -- the hot path --
@@ -270,7 +286,8 @@ class LedgerRecorder:
         """The data progress to save with a checkpoint (JSON-able): cursor, update, order and the
         sampler settings. ``checkpoint.save_generation`` writes it as the ``data_progress``
         component."""
-        return {"stratum": self.stratum, "epoch": self._epoch, "update": self.update,
+        return {"ledger": LEDGER_MODE, "stratum": self.stratum, "epoch": self._epoch,
+                "update": self.update,
                 "cursor": self.cursor(), "order": self._order, "rank": self.rank,
                 "world_size": self.world_size, "dataset_length": self.dataset_length,
                 "seed": self.seed, "shuffle": self.shuffle, "drop_last": self.drop_last,
@@ -279,8 +296,9 @@ class LedgerRecorder:
 
     def sampler_info(self) -> dict:
         """The ``sampler`` object of ``attempt_started`` (docs/ingest-v1.md#attempt_started,
-        recommended fields)."""
-        return {"algorithm": SAMPLER_ALGORITHM, "seed": self.seed, "shuffle": self.shuffle,
+        recommended fields; ``ledger`` is our extension: ``counted``)."""
+        return {"algorithm": SAMPLER_ALGORITHM, "ledger": LEDGER_MODE, "seed": self.seed,
+                "shuffle": self.shuffle,
                 "drop_last": self.drop_last, "epoch_length": {self.stratum: self.dataset_length},
                 "padded_length": {self.stratum: self.total_size},
                 "units": {self.stratum: "samples"}}
@@ -370,7 +388,7 @@ class _UpdateReport:
 
     __slots__ = ("pending", "recorder", "suffix", "update")
 
-    def __init__(self, recorder: LedgerRecorder, update: int, pending: list, suffix: str):
+    def __init__(self, recorder: CountingRecorder, update: int, pending: list, suffix: str):
         self.recorder = recorder
         self.update = update
         self.pending = pending

@@ -25,7 +25,7 @@ def main(cfg: dict) -> int:
 
     from recoverydash.sdk import (
         Client,
-        LedgerRecorder,
+        CountingRecorder,
         SkipFirst,
         load_generation,
         make_generation_id,
@@ -50,7 +50,7 @@ def main(cfg: dict) -> int:
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3)
     client = Client(cfg["url"], cfg["token"], cfg["run_id"], attempt=cfg["attempt"], rank=rank,
                     spool_dir=cfg["spool"], flush_interval=0.2)
-    rec = LedgerRecorder.for_sampler(client, sampler, dataset_version="ds-1")
+    rec = CountingRecorder.for_sampler(client, sampler, dataset_version="ds-1")
     update = 0
     skip = 0
     selection = None

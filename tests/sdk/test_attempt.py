@@ -40,10 +40,10 @@ def _env(**extra) -> dict:
 
 LAUNCH = """
 import json, sys
-from recoverydash.sdk import Client, LedgerRecorder
+from recoverydash.sdk import Client, CountingRecorder
 url, spool, run = sys.argv[1:4]
 c = Client(url, "tok", run, rank=0, spool_dir=spool, flush_interval=0.05)
-rec = LedgerRecorder(c, rank=0, world_size=1, dataset_length=16, heartbeat_interval=0)
+rec = CountingRecorder(c, rank=0, world_size=1, dataset_length=16, heartbeat_interval=0)
 rec.start()
 rec.consumed(4)
 rec.commit(1)

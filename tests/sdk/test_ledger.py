@@ -1,4 +1,4 @@
-"""LedgerRecorder against torch's own DistributedSampler (no process group needed: num_replicas and
+"""CountingRecorder against torch's own DistributedSampler (no process group needed: num_replicas and
 rank are given), plus the cursor and resume helpers."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from torch.utils.data import DistributedSampler
 
 from recoverydash.sdk.client import Client
 from recoverydash.sdk.ledger import (
-    LedgerRecorder,
+    CountingRecorder,
     SkipFirst,
     order_digest,
     padded_length,
@@ -68,7 +68,7 @@ def run_ranks(n, w, micro, accum, epochs, drop_last, seed=7):
         sampler = DistributedSampler(ds, num_replicas=w, rank=r, shuffle=True, seed=seed,
                                      drop_last=drop_last)
         client = CaptureClient(rank=r)
-        rec = LedgerRecorder.for_sampler(client, sampler, dataset_version="ds-1",
+        rec = CountingRecorder.for_sampler(client, sampler, dataset_version="ds-1",
                                          heartbeat_interval=0)
         update = 0
         micro_count = 0
@@ -124,7 +124,7 @@ def test_rank_positions_index_the_padded_permuted_list(drop_last):
 
 def test_a_microbatch_is_one_strided_range_and_contiguous_ones_merge():
     c = CaptureClient(rank=2)
-    rec = LedgerRecorder(c, rank=2, world_size=8, dataset_length=1000, heartbeat_interval=0)
+    rec = CountingRecorder(c, rank=2, world_size=8, dataset_length=1000, heartbeat_interval=0)
     for _ in range(4):
         rec.consumed(2)
     rec.commit(1)
@@ -137,7 +137,7 @@ def test_a_microbatch_is_one_strided_range_and_contiguous_ones_merge():
 def test_read_cursor_runs_ahead_of_the_committed_cursor():
     """docs/definitions.md#worked-example: 8 ranks, micro 2, accum 4; 3 microbatches read after
     update 1,250."""
-    rec = LedgerRecorder(CaptureClient(), rank=0, world_size=8, dataset_length=10**6,
+    rec = CountingRecorder(CaptureClient(), rank=0, world_size=8, dataset_length=10**6,
                          heartbeat_interval=0)
     for update in range(1, 1251):
         for _ in range(4):
@@ -157,7 +157,7 @@ def test_the_recorder_follows_the_samplers_epoch():
     ds = list(range(10))
     sampler = DistributedSampler(ds, num_replicas=2, rank=1, shuffle=True, seed=1)
     c = CaptureClient(rank=1)
-    rec = LedgerRecorder.for_sampler(c, sampler, heartbeat_interval=0)
+    rec = CountingRecorder.for_sampler(c, sampler, heartbeat_interval=0)
     rec.consumed(3)
     sampler.set_epoch(1)
     rec.consumed(2)  # an update straddling the epoch boundary: two spans
@@ -176,14 +176,14 @@ def test_order_names_the_permutation_not_the_world_size():
     assert a != order_digest(seed=1, epoch=0, dataset_length=101, shuffle=True)
     assert a != order_digest(seed=1, epoch=0, dataset_length=100, shuffle=True,
                              dataset_version="v2")
-    r4 = LedgerRecorder(CaptureClient(), rank=0, world_size=4, dataset_length=100, seed=1)
-    r8 = LedgerRecorder(CaptureClient(), rank=0, world_size=8, dataset_length=100, seed=1)
+    r4 = CountingRecorder(CaptureClient(), rank=0, world_size=4, dataset_length=100, seed=1)
+    r8 = CountingRecorder(CaptureClient(), rank=0, world_size=8, dataset_length=100, seed=1)
     assert r4.order() == r8.order() == a
 
 
 def test_a_repeated_commit_never_reuses_an_event_id():
     c = CaptureClient(rank=0)
-    rec = LedgerRecorder(c, rank=0, world_size=1, dataset_length=10, heartbeat_interval=0)
+    rec = CountingRecorder(c, rank=0, world_size=1, dataset_length=10, heartbeat_interval=0)
     rec.consumed(1)
     rec.commit(1)
     rec.consumed(1)
@@ -193,7 +193,7 @@ def test_a_repeated_commit_never_reuses_an_event_id():
 
 
 def test_the_recorder_never_raises():
-    rec = LedgerRecorder(CaptureClient(), rank=0, world_size=2, dataset_length=10)
+    rec = CountingRecorder(CaptureClient(), rank=0, world_size=2, dataset_length=10)
     rec.consumed("three")  # nonsense in: the report cannot be built, and that is all
     rec.commit(1)
     assert rec.client.counters()["failed"] == 1
@@ -227,7 +227,7 @@ def test_restore_and_skip_first_resume_the_sampler_mid_epoch():
     sampler = DistributedSampler(ds, num_replicas=2, rank=1, shuffle=True, seed=3)
     sampler.set_epoch(1)
     full = list(sampler)
-    rec = LedgerRecorder.for_sampler(CaptureClient(rank=1), sampler, heartbeat_interval=0)
+    rec = CountingRecorder.for_sampler(CaptureClient(rank=1), sampler, heartbeat_interval=0)
     skip = rec.restore([{"stratum": "main", "epoch": 1, "position": 20}], update=5)
     assert skip == 10 and rec.update == 5 and rec.cursor()[0]["position"] == 20
     wrapped = SkipFirst(sampler, skip, rec.epoch)

@@ -25,7 +25,7 @@ if "pytest_django.plugin" not in sys.modules:  # run with -p no:django: nothing 
                 allow_module_level=True)
 
 from recoverydash.sdk.client import Client
-from recoverydash.sdk.ledger import LedgerRecorder
+from recoverydash.sdk.ledger import CountingRecorder
 
 from .conftest import REPO, free_port
 
@@ -110,7 +110,7 @@ def test_server_down_for_the_first_half_then_up_every_event_arrives_once(
     clients = [Client(proxy.url, full_token, "live-half", attempt=0, rank=r, spool_dir=spool,
                       flush_interval=0.05, backoff_base=0.05, backoff_cap=0.3,
                       request_timeout=10) for r in range(world)]
-    recs = [LedgerRecorder(c, rank=r, world_size=world, dataset_length=n, seed=1,
+    recs = [CountingRecorder(c, rank=r, world_size=world, dataset_length=n, seed=1,
                            dataset_version="ds-1", heartbeat_interval=0)
             for r, c in enumerate(clients)]
     for rec in recs:
@@ -144,13 +144,13 @@ def test_server_down_for_the_first_half_then_up_every_event_arrives_once(
 
 TRAINER = """
 import hashlib, os, sys, time
-from recoverydash.sdk import (Client, LedgerRecorder, now_rfc3339, resumed_from,
+from recoverydash.sdk import (Client, CountingRecorder, now_rfc3339, resumed_from,
                               select_restorable, write_manifest_atomically)
 url, token, spool, loc, attempt, first, last = sys.argv[1:8]
 attempt, first, last = int(attempt), int(first), int(last)
 c = Client(url, token, "live-kill", attempt=attempt, rank=0, spool_dir=spool,
            flush_interval=0.05, backoff_base=0.05, backoff_cap=0.3, request_timeout=10)
-rec = LedgerRecorder(c, rank=0, world_size=1, dataset_length=1000, shuffle=False,
+rec = CountingRecorder(c, rank=0, world_size=1, dataset_length=1000, shuffle=False,
                      dataset_version="ds-1", heartbeat_interval=0)
 sel = select_restorable(loc) if attempt else None
 if sel is not None:

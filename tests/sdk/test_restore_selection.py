@@ -234,7 +234,7 @@ def test_the_sdk_imports_with_django_and_celery_blocked():
                 return None
         sys.meta_path.insert(0, Block())
         import recoverydash.sdk as sdk
-        from recoverydash.sdk import LedgerRecorder, save_generation, select_restorable
+        from recoverydash.sdk import CountingRecorder, save_generation, select_restorable
         import recoverydash.sdk.__main__
         c = sdk.Client(None, None, "r", attempt=0)
         c.heartbeat(1)
