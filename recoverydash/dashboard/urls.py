@@ -13,7 +13,9 @@ urlpatterns = [
     path("runs/<int:pk>/", views.run_detail, name="run"),
     path("runs/<int:pk>/charts.json", views.run_charts, name="run_charts"),
     path("runs/<int:pk>/contract/", views.run_contract, name="run_contract"),
-    path("runs/<int:pk>/generations/<str:generation_id>/", views.generation_detail,
+    # <path:>, not <str:>: a generation id stored before the identifier rule (or found in
+    # storage) may hold a "/", and every page that links it must still render.
+    path("runs/<int:pk>/generations/<path:generation_id>/", views.generation_detail,
          name="generation"),
     path("runs/<int:pk>/restarts/<int:attempt>/", views.restart_detail, name="restart"),
     path("alerts/", views.alerts, name="alerts"),

@@ -33,7 +33,7 @@ from . import errors, read_api
 from .actions import ingest_batch
 from .auth import ingest_auth, read_auth
 from .errors import BadRequest, ErrorItem, PayloadTooLarge, UnsupportedMediaType, short
-from .schemas import IngestBody, ValidEvent, validate_events
+from .schemas import IngestBody, ManifestV1, ValidEvent, validate_events
 
 
 class RecoveryDashAPI(NinjaAPI):
@@ -70,7 +70,11 @@ class RecoveryDashAPI(NinjaAPI):
 
 
 _body_schema = IngestBody.model_json_schema(ref_template="#/components/schemas/{model}")
-_BODY_DEFS = {**_body_schema.pop("$defs", {}), "IngestBody": _body_schema}
+# A checkpoint_committed carries a ManifestHead on the wire (any revision); revision 1 is checked
+# field by field against ManifestV1, documented beside it.
+_manifest_schema = ManifestV1.model_json_schema(ref_template="#/components/schemas/{model}")
+_BODY_DEFS = {**_body_schema.pop("$defs", {}), **_manifest_schema.pop("$defs", {}),
+              "IngestBody": _body_schema, "ManifestV1": _manifest_schema}
 
 api = RecoveryDashAPI(
     title="recoverydash API", version="1", urls_namespace="api-v1",

@@ -25,6 +25,8 @@ _runs = itertools.count()
 safe_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
                     max_size=12)
 name = st.text("abcdefghij0123456789_-.", min_size=1, max_size=12)
+# generation ids and shard names follow the identifier rule (schemas.ID_PATTERN)
+ident = st.from_regex(r"[A-Za-z0-9_:=@+~][A-Za-z0-9._:=@+~-]{0,11}", fullmatch=True)
 u63 = st.integers(0, 2**63 - 1)
 u31 = st.integers(0, 2**31 - 1)
 # jsonb keeps a number's value, not its spelling: stay where floats print without exponents
@@ -56,13 +58,14 @@ def span(kind: str):
 cursor = st.fixed_dictionaries({"stratum": name, "epoch": u63, "position": u63})
 obj = st.fixed_dictionaries(
     {"uri": name.map(lambda s: "s3://bucket/" + s), "component": name, "size": u63},
-    optional={"shard": name, "sha256": st.text("0123456789abcdef", min_size=64, max_size=64),
+    optional={"shard": ident, "sha256": st.text("0123456789abcdef", min_size=64, max_size=64),
               "update": u63})
 manifest = st.fixed_dictionaries({
-    "schema_revision": st.just(1), "generation_id": name, "update": u63,
-    "world_size": st.integers(1, 2**31 - 1), "required_shards": st.lists(name, max_size=3),
+    "schema_revision": st.just(1), "generation_id": ident, "update": u63,
+    "world_size": st.integers(1, 2**31 - 1), "required_shards": st.lists(ident, max_size=3),
     "components": st.lists(name, max_size=3),
-    "objects": st.lists(obj.map(lambda o: {"shard": "rank0", **o}), max_size=3),
+    "objects": st.lists(obj.map(lambda o: {"shard": "rank0", **o}), max_size=3,
+                        unique_by=lambda o: o["uri"]),
     "data_progress": st.fixed_dictionaries({"cursor": st.lists(cursor, max_size=2)}),
     "dataset_version": name, "committed_at": times})
 
@@ -72,7 +75,7 @@ TYPE_FIELDS = {
                          "sampler": st.fixed_dictionaries({}, optional={
                              "seed": st.integers(), "epoch_length": st.dictionaries(name, u63)}),
                          "resumed_from": st.none() | st.fixed_dictionaries(
-                             {"generation_id": st.none() | name, "update": u63,
+                             {"generation_id": st.none() | ident, "update": u63,
                               "cursor": st.lists(cursor, max_size=2)}),
                          "contract": st.fixed_dictionaries({}, optional={
                              "max_replay_samples": u63, "max_checkpoint_age_s": st.integers(0, 10**6)})}),
@@ -81,13 +84,13 @@ TYPE_FIELDS = {
                           | st.lists(span("ids"), max_size=2)},
                          {"samples": u63, "tokens": u63, "ids_digest": name}),
     "heartbeat": ({"update": u63}, {"fetched": st.lists(cursor, max_size=2)}),
-    "checkpoint_started": ({"generation_id": name, "update": u63},
-                           {"required_shards": st.lists(name, max_size=3),
+    "checkpoint_started": ({"generation_id": ident, "update": u63},
+                           {"required_shards": st.lists(ident, max_size=3),
                             "components": st.lists(name, max_size=3)}),
-    "shard_written": ({"generation_id": name, "shard": name, "update": u63,
-                       "objects": st.lists(obj, max_size=3)}, {}),
+    "shard_written": ({"generation_id": ident, "shard": ident, "update": u63,
+                       "objects": st.lists(obj, max_size=3, unique_by=lambda o: o["uri"])}, {}),
     "checkpoint_committed": ({"manifest": manifest}, {}),
-    "restore_completed": ({"generation_id": name,
+    "restore_completed": ({"generation_id": ident,
                            "seconds": st.floats(0, 1e6) | st.integers(0, 10**6)}, {}),
     "attempt_ended": ({"reason": st.sampled_from(["completed", "failed", "preempted",
                                                   "cancelled"]), "update": u63},
