@@ -16,6 +16,7 @@ COPY recoverydash ./recoverydash
 COPY workers ./workers
 COPY templates ./templates
 COPY static ./static
+COPY docs ./docs
 COPY manage.py ./
 # The server needs no PyTorch: only the base dependencies are installed.
 RUN pip install . && SECRET_KEY=build-only python manage.py collectstatic --noinput

@@ -68,7 +68,7 @@ def test_it_documents_only_variables_the_settings_read():
 
 def test_it_builds_an_image_with_the_server_and_its_assets():
     dockerfile = (REPO / "Dockerfile").read_text()
-    for path in ("recoverydash", "workers", "templates", "static", "manage.py"):
+    for path in ("recoverydash", "workers", "templates", "static", "docs", "manage.py"):
         assert f"COPY {path}" in dockerfile, path
         assert (REPO / path).exists(), path
     assert "collectstatic" in dockerfile and "torch" not in dockerfile.split("RUN pip")[1][:80]

@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from recoverydash.dashboard import views
+from recoverydash.dashboard import docs, views
 
 
 urlpatterns = [
@@ -19,6 +19,7 @@ urlpatterns = [
          name="generation"),
     path("runs/<int:pk>/restarts/<int:attempt>/", views.restart_detail, name="restart"),
     path("alerts/", views.alerts, name="alerts"),
+    path("docs/<slug:name>/", docs.page, name="docs_page"),
     path("alerts/<int:pk>/<str:action>/", views.alert_action, name="alert_action"),
     path("projects/", views.projects, name="projects"),
     path("projects/<int:pk>/", views.project_detail, name="project"),

@@ -5,6 +5,7 @@ every figure the tests know."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -159,6 +160,12 @@ def known_run(project):
 def owner_client(client, owner):
     client.force_login(owner)
     return client
+
+
+def without_definition_links(html: str) -> str:
+    """A page's HTML without the "?" links to docs/definitions.md beside its figures, so that
+    tests can read a sentence as people do."""
+    return re.sub(r'<a class="def" [^>]*>\?</a>', "", html)
 
 
 def analyse(run):

@@ -7,6 +7,8 @@ import json
 import pytest
 from django.urls import reverse
 
+from tests.dashboard.conftest import without_definition_links
+
 pytestmark = pytest.mark.django_db
 
 
@@ -21,7 +23,8 @@ def test_fleet_shows_the_run_with_health_age_generation_alerts_and_verdict(owner
 
 
 def test_run_page_states_the_three_answers_in_words(owner_client, known_run):
-    html = owner_client.get(reverse("run", args=[known_run.pk])).content.decode()
+    html = without_definition_links(
+        owner_client.get(reverse("run", args=[known_run.pk])).content.decode())
     assert "Can we resume?" in html and "Yes, from" in html and "g1250" in html
     assert "Update 1,250, committed 2026-11-01 00:21:01 UTC" in html
     assert "10 updates" in html and "over the limit" in html

@@ -1,4 +1,4 @@
-"""Projection of accepted events into the typed tables (docs/ingest-v1.md#event-types), including
+"""Projection of accepted events into the typed tables (docs/ingest-v1.md#4-event-types), including
 the worked scenarios of tests/scenarios/ posted through the API."""
 
 from __future__ import annotations
