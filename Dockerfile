@@ -18,8 +18,8 @@ COPY templates ./templates
 COPY static ./static
 COPY docs ./docs
 COPY manage.py ./
-# The server needs no PyTorch: only the base dependencies are installed.
-RUN pip install . && SECRET_KEY=build-only python manage.py collectstatic --noinput
+# The server needs no PyTorch: the base (the SDK's pyroaring) and the `server` extra.
+RUN pip install ".[server]" && SECRET_KEY=build-only python manage.py collectstatic --noinput
 
 USER recoverydash
 EXPOSE 8000

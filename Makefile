@@ -5,22 +5,39 @@ PY := $(VENV)/bin/python
 PORT ?= 8000
 # The machine's PostgreSQL (trust auth); `make test` uses it when it answers, else SQLite.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
-# PyTorch is pinned (torch==2.13.0): a local wheel folder, when the machine has one, avoids a download.
-PIP_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
+# PyTorch is pinned to its CPU build (torch==2.13.0 in pyproject.toml, 2.13.0+cpu). It comes from
+# PyTorch's CPU wheel index (PyPI's Linux wheel is the CUDA build, several GB); a local folder of
+# wheels that holds torch (TORCH_WHEELS) replaces that index, for machines without a route to it.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_WHEELS ?= /opt/wheels
+PIP_TORCH := $(if $(wildcard $(TORCH_WHEELS)/torch-*.whl),--find-links $(TORCH_WHEELS),--extra-index-url $(TORCH_INDEX))
+CHROMIUM := /usr/bin/chromium
 
 .PHONY: install test test-sqlite test-fast serve demo bench browser migrate lint clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
-	$(PY) -m pip install --quiet $(PIP_LINKS) -e ".[dev,torch,frameworks]"
+	$(PY) -m pip install --quiet $(PIP_TORCH) -e ".[server,dev,torch,frameworks]"
 	touch $@
 
-install: $(VENV)/.installed  ## create .venv and install everything
-	@$(MAKE) --no-print-directory browser || echo "note: no chromium: browser tests will be skipped"
+install: $(VENV)/.installed  ## create .venv and install everything (server, SDK, PyTorch CPU, test tools)
+	@$(MAKE) --no-print-directory browser
 
-browser:  ## Debian's chromium for the Playwright tests (no browser download)
-	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null)
+# Debian's chromium for the Playwright tests (never a browser download). Installing it needs root
+# and apt-get; without them this says so and goes on: the browser tests are then skipped.
+browser:  ## Debian's chromium for the browser tests, when root on Debian/Ubuntu
+	@if [ -x $(CHROMIUM) ]; then \
+	  echo "chromium: $(CHROMIUM)"; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "note: no $(CHROMIUM) and no apt-get: chromium not installed; browser tests will be skipped"; \
+	elif [ "$$(id -u)" != 0 ]; then \
+	  echo "note: no $(CHROMIUM); installing Debian's chromium needs root (sudo apt-get install chromium); browser tests will be skipped"; \
+	elif apt-get update -qq && apt-get install -y -qq chromium >/dev/null && [ -x $(CHROMIUM) ]; then \
+	  echo "chromium: installed $(CHROMIUM)"; \
+	else \
+	  echo "note: apt-get did not install $(CHROMIUM); browser tests will be skipped"; \
+	fi
 
 migrate: $(VENV)/.installed
 	$(PY) manage.py migrate --noinput

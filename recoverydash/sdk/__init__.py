@@ -40,7 +40,8 @@ objects it needs to a staging folder, checks size and sha256 against the manifes
 there. ``select_restorable`` verifies S3 objects by HEAD (the stored ChecksumSHA256), so a deleted
 or damaged object rejects its generation.
 
-Needs only the ``sdk`` extra: no Django, no Celery; torch is imported only by the torch helpers.
+Needs only the base install (``pip install recoverydash``: pyroaring), no Django, no Celery;
+``[s3]`` adds boto3 for ``s3://`` locations; torch is imported only by the torch helpers.
 Nothing here raises into or blocks the training loop (``load_generation`` excepted: a restore that
 fails must stop the job). Command line: ``python -m recoverydash.sdk check LOCATION`` (storage only:
 the data ledger, hence ``data_cursor_mismatch`` and ``stale_state``, needs the server).

@@ -154,8 +154,9 @@ def make_s3_client(endpoint_url: str | None = None, region: str | None = None,
     try:
         import boto3
         from botocore.config import Config
-    except ImportError as e:  # pragma: no cover - boto3 is in the sdk extra
-        raise PermanentStorageError("boto3 is required for s3:// URIs") from e
+    except ImportError as e:  # the trainer side installs boto3 only with the s3 extra
+        raise PermanentStorageError(
+            "boto3 is required for s3:// URIs: pip install 'recoverydash[s3]'") from e
     cfg = Config(connect_timeout=connect_timeout, read_timeout=read_timeout,
                  retries={"max_attempts": max_attempts, "mode": "standard"},
                  s3={"addressing_style": "path"} if endpoint_url else None)
