@@ -1,0 +1,269 @@
+"""The shared interface of the format adapters: a folder becomes generations, each with its
+objects, shards, components, update, commit marker and reasons, and one rule turns that into a
+status (spec 5 statuses and reason codes).
+
+Status rule (the same for every format; the format decides what its commit marker, shards and
+components are):
+
+* no commit marker: ``pending`` when nothing newer exists (a save may still be under way, or its
+  writer died), else ``abandoned``; reason ``never_committed``;
+* committed, with any hard reason (``shard_missing``, ``component_missing``, ``object_missing``,
+  ``size_mismatch``, ``digest_mismatch``, ``update_mismatch``, ``world_size_mismatch``,
+  ``schema_unsupported``): ``rejected``;
+* committed, with only ``storage_unverified`` (storage could not answer for a file):
+  ``committed``;
+* otherwise ``restorable``: every required shard and component is there and every file the
+  structure declares exists with the bytes it declares.
+
+No digest is recorded by these formats, so ``restorable`` here is structural: it cannot show that
+bytes inside a file are the bytes that were written (``--hash`` records sha256 digests for later
+comparison), nor that the saved state is the state of one update (docs/formats.md).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from recoverydash.formats.store import Tree
+
+HARD = ("shard_missing", "component_missing", "object_missing", "size_mismatch",
+        "digest_mismatch", "update_mismatch", "world_size_mismatch", "schema_unsupported")
+SOFT = ("storage_unverified",)
+
+
+@dataclass
+class Options:
+    """What the restarting job asks of a check: ``world_size`` (its ranks, compared where the
+    format records one), ``required_components`` (replaces the format's list when given),
+    ``dataset_version`` (compared with our manifests'; the frameworks' formats record none)."""
+
+    world_size: int | None = None
+    required_components: list | None = None
+    dataset_version: str | None = None
+
+
+@dataclass
+class FoundObject:
+    """One file of a generation: ``path`` relative to the checkpoint root, its URI, the shard and
+    component it belongs to, ``size`` observed in storage (bytes), ``declared_size`` when the
+    format's structure declares how long it must be, ``mtime`` (POSIX seconds), ``sha256`` once
+    hashed."""
+
+    path: str
+    uri: str
+    shard: str
+    component: str
+    size: int
+    mtime: float
+    declared_size: int | None = None
+    sha256: str | None = None
+
+    def to_object(self, update: int | None) -> dict:
+        """The spec 4 Object: ``size`` is the declared size where the structure declares one
+        (so later verification compares storage with the commit), else the observed size."""
+        out = {"uri": self.uri, "shard": self.shard, "component": self.component,
+               "size": self.declared_size if self.declared_size is not None else self.size}
+        if self.sha256:
+            out["sha256"] = self.sha256
+        if update is not None:
+            out["update"] = update
+        return out
+
+
+@dataclass
+class Generation:
+    """One checkpoint generation found in a framework's folder (see the module doc for status).
+
+    ``generation_id`` is the folder or file name (``step-100``, ``checkpoint-500``,
+    ``global_step40``, ``iter_0000100``, ``epoch=1-step=20.ckpt``, ``300``); ``update`` the
+    optimizer updates it represents, as the format records it; ``commit_marker`` the file whose
+    presence commits it (None: not committed); ``committed_at`` that marker's modification time
+    (POSIX seconds); ``progress`` what the format records of training progress (epoch,
+    global_step, samples...); ``notes`` what this check could not look at."""
+
+    format: str
+    generation_id: str
+    folder: str
+    update: int | None = None
+    commit_marker: str | None = None
+    committed_at: float | None = None
+    required_shards: list = field(default_factory=list)
+    required_components: list = field(default_factory=list)
+    objects: list = field(default_factory=list)
+    progress: dict = field(default_factory=dict)
+    world_size: int | None = None
+    notes: list = field(default_factory=list)
+    uncommitted: str = "no commit marker"
+    status: str = ""
+    reasons: list = field(default_factory=list)
+    _problems: dict = field(default_factory=dict, repr=False)
+    _carried: set = field(default_factory=set, repr=False)
+    _unread: set = field(default_factory=set, repr=False)
+
+    @property
+    def committed(self) -> bool:
+        return self.commit_marker is not None
+
+    @property
+    def components(self) -> list:
+        """Components found, in the order first seen."""
+        return list(dict.fromkeys([o.component for o in self.objects] + sorted(self._carried)))
+
+    # --- what adapters call ----------------------------------------------------------------
+
+    def problem(self, code: str, detail: str) -> None:
+        """Record one finding under a spec reason code (grouped per code when finished)."""
+        self._problems.setdefault(code, []).append(detail)
+
+    def carries(self, component: str) -> None:
+        """Record that a component is present inside an object already listed (e.g. a DCP file
+        or a Lightning ``.ckpt`` holding model and optimizer)."""
+        self._carried.add(component)
+
+    def unread(self, components) -> None:
+        """Components that would be inside a file that could not be read (its own finding
+        rejects the generation); they are not also reported as ``component_missing``."""
+        self._unread.update(components)
+
+    def add(self, tree: Tree, rel: str, shard: str, component: str,
+            declared_size: int | None = None) -> FoundObject | None:
+        """Add the file ``rel`` (relative to the root) as an object; a missing file is recorded
+        as ``object_missing``, a size other than ``declared_size`` as ``size_mismatch``.
+        Returns the object, or None when the file is missing."""
+        entry = tree.files.get(rel)
+        if entry is None:
+            self.problem("object_missing", f"{rel}: no such file")
+            return None
+        obj = FoundObject(rel, tree.uri(rel), shard, component, entry.size, entry.mtime,
+                          declared_size)
+        self.objects.append(obj)
+        if declared_size is not None and entry.size != declared_size:
+            what = "truncated" if entry.size < declared_size else "longer than declared"
+            self.problem("size_mismatch", f"{rel}: {entry.size} bytes, its structure declares "
+                                          f"{declared_size} ({what})")
+        return obj
+
+    def commit(self, tree: Tree, marker: str | None, when: float | None = None) -> None:
+        """Mark the generation committed by ``marker`` (a relative path), at ``when`` (default:
+        the marker's modification time)."""
+        self.commit_marker = marker
+        if marker is not None:
+            entry = tree.files.get(marker)
+            self.committed_at = when if when is not None else (entry.mtime if entry else None)
+
+    # --- the rule ----------------------------------------------------------------------------
+
+    def finish(self, options: Options, superseded: bool) -> None:
+        """Apply the status rule (module doc): required shards and components, the restarting
+        job's world size, then the status. ``superseded``: a newer generation exists."""
+        if not self.committed:
+            self.reasons = [{"code": "never_committed", "detail": self.uncommitted + (
+                "; superseded by a newer generation" if superseded else
+                "; nothing newer: a save under way, or its writer died")}]
+            self.status = "abandoned" if superseded else "pending"
+            return
+        present = {o.shard for o in self.objects}
+        missing = [s for s in self.required_shards if s not in present]
+        if missing:
+            self.problem("shard_missing", f"no file for required shard {_short(missing)}")
+        required = options.required_components or self.required_components
+        lacking = [c for c in required if c not in self.components and c not in self._unread]
+        if lacking:
+            self.problem("component_missing", f"no {', '.join(lacking)} (found: "
+                                              f"{', '.join(self.components) or 'nothing'})")
+        if options.world_size is not None and self.world_size is not None \
+                and options.world_size != self.world_size:
+            self.problem("world_size_mismatch", f"saved by {self.world_size} ranks, this job "
+                                                f"runs {options.world_size}")
+        reasons = []
+        for code in sorted(self._problems, key=lambda c: (HARD + SOFT).index(c)
+                           if c in HARD + SOFT else 99):
+            items = self._problems[code]
+            detail = items[0] if len(items) == 1 else f"{len(items)} findings: {_short(items, 3)}"
+            reasons.append({"code": code, "detail": detail})
+        self.reasons = reasons
+        codes = {r["code"] for r in reasons}
+        if codes & set(HARD):
+            self.status = "rejected"
+        elif codes & set(SOFT):
+            self.status = "committed"
+        else:
+            self.status = "restorable"
+
+    # --- output ------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict:
+        """The generation as the CLI prints it with ``--json``."""
+        return {"generation_id": self.generation_id, "format": self.format,
+                "update": self.update, "status": self.status, "reasons": self.reasons,
+                "committed_at": rfc3339(self.committed_at), "commit_marker": self.commit_marker,
+                "folder": self.folder, "world_size": self.world_size,
+                "required_shards": self.required_shards, "components": self.components,
+                "required_components": self.required_components, "progress": self.progress,
+                "notes": self.notes,
+                "objects": [{**o.to_object(self.update), "observed_size": o.size,
+                             "path": o.path} for o in self.objects]}
+
+    def manifest(self, run_id: str | None = None, rule: str = "") -> dict:
+        """A spec 4 manifest describing this committed generation, for the server's discovery
+        (``schema_revision`` 1 with the extension ``adopted``: the format, its rule, and the
+        reasons found, which the recovery core applies instead of its own shard and component
+        rules). ``data_progress.cursor`` is empty: these formats record no data cursor."""
+        doc = {
+            "schema_revision": 1, "generation_id": self.generation_id,
+            "update": self.update if self.update is not None else 0,
+            "world_size": self.world_size or max(1, len(self.required_shards)),
+            "required_shards": list(self.required_shards) or sorted({o.shard for o in
+                                                                     self.objects}),
+            "components": self.components,
+            "objects": [o.to_object(self.update) for o in self.objects],
+            "data_progress": {"cursor": []},
+            "dataset_version": "unknown",
+            "committed_at": rfc3339(self.committed_at) or rfc3339(0.0),
+            "required_components": list(self.required_components),
+            "adopted": {"format": self.format, "rule": rule, "folder": self.folder,
+                        "commit_marker": self.commit_marker, "progress": self.progress,
+                        "reasons": [r for r in self.reasons if r["code"] in HARD]},
+        }
+        if run_id:
+            doc["run_id"] = run_id
+        return doc
+
+
+def rfc3339(ts: float | None) -> str | None:
+    """POSIX seconds as an RFC 3339 UTC string (milliseconds), None stays None."""
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="milliseconds") \
+        .replace("+00:00", "Z")
+
+
+def _short(items, n: int = 5) -> str:
+    items = list(items)
+    shown = "; ".join(str(i) for i in items[:n]) if n <= 3 else \
+        ", ".join(str(i) for i in items[:n])
+    return shown + (f" and {len(items) - n} more" if len(items) > n else "")
+
+
+def number_in(name: str, pattern: str) -> int | None:
+    """The integer captured by ``pattern`` (one group) in ``name``, or None."""
+    m = re.fullmatch(pattern, name)
+    return int(m.group(1)) if m else None
+
+
+def finish_all(generations: list, options: Options) -> list:
+    """Apply the status rule to every generation and sort them newest first (by update, then
+    commit time, then id). A generation is superseded when another one is at a higher update,
+    or at the same update and committed later."""
+    def key(g: Generation):
+        times = [o.mtime for o in g.objects]
+        return (g.update if g.update is not None else -1,
+                g.committed_at if g.committed_at is not None else max(times, default=0.0),
+                g.generation_id)
+
+    ordered = sorted(generations, key=key, reverse=True)
+    for i, g in enumerate(ordered):
+        g.finish(options, superseded=any(key(o) > key(g) for o in ordered[:i]))
+    return ordered

@@ -1,0 +1,134 @@
+"""torch.distributed.checkpoint (DCP) folders, alone or in torchtitan's ``step-N/`` layout.
+
+Rule (``RULE``): a DCP save is committed by its ``.metadata``, which the coordinator writes only
+after every rank's write results were gathered (torchtitan's loader takes the newest ``step-N``
+holding one). Complete when every storage item the metadata lists has its file, and every file is
+exactly as long as its items reach (``offset + length``); the save holds model and optimizer
+state. A ``step-N`` folder with ``.distcp`` files and no ``.metadata`` never committed.
+
+Components are told from the state dict keys: ``optimizer*`` / ``optim*`` -> optimizer,
+``lr_scheduler*`` / ``scheduler*`` -> scheduler, ``dataloader*`` / ``data_loader*`` ->
+data_progress, ``train_state*`` -> train_state, ``rng*`` -> rng, anything else -> model
+(torchtitan flattens the model's keys to the top level). Shards are ranks, from file names
+``__<rank>_<n>.distcp``. ``update`` is N of ``step-N`` (the folder's number).
+"""
+
+from __future__ import annotations
+
+import re
+
+from recoverydash.formats.base import Generation, number_in
+from recoverydash.formats.readers import UnreadableFile, read_dcp_metadata
+from recoverydash.formats.store import Tree
+from recoverydash.storage.objects import StorageError
+
+NAME = "dcp"
+RULE = ("committed by .metadata (written once every rank's write results were gathered); "
+        "complete when every storage item's file exists and is exactly as long as its items "
+        "reach (offset + length), with model and optimizer state")
+REQUIRED = ["model", "optimizer"]
+METADATA = ".metadata"
+_DISTCP = re.compile(r"__(\d+)_(\d+)\.distcp")
+_PREFIXES = (("optimizer", "optimizer"), ("optim", "optimizer"), ("lr_scheduler", "scheduler"),
+             ("scheduler", "scheduler"), ("dataloader", "data_progress"),
+             ("data_loader", "data_progress"), ("train_state", "train_state"), ("rng", "rng"))
+
+
+def component_of(fqn: str) -> str:
+    """The component a state dict key belongs to (module doc)."""
+    head = fqn.split(".", 1)[0]
+    for prefix, component in _PREFIXES:
+        if head == prefix or head.startswith((prefix + "_", prefix)):
+            return component
+    return "model"
+
+
+def is_dcp_folder(tree: Tree, folder: str) -> bool:
+    """A folder holding a ``.metadata`` or ``__<r>_<n>.distcp`` files."""
+    return any(n == METADATA or _DISTCP.fullmatch(n) for n in tree.children(folder)
+               if f"{folder}/{n}".strip("/") in tree.files)
+
+
+def detect(tree: Tree) -> int:
+    """How strongly the root looks like DCP saves (0: not at all)."""
+    if is_dcp_folder(tree, ""):
+        return 3
+    return 2 * sum(1 for n in tree.children() if tree.is_dir(n) and is_dcp_folder(tree, n))
+
+
+def update_of(name: str) -> int | None:
+    """N of ``step-N`` (torchtitan), else the number a folder name ends with."""
+    return number_in(name, r"step-(\d+)") if name.startswith("step-") \
+        else number_in(name, r".*?(\d+)")
+
+
+def scan(tree: Tree) -> list[Generation]:
+    """Every DCP generation under the root: the root itself when it is one, else each child
+    folder holding DCP files."""
+    if is_dcp_folder(tree, ""):
+        name = tree.root.rstrip("/").rsplit("/", 1)[-1]
+        return [check_folder(tree, "", name)]
+    return [check_folder(tree, n, n) for n in tree.children()
+            if tree.is_dir(n) and is_dcp_folder(tree, n)]
+
+
+def check_folder(tree: Tree, folder: str, generation_id: str, *, fmt: str = NAME,
+                 gen: Generation | None = None, component: str | None = None) -> Generation:
+    """Check one DCP save in ``folder`` (relative to the root). With ``gen``, the save is part
+    of another format's generation (Megatron ``torch_dist``, HF FSDP folders): its objects and
+    findings are added there, every object under ``component`` when given."""
+    prefix = f"{folder}/" if folder else ""
+    own = gen is None
+    if gen is None:
+        gen = Generation(fmt, generation_id, folder, update=update_of(generation_id),
+                         required_components=list(REQUIRED))
+    marker = prefix + METADATA
+    distcp = sorted(n for n in tree.children(folder) if _DISTCP.fullmatch(n))
+    if marker not in tree.files:
+        ranks = sorted({int(_DISTCP.fullmatch(n).group(1)) for n in distcp})
+        if own:
+            gen.uncommitted = (f"no .metadata in {folder or '.'}: {len(distcp)} .distcp file(s) "
+                               f"from rank(s) {ranks or 'none'}; DCP writes .metadata only after "
+                               "every rank finished")
+            for n in distcp:
+                rank = int(_DISTCP.fullmatch(n).group(1))
+                gen.add(tree, prefix + n, f"rank{rank}", "model")
+        else:
+            gen.problem("object_missing", f"{marker}: no DCP metadata")
+        return gen
+    if own:
+        gen.commit(tree, marker)
+    try:
+        md = read_dcp_metadata(tree.read(marker))
+    except UnreadableFile as e:
+        gen.problem(e.code, f"{marker}: {e.detail}")
+        return gen
+    except StorageError as e:
+        gen.problem("storage_unverified", f"{marker}: {e}")
+        return gen
+    ends: dict[str, int] = {}
+    weight: dict[str, dict[str, int]] = {}
+    for item in md.items:
+        end = item.offset + item.length
+        if end > ends.get(item.relative_path, -1):
+            ends[item.relative_path] = end
+        c = component or component_of(item.fqn)
+        w = weight.setdefault(item.relative_path, {})
+        w[c] = w.get(c, 0) + item.length
+    for fqn in md.fqns:
+        gen.carries(component or component_of(fqn))
+    ranks = set()
+    for rel, end in sorted(ends.items()):
+        m = _DISTCP.fullmatch(rel.rsplit("/", 1)[-1])
+        shard = f"rank{int(m.group(1))}" if m else "rank0"
+        ranks.add(shard)
+        heaviest = max(weight[rel].items(), key=lambda kv: kv[1])[0]
+        gen.add(tree, prefix + rel, shard, heaviest, declared_size=end)
+    gen.add(tree, marker, "rank0", component or "model")
+    if own:
+        gen.required_shards = sorted(ranks | {"rank0"}, key=lambda s: int(s[4:]))
+    unlisted = [n for n in distcp if n not in ends]
+    if unlisted:
+        gen.notes.append(f"{len(unlisted)} .distcp file(s) the metadata does not list (ignored "
+                         f"by a load): {', '.join(unlisted[:3])}")
+    return gen

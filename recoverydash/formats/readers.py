@@ -1,0 +1,447 @@
+"""Readers of checkpoint file structures that never import torch and never run code from a file.
+
+* :func:`read_pickle`: a restricted unpickler. ``find_class`` imports nothing: torch's tensor
+  rebuild functions and storage types (the whitelist) are replaced by stubs that describe a tensor
+  (its storage key, dtype, element count) without materialising it; a few plain containers map to
+  ``dict`` / ``set`` / ``tuple``; every other global is refused, replaced by an inert
+  :class:`Refused` placeholder that records its name and arguments, so a user's class inside a
+  checkpoint neither runs nor makes the file unreadable (the names are reported).
+* :func:`read_torch_zip`: a ``torch.save`` file (zip) read with ``zipfile``: its central
+  directory, ``data.pkl`` through the restricted unpickler, and every storage the pickle refers to
+  checked present with at least the bytes its element count needs.
+* :func:`read_dcp_metadata`: a ``torch.distributed.checkpoint`` ``.metadata`` file (a pickled
+  ``Metadata``): its storage items (file, offset, length) and tensor FQNs.
+* :func:`read_safetensors_header`: the 8-byte little-endian header length and the JSON header of
+  a ``.safetensors`` file, with each tensor's declared byte range.
+
+Each raises :class:`UnreadableFile` (with a spec reason code) when the structure is broken.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import struct
+import zipfile
+from dataclasses import dataclass, field
+
+MAX_PICKLE_BYTES = 512 * 1024 * 1024
+"""A ``data.pkl`` or ``.metadata`` larger than this (bytes) is not read (a structural check only
+needs small files; tensors live outside the pickle)."""
+
+
+class UnreadableFile(Exception):
+    """A file whose structure is broken. ``code``: ``size_mismatch`` (shorter or longer than its
+    own structure declares) or ``schema_unsupported`` (not the format at all)."""
+
+    def __init__(self, code: str, detail: str):
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+
+
+# --- the restricted unpickler ------------------------------------------------------------------
+
+class Refused:
+    """An inert stand-in for a global the reader refused to import (``name``: ``module.qualname``).
+    It records what the pickle passed to it (``args``, ``state``, items) and nothing else."""
+
+    name = "?"
+
+    def __new__(cls, *args, **kwargs):
+        obj = object.__new__(cls)
+        obj.__dict__["args"] = args
+        obj.__dict__["state"] = None
+        return obj
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(self, state):
+        self.__dict__["state"] = state
+
+    def __setitem__(self, key, value):
+        self.__dict__.setdefault("items", {})[key] = value
+
+    def append(self, value):
+        self.__dict__.setdefault("list", []).append(value)
+
+    def extend(self, values):
+        self.__dict__.setdefault("list", []).extend(values)
+
+    def field(self, name: str, default=None):
+        """A field of the pickled object's state (dataclasses, plain objects), or ``default``."""
+        state = self.__dict__.get("state")
+        if isinstance(state, tuple) and len(state) == 2:  # (dict, slots)
+            merged = {**(state[0] or {}), **(state[1] or {})}
+            return merged.get(name, default)
+        if isinstance(state, dict):
+            return state.get(name, default)
+        return default
+
+    def __repr__(self) -> str:
+        return f"<refused {self.name}>"
+
+
+_REFUSED_TYPES: dict[str, type] = {}
+
+
+def _refused_type(name: str) -> type:
+    t = _REFUSED_TYPES.get(name)
+    if t is None:
+        t = type("Refused", (Refused,), {"name": name, "__slots__": ()})
+        _REFUSED_TYPES[name] = t
+    return t
+
+
+#: Bytes per element of torch's storage types (the ``storage_type`` of a persistent id).
+STORAGE_ITEM_BYTES = {
+    "DoubleStorage": 8, "FloatStorage": 4, "HalfStorage": 2, "BFloat16Storage": 2,
+    "LongStorage": 8, "IntStorage": 4, "ShortStorage": 2, "CharStorage": 1, "ByteStorage": 1,
+    "BoolStorage": 1, "ComplexDoubleStorage": 16, "ComplexFloatStorage": 8,
+    "UntypedStorage": 1, "QInt8Storage": 1, "QUInt8Storage": 1, "QInt32Storage": 4,
+    "QUInt4x2Storage": 1, "QUInt2x4Storage": 1, "Float8_e4m3fnStorage": 1,
+    "Float8_e5m2Storage": 1, "Float8_e4m3fnuzStorage": 1, "Float8_e5m2fnuzStorage": 1,
+}
+
+
+@dataclass(frozen=True)
+class StorageType:
+    """Stub of ``torch.<X>Storage`` (never imported): its name and bytes per element."""
+
+    name: str
+
+    @property
+    def item_bytes(self) -> int | None:
+        return STORAGE_ITEM_BYTES.get(self.name)
+
+
+@dataclass(frozen=True)
+class DType:
+    """Stub of a ``torch.<dtype>`` value (``torch.float32`` pickles as a global)."""
+
+    name: str
+
+
+@dataclass
+class StorageRef:
+    """A persistent id of a torch zip: storage ``key`` (``data/<key>`` in the zip), its type and
+    element count, and the device it was saved from."""
+
+    key: str
+    storage_type: StorageType | None
+    numel: int
+    location: str
+
+    @property
+    def nbytes(self) -> int | None:
+        size = self.storage_type.item_bytes if self.storage_type else None
+        return None if size is None else size * self.numel
+
+
+@dataclass
+class TensorRef:
+    """A tensor described, not materialised: its storage, offset (elements) and shape."""
+
+    storage: StorageRef | None
+    offset: int = 0
+    shape: tuple = ()
+
+
+def _rebuild_tensor(storage, storage_offset=0, size=(), *rest, **kw):
+    shape = tuple(size.args[0]) if isinstance(size, Refused) and size.args else tuple(size or ())
+    return TensorRef(storage if isinstance(storage, StorageRef) else None, int(storage_offset or 0),
+                     shape)
+
+
+def _rebuild_parameter(data, *rest, **kw):
+    return data
+
+
+def _rebuild_from_type(func, new_type, args, state):
+    return func(*args) if callable(func) else _refused_type("torch._tensor._rebuild_from_type_v2")()
+
+
+class _OrderedDict(dict):
+    """``collections.OrderedDict`` read as a dict that also takes attributes (a module's
+    ``state_dict`` carries ``_metadata``)."""
+
+
+_TORCH_WHITELIST = {
+    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
+    ("torch._utils", "_rebuild_tensor"): _rebuild_tensor,
+    ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
+    ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
+    ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type,
+    ("collections", "OrderedDict"): _OrderedDict,
+    ("builtins", "set"): set,
+    ("builtins", "frozenset"): frozenset,
+    ("builtins", "tuple"): tuple,
+    ("builtins", "list"): list,
+    ("builtins", "dict"): dict,
+    ("__builtin__", "set"): set,
+}
+
+_DTYPE_NAMES = {
+    "float32", "float", "float64", "double", "float16", "half", "bfloat16", "int64", "long",
+    "int32", "int", "int16", "short", "int8", "uint8", "bool", "complex64", "complex128",
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "uint16", "uint32",
+    "uint64", "qint8", "quint8", "qint32",
+}
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    def __init__(self, data: bytes):
+        super().__init__(io.BytesIO(data))
+        self.refused: set[str] = set()
+        self.storages: list[StorageRef] = []
+
+    def find_class(self, module: str, name: str):
+        stub = _TORCH_WHITELIST.get((module, name))
+        if stub is not None:
+            return stub
+        if module == "torch" and name.endswith("Storage"):
+            return StorageType(name)
+        if module == "torch" and name in _DTYPE_NAMES:
+            return DType(name)
+        qual = f"{module}.{name}"
+        if not module.startswith(("torch.", "pathlib")) and module != "torch":
+            self.refused.add(qual)
+        return _refused_type(qual)
+
+    def persistent_load(self, pid):
+        if isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage":
+            _, stype, key, location, numel = pid[:5]
+            ref = StorageRef(str(key), stype if isinstance(stype, StorageType) else None,
+                             int(numel), str(location))
+            self.storages.append(ref)
+            return ref
+        return _refused_type("persistent_id")(pid)
+
+
+@dataclass
+class Unpickled:
+    """What :func:`read_pickle` found: the object (stubs inside) and the refused global names."""
+
+    obj: object
+    refused: set = field(default_factory=set)
+
+
+def read_pickle(data: bytes) -> Unpickled:
+    """Unpickle ``data`` with the restricted unpickler (module doc). Raises UnreadableFile
+    (``size_mismatch`` when the stream ends early, ``schema_unsupported`` otherwise)."""
+    u = _RestrictedUnpickler(data)
+    try:
+        obj = u.load()
+    except EOFError as e:
+        raise UnreadableFile("size_mismatch", f"pickle stream ends early ({len(data)} bytes)") from e
+    except pickle.UnpicklingError as e:
+        code = "size_mismatch" if "truncated" in str(e) else "schema_unsupported"
+        raise UnreadableFile(code, f"not a readable pickle ({len(data)} bytes): {e}") from e
+    except Exception as e:  # malformed opcodes, a stub used in a way no stub supports
+        raise UnreadableFile("schema_unsupported", f"not a readable pickle: {e!r}"[:300]) from e
+    return Unpickled(obj, u.refused)
+
+
+# --- torch.save zip files ----------------------------------------------------------------------
+
+@dataclass
+class TorchFile:
+    """A ``torch.save`` zip read without torch: ``obj`` (the top-level object with
+    :class:`TensorRef` stubs), ``storages`` (persistent ids met), ``refused`` globals."""
+
+    obj: object
+    storages: list
+    refused: set
+    legacy: bool = False
+
+
+ZIP_MAGIC = b"PK\x03\x04"
+
+
+def read_torch_zip(fileobj, size: int) -> TorchFile:
+    """Read a ``torch.save`` file (zip format) from a seekable binary reader of ``size`` bytes.
+
+    Checks: a central directory (a truncated zip has none), one ``*/data.pkl`` that the restricted
+    unpickler reads, and every storage it refers to present as ``*/data/<key>`` with at least
+    ``numel * item bytes`` bytes. Legacy (pre-1.6, non-zip) files come back with ``legacy=True``
+    and nothing checked. Raises UnreadableFile."""
+    fileobj.seek(0)
+    head = fileobj.read(4)
+    if head != ZIP_MAGIC:
+        if head[:1] == b"\x80":  # a pickle protocol opcode: torch's legacy format
+            return TorchFile(None, [], set(), legacy=True)
+        raise UnreadableFile("schema_unsupported", "not a torch.save file (no zip signature)")
+    try:
+        zf = zipfile.ZipFile(fileobj)
+    except zipfile.BadZipFile as e:
+        raise UnreadableFile("size_mismatch", f"zip without a central directory ({size} bytes): "
+                                              f"truncated while written or copied ({e})") from e
+    with zf:
+        infos = {i.filename: i for i in zf.infolist()}
+        pkl = [n for n in infos if n.endswith("/data.pkl") or n == "data.pkl"]
+        if len(pkl) != 1:
+            raise UnreadableFile("schema_unsupported", f"{len(pkl)} data.pkl records in the zip")
+        prefix = pkl[0][:-len("data.pkl")]
+        for info in infos.values():
+            end = info.header_offset + info.compress_size + len(info.filename) + 30
+            if end > size:
+                raise UnreadableFile("size_mismatch", f"record {info.filename} ends past the "
+                                                      f"file's {size} bytes")
+        if infos[pkl[0]].file_size > MAX_PICKLE_BYTES:
+            raise UnreadableFile("schema_unsupported", "data.pkl over "
+                                                       f"{MAX_PICKLE_BYTES} bytes: not read")
+        try:
+            data = zf.read(pkl[0])
+        except (zipfile.BadZipFile, OSError, EOFError) as e:
+            raise UnreadableFile("size_mismatch", f"data.pkl unreadable: {e}") from e
+        u = _RestrictedUnpickler(data)
+        try:
+            obj = u.load()
+        except EOFError as e:
+            raise UnreadableFile("size_mismatch", "data.pkl ends early") from e
+        except Exception as e:
+            raise UnreadableFile("schema_unsupported", f"data.pkl unreadable: {e!r}"[:300]) from e
+        seen = set()
+        for ref in u.storages:
+            if ref.key in seen:
+                continue
+            seen.add(ref.key)
+            info = infos.get(f"{prefix}data/{ref.key}")
+            if info is None:
+                raise UnreadableFile("size_mismatch", f"storage data/{ref.key} is not in the zip")
+            if ref.nbytes is not None and info.file_size < ref.nbytes:
+                raise UnreadableFile("size_mismatch", f"storage data/{ref.key} holds "
+                                                      f"{info.file_size} bytes, needs {ref.nbytes}")
+        return TorchFile(obj, u.storages, u.refused)
+
+
+# --- torch.distributed.checkpoint .metadata ----------------------------------------------------
+
+@dataclass(frozen=True)
+class StorageItem:
+    """One storage item of a DCP save: the tensor or bytes ``fqn``, the file it lives in
+    (relative to the checkpoint folder), its byte ``offset`` and ``length`` there."""
+
+    fqn: str
+    relative_path: str
+    offset: int
+    length: int
+
+
+@dataclass
+class DcpMetadata:
+    """A ``.metadata`` file read without torch: every storage item, and the FQNs the save holds."""
+
+    items: list
+    fqns: list
+    refused: set
+
+
+def read_dcp_metadata(data: bytes) -> DcpMetadata:
+    """Decode a DCP ``.metadata`` (pickled ``torch.distributed.checkpoint.metadata.Metadata``)
+    with the restricted unpickler. Returns its storage items (``storage_data``: MetadataIndex ->
+    _StorageInfo(relative_path, offset, length)) and the keys of ``state_dict_metadata``. Raises
+    UnreadableFile when it is not such a pickle."""
+    if len(data) > MAX_PICKLE_BYTES:
+        raise UnreadableFile("schema_unsupported", f".metadata over {MAX_PICKLE_BYTES} bytes")
+    got = read_pickle(data)
+    md = got.obj
+    if not isinstance(md, Refused) or not md.name.endswith("checkpoint.metadata.Metadata"):
+        raise UnreadableFile("schema_unsupported", "the .metadata pickle is not a DCP Metadata "
+                                                   f"({getattr(md, 'name', type(md).__name__)})")
+    sdm = md.field("state_dict_metadata")
+    storage_data = md.field("storage_data")
+    if not isinstance(sdm, dict) or not isinstance(storage_data, dict):
+        raise UnreadableFile("schema_unsupported", "Metadata without state_dict_metadata or "
+                                                   "storage_data")
+    items = []
+    for index, info in storage_data.items():
+        fqn = index.field("fqn") if isinstance(index, Refused) else str(index)
+        if not isinstance(info, Refused):
+            raise UnreadableFile("schema_unsupported", f"storage info of {fqn} is {info!r}")
+        rel, offset, length = (info.field("relative_path"), info.field("offset"),
+                               info.field("length"))
+        if not isinstance(rel, str) or not isinstance(offset, int) or not isinstance(length, int):
+            raise UnreadableFile("schema_unsupported", f"storage info of {fqn} lacks "
+                                                       "relative_path/offset/length")
+        items.append(StorageItem(str(fqn), rel, offset, length))
+    return DcpMetadata(items, [str(k) for k in sdm], got.refused)
+
+
+# --- safetensors -------------------------------------------------------------------------------
+
+SAFETENSORS_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2,
+                           "I8": 1, "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1,
+                           "F8_E4M3": 1, "F8_E5M2": 1, "C64": 8}
+MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024  # the safetensors library's own limit
+
+
+@dataclass
+class SafetensorsHeader:
+    """A safetensors file's header: ``tensors`` name -> (dtype, shape, begin, end) with byte
+    offsets relative to the data section, which starts at ``data_start``; ``metadata`` the
+    ``__metadata__`` strings."""
+
+    tensors: dict
+    metadata: dict
+    data_start: int
+
+    @property
+    def declared_size(self) -> int:
+        """Bytes the file must have: header plus the furthest tensor end."""
+        return self.data_start + max((t[3] for t in self.tensors.values()), default=0)
+
+
+def read_safetensors_header(head: bytes, size: int) -> SafetensorsHeader:
+    """Parse a safetensors header from the file's first bytes ``head`` (at least 8 + header
+    length; :func:`safetensors_header_length` tells how many) and check it against the file's
+    ``size``: every tensor's ``data_offsets`` within the data section, its length equal to
+    ``prod(shape) * dtype bytes``, and the file exactly as long as the furthest end (the
+    safetensors library refuses trailing bytes). Raises UnreadableFile."""
+    n = safetensors_header_length(head, size)
+    if len(head) < 8 + n:
+        raise UnreadableFile("size_mismatch", f"header of {n} bytes, file has {size}")
+    try:
+        doc = json.loads(head[8:8 + n])
+    except (UnicodeDecodeError, ValueError) as e:
+        raise UnreadableFile("schema_unsupported", f"safetensors header is not JSON: {e}") from e
+    if not isinstance(doc, dict):
+        raise UnreadableFile("schema_unsupported", "safetensors header is not a JSON object")
+    meta = doc.pop("__metadata__", None) or {}
+    tensors = {}
+    for name, t in doc.items():
+        try:
+            dtype, shape, (begin, end) = t["dtype"], list(t["shape"]), t["data_offsets"]
+        except (KeyError, TypeError, ValueError) as e:
+            raise UnreadableFile("schema_unsupported", f"tensor {name}: malformed entry") from e
+        numel = 1
+        for d in shape:
+            numel *= int(d)
+        item = SAFETENSORS_DTYPE_BYTES.get(dtype)
+        if not (0 <= begin <= end) or (item is not None and end - begin != numel * item):
+            raise UnreadableFile("schema_unsupported", f"tensor {name}: data_offsets "
+                                                       f"[{begin}, {end}] for {dtype}{shape}")
+        tensors[name] = (dtype, tuple(shape), int(begin), int(end))
+    header = SafetensorsHeader(tensors, meta if isinstance(meta, dict) else {}, 8 + n)
+    if header.declared_size > size:
+        raise UnreadableFile("size_mismatch", f"tensors end at byte {header.declared_size}, the "
+                                              f"file has {size}: truncated")
+    if header.declared_size < size:
+        raise UnreadableFile("size_mismatch", f"{size - header.declared_size} bytes after the "
+                                              f"last tensor (ends at {header.declared_size})")
+    return header
+
+
+def safetensors_header_length(head: bytes, size: int) -> int:
+    """The JSON header length declared by a safetensors file's first 8 bytes. Raises
+    UnreadableFile when the file is shorter than 8 bytes or the length is implausible."""
+    if len(head) < 8 or size < 8:
+        raise UnreadableFile("size_mismatch", f"{size} bytes: no safetensors header")
+    (n,) = struct.unpack("<Q", head[:8])
+    if n > MAX_SAFETENSORS_HEADER:
+        raise UnreadableFile("schema_unsupported", f"header length {n} is not plausible")
+    if 8 + n > size:
+        raise UnreadableFile("size_mismatch", f"header of {n} bytes, file has {size}: truncated")
+    return n

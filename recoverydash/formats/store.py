@@ -1,0 +1,235 @@
+"""One listing of a checkpoint folder (a local folder or an ``s3://`` prefix) and reads of the
+files in it, for the format adapters. No Django, no torch; boto3 only for ``s3://``.
+
+A :class:`Tree` is taken once per check: every file under the root with its size (bytes) and
+modification time (POSIX seconds), keyed by its path relative to the root with ``/`` separators.
+Adapters decide from that listing and read only the few small files a format declares its
+structure in (DCP ``.metadata``, safetensors headers, a torch zip's central directory and
+``data.pkl``, tag files), through :meth:`Tree.open` (a seekable reader; ranged GETs on S3).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import stat as statmod
+from dataclasses import dataclass
+
+from recoverydash.storage import objects as storage
+from recoverydash.storage.objects import PermanentStorageError, StorageError, TransientStorageError
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A file: ``size`` in bytes, ``mtime`` in POSIX seconds (S3: LastModified)."""
+
+    size: int
+    mtime: float
+
+
+class Tree:
+    """Every file under ``root`` (``/abs/dir``, ``file:///abs/dir`` or ``s3://bucket/prefix``).
+
+    ``files`` maps a relative path (``step-10/__0_0.distcp``) to its :class:`Entry`. A root that
+    does not exist lists as empty. Raises TransientStorageError / PermanentStorageError when the
+    listing fails."""
+
+    def __init__(self, root: str, *, s3_client=None):
+        self.root = root
+        p = storage.parse_uri(root)
+        self.scheme = p.scheme
+        self._s3 = s3_client
+        if p.scheme == "file":
+            self._path = p.path
+            self.files = _list_local(p.path)
+        elif p.scheme == "s3":
+            self._bucket, self._prefix = p.bucket, p.key.strip("/")
+            if self._s3 is None:
+                self._s3 = storage.make_s3_client()
+            self.files = _list_s3(self._s3, self._bucket, self._prefix)
+        else:
+            raise PermanentStorageError(f"cannot list {root!r}: only folders and s3:// prefixes")
+        self._children: dict[str, list[str]] | None = None
+
+    # --- names -------------------------------------------------------------------------------
+
+    def uri(self, rel: str) -> str:
+        """The ``file://`` or ``s3://`` URI of a relative path."""
+        if self.scheme == "file":
+            return storage.file_uri(os.path.join(self._path, *rel.split("/")))
+        key = "/".join(s for s in (self._prefix, rel) if s)
+        return f"s3://{self._bucket}/{key}"
+
+    def children(self, folder: str = "") -> list[str]:
+        """Names directly under ``folder`` (files and sub-folders), sorted; ``""`` is the root."""
+        if self._children is None:
+            kids: dict[str, set] = {}
+            for rel in self.files:
+                parts = rel.split("/")
+                for depth in range(len(parts)):
+                    kids.setdefault("/".join(parts[:depth]), set()).add(parts[depth])
+            self._children = {k: sorted(v) for k, v in kids.items()}
+        return self._children.get(folder.strip("/"), [])
+
+    def under(self, folder: str) -> dict[str, Entry]:
+        """Files below ``folder`` (any depth), keyed by their path relative to ``folder``."""
+        base = folder.strip("/") + "/" if folder.strip("/") else ""
+        return {rel[len(base):]: e for rel, e in self.files.items() if rel.startswith(base)}
+
+    def is_dir(self, rel: str) -> bool:
+        return bool(self.children(rel)) and rel not in self.files
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def open(self, rel: str):
+        """A seekable binary reader of a file (a local file, or ranged GETs on S3). Raises
+        PermanentStorageError when it is gone, TransientStorageError when storage cannot answer."""
+        if self.scheme == "file":
+            path = os.path.join(self._path, *rel.split("/"))
+            try:
+                return open(path, "rb")
+            except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
+                raise PermanentStorageError(f"read {path}: {e}") from e
+            except OSError as e:
+                raise TransientStorageError(f"read {path}: {e}") from e
+        entry = self.files.get(rel)
+        if entry is None:
+            raise PermanentStorageError(f"no object {self.uri(rel)}")
+        return S3RangeReader(self._s3, self._bucket, self.uri(rel)[len(f"s3://{self._bucket}/"):],
+                             entry.size)
+
+    def read(self, rel: str, start: int = 0, length: int | None = None) -> bytes:
+        """Bytes ``[start, start + length)`` of a file (to its end when ``length`` is None)."""
+        with self.open(rel) as f:
+            f.seek(start)
+            try:
+                return f.read() if length is None else f.read(length)
+            except StorageError:
+                raise
+            except OSError as e:
+                raise TransientStorageError(f"read {self.uri(rel)}: {e}") from e
+
+    def sha256(self, rel: str, progress=None) -> str:
+        """sha256 hex of a whole file, read in 1 MiB chunks; ``progress(n)`` gets each chunk's
+        length in bytes."""
+        import hashlib
+
+        h = hashlib.sha256()
+        with self.open(rel) as f:
+            while True:
+                chunk = f.read(storage.CHUNK_BYTES)
+                if not chunk:
+                    return h.hexdigest()
+                h.update(chunk)
+                if progress is not None:
+                    progress(len(chunk))
+
+
+def _list_local(root: str) -> dict[str, Entry]:
+    """Files under a local folder (symbolic links followed for files, not for folders)."""
+    out: dict[str, Entry] = {}
+    if not os.path.isdir(root):
+        if os.path.isfile(root):  # a single file named as the location
+            st = os.stat(root)
+            return {os.path.basename(root): Entry(st.st_size, st.st_mtime)}
+        return out
+    stack = [("", root)]
+    try:
+        while stack:
+            rel, path = stack.pop()
+            with os.scandir(path) as it:
+                for d in it:
+                    name = f"{rel}/{d.name}" if rel else d.name
+                    try:
+                        if d.is_dir(follow_symlinks=False):
+                            stack.append((name, d.path))
+                            continue
+                        st = d.stat()  # follows a link to its file (Lightning's last.ckpt)
+                    except FileNotFoundError:
+                        continue  # removed while listing, or a dangling link
+                    if statmod.S_ISREG(st.st_mode):
+                        out[name] = Entry(st.st_size, st.st_mtime)
+    except PermissionError as e:
+        raise PermanentStorageError(f"list {root}: {e}") from e
+    except OSError as e:
+        raise TransientStorageError(f"list {root}: {e}") from e
+    return out
+
+
+def _list_s3(client, bucket: str, prefix: str) -> dict[str, Entry]:
+    base = prefix + "/" if prefix else ""
+    out: dict[str, Entry] = {}
+    token = None
+    while True:
+        kw = {"Bucket": bucket, "Prefix": base}
+        if token:
+            kw["ContinuationToken"] = token
+        try:
+            page = client.list_objects_v2(**kw)
+        except Exception as e:
+            if storage._is_missing(e):
+                return out
+            raise storage._s3_error(e, f"LIST s3://{bucket}/{base}") from e
+        for obj in page.get("Contents", ()):
+            rel = obj["Key"][len(base):]
+            if rel and not rel.endswith("/"):
+                when = obj.get("LastModified")
+                out[rel] = Entry(int(obj.get("Size", 0)), when.timestamp() if when else 0.0)
+        if not page.get("IsTruncated"):
+            return out
+        token = page.get("NextContinuationToken")
+
+
+class S3RangeReader(io.RawIOBase):
+    """A seekable reader of one S3 object through ranged GETs, with a 1 MiB read-ahead, so that
+    ``zipfile`` and header readers fetch only the bytes they look at."""
+
+    def __init__(self, client, bucket: str, key: str, size: int, readahead: int = 1 << 20):
+        self._c, self._b, self._k, self._size = client, bucket, key, size
+        self._pos = 0
+        self._buf_at, self._buf = 0, b""
+        self._ahead = readahead
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def _fetch(self, start: int, end: int) -> bytes:
+        try:
+            body = self._c.get_object(Bucket=self._b, Key=self._k,
+                                      Range=f"bytes={start}-{end - 1}")["Body"]
+            try:
+                return body.read()
+            finally:
+                body.close()
+        except Exception as e:
+            if storage._is_missing(e):
+                raise PermanentStorageError(f"no object s3://{self._b}/{self._k}") from e
+            raise storage._s3_error(e, f"GET s3://{self._b}/{self._k}") from e
+
+    def read(self, n: int = -1) -> bytes:
+        if self._pos >= self._size:
+            return b""
+        end = self._size if n is None or n < 0 else min(self._size, self._pos + n)
+        lo, hi = self._buf_at, self._buf_at + len(self._buf)
+        if not (lo <= self._pos and end <= hi):
+            fetch_end = min(self._size, max(end, self._pos + self._ahead))
+            self._buf_at, self._buf = self._pos, self._fetch(self._pos, fetch_end)
+        out = self._buf[self._pos - self._buf_at:end - self._buf_at]
+        self._pos += len(out)
+        return out
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        b[:len(data)] = data
+        return len(data)
