@@ -1,10 +1,16 @@
-"""Command line: ``python -m recoverydash.sdk check LOCATION [--world-size N] [--json]``.
+"""Command line: ``python -m recoverydash.sdk check LOCATION [--format F] [--json] [--hash]``.
 
-Lists the generations published under LOCATION (a folder, relative or absolute, ``file:///dir`` or
-``s3://bucket/prefix``), newest first, with their status (``restorable``, ``rejected``,
-``committed``) and reasons (docs/definitions.md#generation-status), after verifying every object in
-storage. Exit status: 0 when one generation is restorable, 1 when none is (or the location cannot be
-listed), 2 on usage errors.
+Lists the checkpoint generations under LOCATION (a folder, relative or absolute, ``file:///dir``
+or ``s3://bucket/prefix``): the newest restorable one first, then every generation newest first
+with its status (``restorable``, ``rejected``, ``committed``, ``pending``, ``abandoned``) and
+reasons (docs/definitions.md#generation-status). ``--format`` (default ``auto``, told from the layout) reads our own
+manifests (``recoverydash``: every object verified against its recorded size and sha256) or a
+framework's folders with no change to the trainer: ``dcp`` (torchtitan ``step-N``), ``hf``
+(``checkpoint-N``), ``lightning`` (``.ckpt``), ``deepspeed``, ``megatron``, ``orbax``; each
+applies the completeness rule printed with the result (docs/formats.md). ``--hash`` reads every
+file to record its sha256 (progress on stderr). Exit status: 0 when one generation is
+restorable, 1 when none is (or the location cannot be listed, or no layout is recognised), 2 on
+usage errors.
 
 The check covers storage only: it does not see the data ledger, so ``data_cursor_mismatch`` and
 ``stale_state`` (which need the server's ledger and the digests of every generation it knows) are
@@ -18,12 +24,16 @@ import json
 import os
 import sys
 
-from recoverydash.sdk.checkpoint import select_restorable
+from recoverydash.formats import FORMATS, Options, UnknownFormat, check, progress_bar, rfc3339
 from recoverydash.storage.objects import DEFAULT_FULL_HASH_MAX_BYTES, StorageError, make_s3_client
 
 OFFLINE_NOTE = ("note: checked storage only (manifests, shards, components, sizes, digests); "
                 "the data ledger was not checked. data_cursor_mismatch and stale_state need the "
                 "server: ask its restore plan (GET /api/v1/runs/RUN/restore-plan) when it is up.")
+ADOPTED_NOTE = ("note: a structural check of files a framework wrote: they carry no digest, so "
+                "bytes inside a file are not proven intact (--hash records sha256 for later "
+                "checks), nor that every part holds the state of one update; the data ledger "
+                "was not checked (see docs/formats.md).")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,18 +42,23 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check", help="list generations in storage and say which can be restored")
     c.add_argument("location", help="folder, file:///dir or s3://bucket/prefix")
+    c.add_argument("--format", default="auto", choices=("auto", *FORMATS),
+                   help="checkpoint layout (default: told from the folder)")
     c.add_argument("--world-size", type=int, default=None,
-                   help="ranks of the restarting job (a different manifest world size rejects)")
-    c.add_argument("--dataset-version", default=None, help="dataset version the job reads")
+                   help="ranks of the restarting job (a different saved world size rejects)")
+    c.add_argument("--dataset-version", default=None,
+                   help="dataset version the job reads (recoverydash manifests)")
     c.add_argument("--components", default=None,
-                   help="required components, comma-separated (default: the manifest's, else "
-                        "model,optimizer,scheduler,rng,data_progress)")
+                   help="required components, comma-separated (default: the manifest's or the "
+                        "format's rule)")
+    c.add_argument("--hash", action="store_true",
+                   help="read every file and record its sha256 (progress on stderr)")
     c.add_argument("--max-hash-bytes", type=int, default=DEFAULT_FULL_HASH_MAX_BYTES,
-                   help="objects larger than this are checked by size only when storage holds "
-                        "no sha256 (bytes)")
+                   help="recoverydash manifests: objects larger than this are checked by size "
+                        "only when storage holds no sha256 (bytes)")
     c.add_argument("--endpoint-url", default=None, help="S3 endpoint (MinIO, moto...)")
     c.add_argument("--region", default=None, help="S3 region")
-    c.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    c.add_argument("--json", action="store_true", help="print JSON instead of words")
     return p
 
 
@@ -66,34 +81,61 @@ def main(argv: list[str] | None = None) -> int:
                   f"{args.location!r}", file=sys.stderr)
             return 2
         args.location = os.path.abspath(args.location)  # a relative folder: from here
+    options = Options(world_size=args.world_size, required_components=components,
+                      dataset_version=args.dataset_version)
     try:
-        sel = select_restorable(args.location, world_size=args.world_size,
-                                dataset_version=args.dataset_version,
-                                required_components=components, s3_client=s3, verify_all=True,
-                                full_hash_max_bytes=args.max_hash_bytes)
+        result = check(args.location, format=args.format, options=options, s3_client=s3,
+                       hash_files=args.hash, progress=progress_bar,
+                       full_hash_max_bytes=args.max_hash_bytes)
+    except UnknownFormat as e:
+        empty = " (0 files)" in str(e)
+        if args.json:
+            print(json.dumps({"location": args.location, "format": None, "restorable": None,
+                              "generations": [], "error": str(e)}, indent=1))
+        else:
+            print(f"no manifest under {args.location}" if empty else str(e))
+            print("no restorable generation")
+        return 1
     except StorageError as e:
         print(f"error: cannot list {args.location}: {e}", file=sys.stderr)
         return 1
+    adopted = result.format != "recoverydash"
+    note = ADOPTED_NOTE if adopted else OFFLINE_NOTE
+    best = result.restorable
     if args.json:
-        doc = sel.to_dict()
-        doc["checked"] = "storage"  # the data ledger was not checked (see OFFLINE_NOTE)
-        doc["note"] = OFFLINE_NOTE
+        doc = result.to_dict()
+        if not adopted and best is not None:
+            doc["cursor"] = best.progress.get("cursor") or []
+        doc["checked"] = "storage"  # the data ledger was not checked (see the note)
+        doc["note"] = note
         print(json.dumps(doc, indent=1))
+        return 0 if best else 1
+    if best is not None:
+        when = rfc3339(best.committed_at) or "time unknown"
+        line = f"restore {best.generation_id} (update {best.update}, committed {when})"
+        if not adopted:
+            line = (f"restore {best.generation_id} (update {best.update}), cursor "
+                    f"{json.dumps(best.progress.get('cursor') or [])}")
+        print(line)
     else:
-        if not sel.generations:
-            print(f"no manifest under {args.location}")
-        for g in sel.generations:
-            mark = "*" if sel.restorable is g else " "
-            print(f"{mark} {g.generation_id:<24} update {g.update!s:>8}  {g.status}")
-            for r in g.reasons:
-                print(f"      {r['code']}: {r['detail']}")
-        if sel.restorable:
-            print(f"restore {sel.generation_id} (update {sel.update}), cursor "
-                  f"{json.dumps(sel.cursor)}")
-            print(OFFLINE_NOTE)
-        else:
-            print("no restorable generation")
-    return 0 if sel.restorable else 1
+        print("no restorable generation")
+    print(f"format {result.format}: {result.rule}")
+    if not result.generations:
+        print(f"no manifest under {args.location}" if not adopted
+              else f"no {result.format} generation under {args.location}")
+    width = max([len(g.generation_id) for g in result.generations] + [12])
+    for g in result.generations:
+        mark = "*" if g is best else " "
+        print(f"{mark} {g.generation_id:<{width}} update {g.update!s:>8}  {g.status}")
+        for r in g.reasons:
+            print(f"      {r['code']}: {r['detail']}")
+        for n in g.notes:
+            print(f"      note: {n}")
+    if args.hash and adopted:
+        print(f"sha256 recorded for {sum(len(g.objects) for g in result.generations)} file(s), "
+              f"{result.hashed_bytes} bytes read (--json lists them)")
+    print(note)
+    return 0 if best else 1
 
 
 if __name__ == "__main__":
