@@ -257,13 +257,12 @@ def finish_all(generations: list, options: Options) -> list:
     """Apply the status rule to every generation and sort them newest first (by update, then
     commit time, then id). A generation is superseded when another one is at a higher update,
     or at the same update and committed later."""
-    def key(g: Generation):
-        times = [o.mtime for o in g.objects]
-        return (g.update if g.update is not None else -1,
-                g.committed_at if g.committed_at is not None else max(times, default=0.0),
-                g.generation_id)
-
-    ordered = sorted(generations, key=key, reverse=True)
-    for i, g in enumerate(ordered):
-        g.finish(options, superseded=any(key(o) > key(g) for o in ordered[:i]))
+    keys = {}
+    for g in generations:
+        when = g.committed_at if g.committed_at is not None else \
+            max((o.mtime for o in g.objects), default=0.0)
+        keys[id(g)] = (g.update if g.update is not None else -1, when, g.generation_id)
+    ordered = sorted(generations, key=lambda g: keys[id(g)], reverse=True)
+    for i, g in enumerate(ordered):  # sorted: anything before g in the list is newer
+        g.finish(options, superseded=i > 0 and keys[id(ordered[0])] > keys[id(g)])
     return ordered

@@ -34,13 +34,18 @@ _PREFIXES = (("optimizer", "optimizer"), ("optim", "optimizer"), ("lr_scheduler"
              ("data_loader", "data_progress"), ("train_state", "train_state"), ("rng", "rng"))
 
 
+_HEADS: dict[str, str] = {}
+
+
 def component_of(fqn: str) -> str:
     """The component a state dict key belongs to (module doc)."""
     head = fqn.split(".", 1)[0]
-    for prefix, component in _PREFIXES:
-        if head == prefix or head.startswith((prefix + "_", prefix)):
-            return component
-    return "model"
+    got = _HEADS.get(head)
+    if got is None:
+        got = next((c for prefix, c in _PREFIXES if head.startswith(prefix)), "model")
+        if len(_HEADS) < 4096:
+            _HEADS[head] = got
+    return got
 
 
 def is_dcp_folder(tree: Tree, folder: str) -> bool:
@@ -115,8 +120,8 @@ def check_folder(tree: Tree, folder: str, generation_id: str, *, fmt: str = NAME
         c = component or component_of(item.fqn)
         w = weight.setdefault(item.relative_path, {})
         w[c] = w.get(c, 0) + item.length
-    for fqn in md.fqns:
-        gen.carries(component or component_of(fqn))
+    for c in {component or component_of(fqn) for fqn in md.fqns}:
+        gen.carries(c)
     ranks = set()
     for rel, end in sorted(ends.items()):
         m = _DISTCP.fullmatch(rel.rsplit("/", 1)[-1])

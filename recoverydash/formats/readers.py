@@ -25,6 +25,7 @@ import pickle
 import struct
 import zipfile
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 MAX_PICKLE_BYTES = 512 * 1024 * 1024
 """A ``data.pkl`` or ``.metadata`` larger than this (bytes) is not read (a structural check only
@@ -45,14 +46,31 @@ class UnreadableFile(Exception):
 
 class Refused:
     """An inert stand-in for a global the reader refused to import (``name``: ``module.qualname``).
-    It records what the pickle passed to it (``args``, ``state``, items) and nothing else."""
+    It records what the pickle passed to it (arguments, state, items) and nothing else."""
 
     name = "?"
+
+    def field(self, name: str, default=None):
+        """A field of the pickled object's state (dataclasses, plain objects), or ``default``."""
+        state = self.__dict__.get("state")
+        if isinstance(state, tuple) and len(state) == 2:  # (dict, slots)
+            merged = {**(state[0] or {}), **(state[1] or {})}
+            return merged.get(name, default)
+        if isinstance(state, dict):
+            return state.get(name, default)
+        return self.__dict__.get(name, default)
+
+    def __repr__(self) -> str:
+        return f"<refused {self.name}>"
+
+
+class _General(Refused):
+    """Any refused class: takes whatever the pickle gives (NEWOBJ arguments, a state of any
+    shape, list and dict items)."""
 
     def __new__(cls, *args, **kwargs):
         obj = object.__new__(cls)
         obj.__dict__["args"] = args
-        obj.__dict__["state"] = None
         return obj
 
     def __init__(self, *args, **kwargs):
@@ -70,27 +88,27 @@ class Refused:
     def extend(self, values):
         self.__dict__.setdefault("list", []).extend(values)
 
-    def field(self, name: str, default=None):
-        """A field of the pickled object's state (dataclasses, plain objects), or ``default``."""
-        state = self.__dict__.get("state")
-        if isinstance(state, tuple) and len(state) == 2:  # (dict, slots)
-            merged = {**(state[0] or {}), **(state[1] or {})}
-            return merged.get(name, default)
-        if isinstance(state, dict):
-            return state.get(name, default)
-        return default
 
-    def __repr__(self) -> str:
-        return f"<refused {self.name}>"
+class _Plain(Refused):
+    """The stand-in for torch's own plain classes (DCP's metadata dataclasses, ``torch.Size``,
+    paths): no ``__new__`` or ``__setstate__`` in Python, so the C unpickler builds them and
+    fills their ``__dict__`` itself (a ``.metadata`` holds tens of thousands of them)."""
+
+    def __init__(self, *args, **kwargs):  # called for REDUCE only (torch.Size((2, 3)))
+        self.__dict__["args"] = args
 
 
 _REFUSED_TYPES: dict[str, type] = {}
+#: torch classes whose pickled state is not a dict (they define ``__getstate__``).
+_TUPLE_STATE = {"torch.distributed.checkpoint.metadata.TensorProperties"}
 
 
 def _refused_type(name: str) -> type:
     t = _REFUSED_TYPES.get(name)
     if t is None:
-        t = type("Refused", (Refused,), {"name": name, "__slots__": ()})
+        plain = (name.startswith(("torch.distributed.checkpoint.", "pathlib."))
+                 or name == "torch.Size") and name not in _TUPLE_STATE
+        t = type("Refused", (_Plain if plain else _General,), {"name": name})
         _REFUSED_TYPES[name] = t
     return t
 
@@ -319,8 +337,7 @@ def read_torch_zip(fileobj, size: int) -> TorchFile:
 
 # --- torch.distributed.checkpoint .metadata ----------------------------------------------------
 
-@dataclass(frozen=True)
-class StorageItem:
+class StorageItem(NamedTuple):
     """One storage item of a DCP save: the tensor or bytes ``fqn``, the file it lives in
     (relative to the checkpoint folder), its byte ``offset`` and ``length`` there."""
 
@@ -358,15 +375,14 @@ def read_dcp_metadata(data: bytes) -> DcpMetadata:
                                                    "storage_data")
     items = []
     for index, info in storage_data.items():
-        fqn = index.field("fqn") if isinstance(index, Refused) else str(index)
-        if not isinstance(info, Refused):
-            raise UnreadableFile("schema_unsupported", f"storage info of {fqn} is {info!r}")
-        rel, offset, length = (info.field("relative_path"), info.field("offset"),
-                               info.field("length"))
-        if not isinstance(rel, str) or not isinstance(offset, int) or not isinstance(length, int):
+        fields = getattr(info, "__dict__", None) or {}
+        fqn = (getattr(index, "__dict__", None) or {}).get("fqn", index)
+        rel, offset, length = (fields.get("relative_path"), fields.get("offset"),
+                               fields.get("length"))
+        if type(rel) is not str or type(offset) is not int or type(length) is not int:
             raise UnreadableFile("schema_unsupported", f"storage info of {fqn} lacks "
                                                        "relative_path/offset/length")
-        items.append(StorageItem(str(fqn), rel, offset, length))
+        items.append(StorageItem(fqn if type(fqn) is str else str(fqn), rel, offset, length))
     return DcpMetadata(items, [str(k) for k in sdm], got.refused)
 
 

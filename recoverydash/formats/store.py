@@ -13,14 +13,13 @@ from __future__ import annotations
 import io
 import os
 import stat as statmod
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from recoverydash.storage import objects as storage
 from recoverydash.storage.objects import PermanentStorageError, StorageError, TransientStorageError
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """A file: ``size`` in bytes, ``mtime`` in POSIX seconds (S3: LastModified)."""
 
     size: int
@@ -56,7 +55,7 @@ class Tree:
     def uri(self, rel: str) -> str:
         """The ``file://`` or ``s3://`` URI of a relative path."""
         if self.scheme == "file":
-            return storage.file_uri(os.path.join(self._path, *rel.split("/")))
+            return f"file://{self._path.rstrip('/')}/{rel}"
         key = "/".join(s for s in (self._prefix, rel) if s)
         return f"s3://{self._bucket}/{key}"
 
