@@ -37,7 +37,7 @@ from recoverydash.runs.models import (GLOBAL_RANK, ApiToken, Attempt, AuditWindo
                                       Project, Run, ShardReport)
 from recoverydash.runs.queue import VERIFY_GENERATION, enqueue
 
-from .errors import BadRequest, Conflict, ErrorItem, MAX_ERRORS
+from .errors import AttemptConflict, BadRequest, Conflict, ErrorItem, MAX_ERRORS
 from .schemas import ValidEvent, canonical_json, manifest_committed_at, validate_events
 
 log = logging.getLogger(__name__)
@@ -328,6 +328,9 @@ class _Projection:
                 att.heartbeat_at = m.time
             att.advance_fetched(fetched)
         elif kind == "attempt_started":
+            declared = _declared_start(m, body)
+            if att.started_at is not None and _declared_of(att) != declared:
+                raise AttemptConflict(ev.index, _reuse_message(m, _declared_of(att), declared))
             att.started_at = m.time
             att.world_size = m.world_size
             att.dataset_version = m.dataset_version
@@ -447,7 +450,8 @@ class _Projection:
                 generation=gen, shard=m.shard,
                 defaults={"update": m.update, "object_list": body["objects"],
                           "reported_at": m.time})
-            _upsert_objects(gen, body["objects"], default_shard=m.shard, in_manifest=False)
+            _upsert_objects(gen, body["objects"], default_shard=m.shard, in_manifest=False,
+                            index=ev.index, path=f"events[{ev.index}].objects")
         elif m.type == "checkpoint_committed":
             manifest = body["manifest"]
             gen = self._generation(run, manifest["generation_id"])
@@ -459,14 +463,51 @@ class _Projection:
                 gen.save()
                 self.committed_generation_pks.add(gen.pk)
                 if first and ev.manifest is not None:
-                    _upsert_objects(gen, manifest["objects"], default_shard="", in_manifest=True)
+                    _upsert_objects(gen, manifest["objects"], default_shard="",
+                                    in_manifest=True, index=ev.index,
+                                    path=f"events[{ev.index}].manifest.objects")
+
+
+#: What an attempt_started declares about its launch; a second one for the attempt must agree.
+_START_FIELDS = ("world_size", "dataset_version", "global_batch_size", "micro_batch_size",
+                 "grad_accum_steps", "config_digest", "resumed_from")
+
+
+def _resumed_identity(resumed_from: Any) -> tuple | None:
+    """What was restored (generation and update), without the per-rank loader cursor."""
+    if not isinstance(resumed_from, dict):
+        return None
+    return (resumed_from.get("generation_id"), resumed_from.get("update"))
+
+
+def _declared_start(m: Any, body: dict) -> tuple:
+    return (m.world_size, m.dataset_version, m.global_batch_size, m.micro_batch_size,
+            m.grad_accum_steps, m.config_digest or "", _resumed_identity(body.get("resumed_from")))
+
+
+def _declared_of(att: Attempt) -> tuple:
+    return (att.world_size, att.dataset_version, att.global_batch_size, att.micro_batch_size,
+            att.grad_accum_steps, att.config_digest or "", _resumed_identity(att.resumed_from))
+
+
+def _reuse_message(m: Any, before: tuple, now: tuple) -> str:
+    diff = ", ".join(f"{name} {a!r} -> {b!r}" for name, a, b in zip(_START_FIELDS, before, now)
+                     if a != b)
+    return (f"attempt {m.attempt} of run {m.run_id!r} already started with other values "
+            f"({diff}); expected a new attempt number for a relaunch (another rank of the same "
+            "launch reports the same values)")
 
 
 def _upsert_objects(gen: Generation, objects: list[dict], default_shard: str,
-                    in_manifest: bool) -> None:
+                    in_manifest: bool, index: int | None = None, path: str = "objects") -> None:
     """Record a generation's objects by uri. Manifest objects are the authority: they mark
     ``in_manifest`` and overwrite what a shard report said (resetting the storage check when
-    size or digest change); shard-report objects never overwrite a manifest's."""
+    size or digest change); shard-report objects never overwrite a manifest's.
+
+    One URI belongs to one shard (docs/ingest-v1.md#objects-and-shards): an object whose URI the
+    generation already records under another shard (another rank's report, or the manifest)
+    raises BadRequest naming both shards, at ``path[j].uri`` of event ``index``; the whole
+    batch is then refused."""
     existing = {o.uri: o for o in CheckpointObject.objects.filter(
         generation=gen, uri__in=[o["uri"] for o in objects])}
     new: dict[str, CheckpointObject] = {}
@@ -475,6 +516,14 @@ def _upsert_objects(gen: Generation, objects: list[dict], default_shard: str,
                   "size": obj["size"], "sha256": (obj.get("sha256") or "").lower(),
                   "update": obj.get("update")}
         row = existing.get(obj["uri"]) or new.get(obj["uri"])
+        if row is not None and row.shard and values["shard"] and row.shard != values["shard"]:
+            where = "the manifest" if row.in_manifest else "a shard report"
+            raise BadRequest("object URI of two shards", [ErrorItem(
+                index, f"{path}[{objects.index(obj)}].uri",
+                f"expected each object URI in one shard, got {obj['uri']!r} in shard "
+                f"{values['shard']!r} while {where} of generation {gen.generation_id!r} lists "
+                f"it in shard {row.shard!r}: two shards writing one object overwrite each "
+                "other")])
         if row is None:
             new[obj["uri"]] = CheckpointObject(generation=gen, uri=obj["uri"],
                                                in_manifest=in_manifest, **values)

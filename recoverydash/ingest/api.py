@@ -101,8 +101,8 @@ class ErrorItemOut(Schema):
 
 class ErrorOut(Schema):
     error: str = Field(description="machine code: invalid, unauthorized, forbidden, not_found, "
-                                   "event_conflict, too_large, unsupported_media_type, "
-                                   "rate_limited")
+                                   "event_conflict, attempt_conflict, too_large, "
+                                   "unsupported_media_type, rate_limited")
     errors: list[ErrorItemOut] = Field(description="at most 100")
     index: Optional[int] = Field(None, description="409 only: the conflicting event's index")
 
@@ -208,7 +208,8 @@ def parse_batch(request: HttpRequest) -> list[ValidEvent]:
 )
 def post_events(request: HttpRequest):
     """Store a batch atomically: 202 ``{"accepted", "duplicates"}``; 400 invalid (located
-    errors); 401/403 token; 409 an event_id stored with other content (names the index);
+    errors); 401/403 token; 409 an event_id stored with other content, or an attempt_started
+    for an attempt that started with other values (names the index);
     413 too large; 415 not JSON or unknown encoding; 429 rate limit with ``Retry-After``."""
     events = parse_batch(request)
     result = ingest_batch(request.auth, events)

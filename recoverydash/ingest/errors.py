@@ -107,6 +107,14 @@ class Conflict(ApiError):
         return {**super().body(), "index": self.index}
 
 
+class AttemptConflict(Conflict):
+    """409: an ``attempt_started`` for an attempt that already started with other values
+    (world size, dataset, batch sizes, config digest, what it resumed from): a relaunch that
+    reused the attempt number. Another rank's report of the same values is no conflict."""
+
+    code = "attempt_conflict"
+
+
 class PayloadTooLarge(ApiError):
     """413: over the events-per-request or decoded-body-bytes limit (settings)."""
 

@@ -243,3 +243,91 @@ def test_the_rate_limit_counts_refused_requests_too(client, ingest_token, settin
     codes = [post(client, ingest_token, **bad).status_code for _ in range(3)]
     assert codes[0] in (400, 415) and len(set(codes)) == 1
     assert post(client, ingest_token, [update("a", 1)]).status_code == 429
+
+
+def test_a_second_shard_claiming_an_object_uri_is_refused_naming_both(client, ingest_token):
+    obj = {"uri": "s3://b/g10/model.pt", "component": "model", "size": 55}
+    first = event("shard_written", "s0", generation_id="g10", shard="rank0", update=10,
+                  objects=[obj])
+    assert post(client, ingest_token, [first]).status_code == 202
+    second = event("shard_written", "s1", generation_id="g10", shard="rank1", update=10,
+                   objects=[{"uri": "s3://b/g10/other.pt", "component": "model", "size": 55},
+                            obj])
+    [err] = errors_of(post(client, ingest_token, [second]))
+    assert err == {"index": 0, "path": "events[0].objects[1].uri",
+                   "message": "expected each object URI in one shard, got "
+                              "'s3://b/g10/model.pt' in shard 'rank1' while a shard report of "
+                              "generation 'g10' lists it in shard 'rank0': two shards writing "
+                              "one object overwrite each other"}
+    assert not Event.objects.filter(event_id="s1").exists()
+
+
+def test_a_manifest_giving_a_reported_object_to_another_shard_is_refused(client, ingest_token):
+    post(client, ingest_token, [event("shard_written", "s0", generation_id="g10", shard="rank0",
+                                      update=10, objects=[{"uri": "s3://b/g10/rank1.pt",
+                                                           "component": "model", "size": 55}])])
+    [err] = errors_of(post(client, ingest_token, [
+        event("checkpoint_committed", "m", manifest=manifest())]))
+    assert err["path"] == "events[0].manifest.objects[1].uri"
+    assert "in shard 'rank1' while a shard report of generation 'g10' lists it in shard " \
+           "'rank0'" in err["message"]
+
+
+def test_matching_shard_reports_and_manifest_are_accepted(client, ingest_token):
+    m = manifest()
+    reports = [event("shard_written", f"s{j}", generation_id="g10", shard=o["shard"], update=10,
+                     objects=[o]) for j, o in enumerate(m["objects"])]
+    assert post(client, ingest_token, reports).status_code == 202
+    assert post(client, ingest_token, [event("checkpoint_committed", "m", manifest=m)]) \
+        .status_code == 202
+
+
+# --- a reused attempt over plain HTTP -----------------------------------------------------------
+def started(event_id, rank=0, **fields):
+    values = {"world_size": 8, "dataset_version": "ds-v1", "global_batch_size": 64,
+              "resumed_from": {"generation_id": "g10", "update": 10,
+                               "cursor": [{"stratum": "main", "epoch": 0, "position": 640}]}}
+    values.update(fields)
+    return event("attempt_started", event_id, attempt=1, rank=rank, **values)
+
+
+def test_a_relaunch_reusing_an_attempt_is_a_409_and_overwrites_nothing(client, ingest_token):
+    from recoverydash.runs.models import Attempt
+
+    assert post(client, ingest_token, [started("launch-a")]).status_code == 202
+    r = post(client, ingest_token, [update("x", 11, attempt=1),
+                                    started("launch-b", world_size=16, dataset_version="ds-v2",
+                                            time="2026-11-01T02:00:00Z")])
+    assert r.status_code == 409
+    body = r.json()
+    assert body["error"] == "attempt_conflict" and body["index"] == 1
+    assert body["errors"] == [{
+        "index": 1, "path": "events[1]",
+        "message": "attempt 1 of run 'run-1' already started with other values (world_size 8 "
+                   "-> 16, dataset_version 'ds-v1' -> 'ds-v2'); expected a new attempt number "
+                   "for a relaunch (another rank of the same launch reports the same values)"}]
+    att = Attempt.objects.get(attempt=1)
+    assert (att.world_size, att.dataset_version) == (8, "ds-v1")
+    assert not Event.objects.filter(event_id__in=["x", "launch-b"]).exists()
+
+
+def test_a_relaunch_resuming_another_generation_under_the_same_attempt_is_a_409(client,
+                                                                               ingest_token):
+    assert post(client, ingest_token, [started("launch-a")]).status_code == 202
+    r = post(client, ingest_token, [started("launch-b", resumed_from={
+        "generation_id": "g20", "update": 20})])
+    assert r.status_code == 409
+    assert "resumed_from ('g10', 10) -> ('g20', 20)" in r.json()["errors"][0]["message"]
+
+
+def test_every_rank_may_report_the_start_of_its_attempt(client, ingest_token):
+    batch = [started(f"start-r{rank}", rank=rank, resumed_from={
+        "generation_id": "g10", "update": 10,
+        "cursor": [{"stratum": f"part{rank}", "epoch": 0, "position": 80}]}) for rank in range(8)]
+    r = post(client, ingest_token, batch)
+    assert r.status_code == 202 and r.json()["accepted"] == 8
+
+
+def test_two_different_starts_of_one_attempt_in_one_batch_are_a_409(client, ingest_token):
+    r = post(client, ingest_token, [started("a"), started("b", world_size=4)])
+    assert r.status_code == 409 and r.json()["index"] == 1

@@ -119,7 +119,11 @@ def valid_event(draw, run_id: str, event_id: str):
 def valid_batch(draw):
     run_id = f"prop-{next(_runs)}"
     n = draw(st.integers(1, 8))
-    return [draw(valid_event(run_id, f"ev-{i}")) for i in range(n)]
+    batch = [draw(valid_event(run_id, f"ev-{i}")) for i in range(n)]
+    for i, ev in enumerate(batch):
+        if ev["type"] == "attempt_started":  # two different starts of one attempt are a 409
+            ev["attempt"] = 100 + i
+    return batch
 
 
 @SETTINGS
