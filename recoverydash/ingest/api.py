@@ -81,7 +81,10 @@ api = RecoveryDashAPI(
     docs=Swagger(),
     description="Wire contract v1: trainers push events; on-call tools read runs and analyses. "
                 "Auth: `Authorization: Bearer <token>` with scope `ingest` or `read`. "
-                "Errors: `{\"error\": code, \"errors\": [{\"index\", \"path\", \"message\"}]}`.")
+                "Errors: `{\"error\": code, \"errors\": [{\"index\", \"path\", \"message\"}]}`. "
+                "The contract in words, with every extension: "
+                "[/docs/ingest-v1/](/docs/ingest-v1/) (docs/ingest-v1.md); what each number "
+                "means: [/docs/definitions/](/docs/definitions/).")
 errors.install(api)
 
 
