@@ -1,6 +1,7 @@
 """The project's documentation pages, served by the dashboard: ``docs/definitions.md`` (what every
-number means) and ``docs/ingest-v1.md`` (the wire contract) rendered as HTML at
-``/docs/definitions/`` and ``/docs/ingest-v1/``.
+number means), ``docs/ingest-v1.md`` (the wire contract) and ``docs/formats.md`` (checkpoint
+formats read without the SDK) rendered as HTML at ``/docs/definitions/``, ``/docs/ingest-v1/``
+and ``/docs/formats/``.
 
 The Markdown files in the repository are the only source; the pages are rendered from them with
 Python-Markdown (extensions ``toc``, ``tables``, ``fenced_code``). A heading's ``id`` is its slug,
@@ -34,6 +35,7 @@ from markdown.treeprocessors import Treeprocessor
 PAGES = {
     "definitions": ("definitions.md", "Definitions"),
     "ingest-v1": ("ingest-v1.md", "Wire contract v1"),
+    "formats": ("formats.md", "Checkpoint formats"),
 }
 #: The definitions page, which every figure of the dashboard links to.
 DEFINITIONS = "definitions"
