@@ -9,6 +9,7 @@ naming the variable, rather than running with a guess.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -82,9 +83,44 @@ if not _secret:
         _secret = _key_file.read_text().strip()
     except OSError as exc:
         raise ImproperlyConfigured(f"SECRET_KEY is not set and {_key_file} is not writable: {exc}")
+# Placeholders of .env.example and the docs: a production process refuses to start with them.
+EXAMPLE_PREFIX = "change-me"
+if not DEBUG and _secret.lower().startswith(EXAMPLE_PREFIX):
+    raise ImproperlyConfigured(
+        "SECRET_KEY is the example value of .env.example: set a long random one, e.g. the output "
+        "of python -c 'import secrets; print(secrets.token_urlsafe(50))' (DEBUG=true allows it)")
 SECRET_KEY = _secret
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
+
+# --- HTTPS (README "Configuration"; .env.example has the production values) ------------------------
+SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", False)
+CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", False)
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", False)
+# Load balancers and compose health checks speak plain HTTP to the process.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", False)
+
+
+def _proxy_ssl_header(raw: str) -> tuple[str, str] | None:
+    """``X-Forwarded-Proto: https`` (or Django's ``HTTP_X_FORWARDED_PROTO,https``) -> the
+    SECURE_PROXY_SSL_HEADER tuple; empty -> None. Set it only behind a proxy that overwrites
+    that header: a client could otherwise claim HTTPS."""
+    if not raw.strip():
+        return None
+    name, sep, value = raw.partition(":") if ":" in raw else raw.partition(",")
+    name, value = name.strip(), value.strip()
+    if not sep or not name or not value:
+        raise ImproperlyConfigured(f"SECURE_PROXY_SSL_HEADER must be 'Header-Name: value', e.g. "
+                                   f"'X-Forwarded-Proto: https', got {raw!r}")
+    if not name.upper().startswith("HTTP_"):
+        name = "HTTP_" + name.upper().replace("-", "_")
+    return name, value
+
+
+SECURE_PROXY_SSL_HEADER = _proxy_ssl_header(os.environ.get("SECURE_PROXY_SSL_HEADER", ""))
 # The public address of the dashboard, used in alert links.
 SITE_URL = os.environ.get("SITE_URL", "http://localhost:8000").rstrip("/")
 
@@ -102,6 +138,7 @@ INSTALLED_APPS = [
     "recoverydash.storage",
     "recoverydash.alerts",
     "recoverydash.dashboard",
+    "axes",  # login throttle (django-axes)
     "workers",  # creates the Celery app at startup (workers/apps.py); nothing imports workers
 ]
 
@@ -114,6 +151,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # last: answers a locked-out sign-in (django-axes)
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "recoverydash.urls"
@@ -151,11 +190,34 @@ else:
         "NAME": str(VAR_DIR / "recoverydash.sqlite3"),
         # WAL and a busy timeout let web, worker and beat share one file.
         "OPTIONS": {
-            "timeout": 30,
             "transaction_mode": "IMMEDIATE",
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         },
     }
+# A locked database answers within this many seconds (503 database_unavailable), not after 30:
+# SQLite's busy timeout, PostgreSQL's lock_timeout and connect_timeout.
+RECOVERYDASH_DB_LOCK_TIMEOUT_S = envfloat("RECOVERYDASH_DB_LOCK_TIMEOUT_S", 5.0, 0.1)
+_options = _db.setdefault("OPTIONS", {})
+if "sqlite3" in _db.get("ENGINE", ""):
+    _options.setdefault("timeout", RECOVERYDASH_DB_LOCK_TIMEOUT_S)
+elif "postgresql" in _db.get("ENGINE", ""):
+    _options.setdefault("connect_timeout", max(1, round(RECOVERYDASH_DB_LOCK_TIMEOUT_S)))
+    _options["options"] = (_options.get("options", "") + " -c lock_timeout="
+                           f"{int(RECOVERYDASH_DB_LOCK_TIMEOUT_S * 1000)}").strip()
+    if not DEBUG:
+        _host = (_db.get("HOST") or "").strip("[]")
+        _local = not _host or _host.startswith("/") or _host in ("localhost", "127.0.0.1", "::1")
+        _password = _db.get("PASSWORD") or ""
+        if _password.lower().startswith(EXAMPLE_PREFIX):
+            raise ImproperlyConfigured(
+                "DATABASE_URL carries the example password of .env.example (POSTGRES_PASSWORD): "
+                "set a real one (DEBUG=true allows it)")
+        if not _password and not _local:
+            raise ImproperlyConfigured(
+                f"DATABASE_URL has no password for the database server {_host!r}: set one "
+                "(POSTGRES_PASSWORD in .env for docker compose); only a server on this machine "
+                "(localhost or a Unix socket, trust or peer authentication) may go without "
+                "(DEBUG=true allows it)")
 if "postgresql" in _db.get("ENGINE", ""):
     # Each test process gets its own test database, so two test runs on one machine (a
     # developer's and CI's, or parallel sessions) never drop each other's database.
@@ -167,6 +229,20 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+# Sign-in throttle (django-axes): after RECOVERYDASH_LOGIN_FAILURE_LIMIT wrong passwords for one
+# username from one address, that pair is locked out for RECOVERYDASH_LOGIN_LOCKOUT_S seconds
+# (429, dashboard and admin alike); a success resets the count. Unlock early with
+# `manage.py axes_reset_username USERNAME`.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = envint("RECOVERYDASH_LOGIN_FAILURE_LIMIT", 5, 1)
+AXES_COOLOFF_TIME = timedelta(seconds=envint("RECOVERYDASH_LOGIN_LOCKOUT_S", 900, 1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked.html"
+AXES_HTTP_RESPONSE_CODE = 429
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
@@ -240,5 +316,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "httpx": {"level": "WARNING"},
+                # its start-up banner; lockouts are logged as warnings
+                "axes.apps": {"level": "WARNING"}},
 }

@@ -1,23 +1,14 @@
 """URL map: the v1 API under /api/v1/, the dashboard at the root, Django admin at /admin/,
-and /healthz for load balancers and compose health checks."""
+and /healthz for load balancers and compose health checks (recoverydash.dashboard.health)."""
 
 from django.contrib import admin
-from django.db import connection
-from django.http import JsonResponse
 from django.urls import include, path
 
+from recoverydash.dashboard.health import healthz
 from recoverydash.ingest.api import api
 
-
-def healthz(request):
-    """200 ``{"ok": true}`` when the database answers, 503 otherwise."""
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-    except Exception as exc:  # any database error means not ready
-        return JsonResponse({"ok": False, "error": str(exc)[:200]}, status=503)
-    return JsonResponse({"ok": True})
-
+# A database that does not answer is a 503 with Retry-After, anything else unexpected a 500.
+handler500 = "recoverydash.dashboard.health.server_error"
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django import forms
 
 from recoverydash.alerts.models import SEVERITIES, WebhookEndpoint
-from recoverydash.alerts.transports import TransportError, check_address
+from recoverydash.alerts.forms import clean_webhook_url
 from recoverydash.dashboard.actions import SILENCE_CHOICES
 from recoverydash.runs.models import SCOPES
 
@@ -56,17 +56,10 @@ class WebhookForm(forms.ModelForm):
     resolve_warning = ""
 
     def clean_url(self) -> str:
-        """The guard of every delivery, applied when the URL is saved: a scheme other than
-        http(s), a port outside 1-65535 or an address the guard refuses (loopback, private,
-        ...: the message names it and the setting that allows it) is a form error. A name
-        that does not resolve now is kept, with ``resolve_warning`` set."""
+        """The guard of every delivery, applied when the URL is saved
+        (``alerts.forms.clean_webhook_url``)."""
         url = self.cleaned_data["url"]
-        try:
-            check_address(url)
-        except TransportError as exc:
-            if exc.permanent:
-                raise forms.ValidationError(exc.message) from None
-            self.resolve_warning = exc.message
+        self.resolve_warning = clean_webhook_url(url)
         return url
 
     def clean(self):

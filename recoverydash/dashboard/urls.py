@@ -1,5 +1,6 @@
 """Dashboard URLs (server-rendered pages for on-call people), sign-in included."""
 
+from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
@@ -7,7 +8,9 @@ from recoverydash.dashboard import docs, views
 
 
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("login/", auth_views.LoginView.as_view(
+        redirect_authenticated_user=True,
+        extra_context={"failure_limit": settings.AXES_FAILURE_LIMIT}), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.fleet, name="fleet"),
     path("runs/<int:pk>/", views.run_detail, name="run"),

@@ -190,7 +190,7 @@ def webhook_create(request, pk: int):
     messages.success(request, f"Endpoint {endpoint.name or endpoint.url} added. Send a test to "
                               "check that it answers.")
     if form.resolve_warning:
-        messages.warning(request, f"{form.resolve_warning}: deliveries fail until it resolves.")
+        messages.warning(request, f"{form.resolve_warning}.")
     return redirect("project", pk=project.pk)
 
 

@@ -151,6 +151,20 @@ class AnalysisUnavailable(ApiError):
     code = "analysis_failed"
 
 
+class DatabaseUnavailable(ApiError):
+    """503: the database does not answer in time (locked, full, unreachable); nothing was
+    stored, and the same request may be sent again after ``Retry-After`` seconds."""
+
+    status = 503
+    code = "database_unavailable"
+
+    def __init__(self, cause: BaseException, retry_after: int = 5):
+        detail = f"{type(cause).__name__}: {str(cause).strip()[:200]}"
+        super().__init__(f"the database is unavailable (locked, full or unreachable): {detail}; "
+                         f"nothing was stored, retry in {retry_after} s",
+                         headers={"Retry-After": str(retry_after)})
+
+
 def error_response(exc: ApiError) -> HttpResponse:
     """Render an :class:`ApiError` as the JSON response of docs/ingest-v1.md#errors with its
     headers."""
@@ -163,7 +177,9 @@ def error_response(exc: ApiError) -> HttpResponse:
 
 def install(api) -> None:
     """Register the handlers on ``api`` (a NinjaAPI): ApiError, ninja's own validation and
-    authentication errors, and a last-resort handler so that no request gets a bare 500 page."""
+    authentication errors, a database that does not answer (503 ``database_unavailable`` with
+    ``Retry-After``), and a last-resort handler so that no request gets a bare 500 page."""
+    from django.db import InterfaceError, OperationalError
     from ninja.errors import AuthenticationError, HttpError
     from ninja.errors import ValidationError as NinjaValidationError
 
@@ -191,6 +207,10 @@ def install(api) -> None:
         err.status, err.code = exc.status_code, "error"
         return error_response(err)
 
+    def on_database_unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
+        log.warning("database unavailable in %s %s: %s", request.method, request.path, exc)
+        return error_response(DatabaseUnavailable(exc))
+
     def on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
         log.exception("unexpected error in %s %s", request.method, request.path)
         err = ApiError("internal error; it has been logged")
@@ -201,6 +221,8 @@ def install(api) -> None:
     api.add_exception_handler(NinjaValidationError, on_ninja_validation)
     api.add_exception_handler(AuthenticationError, on_auth_error)
     api.add_exception_handler(HttpError, on_http_error)
+    api.add_exception_handler(OperationalError, on_database_unavailable)
+    api.add_exception_handler(InterfaceError, on_database_unavailable)
     api.add_exception_handler(Exception, on_unexpected)
 
 

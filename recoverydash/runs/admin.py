@@ -11,6 +11,16 @@ class ProjectAdmin(admin.ModelAdmin):
     search_fields = ("name",)
 
 
+@admin.register(models.Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    """Who may see and act on a project's runs in the dashboard."""
+
+    list_display = ("user", "project", "created_at")
+    list_filter = ("project",)
+    search_fields = ("user__username", "project__name")
+    autocomplete_fields = ("user", "project")
+
+
 @admin.register(models.ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
     list_display = ("prefix", "name", "project", "scopes", "created_at", "last_used_at",
