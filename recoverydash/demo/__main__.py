@@ -4,7 +4,9 @@ Sets up a fresh demo instance (``var/demo/``, or ``RECOVERYDASH_DEMO_DIR``): its
 filesystem broker, a superuser, a project ``demo`` with a token, and a storage location per run;
 starts web + worker + beat (``python -m recoverydash.serve``); then runs one short training job per
 seed fault (4 gloo ranks on the CPU, see ``trainer.py``), each as attempt 0 (the fault) and
-attempt 1 (the restart). It waits until every run's analysis is current, prints each injected fault
+attempt 1 (the restart): nine faults, the last a restart whose loader state was not restored. The
+ranks record observed positions (``ObservedRecorder``): what the table shows is what the loaders
+delivered. It waits until every run's analysis is current, prints each injected fault
 beside what recoverydash concluded, and keeps serving until Ctrl-C.
 
 Environment: ``PORT`` (default 8000; a free one is picked when it is busy), ``DEMO_EXIT=1`` (exit
@@ -127,6 +129,17 @@ def scenarios() -> list[Scenario]:
                  generations={"u000000004-a0": ("restorable", None)},
                  restart={"resumed_from": "u000000004-a0", "verdict": "exact", "replayed": 0,
                           "omitted": 0, "recomputed": rolled, "lost_updates": 1}),
+        # the model resumes at update 4, the loader iterates epoch 0 from its start: the 64
+        # positions behind the checkpoint's cursor are trained again; the rest of what attempt 0
+        # had read (64-87) is recomputed
+        Scenario("i", "demo-i-loader-not-restored",
+                 "loader state not restored (the epoch from its start)", **mid,
+                 resume="not_restored",
+                 generations={"u000000004-a0": ("restorable", None)},
+                 restart={"resumed_from": "u000000004-a0", "verdict": "replay", "replayed": ckpt,
+                          "omitted": 0, "recomputed": rolled, "lost_updates": 1},
+                 findings=("replay",), alerts=("restart_replay",),
+                 no_alerts=("restart_omission",)),
     ]
 
 

@@ -1,7 +1,7 @@
 """Screenshots of the dashboard after the demo, in headless Chromium (Debian's, driven by
 Playwright; no browser download), and a check that each fault shows where an on-call person looks:
-the run page names the restart verdict (or the abandoned generation) and the restart page shows the
-replayed / omitted counts."""
+the run page names the restart verdict (or the abandoned generation) and that the data ledger was
+observed, and the restart page shows the replayed / omitted counts."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-gpu"]
 
 def expected_words(scenario) -> list[str]:
     """Words the run page of a scenario must show (besides the run id)."""
-    words = []
+    words = ["data ledger of attempt 1: observed"]  # the ranks record observed positions
     verdict = scenario.restart.get("verdict")
     if verdict:
         words.append(verdict.replace("_", " "))

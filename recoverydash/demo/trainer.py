@@ -1,6 +1,7 @@
 """One rank of the demo's training job: a tiny DDP model on the CPU (gloo), ``DistributedSampler``,
 gradient accumulation, DCP checkpoints published with the SDK (``save_generation``), the data ledger
-sent by the SDK client, and fault hooks driven by ``cfg["fault"]``.
+*observed* by the SDK (``ObservedRecorder``: each sample carries its position through the loader
+and is recorded where the model receives it), and fault hooks driven by ``cfg["fault"]``.
 
 ``launch(cfg, world)`` forks ``world`` ranks (the parent has imported torch already, so a rank
 starts in milliseconds instead of importing torch again) and returns their exit codes.
@@ -30,7 +31,10 @@ its own client after the fork, used for saving, selecting and loading (DCP stage
 
 Resume modes of attempt 1 (``cfg["resume"]``): ``checkpoint`` (the checkpoint's committed cursor:
 exact), ``read_cursor`` (the loader state file: omission), ``older`` (one global batch behind the
-checkpoint's cursor: replay). The generation is chosen by the SDK's ``select_restorable``.
+checkpoint's cursor: replay), ``not_restored`` (the model and optimizer are restored, the loader's
+position is not: it iterates the epoch from its start, a replay of everything the checkpoint had
+consumed). The generation is chosen by the SDK's ``select_restorable``. In every mode the ledger
+reports the positions the loader actually delivered: the faults are observed, not assumed.
 """
 
 from __future__ import annotations
@@ -93,12 +97,12 @@ def _install_save_fault(cfg: dict, rank: int, client):
 
 def rank_main(cfg: dict, rank: int, world: int) -> int:
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+    from torch.utils.data import DistributedSampler, TensorDataset
 
+    from recoverydash.integrations.pytorch import observed_loader
     from recoverydash.sdk import (
         Client,
-        CountingRecorder,
-        SkipFirst,
+        ObservedRecorder,
         load_generation,
         make_generation_id,
         resumed_from,
@@ -138,9 +142,11 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
     io_kw = {"s3_client": s3, "staging_dir": cfg.get("staging")}
     client = Client(cfg["url"], cfg["token"], cfg["run_id"], attempt=attempt, rank=rank,
                     spool_dir=cfg["spool"], flush_interval=0.2)
-    rec = CountingRecorder.for_sampler(client, sampler, dataset_version=DATASET_VERSION,
-                                     heartbeat_interval=1.0)
-    update, skip, start_from = 0, 0, None
+    rec = ObservedRecorder(client, rank=rank, world_size=world, dataset_version=DATASET_VERSION,
+                           heartbeat_interval=1.0)
+    loader = observed_loader(rec, ds, sampler=sampler, batch_size=cfg["micro"])
+    positions = loader.sampler  # the PositionSampler around the DistributedSampler
+    update, start_from = 0, None
     if cfg.get("resume"):
         sel = select_restorable(cfg["location"], s3_client=s3)  # offline: manifests in storage
         if sel.restorable is None:
@@ -159,12 +165,13 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
         elif cfg["resume"] == "older":          # the bug: a cursor one global batch behind
             gb = cfg["micro"] * cfg["accum"] * cfg["world_before"]
             cursor = [{**c, "position": max(0, c["position"] - gb)} for c in cursor]
-        skip = rec.restore(cursor, update)
+        if cfg["resume"] != "not_restored":  # the bug: nothing tells the loader where it was
+            positions.resume_at(cursor)
         start_from = resumed_from({"generation_id": sel.generation_id, "update": update,
                                    "cursor": cursor})
     rec.start(resumed_from=start_from, global_batch_size=cfg["micro"] * accum * world,
               micro_batch_size=cfg["micro"], grad_accum_steps=accum)
-    first_epoch = rec.epoch
+    first_epoch = positions.epoch
     resumed_at = update
     micro = 0
     slot_ids: list[list[int]] = []  # sample identities per accumulation slot of this update
@@ -176,15 +183,14 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
 
     try:
         for epoch in range(first_epoch, cfg["epochs"]):
-            sampler.set_epoch(epoch)
-            loader = DataLoader(ds, batch_size=cfg["micro"],
-                                sampler=SkipFirst(sampler, skip, first_epoch))
-            for x, y, ids in rec.wrap(loader):
+            positions.set_epoch(epoch)
+            for batch in loader:
                 if fault == "crash_mid_update" and rank == 1 and update + 1 == fault_update:
                     with open(cfg["loader_state"], "w") as f:
                         json.dump({"fetched": rec.fetched_cursor()}, f)
                     rec.heartbeat()
                     _die(client)
+                x, y, ids = rec.observe(batch)  # the positions of what reaches the model
                 torch.nn.functional.mse_loss(model(x), y).backward()
                 slot_ids.append(ids.tolist())
                 micro += 1

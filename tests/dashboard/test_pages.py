@@ -97,3 +97,21 @@ def test_run_page_names_restorable_generations_outside_an_unknown_live_lineage(o
     assert "Restorable in another attempt&#x27;s lineage" in html or \
         "Restorable in another attempt's lineage" in html
     assert "restart from scratch" not in html
+
+
+@pytest.mark.parametrize("mode, words", [
+    ("observed", "<strong>observed</strong> positions (the samples that reached the model)"),
+    ("counted", "<strong>counted</strong> (positions inferred from a sample count"),
+])
+def test_run_page_says_whether_the_ledger_was_observed_or_counted(owner_client, known_run,
+                                                                  mode, words):
+    from recoverydash.runs.models import Attempt
+
+    Attempt.objects.filter(run=known_run, attempt=1).update(sampler={"ledger": mode})
+    html = owner_client.get(reverse("run", args=[known_run.pk])).content.decode()
+    assert f"Data ledger of attempt 1: {words}" in html
+
+
+def test_run_page_says_nothing_of_the_ledger_when_the_trainer_did_not(owner_client, known_run):
+    html = owner_client.get(reverse("run", args=[known_run.pk])).content.decode()
+    assert "Data ledger of attempt" not in html

@@ -18,8 +18,9 @@ pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-# killed mid-shard (abandoned generation), commit event lost (discovery), omission, replay
-FAULTS = "b,d,f,g"
+# killed mid-shard (abandoned generation), commit event lost (discovery), omission, replay, and a
+# restart whose loader state was not restored (a replay observed from the positions delivered)
+FAULTS = "b,d,f,g,i"
 
 
 def _free_port() -> int:
@@ -63,7 +64,7 @@ def test_the_demo_exits_0_and_every_conclusion_matches(demo):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert results["ok"]
     assert sorted(r["key"] for r in results["runs"]) == FAULTS.split(",")
-    assert "injected fault" in proc.stdout and "4/4 conclusions match" in proc.stdout
+    assert "injected fault" in proc.stdout and "5/5 conclusions match" in proc.stdout
 
 
 def test_killed_mid_shard_leaves_an_abandoned_generation_and_an_exact_restart(demo):
@@ -97,6 +98,15 @@ def test_resuming_from_an_older_cursor_is_a_replay(demo):
     r = _restart(results, "g")
     assert (r["verdict"], r["replayed"], r["omitted"], r["recomputed"]) == ("replay", 16, 0, 24)
     assert "restart_replay" in {a["rule"] for a in _answer(results, "g")["alerts"]}
+
+
+def test_a_loader_whose_state_was_not_restored_replays_what_the_checkpoint_had_consumed(demo):
+    _, results = demo
+    r = _restart(results, "i")
+    assert (r["verdict"], r["replayed"], r["omitted"], r["recomputed"], r["lost_updates"]) == \
+        ("replay", 64, 0, 24, 1)
+    assert r["expected_cursor"][0]["position"] == 64 and r["resume_cursor"][0]["position"] == 0
+    assert "restart_replay" in {a["rule"] for a in _answer(results, "i")["alerts"]}
 
 
 def test_the_dashboard_shows_each_fault_where_on_call_looks(demo):
