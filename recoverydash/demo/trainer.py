@@ -100,6 +100,7 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
     from torch.utils.data import DistributedSampler, TensorDataset
 
     from recoverydash.integrations.pytorch import observed_loader
+    from recoverydash.sdk.observe import position_sampler_of
     from recoverydash.sdk import (
         Client,
         ObservedRecorder,
@@ -145,7 +146,7 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
     rec = ObservedRecorder(client, rank=rank, world_size=world, dataset_version=DATASET_VERSION,
                            heartbeat_interval=1.0)
     loader = observed_loader(rec, ds, sampler=sampler, batch_size=cfg["micro"])
-    positions = loader.sampler  # the PositionSampler around the DistributedSampler
+    positions = position_sampler_of(loader)  # the PositionSampler around the DistributedSampler
     update, start_from = 0, None
     if cfg.get("resume"):
         sel = select_restorable(cfg["location"], s3_client=s3)  # offline: manifests in storage

@@ -7,7 +7,8 @@ from typing import Any
 from recoverydash.sdk.observe import ObservedCollate, ObservedDataset, ObservedRecorder
 
 
-def build(loader_cls, recorder: ObservedRecorder, dataset: Any, *, default_random, batch_size,
+def build(loader_cls, recorder: ObservedRecorder, dataset: Any, *, default_random,
+          batch_sampler_cls, batch_size,
           shuffle: bool, sampler, batch_sampler, collate_fn, stratum: str, seed: int | None,
           name: str | None, kw: dict):
     """``loader_cls`` over ``dataset`` with positions carried (see the public builders)."""
@@ -38,9 +39,16 @@ def build(loader_cls, recorder: ObservedRecorder, dataset: Any, *, default_rando
                     sampler = SequentialSampler(dataset)
             elif shuffle:
                 raise ValueError("sampler option is mutually exclusive with shuffle")
-            wrapped = recorder.sampler(sampler, stratum=stratum)
-            loader = loader_cls(ObservedDataset(dataset), sampler=wrapped,
-                                batch_size=batch_size, collate_fn=collate, **kw)
+            if batch_size is None:  # no auto-collation: one draw per sample
+                wrapped = recorder.sampler(sampler, stratum=stratum)
+                loader = loader_cls(ObservedDataset(dataset), sampler=wrapped, batch_size=None,
+                                    collate_fn=collate, **kw)
+            else:  # the batches are drawn here, each carrying its positions as a range
+                drop_last = kw.pop("drop_last", False)
+                wrapped = recorder.sampler(batch_sampler_cls(sampler, batch_size, drop_last),
+                                           stratum=stratum)
+                loader = loader_cls(ObservedDataset(dataset), batch_sampler=wrapped,
+                                    collate_fn=collate, **kw)
     if name is not None:
         recorder.track(loader, name)
     return loader

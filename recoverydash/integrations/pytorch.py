@@ -36,11 +36,12 @@ def observed_loader(recorder: ObservedRecorder, dataset: Any, *, batch_size: int
     (default ``default_collate``), wrapped in ``ObservedCollate``. kwargs: every other DataLoader
     argument (``num_workers``, ``pin_memory``, ``persistent_workers``, ``prefetch_factor``, ...).
     Raises ValueError/TypeError as DataLoader does for bad arguments."""
-    from torch.utils.data import DataLoader, RandomSampler
+    from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
     from recoverydash.integrations._loaders import build
 
     return build(DataLoader, recorder, dataset, default_random=RandomSampler,
+                 batch_sampler_cls=BatchSampler,
                  batch_size=batch_size, shuffle=shuffle, sampler=sampler,
                  batch_sampler=batch_sampler, collate_fn=collate_fn, stratum=stratum, seed=seed,
                  name=None, kw=kwargs)

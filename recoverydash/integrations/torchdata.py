@@ -37,11 +37,12 @@ def observed_loader(recorder: ObservedRecorder, dataset: Any, *, batch_size: int
     ``persistent_workers``, ``prefetch_factor``, ``snapshot_every_n_steps``, ...). Raises
     ImportError without torchdata."""
     from torchdata.stateful_dataloader import StatefulDataLoader
-    from torchdata.stateful_dataloader.sampler import RandomSampler
+    from torchdata.stateful_dataloader.sampler import BatchSampler, RandomSampler
 
     from recoverydash.integrations._loaders import build
 
     return build(StatefulDataLoader, recorder, dataset, default_random=RandomSampler,
+                 batch_sampler_cls=BatchSampler,
                  batch_size=batch_size, shuffle=shuffle, sampler=sampler,
                  batch_sampler=batch_sampler, collate_fn=collate_fn, stratum=stratum, seed=seed,
                  name=name, kw=kwargs)

@@ -170,6 +170,46 @@ class Tagged:
         return (Tagged, (self.sample, self.draw))
 
 
+class DrawBatch(list):
+    """The indices of one batch drawn by a :class:`PositionSampler` around a batch sampler: a
+    plain list of dataset indices (what the fetcher hands to ``__getitems__``) that also knows the
+    position of its first draw (``start``) in ``iteration``'s order; draw ``j`` of the batch holds
+    position ``start + j * world_size``. No object per sample: the batch carries its positions
+    as a range."""
+
+    __slots__ = ("iteration", "start")
+
+    def __reduce__(self):
+        return (_rebuild_draw_batch, (list(self), self.iteration, self.start))
+
+    def positions(self) -> range:
+        w = self.iteration.world_size
+        return range(self.start, self.start + len(self) * w, w)
+
+
+def _rebuild_draw_batch(items, iteration, start):
+    b = DrawBatch(items)
+    b.iteration = iteration
+    b.start = start
+    return b
+
+
+class TaggedList(list):
+    """The samples of one DrawBatch as ``ObservedDataset.__getitems__`` returns them, with the
+    batch's :class:`BatchTag` (inside a worker, between dataset and collate)."""
+
+    __slots__ = ("tag",)
+
+    def __reduce__(self):
+        return (_rebuild_tagged_list, (list(self), self.tag))
+
+
+def _rebuild_tagged_list(items, tag):
+    t = TaggedList(items)
+    t.tag = tag
+    return t
+
+
 class BatchTag:
     """The positions of one batch, attached to it by :class:`ObservedCollate`.
 
@@ -224,6 +264,15 @@ def attach_tag(batch: Any, tag: BatchTag) -> Any:
     """``batch`` carrying ``tag``: a mapping gets :data:`BATCH_KEY` (a dict is copied only when it
     cannot be assigned to), a list/tuple gets the tag appended, anything else becomes
     ``[batch, tag]``."""
+    t = type(batch)
+    if t is list:
+        batch.append(tag)
+        return batch
+    if t is tuple:
+        return (*batch, tag)
+    if t is dict:
+        batch[BATCH_KEY] = tag
+        return batch
     if isinstance(batch, Mapping):
         try:
             batch[BATCH_KEY] = tag  # type: ignore[index]
@@ -243,6 +292,19 @@ def strip(batch: Any) -> tuple[Any, BatchTag | None]:
     """``(batch without its tag, tag)``; ``(batch, None)`` when it carries none. A mapping is
     copied without :data:`BATCH_KEY` (the caller's object is left as it is); a list/tuple loses
     its last element (``pin_memory`` turns a tuple into a list: the list is what comes back)."""
+    t = type(batch)
+    if t is list or t is tuple:  # the common case, without the ABC checks below
+        if batch and type(batch[-1]) is BatchTag:
+            tag = batch[-1]
+            return (batch[0] if tag.wrapped and len(batch) == 2 else batch[:-1]), tag
+        return batch, None
+    if t is dict:
+        tag = batch.get(BATCH_KEY)
+        if tag is None:
+            return batch, None
+        clean = dict(batch)
+        del clean[BATCH_KEY]
+        return clean, tag if type(tag) is BatchTag else None
     if isinstance(batch, Mapping):
         if BATCH_KEY not in batch:
             return batch, None
@@ -292,6 +354,12 @@ class ObservedDataset:
         return Tagged(self.dataset[item], item)
 
     def __getitems__(self, items: list) -> list:
+        if type(items) is DrawBatch:  # a batch of draws: no object per sample
+            many = getattr(self.dataset, "__getitems__", None)
+            out = TaggedList(many(items) if many is not None else
+                             [self.dataset[i] for i in items])
+            out.tag = BatchTag([(items.iteration, items.positions(), list(items))])
+            return out
         indices = [d.index if type(d) is Draw else d for d in items]
         many = getattr(self.dataset, "__getitems__", None)
         samples = many(indices) if many is not None else [self.dataset[i] for i in indices]
@@ -378,15 +446,18 @@ class ObservedCollate:
     ``batch_size=None`` (no auto-collation) it receives one sample and tags it alone."""
 
     def __init__(self, collate_fn=None):
+        self.convert_fn = collate_fn
         if collate_fn is None:
-            from torch.utils.data import default_collate
+            from torch.utils.data import default_collate, default_convert
 
-            collate_fn = default_collate
+            collate_fn, self.convert_fn = default_collate, default_convert
         self.collate_fn = collate_fn
 
     def __call__(self, items):
-        if type(items) is Tagged:
-            return attach_tag(self.collate_fn(items.sample), BatchTag.of([items.draw]))
+        if type(items) is TaggedList:
+            return attach_tag(self.collate_fn(items), items.tag)
+        if type(items) is Tagged:  # batch_size=None: one sample (torch's default converts it)
+            return attach_tag(self.convert_fn(items.sample), BatchTag.of([items.draw]))
         if not items or type(items[0]) is not Tagged:
             return self.collate_fn(items)
         batch = self.collate_fn([t.sample for t in items])
@@ -552,13 +623,24 @@ class PositionSampler:
 
     def fetched_cursor(self) -> dict | None:
         """The read cursor of the current iteration: ``{"stratum", "epoch", "position",
-        "order"}`` with the position after the last index drawn (None before any draw)."""
+        "order"}`` (None before any draw). ``position`` is ``draws * world_size``: this rank has
+        drawn (handed to the loader) every position of its share below it, ``rank + k *
+        world_size`` for ``k < draws``; the server takes the highest over ranks."""
         it = self.current
         if it is None or it.drawn == 0:
             return None
-        last = self.rank + (it.drawn - 1) * self.world_size
-        return {"stratum": self.stratum, "epoch": it.iteration.epoch, "position": last + 1,
-                "order": it.iteration.order}
+        return {"stratum": self.stratum, "epoch": it.iteration.epoch,
+                "position": it.drawn * self.world_size, "order": it.iteration.order}
+
+
+def position_sampler_of(loader: Any) -> PositionSampler | None:
+    """The :class:`PositionSampler` of a loader (its batch sampler, its sampler, or the sampler
+    inside its batch sampler), or None."""
+    bs = getattr(loader, "batch_sampler", None)
+    for s in (bs, getattr(loader, "sampler", None), getattr(bs, "sampler", None)):
+        if isinstance(s, PositionSampler):
+            return s
+    return None
 
 
 def _is_batch_sampler(s: Any) -> bool:
@@ -615,11 +697,20 @@ class _PositionIter:
         self._inner_stateful = _stateful(self.it)
 
     def _skip(self, n: int) -> None:
-        for _ in range(n):
+        """Draw (and drop) until ``n`` indices are drawn. A batch that straddles ``n`` keeps its
+        part at and past ``n``: it is the next batch delivered (a shorter one)."""
+        target = self.drawn + n
+        while self.drawn < target:
             try:
-                self._next_raw()
+                item = self._next_raw()
             except StopIteration:
                 break
+            if type(item) is DrawBatch and self.drawn > target:
+                keep = self.drawn - target
+                rest = DrawBatch(item[len(item) - keep:])
+                rest.iteration = item.iteration
+                rest.start = item.start + (len(item) - keep) * item.iteration.world_size
+                self._prefix.append(rest)
 
     def __iter__(self):
         return self
@@ -627,14 +718,16 @@ class _PositionIter:
     def _next_raw(self):
         if self._prefix:
             item = self._prefix.pop()
+            if type(item) is DrawBatch:  # the rest of a batch cut by a skip: already drawn
+                return item
         else:
             item = next(self.it)
         owner = self.owner
         if owner.batched:
-            out = []
-            for idx in item:
-                out.append(Draw(idx, owner.rank + self.drawn * owner.world_size, self.iteration))
-                self.drawn += 1
+            out = DrawBatch(item)
+            out.iteration = self.iteration
+            out.start = owner.rank + self.drawn * owner.world_size
+            self.drawn += len(out)
             return out
         d = Draw(item, owner.rank + self.drawn * owner.world_size, self.iteration)
         self.drawn += 1
@@ -757,11 +850,9 @@ class ObservedRecorder:
         torchdata ``StatefulDataLoader``), and restore it in :meth:`load_state_dict`. Its
         PositionSampler (if any) is tracked too. Returns the loader."""
         self._loaders[name] = loader
-        for s in (getattr(loader, "sampler", None),
-                  getattr(getattr(loader, "batch_sampler", None), "sampler", None),
-                  getattr(loader, "batch_sampler", None)):
-            if isinstance(s, PositionSampler):
-                self.track_sampler(s)
+        s = position_sampler_of(loader)
+        if s is not None:
+            self.track_sampler(s)
         return loader
 
     @staticmethod
@@ -884,15 +975,15 @@ class ObservedRecorder:
                     if it is None or it.ids or not positions:
                         continue
                     e = epoch if it.epoch is None else it.epoch
-                    top = max(positions) + 1
+                    top = _highest(positions) + 1
                     key = (it.stratum, e, it.order)
                     if top > observed.get(key, 0):
                         observed[key] = top
                     if it.padding_from is not None and top > it.padding_from:
-                        real = [p for p in positions if p < it.padding_from]
+                        real = _below(positions, it.padding_from)
                         if not real:
                             continue
-                        top = max(real) + 1
+                        top = _highest(real) + 1
                     if (e, top) > frontier.get(it.stratum, (-1, -1)):
                         frontier[it.stratum] = (e, top)
             ok = self.client._push(_ObservedReport(self, update, pending, suffix, epoch))
@@ -970,10 +1061,9 @@ class ObservedRecorder:
                 if saved is None:
                     continue
                 loader.load_state_dict(saved)
-                for s in self._samplers:
-                    if s is getattr(loader, "sampler", None) or s is getattr(
-                            getattr(loader, "batch_sampler", None), "sampler", None):
-                        restored.add(id(s))
+                mine = position_sampler_of(loader)
+                if mine is not None:
+                    restored.add(id(mine))
             at = state.get("cursor") if cursor is None else cursor
             for s in self._samplers:
                 if id(s) not in restored:
@@ -1064,10 +1154,10 @@ class ObservedRecorder:
         for it, positions, _ in tag.groups:
             if it is None or it.ids or not positions:
                 continue
-            real = [p for p in positions if it.padding_from is None or p < it.padding_from]
+            real = positions if it.padding_from is None else _below(positions, it.padding_from)
             if not real:
                 continue
-            low = min(real)
+            low = real[0] if type(real) is range else min(real)
             p = low - it.rank if it.world_size > 1 else low
             e = self._epoch if it.epoch is None else it.epoch
             if it.stratum not in out or (e, p) < out[it.stratum][:2]:
@@ -1144,6 +1234,21 @@ class ObservedRecorder:
         if where not in self._errors:
             self._errors.add(where)
             log.warning("recoverydash: observed ledger %s failed (logged once): %r", where, e)
+
+
+def _highest(positions) -> int:
+    """The highest of a non-empty list or range of positions (a range: O(1))."""
+    if type(positions) is range:
+        return positions[-1] if positions.step > 0 else positions[0]
+    return max(positions)
+
+
+def _below(positions, bound: int):
+    """The positions below ``bound`` (a range stays a range)."""
+    if type(positions) is range and positions.step > 0:
+        return range(positions.start, min(positions.stop, max(bound, positions.start)),
+                     positions.step)
+    return [p for p in positions if p < bound]
 
 
 def compress(positions: list[int]) -> tuple[list[list[int]], int]:

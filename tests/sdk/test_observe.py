@@ -341,3 +341,25 @@ def test_strip_gives_back_the_batch_structure():
     t = torch.zeros(2)
     clean, got = strip(attach_tag(t, BatchTag([(None, [], [1])])))
     assert clean is t and got is not None
+
+
+def test_a_resume_cursor_inside_a_batch_delivers_the_rest_of_that_batch_first():
+    rec = recorder()
+    loader = observed_loader(rec, dataset(), batch_size=3)
+    rec.load_state_dict({"update": 3, "cursor": [{"stratum": "main", "epoch": 0,
+                                                  "position": 10}]})
+    sizes = []
+    for batch in loader:
+        sizes.append(len(rec.observe(batch)[1]))
+        rec.commit()
+    assert flat(committed(rec)) == list(range(10, N))
+    assert sizes[:2] == [2, 3]
+
+
+def test_without_auto_collation_each_sample_carries_its_draw():
+    rec = recorder()
+    loader = observed_loader(rec, dataset(5), batch_size=None, num_workers=2)
+    for sample in loader:
+        rec.observe(sample)
+    rec.commit()
+    assert committed(rec) == {1: [0, 1, 2, 3, 4]}
