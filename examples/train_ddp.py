@@ -15,8 +15,11 @@ CPU only (gloo). What makes the restart exact and the checkpoints restorable:
 - AdamW moves its state on every update, so no saved optimizer file repeats an older one
   (plain SGD without momentum has no optimizer state that changes: ``stale_state``,
   docs/definitions.md#restorable);
-- the loader resumes at the restored cursor: ``rec.restore`` returns how many samples this rank
-  skips in the cursor's epoch, and ``SkipFirst`` skips exactly those;
+- the data ledger is observed: every sample carries its position through the loader
+  (``observed_loader``) and ``rec.observe(batch)`` records it where the model receives it, so
+  the dashboard sees what the loader really delivered;
+- the loader resumes at the restored cursor: ``rec.load_state_dict(progress)`` makes the sampler's
+  next iteration of the saved epoch start there;
 - the attempt number is new for every launch (``rd.init`` decides it, the same on all ranks).
 """
 
@@ -31,9 +34,10 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import DistributedSampler, TensorDataset
 
 import recoverydash.sdk as rd
+from recoverydash.integrations.pytorch import observed_loader
 
 DATASET = "synthetic-v1"
 
@@ -60,8 +64,9 @@ def train(args: argparse.Namespace) -> None:
     plan = plan[0]
     # The sender; its attempt number is new for every launch (rank 0 decides, all ranks agree).
     client = rd.init(args.url, args.token, args.run_id, location=location, restored=plan)
-    rec = rd.CountingRecorder.for_sampler(client, sampler, dataset_version=DATASET)
-    update, skip, resumed = 0, 0, None
+    rec = rd.ObservedRecorder(client, dataset_version=DATASET)
+    loader = observed_loader(rec, data, sampler=sampler, batch_size=args.micro)
+    update, resumed = 0, None
     if plan["generation_id"]:
         msd, osd = get_state_dict(model, opt)
         small = rd.load_generation(location, plan["generation_id"],
@@ -69,7 +74,7 @@ def train(args: argparse.Namespace) -> None:
         set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
         sched.load_state_dict(small["scheduler"])
         update, resumed = plan["update"], rd.resumed_from(plan)
-        skip = rec.restore(plan["cursor"], update)  # samples this rank skips in rec.epoch
+        rec.load_state_dict(small["data_progress"])  # the loader resumes at the saved cursor
     rec.start(resumed_from=resumed, global_batch_size=args.micro * args.accum * world,
               micro_batch_size=args.micro, grad_accum_steps=args.accum)
     if rank == 0:
@@ -77,13 +82,12 @@ def train(args: argparse.Namespace) -> None:
               + (f"resumed {plan['generation_id']} at update {update} ({plan['source']})"
                  if resumed else "fresh start"), flush=True)
 
-    resume = rd.SkipFirst(sampler, skip, rec.epoch)  # resumes the loader at the cursor
-    loader = DataLoader(data, batch_size=args.micro, sampler=resume)
-    epoch, micro = rec.epoch, 0
+    epoch, micro = sampler.epoch, 0
     try:
         while update < args.updates:
-            resume.set_epoch(epoch)
-            for x, y in rec.wrap(loader):  # records the samples each microbatch consumes
+            sampler.set_epoch(epoch)
+            for batch in loader:
+                x, y = rec.observe(batch)  # the positions of the samples the model receives
                 micro += 1
                 boundary = micro % args.accum == 0
                 with contextlib.nullcontext() if boundary else model.no_sync():
