@@ -104,11 +104,10 @@ def highest_in_location(location: str | None, *, s3_client=None) -> int | None:
     location cannot be listed)."""
     if not location:
         return None
-    from recoverydash.sdk.checkpoint import resolve_location
     from recoverydash.storage import objects as storage
 
     try:
-        uris = storage.list_manifests(resolve_location(location), s3_client=s3_client)
+        uris = storage.list_manifests(storage.resolve_location(location), s3_client=s3_client)
     except Exception as e:
         log.info("recoverydash: attempt: cannot list %s (%r); skipped", location, e)
         return None

@@ -71,6 +71,7 @@ from recoverydash.storage.objects import (
     DEFAULT_FULL_HASH_MAX_BYTES,
     StorageError,
     TransientStorageError,
+    resolve_location,
 )
 
 log = logging.getLogger("recoverydash.sdk")
@@ -134,19 +135,6 @@ def _dist_info(group) -> tuple[bool, int, int]:
 
 
 # --- saving ----------------------------------------------------------------------------------------
-
-def resolve_location(location: str) -> str:
-    """A location as storage takes it: a relative folder (no scheme, not absolute, e.g.
-    ``ckpt`` or ``./runs/a``) is resolved against the current working directory; absolute folders,
-    ``file://`` and ``s3://`` URIs pass unchanged. The caller's string is not rewritten anywhere
-    else: only the object URIs of a manifest, which the server must be able to verify, are
-    absolute. Raises StorageError for a location that is not a non-empty string."""
-    if not isinstance(location, str) or not location:
-        raise StorageError(f"expected a folder or URI, got {location!r}")
-    if "://" in location or location.startswith("/"):
-        return location
-    return os.path.abspath(location)
-
 
 def merge_cursors(cursors: list) -> list[dict]:
     """The lineage's frontier from every rank's committed cursor: per stratum the highest

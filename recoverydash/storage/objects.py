@@ -138,6 +138,19 @@ def join_uri(location: str, *parts: str) -> str:
     return location.rstrip("/") + "/" + tail
 
 
+def resolve_location(location: str) -> str:
+    """A location as storage takes it: a relative folder (no scheme, not absolute, e.g.
+    ``ckpt`` or ``./runs/a``) is resolved against the current working directory; absolute folders,
+    ``file://`` and ``s3://`` URIs pass unchanged. The caller's string is not rewritten anywhere
+    else: only the object URIs of a manifest, which the server must be able to verify, are
+    absolute. Raises StorageError for a location that is not a non-empty string."""
+    if not isinstance(location, str) or not location:
+        raise StorageError(f"expected a folder or URI, got {location!r}")
+    if "://" in location or location.startswith("/"):
+        return location
+    return os.path.abspath(location)
+
+
 def file_uri(path: str) -> str:
     """``file://`` URI of a local path (made absolute)."""
     return "file://" + os.path.abspath(path)
