@@ -231,6 +231,18 @@ def test_it_rejects_a_missing_optimizer_shard_and_a_missing_shard():
     assert reasons_of(run) == ("rejected", {"shard_missing"})
 
 
+def test_it_counts_every_component_of_an_object_that_holds_several():
+    # one file per shard holding all five components (a Lightning .ckpt): said once
+    objects = [{"uri": f"file:///c/g10/{s}.ckpt", "shard": s, "component": COMPONENTS[0],
+                "components": list(COMPONENTS), "size": 1,
+                "sha256": hashlib.sha256(s.encode()).hexdigest()} for s in SHARDS]
+    run = generation_run(gen={"objects": objects})
+    assert reasons_of(run) == ("restorable", set())
+    for obj in objects:
+        obj["components"] = [c for c in COMPONENTS if c != "rng"]
+    assert reasons_of(run) == ("rejected", {"component_missing"})
+
+
 def test_it_rejects_conflicting_manifests_schema_and_stale_state():
     run = generation_run()
     gen = run.generations[0]

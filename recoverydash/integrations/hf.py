@@ -1,0 +1,314 @@
+"""HF Transformers ``Trainer`` watched by recoverydash, in three lines::
+
+    from recoverydash.integrations.hf import resume_checkpoint, watch_trainer
+    watch_trainer(trainer, url=URL, token=TOKEN, run_id="my-run")
+    trainer.train(resume_from_checkpoint=resume_checkpoint(args.output_dir))
+
+(or ``Trainer(..., callbacks=[RecoverydashCallback(url=..., token=..., run_id=...)])``: the same
+callback; ``watch_trainer`` adds it to a Trainer that exists already.)
+
+What it does, on every rank:
+
+- **Ledger, observed.** When training begins, the train dataloader Trainer built (after
+  ``accelerator.prepare``) is made to carry positions (``recoverydash.sdk.observe``): its dataset
+  becomes an ``ObservedDataset``, its collate function an ``ObservedCollate`` around Trainer's own
+  (which still removes the columns the model does not take), and the sampler inside its batch
+  sampler a ``PositionSampler`` (position k of an epoch: the k-th index of the permutation;
+  ranks of a multi-process run take disjoint batches of it). A forward pre-hook on the model
+  strips the positions before ``forward`` and records them: only samples that reached the model
+  are consumed. Trainer's skip-on-resume (``skip_first_batches``) drops the batches it skips
+  before they are fetched, and ``get_batch_samples`` prefetches a whole accumulation group: what
+  was skipped or prefetched but never trained is never reported. ``on_step_end`` (after
+  ``optimizer.step()``, the scheduler and ``global_step += 1``) commits update ``global_step``.
+- **Generations.** Every ``checkpoint-N/`` Trainer writes is published once ``on_save`` says it
+  is complete (``publish_files``): every file with its size and sha256, mapped to components
+  (``model``: ``model.safetensors`` / ``pytorch_model.bin`` / weight shards;
+  ``optimizer``: ``optimizer.pt``; ``scheduler``: ``scheduler.pt``; ``rng``: ``rng_state*.pth``,
+  one per rank; ``data_progress``: ``trainer_state.json``; also ``config`` (``config.json``,
+  index and layout files: the same in every save, so not compared for ``stale_state``),
+  ``scaler``, ``training_args``, ``tokenizer``, ``other``). Each rank describes the files it wrote (its ``rng_state_<r>.pth``;
+  rank 0 the rest), rank 0 publishes the manifest under ``<output_dir>/u<N>-a<attempt>/`` (the
+  folder Trainer never touches), with the ledger's committed cursor (the maximum over ranks)
+  as ``data_progress.cursor``. When Trainer's ``save_total_limit`` deletes a checkpoint folder,
+  its manifest folder goes too. ``checkpoint_started`` is sent when Trainer decides to save.
+- **Attempts.** Numbered by the SDK's rule (``resolve_attempt``: manifests of ``output_dir``, the
+  restored one, this host's state file, the server); rank 0 decides under torch.distributed.
+- **Resume.** ``resume_checkpoint(output_dir)`` returns the newest *restorable* checkpoint folder
+  (verified: every file there, of the size and sha256 the manifest says), or None for a fresh
+  start. Trainer's own ``resume_from_checkpoint=True`` takes the newest folder, verified or not.
+
+The attempt's ``resumed_from`` names the generation ``resume_checkpoint`` chose in this process
+(else the newest manifest at the resumed update, else none: ``resumed_from_unknown``). Not
+covered: hyperparameter search (its trial folders), iterable datasets (wrap them in
+``ObservedIterableDataset`` yourself), accelerate's ``dispatch_batches``. Nothing here raises into
+training: a failure is logged once and training goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from typing import Any
+
+from transformers import TrainerCallback
+
+from recoverydash.integrations.files import (
+    free_generation_id,
+    generation_name,
+    local_location,
+    manifests_at,
+    publish_files,
+    remove_manifest,
+    restorable_manifest,
+    resumed_manifest,
+)
+from recoverydash.integrations.loader import observe_loader
+from recoverydash.sdk.client import Client
+from recoverydash.sdk.observe import ObservedRecorder
+
+log = logging.getLogger("recoverydash.integrations")
+
+FRAMEWORK = "transformers"
+# (pattern on the path relative to the checkpoint folder, component); first match wins.
+# ``config``: files describing configuration or layout, the same in every save (so never a
+# model or optimizer object: those are compared across generations for ``stale_state``).
+_COMPONENTS = [
+    (r"(^|/)(config\.json|generation_config\.json|adapter_config\.json|[^/]*\.index\.json|"
+     r"\.metadata)$", "config"),
+    (r"(^|/)rng_state(_\d+)?\.pth$", "rng"),
+    (r"(^|/)(optimizer\.(pt|bin)|optimizer_.*|rank\d+-of-\d+-optimizer\.pt|.*optim_states\.pt)$",
+     "optimizer"),
+    (r"(^|/)scheduler\.pt$", "scheduler"),
+    (r"(^|/)scaler\.pt$", "scaler"),
+    (r"(^|/)trainer_state\.json$", "data_progress"),
+    (r"(^|/)training_args\.bin$", "training_args"),
+    (r"(^|/)((pytorch_)?model.*\.(safetensors|bin)|adapter_model.*|pytorch_model_fsdp.*|"
+     r".*model_states\.pt|.*\.distcp)$", "model"),
+    (r"(^|/)(tokenizer.*|special_tokens_map\.json|vocab\..*|merges\.txt|.*\.model|"
+     r"chat_template\..*|preprocessor_config\.json|processor_config\.json)$", "tokenizer"),
+]
+# files that belong to one rank (it writes and describes them), by the rank they name
+_RANK_OWNED = [re.compile(p) for p in (r"(^|/)rng_state_(\d+)\.pth$", r"(^|/)zero_pp_rank_(\d+)_",
+                                       r"(^|/)__(\d+)_\d+\.distcp$", r"(^|/)rank(\d+)-of-\d+-")]
+
+
+def component_of(relpath: str) -> str:
+    """The component of a file in a ``checkpoint-N/`` folder, by its path relative to the
+    folder: ``model``, ``optimizer``, ``scheduler``, ``rng``, ``data_progress``, ``scaler``,
+    ``training_args``, ``tokenizer``, ``config`` (configuration and layout files, the same in
+    every save), else ``other``."""
+    for pattern, component in _COMPONENTS:
+        if re.search(pattern, relpath):
+            return component
+    return "other"
+
+
+def _owner(relpath: str) -> int | None:
+    """The rank a file belongs to when its name says (``rng_state_3.pth``: 3), else None."""
+    for pattern in _RANK_OWNED:
+        m = pattern.search(relpath)
+        if m:
+            return int(m.group(2))
+    return None
+
+
+def checkpoint_files(folder: str, rank: int, world_size: int) -> dict[str, list[str]]:
+    """``{component: [paths]}`` of the files of ``folder`` that rank ``rank`` wrote: the files
+    naming it (``rng_state_<rank>.pth``, ...), and for rank 0 every file naming no rank (with a
+    single process, every file)."""
+    out: dict[str, list[str]] = {}
+    for root, dirs, names in os.walk(folder):
+        dirs.sort()
+        for name in sorted(names):
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, folder).replace(os.sep, "/")
+            owner = _owner(rel)
+            mine = owner == rank if owner is not None and world_size > 1 else rank == 0
+            if mine:
+                out.setdefault(component_of(rel), []).append(path)
+    return out
+
+
+class RecoverydashCallback(TrainerCallback):
+    """A ``TrainerCallback`` that reports HF Trainer's ledger, checkpoints and attempts (module
+    doc). Pass it in ``Trainer(callbacks=[...])`` or use ``watch_trainer``.
+
+    url, token, run_id: the server, an API token (scope ``ingest``; ``read`` too for the attempt
+    rule to ask the server), the run (default ``$RECOVERYDASH_URL`` / ``_TOKEN`` / ``_RUN_ID``).
+    dataset_version: identity of the training data (``attempt_started``, manifests).
+    client: an existing ``Client`` (then url/token/run_id are not used). client_kw: more
+    ``Client`` arguments (``spool_dir``, ``flush_interval``...). required_components: the
+    contract's list written into manifests (default spec 4's).
+
+    ``client`` and ``recorder`` are there once training began (None before)."""
+
+    def __init__(self, url: str | None = None, token: str | None = None,
+                 run_id: str | None = None, *, dataset_version: str | None = None,
+                 client: Client | None = None, required_components: list | None = None,
+                 **client_kw: Any):
+        self.url = url or os.environ.get("RECOVERYDASH_URL")
+        self.token = token or os.environ.get("RECOVERYDASH_TOKEN")
+        self.run_id = run_id or os.environ.get("RECOVERYDASH_RUN_ID") or "run"
+        self.dataset_version = dataset_version
+        self.required_components = required_components
+        self.client = client
+        self.client_kw = client_kw
+        self.recorder: ObservedRecorder | None = None
+        self.mode = "none"
+        self.location: str | None = None
+        self._published: dict[str, str] = {}  # checkpoint folder name -> generation id
+        self._saving: tuple[int, str] | None = None  # (update, generation id) being saved
+        self._errors: set = set()
+        self._hook = None
+
+    def _log_once(self, where: str, e: BaseException) -> None:
+        if where not in self._errors:
+            self._errors.add(where)
+            log.warning("recoverydash: hf callback %s failed (logged once): %r", where, e)
+
+    # -- training begins --
+
+    def on_train_begin(self, args, state, control, model=None, train_dataloader=None, **kw):
+        try:
+            self.location = local_location(args.output_dir)
+            resumed = None
+            if state.global_step > 0:
+                resumed = resumed_manifest(self.location, state.global_step) or next(
+                    iter(manifests_at(self.location, state.global_step)), None)
+            if self.client is None:
+                self.client = Client(self.url, self.token, self.run_id, rank=args.process_index,
+                                     location=self.location, restored=resumed, **self.client_kw)
+            self.recorder = ObservedRecorder(self.client, rank=args.process_index,
+                                             world_size=args.world_size,
+                                             dataset_version=self.dataset_version)
+            if train_dataloader is not None:
+                self.mode = observe_loader(train_dataloader, self.recorder)
+            if model is not None:
+                self._hook = self.recorder.attach(model)
+            resumed_from = None
+            if state.global_step > 0:
+                resumed_from = {"generation_id": (resumed or {}).get("generation_id"),
+                                "update": int(state.global_step), "cursor": []}
+                if resumed is None:
+                    log.warning("recoverydash: Trainer resumed at update %d from a checkpoint "
+                                "with no manifest under %s (reported as resumed from an "
+                                "unknown generation)", state.global_step, self.location)
+            micro = int(args.per_device_train_batch_size)
+            accum = int(args.gradient_accumulation_steps)
+            self.recorder.start(resumed_from=resumed_from, micro_batch_size=micro,
+                                grad_accum_steps=accum,
+                                global_batch_size=micro * accum * int(args.world_size))
+        except Exception as e:
+            self._log_once("on_train_begin", e)
+
+    # -- the ledger --
+
+    def on_epoch_begin(self, args, state, control, **kw):
+        if self.recorder is not None:
+            self.recorder.set_epoch(int(state.epoch or 0))
+
+    def on_step_end(self, args, state, control, **kw):
+        rec = self.recorder
+        if rec is None:
+            return
+        rec.commit(int(state.global_step))
+        if control.should_save and args.process_index == 0 and self.client is not None:
+            try:
+                gen = self._generation_id(int(state.global_step))
+                self.client.checkpoint_started(
+                    gen, int(state.global_step),
+                    [f"rank{r}" for r in range(int(args.world_size))],
+                    ["model", "optimizer", "scheduler", "rng", "data_progress"])
+            except Exception as e:
+                self._log_once("checkpoint_started", e)
+
+    def _generation_id(self, update: int) -> str:
+        """The id of the save at ``update`` (the same from ``on_step_end`` to ``on_save``)."""
+        if self._saving is None or self._saving[0] != update:
+            base = generation_name(update, self.client.attempt if self.client else 0)
+            self._saving = (update, free_generation_id(self.location, base))
+        return self._saving[1]
+
+    # -- generations --
+
+    def on_save(self, args, state, control, **kw):
+        if self.recorder is None or self.location is None:
+            return
+        try:
+            name = f"checkpoint-{state.global_step}"
+            folder = os.path.join(self.location, name)
+            rank, world = int(args.process_index), int(args.world_size)
+            files = checkpoint_files(folder, rank, world) if os.path.isdir(folder) else {}
+            import transformers
+
+            manifest = publish_files(
+                self.location, self._generation_id(state.global_step), int(state.global_step),
+                files, client=self.client, recorder=self.recorder,
+                dataset_version=self.dataset_version, world_size=world,
+                required_components=self.required_components, announced=True,
+                extra={"checkpoint": {"framework": FRAMEWORK,
+                                      "version": transformers.__version__, "path": name}})
+            if manifest is not None:
+                self._published[name] = manifest["generation_id"]
+            if rank == 0:
+                self._forget_rotated()
+        except Exception as e:
+            self._log_once("on_save", e)
+
+    def _forget_rotated(self) -> None:
+        """Remove the manifests of checkpoint folders this process published that Trainer's
+        rotation (``save_total_limit``) deleted since."""
+        for name, gen in list(self._published.items()):
+            if not os.path.isdir(os.path.join(self.location, name)):
+                remove_manifest(self.location, gen)
+                del self._published[name]
+
+    # -- the end --
+
+    def on_train_end(self, args, state, control, **kw):
+        if self.recorder is None:
+            return
+        self.recorder.end("completed")
+        if self._hook is not None:
+            self._hook.remove()
+        self.client.flush(10)
+
+
+def watch_trainer(trainer: Any, url: str | None = None, token: str | None = None,
+                  run_id: str | None = None, **kw: Any) -> RecoverydashCallback:
+    """Add a ``RecoverydashCallback(url, token, run_id, **kw)`` to ``trainer`` and return it."""
+    cb = RecoverydashCallback(url, token, run_id, **kw)
+    trainer.add_callback(cb)
+    return cb
+
+
+def resume_checkpoint(output_dir: str | os.PathLike, *, url: str | None = None,
+                      token: str | None = None, run_id: str | None = None,
+                      world_size: int | None = None,
+                      dataset_version: str | None = None) -> str | None:
+    """The newest restorable ``checkpoint-N`` folder under ``output_dir`` (joined to
+    ``output_dir`` as given, so a relative folder stays relative), for
+    ``trainer.train(resume_from_checkpoint=...)``; None when nothing is restorable (a fresh
+    start). Restorable: its manifest is complete and every file is there with the size and
+    sha256 it says (``select_restorable``); with ``url`` the server's restore plan decides, which
+    also checks the data ledger. Every rank gets the same answer (rank 0 decides under
+    torch.distributed). A rejected newer checkpoint is logged with its reasons. Never raises."""
+    world_size = world_size or _env_world_size()
+    manifest = restorable_manifest(output_dir, url=url, token=token, run_id=run_id,
+                                   world_size=world_size, dataset_version=dataset_version)
+    path = ((manifest or {}).get("checkpoint") or {}).get("path")
+    if manifest is not None and not path:
+        log.warning("recoverydash: generation %s has no checkpoint path (not written by this "
+                    "integration); not resumed", manifest.get("generation_id"))
+        return None
+    return os.path.join(os.fspath(output_dir), path) if path else None
+
+
+def _env_world_size() -> int | None:
+    v = os.environ.get("WORLD_SIZE", "")
+    return int(v) if v.isdigit() else None
+
+
+__all__ = ["RecoverydashCallback", "checkpoint_files", "component_of", "observe_loader",
+           "resume_checkpoint", "watch_trainer"]
