@@ -84,7 +84,12 @@ def omitted(own: dict, before: dict, starts: dict, id_strata: set, epoch_length,
     consumes, per stratum k consumes (DESIGN.md). With k's start ``(e1, s1, o1)`` and L_U's
     highest epoch ``e0`` of the stratum, frontier ``f0`` there:
 
-    * same epoch and L_U used order ``o1`` in it: ``|[f0, s1) - K|``;
+    * same epoch and L_U used order ``o1`` in it: ``|[f0, s1) - K|``; and when K then moves on
+      to a later epoch of the stratum, the tail of the resumed epoch that neither L_U nor K
+      consumed, under the tail rule: ``epoch_length - max(f0, frontier of K there)`` (a loader
+      that restarts the epoch while its trainer ends the epoch by a batch count: Lightning with
+      a plain DataLoader feeds the first batches again and never the last ones; refinement of
+      DESIGN.md);
     * same epoch under another order: 0 (not comparable; finding ``order_changed``);
     * later epoch: the abandoned epoch's tail ``epoch_length - f0`` under the tail rule, plus
       ``epoch_length`` for every epoch strictly between ``e0`` and ``e1`` of which K consumes
@@ -121,6 +126,11 @@ def omitted(own: dict, before: dict, starts: dict, id_strata: set, epoch_length,
         if e1 == e0:
             if any(k[2] == o1 for _, _, k in top):
                 total += gap(f0, s1)
+                key = (stratum, e1, o1)
+                if any(k[0] == stratum and k[1] > e1 for k in own):  # k left the epoch
+                    reached = max(before[key].frontier() if key in before else 0,
+                                  mine.positions.max() + 1 if mine and len(mine.positions) else 0)
+                    total += epoch_tail(reached, epoch_length(stratum), global_batch_of(key))
         elif e1 > e0:
             length = epoch_length(stratum)
             total += epoch_tail(f0, length, global_batch_of(top_key))

@@ -258,6 +258,12 @@ class Model:
             if e1 == e0:
                 if any(key[2] == o1 for key in keys if key[1] == e0):
                     omitted += sum(1 for p in range(f0, s1) if p not in mine)
+                    key = (s, e1, o1)
+                    if any(k2[0] == s and k2[1] > e1 for k2 in K):  # k left the epoch
+                        reached = max([max(parent[key]) + 1] * bool(parent.get(key))
+                                      + [max(mine) + 1] * bool(mine) + [0])
+                        omitted += self.tail(reached, s, self.batch_of_key(segments[1:], key,
+                                                                           self.root(k)))
             elif e1 > e0:
                 omitted += self.tail(f0, s, self.batch_of_key(segments[1:], top_key, self.root(k)))
                 length = self.epoch_length(s)

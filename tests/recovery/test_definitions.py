@@ -431,6 +431,39 @@ def test_a_restart_that_skips_a_whole_epoch_omits_it():
     assert analysis.strata[0].omissions == 64 + 8
 
 
+def test_a_restart_that_feeds_its_epoch_again_and_ends_it_early_replays_and_omits():
+    """Lightning with a plain DataLoader: 64-position epoch, 4 per update, g5 at cursor 20. The
+    resumed attempt feeds the epoch from 0 again (20 replayed) and ends it after the 11 batches
+    it believes are left (positions 44..63 never fed: 20 omitted), then moves on to epoch 1."""
+    sampler = {"epoch_length": {"s": 64}}
+    records = [LedgerRecord(0, u, 0, float(u), [epoch_span(0, 4 * (u - 1), 4 * u)])
+               for u in range(1, 8)]
+    records += [LedgerRecord(1, u, 0, 100.0 + u, [epoch_span(0, 4 * (u - 6), 4 * (u - 5))])
+                for u in range(6, 17)]
+    records += [LedgerRecord(1, u, 0, 100.0 + u, [epoch_span(1, 4 * (u - 17), 4 * (u - 16))])
+                for u in range(17, 21)]
+    gen = GenerationRecord("g5", 0, 5, started_at=5.1, committed_at=5.5, manifests=[{
+        "schema_revision": 1, "generation_id": "g5", "update": 5, "world_size": None,
+        "required_shards": [], "components": [], "objects": [],
+        "data_progress": {"cursor": [{"stratum": "s", "epoch": 0, "position": 20}]},
+        "dataset_version": None}])
+    attempts = [AttemptRecord(0, started_at=0.0, ended_at=8.0, end_reason="failed",
+                              global_batch_size=4, sampler=sampler),
+                AttemptRecord(1, started_at=90.0, global_batch_size=4, sampler=sampler,
+                              resumed_from={"generation_id": "g5", "update": 5, "cursor": []})]
+    run = RunInput("early", attempts, records, generations=[gen],
+                   contract={"required_components": []})
+    analysis = analyze(run, now=130.0)
+    restart = analysis.restarts[0]
+    assert (restart.replayed, restart.omitted, restart.verdict) == \
+        (20, 20, "replay_and_omission")
+    assert (analysis.strata[0].duplicates, analysis.strata[0].omissions) == (20, 20)
+    # while the attempt is still in epoch 0, nothing is omitted yet
+    run.ledger = [r for r in records if r.update < 17 or r.attempt == 0]
+    restart = analyze(run, now=130.0).restarts[0]
+    assert (restart.replayed, restart.omitted, restart.verdict) == (20, 0, "replay")
+
+
 def test_the_409_names_generations_restorable_outside_an_unknown_live_lineage():
     """Attempt 0 committed a restorable g5; attempt 1 resumed from gNOPE, which nobody knows:
     its lineage is unknown, so nothing is restorable in it (honest), but the 409 says that g5 is
