@@ -29,8 +29,8 @@ import signal
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
-from transformers import (  # noqa: E402
+import torch
+from transformers import (
     GPT2Config,
     GPT2LMHeadModel,
     Trainer,
@@ -38,7 +38,7 @@ from transformers import (  # noqa: E402
     TrainingArguments,
 )
 
-from recoverydash.integrations.hf import resume_checkpoint, watch_trainer  # noqa: E402  (1)
+from recoverydash.integrations.hf import resume_checkpoint, watch_trainer  # (1)
 
 SEQ = 8
 

@@ -1,4 +1,5 @@
-"""Making a DataLoader that a framework already built carry positions, in place.
+"""Making a DataLoader that a framework already built carry positions, in place
+(``observe_built_loader``; to build one yourself, ``recoverydash.integrations.pytorch``).
 
 Frameworks build the train loader themselves (HF Trainer through ``accelerator.prepare``,
 Lightning with the ``DistributedSampler`` it injects), so the integrations cannot pass an
@@ -46,7 +47,7 @@ class _SeededOrder(PositionSampler):
         return it
 
 
-def observe_loader(loader: Any, recorder: ObservedRecorder) -> str:
+def observe_built_loader(loader: Any, recorder: ObservedRecorder) -> str:
     """Make a (prepared) map-style DataLoader carry positions to ``recorder``, in place: its
     dataset becomes an ``ObservedDataset``, its ``collate_fn`` an ``ObservedCollate`` around the
     one it has, and the sampler inside its batch sampler (accelerate's ``BatchSamplerShard`` ->

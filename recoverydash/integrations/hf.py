@@ -30,7 +30,8 @@ What it does, on every rank:
   rank 0 the rest), rank 0 publishes the manifest under ``<output_dir>/u<N>-a<attempt>/`` (the
   folder Trainer never touches), with the ledger's committed cursor (the maximum over ranks)
   as ``data_progress.cursor``. When Trainer's ``save_total_limit`` deletes a checkpoint folder,
-  its manifest folder goes too. ``checkpoint_started`` is sent when Trainer decides to save.
+  its manifest folder goes too; when a relaunch reaches update N again and Trainer rewrites
+  ``checkpoint-N/`` in place, the earlier manifest of that folder is retired first. ``checkpoint_started`` is sent when Trainer decides to save.
 - **Attempts.** Numbered by the SDK's rule (``resolve_attempt``: manifests of ``output_dir``, the
   restored one, this host's state file, the server); rank 0 decides under torch.distributed.
 - **Resume.** ``resume_checkpoint(output_dir)`` returns the newest *restorable* checkpoint folder
@@ -53,29 +54,31 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from recoverydash.integrations.files import (
+from recoverydash.integrations._checkpoints import (
+    agreed,
+    chosen_path,
     free_generation_id,
     generation_name,
-    local_location,
-    manifests_at,
-    publish_files,
+    local_folder,
+    manifest_naming,
     remove_manifest,
-    restorable_manifest,
-    resumed_manifest,
+    resume_path,
+    retire_manifests,
 )
-from recoverydash.integrations.loader import observe_loader
+from recoverydash.integrations._prepared import observe_built_loader
+from recoverydash.sdk.checkpoint import publish_files
 from recoverydash.sdk.client import Client
 from recoverydash.sdk.observe import ObservedRecorder
 
 log = logging.getLogger("recoverydash.integrations")
 
-FRAMEWORK = "transformers"
+_CHECKPOINT_RE = re.compile(r"^checkpoint-\d+$")
 # (pattern on the path relative to the checkpoint folder, component); first match wins.
 # ``config``: files describing configuration or layout, the same in every save (so never a
 # model or optimizer object: those are compared across generations for ``stale_state``).
 _COMPONENTS = [
-    (r"(^|/)(config\.json|generation_config\.json|adapter_config\.json|[^/]*\.index\.json|"
-     r"\.metadata)$", "config"),
+    ((r"(^|/)(config\.json|generation_config\.json|adapter_config\.json|[^/]*\.index\.json|"
+      r"\.metadata)$"), "config"),
     (r"(^|/)rng_state(_\d+)?\.pth$", "rng"),
     (r"(^|/)(optimizer\.(pt|bin)|optimizer_.*|rank\d+-of-\d+-optimizer\.pt|.*optim_states\.pt)$",
      "optimizer"),
@@ -83,10 +86,10 @@ _COMPONENTS = [
     (r"(^|/)scaler\.pt$", "scaler"),
     (r"(^|/)trainer_state\.json$", "data_progress"),
     (r"(^|/)training_args\.bin$", "training_args"),
-    (r"(^|/)((pytorch_)?model.*\.(safetensors|bin)|adapter_model.*|pytorch_model_fsdp.*|"
-     r".*model_states\.pt|.*\.distcp)$", "model"),
-    (r"(^|/)(tokenizer.*|special_tokens_map\.json|vocab\..*|merges\.txt|.*\.model|"
-     r"chat_template\..*|preprocessor_config\.json|processor_config\.json)$", "tokenizer"),
+    ((r"(^|/)((pytorch_)?model.*\.(safetensors|bin)|adapter_model.*|pytorch_model_fsdp.*|"
+      r".*model_states\.pt|.*\.distcp)$"), "model"),
+    ((r"(^|/)(tokenizer.*|special_tokens_map\.json|vocab\..*|merges\.txt|.*\.model|"
+      r"chat_template\..*|preprocessor_config\.json|processor_config\.json)$"), "tokenizer"),
 ]
 # files that belong to one rank (it writes and describes them), by the rank they name
 _RANK_OWNED = [re.compile(p) for p in (r"(^|/)rng_state_(\d+)\.pth$", r"(^|/)zero_pp_rank_(\d+)_",
@@ -171,11 +174,12 @@ class RecoverydashCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, train_dataloader=None, **kw):
         try:
-            self.location = local_location(args.output_dir)
+            self.location = local_folder(args.output_dir)
             resumed = None
-            if state.global_step > 0:
-                resumed = resumed_manifest(self.location, state.global_step) or next(
-                    iter(manifests_at(self.location, state.global_step)), None)
+            if state.global_step > 0:  # the checkpoint resume_checkpoint chose, else Trainer's
+                folder = chosen_path(self.location) or os.path.join(
+                    self.location, f"checkpoint-{state.global_step}")
+                resumed = manifest_naming(self.location, folder, update=int(state.global_step))
             if self.client is None:
                 self.client = Client(self.url, self.token, self.run_id, rank=args.process_index,
                                      location=self.location, restored=resumed, **self.client_kw)
@@ -183,7 +187,7 @@ class RecoverydashCallback(TrainerCallback):
                                              world_size=args.world_size,
                                              dataset_version=self.dataset_version)
             if train_dataloader is not None:
-                self.mode = observe_loader(train_dataloader, self.recorder)
+                self.mode = observe_built_loader(train_dataloader, self.recorder)
             if model is not None:
                 self._hook = self.recorder.attach(model)
             resumed_from = None
@@ -216,6 +220,9 @@ class RecoverydashCallback(TrainerCallback):
         if control.should_save and args.process_index == 0 and self.client is not None:
             try:
                 gen = self._generation_id(int(state.global_step))
+                # a relaunch that reaches this update again rewrites checkpoint-N in place
+                retire_manifests(self.location, os.path.join(self.location,
+                                                              f"checkpoint-{state.global_step}"))
                 self.client.checkpoint_started(
                     gen, int(state.global_step),
                     [f"rank{r}" for r in range(int(args.world_size))],
@@ -236,21 +243,19 @@ class RecoverydashCallback(TrainerCallback):
         if self.recorder is None or self.location is None:
             return
         try:
-            name = f"checkpoint-{state.global_step}"
+            update = int(state.global_step)
+            name = f"checkpoint-{update}"
             folder = os.path.join(self.location, name)
             rank, world = int(args.process_index), int(args.world_size)
             files = checkpoint_files(folder, rank, world) if os.path.isdir(folder) else {}
-            import transformers
-
-            manifest = publish_files(
-                self.location, self._generation_id(state.global_step), int(state.global_step),
-                files, client=self.client, recorder=self.recorder,
+            gen = agreed(self._generation_id(update), world > 1)  # rank 0's id, on every rank
+            result = publish_files(
+                self.location, gen, update, files, client=self.client, recorder=self.recorder,
                 dataset_version=self.dataset_version, world_size=world,
-                required_components=self.required_components, announced=True,
-                extra={"checkpoint": {"framework": FRAMEWORK,
-                                      "version": transformers.__version__, "path": name}})
-            if manifest is not None:
-                self._published[name] = manifest["generation_id"]
+                required_components=self.required_components, collective=world > 1,
+                announced=True)
+            if result.published:
+                self._published[name] = gen
             if rank == 0:
                 self._forget_rotated()
         except Exception as e:
@@ -292,17 +297,29 @@ def resume_checkpoint(output_dir: str | os.PathLike, *, url: str | None = None,
     ``trainer.train(resume_from_checkpoint=...)``; None when nothing is restorable (a fresh
     start). Restorable: its manifest is complete and every file is there with the size and
     sha256 it says (``select_restorable``); with ``url`` the server's restore plan decides, which
-    also checks the data ledger. Every rank gets the same answer (rank 0 decides under
-    torch.distributed). A rejected newer checkpoint is logged with its reasons. Never raises."""
-    world_size = world_size or _env_world_size()
-    manifest = restorable_manifest(output_dir, url=url, token=token, run_id=run_id,
-                                   world_size=world_size, dataset_version=dataset_version)
-    path = ((manifest or {}).get("checkpoint") or {}).get("path")
-    if manifest is not None and not path:
-        log.warning("recoverydash: generation %s has no checkpoint path (not written by this "
-                    "integration); not resumed", manifest.get("generation_id"))
+    also checks the data ledger, and its choice is verified in storage again. Every rank gets the
+    same answer (rank 0 decides under torch.distributed). A rejected newer checkpoint is logged
+    with its reasons. Never raises."""
+    return resume_path(output_dir, checkpoint_folder, url=url, token=token, run_id=run_id,
+                       world_size=world_size or _env_world_size(),
+                       dataset_version=dataset_version)
+
+
+def checkpoint_folder(manifest: dict, location: str) -> str | None:
+    """The ``checkpoint-N`` folder under ``location`` holding every file of ``manifest`` (None
+    when its files lie elsewhere)."""
+    paths = []
+    for o in manifest.get("objects") or []:
+        uri = o.get("uri", "")
+        if not uri.startswith("file://"):
+            return None
+        paths.append(uri[len("file://"):])
+    if not paths:
         return None
-    return os.path.join(os.fspath(output_dir), path) if path else None
+    rel = os.path.relpath(os.path.commonpath(paths), location).split(os.sep)
+    if not _CHECKPOINT_RE.match(rel[0]):
+        return None
+    return os.path.join(location, rel[0])
 
 
 def _env_world_size() -> int | None:
@@ -310,5 +327,5 @@ def _env_world_size() -> int | None:
     return int(v) if v.isdigit() else None
 
 
-__all__ = ["RecoverydashCallback", "checkpoint_files", "component_of", "observe_loader",
+__all__ = ["RecoverydashCallback", "checkpoint_files", "checkpoint_folder", "component_of",
            "resume_checkpoint", "watch_trainer"]

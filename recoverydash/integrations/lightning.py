@@ -28,7 +28,9 @@ What the callback does, on every rank:
   committed cursor (the maximum over ranks) is its ``data_progress.cursor``. A checkpoint
   Lightning deletes (``save_top_k``) takes its manifest with it. A file saved again under a
   generation id already published (a re-save of the same step by a relaunch that reuses its
-  attempt number) is published under the next free id: never a ``ManifestConflictError``.
+  attempt number) is published under the next free id: never a ``ManifestConflictError``. A
+  file written again (``last.ckpt``, or any name with the version counter off) first retires
+  the manifests of its earlier bytes: they would commit bytes that no longer exist.
 - **Attempts** by the SDK's rule (``resolve_attempt``); rank 0 decides under DDP.
 - **Resume.** ``resume_checkpoint(dirpath)`` returns the newest *restorable* ``.ckpt`` (verified
   size and sha256) for ``trainer.fit(ckpt_path=...)``, or None (a fresh start).
@@ -50,25 +52,21 @@ import lightning.pytorch as pl
 from lightning.fabric.plugins import CheckpointIO
 from lightning.pytorch.plugins.io.wrapper import _WrappingCheckpointIO
 
-from recoverydash.integrations.files import (
+from recoverydash.integrations._checkpoints import (
     free_generation_id,
     generation_name,
-    local_location,
-    merge_cursors,
-    publish_files,
+    local_folder,
+    manifest_naming,
     remove_manifest,
-    restorable_manifest,
-    resumed_manifest,
+    resume_path,
+    retire_manifests,
 )
-from recoverydash.integrations.loader import observe_loader
+from recoverydash.integrations._prepared import observe_built_loader
+from recoverydash.sdk.checkpoint import merge_cursors, publish_files
 from recoverydash.sdk.client import Client
 from recoverydash.sdk.observe import ObservedRecorder, strip
-from recoverydash.storage import objects as storage
 
 log = logging.getLogger("recoverydash.integrations")
-
-FRAMEWORK = "lightning"
-
 
 def checkpoint_components(checkpoint: dict, state_key: str | None = None) -> list[str]:
     """The components a Lightning checkpoint dict holds, from what is in it: ``model``
@@ -197,7 +195,7 @@ class RecoverydashCallback(pl.Callback):
             def process_dataloader(dataloader, _process=process):
                 dataloader = _process(dataloader)
                 if trainer.training and self.recorder is not None:
-                    self.modes.append(observe_loader(dataloader, self.recorder))
+                    self.modes.append(observe_built_loader(dataloader, self.recorder))
                 return dataloader
 
             strategy.process_dataloader = process_dataloader
@@ -226,7 +224,7 @@ class RecoverydashCallback(pl.Callback):
             location = None
             cb = trainer.checkpoint_callback
             if cb is not None and getattr(cb, "dirpath", None) and "://" not in str(cb.dirpath):
-                location = local_location(cb.dirpath)
+                location = local_folder(cb.dirpath)
             restored = self._resumed(trainer)
             if self.client is None:
                 self.client = Client(self.url, self.token, self.run_id, rank=trainer.global_rank,
@@ -243,12 +241,7 @@ class RecoverydashCallback(pl.Callback):
         if not path or "://" in str(path):
             return None
         path = os.path.abspath(path)
-        loc, uri = os.path.dirname(path), storage.file_uri(path)
-        chosen = resumed_manifest(loc)
-        for m in ([chosen] if chosen else []) + _all_manifests(loc):
-            if any(o.get("uri") == uri for o in m.get("objects") or []):
-                return m
-        return None
+        return manifest_naming(os.path.dirname(path), path)
 
     def on_train_start(self, trainer, pl_module):
         rec = self.recorder
@@ -342,6 +335,7 @@ class RecoverydashCallback(pl.Callback):
             stem = os.path.splitext(os.path.basename(path))[0]
             gen = free_generation_id(loc, generation_name(update, self.client.attempt, stem))
             components = checkpoint_components(checkpoint, self.state_key)
+            retire_manifests(loc, path)  # last.ckpt, a version counter turned off: rewritten
             self.client.checkpoint_started(gen, update, ["rank0"], components)
             cursor = ((checkpoint.get("callbacks") or {}).get(self.state_key) or {}).get("cursor")
             return {"path": path, "location": loc, "generation_id": gen, "update": update,
@@ -355,19 +349,18 @@ class RecoverydashCallback(pl.Callback):
             return
         try:
             path = pending["path"]
-            manifest = publish_files(
+            cursor = pending["cursor"]
+            result = publish_files(
                 pending["location"], pending["generation_id"], pending["update"],
                 {c: path for c in pending["components"]}, client=self.client,
-                recorder=self.recorder, cursor=pending["cursor"],
+                recorder=self.recorder,
+                data_progress={"cursor": cursor} if cursor is not None else None,
                 dataset_version=self.dataset_version,
                 world_size=self._trainer.world_size if self._trainer is not None else None,
-                required_components=self.required_components, announced=True,
-                distributed=False,
-                extra={"checkpoint": {"framework": FRAMEWORK, "version": pl.__version__,
-                                      "path": os.path.basename(path)}})
-            if manifest is not None:
+                required_components=self.required_components, shard="rank0", announced=True)
+            if result.published:
                 self._published.setdefault(path, []).append(
-                    (pending["location"], manifest["generation_id"]))
+                    (pending["location"], pending["generation_id"]))
         except Exception as e:
             self._log_once("publish", e)
 
@@ -388,20 +381,6 @@ def _batch_size(trainer) -> int | None:
         return None
 
 
-def _all_manifests(loc: str) -> list[dict]:
-    out = []
-    try:
-        for uri in storage.list_manifests(loc):
-            try:
-                out.append(storage.read_manifest(uri))
-            except Exception as e:
-                log.debug("recoverydash: unreadable manifest %s: %r", uri, e)
-    except Exception as e:
-        log.debug("recoverydash: cannot list %s: %r", loc, e)
-    return sorted(out, key=lambda m: (m.get("update") or 0, m.get("committed_at") or ""),
-                  reverse=True)
-
-
 def resume_checkpoint(dirpath: str | os.PathLike, *, url: str | None = None,
                       token: str | None = None, run_id: str | None = None,
                       world_size: int | None = None,
@@ -410,18 +389,26 @@ def resume_checkpoint(dirpath: str | os.PathLike, *, url: str | None = None,
     relative folder stays relative), for ``trainer.fit(ckpt_path=...)``; None when nothing is
     restorable (a fresh start). Restorable: its manifest is complete and the file has the size and
     sha256 it says (``select_restorable``); with ``url`` the server's restore plan decides, which
-    also checks the data ledger. Every rank gets the same answer (rank 0 decides under
-    torch.distributed). Never raises."""
+    also checks the data ledger, and its choice is verified in storage again. Every rank gets the
+    same answer (rank 0 decides under torch.distributed). Never raises."""
     env = os.environ.get("WORLD_SIZE", "")
-    world_size = world_size or (int(env) if env.isdigit() else None)
-    manifest = restorable_manifest(dirpath, url=url, token=token, run_id=run_id,
-                                   world_size=world_size, dataset_version=dataset_version)
-    path = ((manifest or {}).get("checkpoint") or {}).get("path")
-    if manifest is not None and not path:
-        log.warning("recoverydash: generation %s has no checkpoint path (not written by this "
-                    "integration); not resumed", manifest.get("generation_id"))
-        return None
-    return os.path.join(os.fspath(dirpath), path) if path else None
+    return resume_path(dirpath, checkpoint_file, url=url, token=token, run_id=run_id,
+                       world_size=world_size or (int(env) if env.isdigit() else None),
+                       dataset_version=dataset_version)
 
 
-__all__ = ["RecoverydashCallback", "checkpoint_components", "resume_checkpoint"]
+def checkpoint_file(manifest: dict, location: str) -> str | None:
+    """The ``.ckpt`` file of ``manifest`` (the object carrying the model), None when it has
+    none under ``location``."""
+    for o in manifest.get("objects") or []:
+        uri = o.get("uri", "")
+        held = o.get("components") or [o.get("component")]
+        if uri.startswith("file://") and "model" in held:
+            path = uri[len("file://"):]
+            if os.path.dirname(path) == location:
+                return path
+    return None
+
+
+__all__ = ["RecoverydashCallback", "checkpoint_components", "checkpoint_file",
+           "resume_checkpoint"]

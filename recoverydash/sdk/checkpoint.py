@@ -428,7 +428,7 @@ def publish_files(location: str, generation_id: str, update: int, files: dict[st
                   world_size: int | None = None, config_digest: str | None = None,
                   required_components: list[str] | None = None, collective: bool = False,
                   group=None, coordinator: int = 0, s3_client=None,
-                  shard: str | None = None) -> PublishResult:
+                  shard: str | None = None, announced: bool = False) -> PublishResult:
     """Publish a generation made of files a trainer wrote itself (HF Trainer's ``checkpoint-N/``,
     Lightning's ``.ckpt``, your own ``torch.save``): every file is sized and sha256-hashed, and the
     manifest is committed atomically at ``<location>/<generation_id>/recoverydash-manifest.json``
@@ -445,9 +445,10 @@ def publish_files(location: str, generation_id: str, update: int, files: dict[st
     or ``s3://bucket/prefix``. update: optimizer updates the files' state represents.
     data_progress: the manifest's data progress (default: ``{"cursor": recorder.cursor()}``;
     with neither, an empty cursor). client: the sender (default ``recorder.client``): it reports
-    ``checkpoint_started``, ``shard_written`` and ``checkpoint_committed``. world_size: the
-    manifest's (default: the torch.distributed world size, else the recorder's, else 1).
-    collective: every rank calls it with the files it wrote (shard ``rank<r>``); the coordinator
+    ``checkpoint_started``, ``shard_written`` and ``checkpoint_committed`` (``announced``: the
+    caller sent ``checkpoint_started`` when the save began, so the save cost covers the writing
+    of the files too). world_size: the manifest's (default: the torch.distributed world size,
+    else the recorder's, else 1). collective: every rank calls it with the files it wrote (shard ``rank<r>``); the coordinator
     publishes only when every rank succeeded, with the cursor merged over ranks. Otherwise the
     caller's files are one shard (``shard``, default ``rank<r>`` of the caller) and the only
     required one. A required component (``required_components``, default the spec's) without
@@ -471,7 +472,7 @@ def publish_files(location: str, generation_id: str, update: int, files: dict[st
         my_shard = shard or shard_name(rank)
         gen_uri = storage.join_uri(location, generation_id)
         components = list(files)
-        if client is not None and (not distributed or rank == coordinator):
+        if client is not None and not announced and (not distributed or rank == coordinator):
             shards = [shard_name(r) for r in range(world)] if distributed else [my_shard]
             client.checkpoint_started(generation_id, update, shards, components)
     except Exception as e:

@@ -9,13 +9,13 @@ import pytest
 
 pytest.importorskip("django")
 pytest.importorskip("transformers")
-import sys  # noqa: E402
+import sys
 
 if "pytest_django.plugin" not in sys.modules:  # run with -p no:django: nothing to serve
     pytest.skip("needs the pytest-django plugin (run without -p no:django)",
                 allow_module_level=True)
 
-from .conftest import killed, launch, truth  # noqa: E402
+from .conftest import killed, launch, truth
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
