@@ -85,6 +85,6 @@ def observe_built_loader(loader: Any, recorder: ObservedRecorder) -> str:
         inner.sampler = cls(sampler, recorder=recorder,
                             dataset_version=recorder.dataset_version)
         return "positions"
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - never raises into training
         log.warning("recoverydash: the train dataloader could not be observed: %r", e)
         return "none"

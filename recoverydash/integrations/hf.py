@@ -203,7 +203,7 @@ class RecoverydashCallback(TrainerCallback):
             self.recorder.start(resumed_from=resumed_from, micro_batch_size=micro,
                                 grad_accum_steps=accum,
                                 global_batch_size=micro * accum * int(args.world_size))
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - never raises into training
             self._log_once("on_train_begin", e)
 
     # -- the ledger --
@@ -227,7 +227,7 @@ class RecoverydashCallback(TrainerCallback):
                     gen, int(state.global_step),
                     [f"rank{r}" for r in range(int(args.world_size))],
                     ["model", "optimizer", "scheduler", "rng", "data_progress"])
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - never raises into training
                 self._log_once("checkpoint_started", e)
 
     def _generation_id(self, update: int) -> str:
@@ -258,7 +258,7 @@ class RecoverydashCallback(TrainerCallback):
                 self._published[name] = gen
             if rank == 0:
                 self._forget_rotated()
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - never raises into training
             self._log_once("on_save", e)
 
     def _forget_rotated(self) -> None:

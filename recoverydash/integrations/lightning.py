@@ -206,12 +206,12 @@ class RecoverydashCallback(pl.Callback):
                     batch, tag = strip(batch)
                     if trainer.training:
                         self._tag = tag
-                except Exception as e:
+                except Exception as e:  # noqa: BLE001 - never raises into training
                     self._log_once("strip", e)
                 return _before(batch, dataloader_idx)
 
             pl_module.on_before_batch_transfer = on_before_batch_transfer
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - never raises into training
             self._log_once("setup", e)
 
     def teardown(self, trainer, pl_module, stage):
@@ -232,7 +232,7 @@ class RecoverydashCallback(pl.Callback):
             self.recorder = ObservedRecorder(self.client, rank=trainer.global_rank,
                                              world_size=trainer.world_size,
                                              dataset_version=self.dataset_version)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - never raises into training
             self._log_once("on_fit_start", e)
 
     def _resumed(self, trainer) -> dict | None:
@@ -263,7 +263,7 @@ class RecoverydashCallback(pl.Callback):
                 fields.update(micro_batch_size=micro,
                               global_batch_size=micro * accum * int(trainer.world_size))
             rec.start(resumed_from=resumed_from, **fields)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - never raises into training
             self._log_once("on_train_start", e)
 
     # -- the ledger --
@@ -308,7 +308,7 @@ class RecoverydashCallback(pl.Callback):
                 dist.all_gather_object(ranks, own)
             cursor = merge_cursors([(r.get("ledger") or {}).get("cursor") for r in ranks])
             return {"ranks": ranks, "cursor": cursor}
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - never raises into training
             self._log_once("state_dict", e)
             return {}
 
@@ -320,7 +320,7 @@ class RecoverydashCallback(pl.Callback):
             mine = ranks[rank] if rank < len(ranks) else (ranks[0] if ranks else None)
             if mine and mine.get("rng"):
                 _set_rng_state(mine["rng"])
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - never raises into training
             self._log_once("load_state_dict", e)
 
     # -- generations (called by the CheckpointIO wrapper, on global rank 0) --
@@ -340,7 +340,7 @@ class RecoverydashCallback(pl.Callback):
             cursor = ((checkpoint.get("callbacks") or {}).get(self.state_key) or {}).get("cursor")
             return {"path": path, "location": loc, "generation_id": gen, "update": update,
                     "components": components, "cursor": cursor}
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - never raises into training
             self._log_once("announce", e)
             return None
 
@@ -361,14 +361,14 @@ class RecoverydashCallback(pl.Callback):
             if result.published:
                 self._published.setdefault(path, []).append(
                     (pending["location"], pending["generation_id"]))
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - never raises into training
             self._log_once("publish", e)
 
     def _forget(self, path) -> None:
         try:
             for loc, gen in self._published.pop(os.path.abspath(os.fspath(path)), []):
                 remove_manifest(loc, gen)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - never raises into training
             self._log_once("forget", e)
 
 
@@ -377,7 +377,7 @@ def _batch_size(trainer) -> int | None:
         loader = trainer.train_dataloader
         bs = getattr(loader, "batch_size", None)
         return int(bs) if isinstance(bs, int) else None
-    except Exception:
+    except Exception:  # noqa: BLE001 - never raises into training
         return None
 
 
