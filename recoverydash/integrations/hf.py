@@ -66,9 +66,8 @@ from recoverydash.integrations._checkpoints import (
     retire_manifests,
 )
 from recoverydash.integrations._prepared import observe_built_loader
+from recoverydash.integrations._watch import Watch
 from recoverydash.sdk.checkpoint import publish_files
-from recoverydash.sdk.client import Client
-from recoverydash.sdk.observe import ObservedRecorder
 
 log = logging.getLogger("recoverydash.integrations")
 
@@ -133,42 +132,23 @@ def checkpoint_files(folder: str, rank: int, world_size: int) -> dict[str, list[
     return out
 
 
-class RecoverydashCallback(TrainerCallback):
+class RecoverydashCallback(Watch, TrainerCallback):
     """A ``TrainerCallback`` that reports HF Trainer's ledger, checkpoints and attempts (module
     doc). Pass it in ``Trainer(callbacks=[...])`` or use ``watch_trainer``.
 
-    url, token, run_id: the server, an API token (scope ``ingest``; ``read`` too for the attempt
-    rule to ask the server), the run (default ``$RECOVERYDASH_URL`` / ``_TOKEN`` / ``_RUN_ID``).
-    dataset_version: identity of the training data (``attempt_started``, manifests).
-    client: an existing ``Client`` (then url/token/run_id are not used). client_kw: more
-    ``Client`` arguments (``spool_dir``, ``flush_interval``...). required_components: the
-    contract's list written into manifests (default spec 4's).
+    url, token, run_id: the server, a token, the run; keywords ``dataset_version``, ``client``,
+    ``required_components`` and ``Client`` arguments (``recoverydash.integrations._watch.Watch``).
 
     ``client`` and ``recorder`` are there once training began (None before)."""
 
     def __init__(self, url: str | None = None, token: str | None = None,
-                 run_id: str | None = None, *, dataset_version: str | None = None,
-                 client: Client | None = None, required_components: list | None = None,
-                 **client_kw: Any):
-        self.url = url or os.environ.get("RECOVERYDASH_URL")
-        self.token = token or os.environ.get("RECOVERYDASH_TOKEN")
-        self.run_id = run_id or os.environ.get("RECOVERYDASH_RUN_ID") or "run"
-        self.dataset_version = dataset_version
-        self.required_components = required_components
-        self.client = client
-        self.client_kw = client_kw
-        self.recorder: ObservedRecorder | None = None
+                 run_id: str | None = None, **kw: Any):
+        Watch.__init__(self, url, token, run_id, **kw)
         self.mode = "none"
         self.location: str | None = None
         self._published: dict[str, str] = {}  # checkpoint folder name -> generation id
         self._saving: tuple[int, str] | None = None  # (update, generation id) being saved
-        self._errors: set = set()
         self._hook = None
-
-    def _log_once(self, where: str, e: BaseException) -> None:
-        if where not in self._errors:
-            self._errors.add(where)
-            log.warning("recoverydash: hf callback %s failed (logged once): %r", where, e)
 
     # -- training begins --
 
@@ -180,12 +160,7 @@ class RecoverydashCallback(TrainerCallback):
                 folder = chosen_path(self.location) or os.path.join(
                     self.location, f"checkpoint-{state.global_step}")
                 resumed = manifest_naming(self.location, folder, update=int(state.global_step))
-            if self.client is None:
-                self.client = Client(self.url, self.token, self.run_id, rank=args.process_index,
-                                     location=self.location, restored=resumed, **self.client_kw)
-            self.recorder = ObservedRecorder(self.client, rank=args.process_index,
-                                             world_size=args.world_size,
-                                             dataset_version=self.dataset_version)
+            self._start_sending(args.process_index, args.world_size, self.location, resumed)
             if train_dataloader is not None:
                 self.mode = observe_built_loader(train_dataloader, self.recorder)
             if model is not None:

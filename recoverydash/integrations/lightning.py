@@ -62,9 +62,9 @@ from recoverydash.integrations._checkpoints import (
     retire_manifests,
 )
 from recoverydash.integrations._prepared import observe_built_loader
+from recoverydash.integrations._watch import Watch
 from recoverydash.sdk.checkpoint import merge_cursors, publish_files
-from recoverydash.sdk.client import Client
-from recoverydash.sdk.observe import ObservedRecorder, strip
+from recoverydash.sdk.observe import strip
 
 log = logging.getLogger("recoverydash.integrations")
 
@@ -138,41 +138,22 @@ class _PublishingCheckpointIO(CheckpointIO):
         return getattr(self.inner, name)
 
 
-class RecoverydashCallback(pl.Callback):
+class RecoverydashCallback(Watch, pl.Callback):
     """A Lightning ``Callback`` that reports the ledger, checkpoints and attempts of a run (module
     doc). Pass it in ``Trainer(callbacks=[...])``.
 
-    url, token, run_id: the server, an API token (scope ``ingest``; ``read`` too for the attempt
-    rule to ask the server), the run (default ``$RECOVERYDASH_URL`` / ``_TOKEN`` / ``_RUN_ID``).
-    dataset_version: identity of the training data. client: an existing ``Client``. client_kw:
-    more ``Client`` arguments. required_components: the contract's list written into manifests
-    (default spec 4's: model, optimizer, scheduler, rng, data_progress).
+    url, token, run_id: the server, a token, the run; keywords ``dataset_version``, ``client``,
+    ``required_components`` and ``Client`` arguments (``recoverydash.integrations._watch.Watch``).
 
     ``client`` and ``recorder`` exist from ``on_fit_start`` (None before)."""
 
     def __init__(self, url: str | None = None, token: str | None = None,
-                 run_id: str | None = None, *, dataset_version: str | None = None,
-                 client: Client | None = None, required_components: list | None = None,
-                 **client_kw: Any):
-        self.url = url or os.environ.get("RECOVERYDASH_URL")
-        self.token = token or os.environ.get("RECOVERYDASH_TOKEN")
-        self.run_id = run_id or os.environ.get("RECOVERYDASH_RUN_ID") or "run"
-        self.dataset_version = dataset_version
-        self.required_components = required_components
-        self.client = client
-        self.client_kw = client_kw
-        self.recorder: ObservedRecorder | None = None
+                 run_id: str | None = None, **kw: Any):
+        Watch.__init__(self, url, token, run_id, **kw)
         self.modes: list[str] = []
         self._trainer = None
         self._tag = None
         self._published: dict[str, list[tuple[str, str]]] = {}  # file -> [(location, gen id)]
-        self._restore: list = []
-        self._errors: set = set()
-
-    def _log_once(self, where: str, e: BaseException) -> None:
-        if where not in self._errors:
-            self._errors.add(where)
-            log.warning("recoverydash: lightning callback %s failed (logged once): %r", where, e)
 
     # -- wiring --
 
@@ -226,12 +207,7 @@ class RecoverydashCallback(pl.Callback):
             if cb is not None and getattr(cb, "dirpath", None) and "://" not in str(cb.dirpath):
                 location = local_folder(cb.dirpath)
             restored = self._resumed(trainer)
-            if self.client is None:
-                self.client = Client(self.url, self.token, self.run_id, rank=trainer.global_rank,
-                                     location=location, restored=restored, **self.client_kw)
-            self.recorder = ObservedRecorder(self.client, rank=trainer.global_rank,
-                                             world_size=trainer.world_size,
-                                             dataset_version=self.dataset_version)
+            self._start_sending(trainer.global_rank, trainer.world_size, location, restored)
         except Exception as e:  # noqa: BLE001 - never raises into training
             self._log_once("on_fit_start", e)
 
