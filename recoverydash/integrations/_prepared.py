@@ -3,7 +3,7 @@
 
 Frameworks build the train loader themselves (HF Trainer through ``accelerator.prepare``,
 Lightning with the ``DistributedSampler`` it injects), so the integrations cannot pass an
-``ObservedDataset`` and an ``ObservedCollate`` to its constructor. ``observe_loader`` changes
+``ObservedDataset`` and an ``ObservedCollate`` to its constructor. ``observe_built_loader`` changes
 the built loader before its first iterator exists (the iterator, and the worker processes, read
 the dataset, collate function and batch sampler when they are created).
 """
@@ -51,8 +51,9 @@ def observe_built_loader(loader: Any, recorder: ObservedRecorder) -> str:
     """Make a (prepared) map-style DataLoader carry positions to ``recorder``, in place: its
     dataset becomes an ``ObservedDataset``, its ``collate_fn`` an ``ObservedCollate`` around the
     one it has, and the sampler inside its batch sampler (accelerate's ``BatchSamplerShard`` ->
-    ``BatchSampler`` -> sampler) a ``PositionSampler``. Returns ``"positions"``, ``"ids"`` (no
-    sampler found: dataset indices are reported as identities) or ``"none"`` (an iterable
+    ``BatchSampler`` -> sampler; the loader's own ``sampler`` without automatic batching) a
+    ``PositionSampler``. Returns ``"positions"``, ``"ids"`` (a batch sampler of your own that has
+    no ``sampler``: dataset indices are reported as identities) or ``"none"`` (an iterable
     dataset, or nothing could be wrapped; logged). Never raises."""
     try:
         import torch.utils.data as tud
@@ -71,19 +72,21 @@ def observe_built_loader(loader: Any, recorder: ObservedRecorder) -> str:
         if not isinstance(loader.collate_fn, ObservedCollate):
             loader.collate_fn = ObservedCollate(loader.collate_fn)
         # accelerate wraps the BatchSampler that iterates the sampler (BatchSamplerShard,
-        # SkipBatchSampler: ``.batch_sampler``); the innermost one is the one to change
+        # SkipBatchSampler: ``.batch_sampler``); the innermost one is the one to change. Without
+        # automatic batching (batch_size=None) the loader iterates ``.sampler`` itself.
         inner = loader.batch_sampler
         while getattr(inner, "batch_sampler", None) is not None:
             inner = inner.batch_sampler
-        sampler = getattr(inner, "sampler", None)
-        if sampler is None:
+        holder = inner if inner is not None else loader
+        sampler = getattr(holder, "sampler", None)
+        if sampler is None:  # a batch sampler of your own: its indices are the identities
             return "ids"
         if isinstance(sampler, PositionSampler):
             recorder.track_sampler(sampler)
             return "positions"
         cls = _SeededOrder if hasattr(sampler, "initial_seed") else PositionSampler
-        inner.sampler = cls(sampler, recorder=recorder,
-                            dataset_version=recorder.dataset_version)
+        object.__setattr__(holder, "sampler", cls(sampler, recorder=recorder,
+                                                  dataset_version=recorder.dataset_version))
         return "positions"
     except Exception as e:  # noqa: BLE001 - never raises into training
         log.warning("recoverydash: the train dataloader could not be observed: %r", e)

@@ -45,11 +45,15 @@ class Server:
 
 
 @pytest.fixture
-def server(live_server, settings, full_token):
-    """The live server with its work done in the request (eager Celery, no rate limit)."""
+def server(live_server, settings, full_token, project, tmp_path):
+    """The live server with its work done in the request (eager Celery, no rate limit), and the
+    test's folder declared as the project's storage location (the checkpoints live there)."""
+    from recoverydash.storage.models import StorageLocation
+
     settings.CELERY_TASK_ALWAYS_EAGER = True
     settings.RECOVERYDASH_RATE_LIMIT_PER_SECOND = 0
     settings.RECOVERYDASH_REDIS_URL = ""
+    StorageLocation.objects.create(project=project, url=f"file://{tmp_path}")
     return Server(live_server.url, full_token)
 
 

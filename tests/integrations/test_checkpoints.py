@@ -224,3 +224,31 @@ def test_a_lightning_resave_under_a_taken_id_is_published_under_the_next_one(tmp
     io.remove_checkpoint(str(tmp_path / "step5.ckpt"))
     assert not (tmp_path / "u000000006-a0-step5").exists()
     assert (taken / MANIFEST_NAME).exists()  # not ours to remove
+
+
+def test_a_loader_built_by_a_framework_carries_positions_in_place():
+    """What the HF callback does to accelerate's prepared loader, and Lightning's to its own."""
+    pytest.importorskip("accelerate")
+    import torch
+    from accelerate import Accelerator
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from recoverydash.integrations._prepared import observe_built_loader
+    from recoverydash.sdk.client import Client
+    from recoverydash.sdk.observe import ObservedRecorder, strip
+
+    data = TensorDataset(torch.arange(12).float())
+    for loader, batch in [(Accelerator(cpu=True).prepare(DataLoader(data, batch_size=4,
+                                                                    shuffle=True)), 4),
+                          (DataLoader(data, batch_size=None), None)]:
+        rec = ObservedRecorder(Client(None, None, "r", attempt=0), rank=0, world_size=1)
+        assert observe_built_loader(loader, rec) == "positions"
+        seen = []
+        for b in loader:
+            clean, tag = strip(b)
+            rec.record(tag)
+            seen.append(clean[0].reshape(-1).tolist())
+        rec.commit(1)
+        assert sorted(v for part in seen for v in part) == [float(i) for i in range(12)]
+        assert rec.cursor() == [{"stratum": "main", "epoch": 0, "position": 12}]
+        assert rec.counters()["unobserved_batches"] == 0
