@@ -18,11 +18,11 @@ import re
 from recoverydash.sdk.checkpoint import (
     _all_gather_json,
     _dist_info,
-    resolve_location,
     restore_plan,
     select_restorable,
 )
 from recoverydash.storage import objects as storage
+from recoverydash.storage.objects import resolve_location
 
 log = logging.getLogger("recoverydash.integrations")
 
