@@ -327,6 +327,9 @@ class _Projection:
             if att.heartbeat_at is None or m.time > att.heartbeat_at:
                 att.heartbeat_at = m.time
             att.advance_fetched(fetched)
+            if m.sdk_dropped or m.sdk_quarantined:
+                att.note_sdk_losses(m.rank, m.sdk_dropped, m.sdk_quarantined,
+                                    m.sdk_lost_updates)
         elif kind == "attempt_started":
             declared = _declared_start(m, body)
             if att.started_at is not None and _declared_of(att) != declared:

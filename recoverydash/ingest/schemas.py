@@ -296,10 +296,21 @@ class UpdateCommitted(EventBase):
     ids_digest: Optional[Str] = None
 
 
+def _update_range(r: list[int]) -> list[int]:
+    if r[0] > r[1]:
+        raise ValueError(f"expected [first, last] with first <= last, got {r}")
+    return r
+
+
 class Heartbeat(EventBase):
     type: Literal["heartbeat"]
     update: Int63
     fetched: Optional[Annotated[list[Cursor], FAIL_FAST]] = None
+    # Extension (docs/ingest-v1.md#heartbeat): what the reporter's SDK could not deliver so far.
+    sdk_dropped: Optional[Int63] = None
+    sdk_quarantined: Optional[Int63] = None
+    sdk_lost_updates: Optional[Annotated[list[Int63], Field(min_length=2, max_length=2),
+                                         AfterValidator(_update_range)]] = None
 
 
 class CheckpointStarted(EventBase):

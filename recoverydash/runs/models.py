@@ -207,9 +207,45 @@ class Attempt(models.Model):
     restore_generation_id = models.CharField(max_length=200, blank=True, default="")
     restore_seconds = models.FloatField(null=True, blank=True)
     restored_at = models.DateTimeField(null=True, blank=True)
+    # What the trainer's SDK could not deliver, as its heartbeats report it (sdk_dropped,
+    # sdk_quarantined, sdk_lost_updates; docs/ingest-v1.md#heartbeat), per reporting rank:
+    # {"<rank or c>": {"dropped": int, "quarantined": int, "updates": [first, last] | None}}.
+    sdk_losses = models.JSONField(default=dict, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "attempt"], name="uniq_attempt")]
+
+    def note_sdk_losses(self, rank: int | None, dropped: int | None, quarantined: int | None,
+                        updates: list | None) -> bool:
+        """Keep a reporter's counts (they only grow within a process: the highest is kept) and
+        widen its update range. Returns True when something changed."""
+        key = "c" if rank is None else str(rank)
+        before = dict(self.sdk_losses or {})
+        entry = dict(before.get(key) or {"dropped": 0, "quarantined": 0, "updates": None})
+        entry["dropped"] = max(entry["dropped"], dropped or 0)
+        entry["quarantined"] = max(entry["quarantined"], quarantined or 0)
+        if updates:
+            old = entry["updates"]
+            entry["updates"] = [min(old[0], updates[0]), max(old[1], updates[1])] if old \
+                else [updates[0], updates[1]]
+        if entry == before.get(key):
+            return False
+        self.sdk_losses = {**before, key: entry}
+        return True
+
+    @property
+    def sdk_loss_summary(self) -> dict | None:
+        """``{"dropped", "quarantined", "updates": [first, last] | None, "ranks": [...]}`` summed
+        over the reporters of this attempt, or None when nothing was lost."""
+        losses = self.sdk_losses or {}
+        if not losses:
+            return None
+        spans = [e["updates"] for e in losses.values() if e.get("updates")]
+        return {"dropped": sum(e.get("dropped", 0) for e in losses.values()),
+                "quarantined": sum(e.get("quarantined", 0) for e in losses.values()),
+                "updates": [min(u[0] for u in spans), max(u[1] for u in spans)] if spans
+                else None,
+                "ranks": sorted(losses, key=lambda k: (k == "c", int(k) if k.isdigit() else 0))}
 
     def advance_fetched(self, cursors: list[dict]) -> bool:
         """Keep the furthest read cursor per ``(stratum, epoch)`` (wire cursor dicts).

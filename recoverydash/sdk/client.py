@@ -26,7 +26,21 @@ Delivery, per batch:
   halves and each half sent again, so one bad event costs only itself (counted ``failed``). A 409
   on ``attempt_started`` is logged as an error saying the attempt number was most likely reused
   by a relaunch (see ``recoverydash.sdk.attempt`` for how the attempt is chosen).
+- 400: the events the answer names by index are set aside and the rest is sent again; an answer
+  about the request as a whole sets the batch aside.
 - other 4xx: never retried; logged once per status code and counted ``failed``.
+- A *poison* batch, one the server answers 5xx to ``POISON_AFTER`` times in a row: the server is
+  probed with an empty batch; when that is accepted, the batch is split in halves, again and
+  again, until the event(s) the server fails on are isolated. Every other event is sent, the
+  poison ones are set aside (counted ``quarantined``), and the spool behind them moves on. When
+  the probe is not accepted the server is in trouble, not the batch: it waits in the spool.
+
+Events set aside (refused for good, or poison) go to ``<spool>/<run_id>/rejected/``, one JSON file
+per refusal with the server's answer (``recoverydash.sdk.spool``): nothing the trainer gave is
+thrown away unseen. Their count, and the number of events dropped (a full queue or spool), reach
+the server in the next ``heartbeat`` as ``sdk_dropped`` and ``sdk_quarantined`` with
+``sdk_lost_updates`` ``[first, last]``, the updates of the ``update_committed`` events among them,
+so the run page can say which omissions the trainer's own losses may explain.
 
 The spool (``recoverydash.sdk.spool``) is a bounded folder of gzipped request bodies,
 ``<spool_dir>/<run_id>/``, that any process of the same run drains, including a new process after
@@ -34,9 +48,15 @@ a trainer restart. Re-sending is safe because the server is idempotent on ``even
 the event helpers use deterministic ids (``{run_id}:{attempt}:{rank}:u{update}`` and the like).
 ``spool_dir=False`` keeps the retry store in memory (bounded by ``spool_max_bytes`` too).
 
+At exit nothing is lost to a server that accepts the connection but never answers: when the
+sender is still inside a request at the ``atexit_deadline``, the batch it holds is written back
+to the spool (the next process of the run sends it; should the answer still come, the re-send is
+a duplicate the server counts and ignores).
+
 Counters (``client.counters()``): ``queued`` (accepted by emit), ``sent`` (acknowledged by the
 server, counting re-sends from the spool), ``spooled`` (written to the spool), ``dropped`` (full
-queue or full spool), ``failed`` (rejected by the server for good), ``duplicates`` (already stored).
+queue or full spool), ``failed`` (rejected by the server for good), ``quarantined`` (set aside in
+``rejected/``: refused for good, or poison), ``duplicates`` (already stored).
 
 Fork safety: the sender thread and queue are rebuilt in a child process (``os.register_at_fork``,
 plus an ``os.getpid()`` comparison when the thread is (re)started, in flush, close and counters,
@@ -74,6 +94,8 @@ from recoverydash.sdk.spool import DiskSpool, MemorySpool, run_folder
 log = logging.getLogger("recoverydash.sdk")
 
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+#: A spooled batch the server answers 5xx to this many times in a row is searched for poison.
+POISON_AFTER = 3
 
 # One encoder for every event: ``json.dumps`` with keyword arguments builds a new encoder per call.
 _encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
@@ -224,7 +246,14 @@ class Client:
         self._queued = 0            # written by producers only (no lock: the hot path)
         self._dropped_full = 0      # idem
         self._inflight = 0          # events taken from the buffer, not yet sent/spooled/failed
-        self._c = {"sent": 0, "spooled": 0, "dropped": 0, "failed": 0, "duplicates": 0}
+        self._c = {"sent": 0, "spooled": 0, "dropped": 0, "failed": 0, "duplicates": 0,
+                   "quarantined": 0}
+        self._inflight_batch: list[bytes] | None = None  # the batch inside a request now
+        self._fails: dict[bytes, int] = {}  # sha1 of a spooled body -> 5xx answers in a row
+        self._last_status: int | None = None    # of the last request: status and answer
+        self._last_payload = b""
+        self._lost_updates: list[int] | None = None  # [first, last] update not delivered
+        self._accepted = 0  # requests with events the server took (2xx)
         self._flush_req = 0
         self._flush_done = 0
         self._paused_until = 0.0    # time.monotonic(); no network sends before it
@@ -267,7 +296,7 @@ class Client:
     # -- public API --
 
     def counters(self) -> dict[str, int]:
-        """Snapshot: queued, sent, spooled, dropped, failed, duplicates (events), plus
+        """Snapshot: queued, sent, spooled, dropped, failed, quarantined, duplicates (events), plus
         ``pending`` (in memory, not yet sent, spooled or failed) and ``spool_events`` (events now
         in the spool)."""
         try:
@@ -322,6 +351,7 @@ class Client:
         buf = self._buf
         if len(buf) >= self.max_queue:
             self._dropped_full += 1
+            self._note_lost_item(item)
             self._once("full", logging.WARNING,
                        "recoverydash: event queue full (%d); dropping events (counted)",
                        self.max_queue)
@@ -433,7 +463,15 @@ class Client:
             if left:
                 self._store(left)
             pending = self._inflight
-            if pending:
+            inflight = self._inflight_batch
+            if inflight and self._thread is not None and self._thread.is_alive():
+                # The sender is still waiting for an answer: keep a copy for the next process.
+                self._store(list(inflight))
+                log.warning("recoverydash: the server did not answer within the exit deadline "
+                            "(%.1fs); the %d events in flight were written back to the spool",
+                            timeout, len(inflight))
+                pending = 0
+            elif pending:
                 log.warning("recoverydash: %d events pending at exit were not delivered "
                             "(a batch was in flight)", pending)
             spooled = self._spool.pending_events() if self._spool is not None else 0
@@ -478,9 +516,15 @@ class Client:
     def heartbeat(self, update: int, fetched: list[dict] | None = None, **extra) -> bool:
         """``heartbeat``: last committed update and the read cursor ``fetched`` ([Cursor])."""
         ev = {"type": "heartbeat", "update": update, "fetched": fetched, **extra}
+        # extra fields (docs/ingest-v1.md#heartbeat): what this process could not deliver
         dropped = self._c["dropped"] + self._dropped_full  # no counters(): it lists the spool
+        quarantined = self._c["quarantined"]
         if dropped:
-            ev.setdefault("sdk_dropped", dropped)  # extra field: reported later, not lost
+            ev.setdefault("sdk_dropped", dropped)
+        if quarantined:
+            ev.setdefault("sdk_quarantined", quarantined)
+        if (dropped or quarantined) and self._lost_updates:
+            ev.setdefault("sdk_lost_updates", list(self._lost_updates))
         return self._emit_typed(ev, None)
 
     def checkpoint_started(self, generation_id: str, update: int, required_shards: list[str],
@@ -554,10 +598,12 @@ class Client:
                     batch = self._take()
                     if not batch:
                         break
+                    self._inflight_batch = batch
                     try:
                         self._deliver(batch)
                     finally:
                         self._inflight = 0
+                        self._inflight_batch = None
                 if not self._paused() or stopping or req > self._flush_done:
                     self._drain_spool(force=stopping or req > self._flush_done)
                 with self._cond:
@@ -634,6 +680,7 @@ class Client:
             self._count("spooled", n)
         else:
             self._count("dropped", n)
+            self._note_lost(events)
             self._once("spool-full", logging.WARNING,
                        "recoverydash: spool full or unusable; dropping %d events (counted)", n)
 
@@ -651,9 +698,18 @@ class Client:
                     break
                 handle, body, n = item
                 outcome = self._send(body, n, None, from_spool=True)
+                key = hashlib.sha1(body).digest() if outcome == "retry" or self._fails else b""
                 if outcome == "retry":
+                    fails = self._fails[key] = self._fails.get(key, 0) + 1
+                    status = self._last_status
+                    if status is not None and status >= 500 and fails >= POISON_AFTER and \
+                            self._isolate(body):
+                        self._fails.pop(key, None)
+                        self._spool.ack(handle)
+                        continue
                     self._spool.nack(handle)
                     break
+                self._fails.pop(key, None)
                 self._spool.ack(handle)
             if isinstance(self._spool, DiskSpool) and self._spool.expired_events:
                 self._count("dropped", self._spool.expired_events, resolved=False)
@@ -666,6 +722,7 @@ class Client:
         Counting: fresh events resolve here when sent or failed; spooled ones were resolved when
         spooled, so their send adds to ``sent`` only."""
         status, headers, payload = self._post(body)
+        self._last_status, self._last_payload = status, payload or b""
         resolved = not from_spool
         if status is not None and 200 <= status < 300:
             self._failures = 0
@@ -675,6 +732,8 @@ class Client:
             except (ValueError, AttributeError, TypeError):
                 pass
             self._count("sent", n, resolved)
+            if n:
+                self._accepted += 1
             if dup:
                 self._count("duplicates", dup, resolved=False)
             return "sent"
@@ -704,14 +763,29 @@ class Client:
                         o = "sent"
                     outcomes.append(o)
                 return "sent"
+        if status == 400 and n > 1:
+            if events is None:
+                events = self._split_body(body)
+            named = _refused_indexes(payload, len(events or ()))
+            if events and named and len(named) < len(events):
+                # set aside what the answer names, send the rest again
+                self._refuse([events[i] for i in sorted(named)], status, payload, resolved)
+                rest = [e for i, e in enumerate(events) if i not in named]
+                if self._send(self._body(rest), len(rest), rest, from_spool=from_spool) == \
+                        "retry":
+                    self._store_part(rest, from_spool)
+                return "sent"
         self._failures = 0
-        self._count("failed", n, resolved)
+        if events is None:
+            events = self._split_body(body)
+        self._refuse(events, status, payload, resolved, n)
         detail = (payload or b"")[:500].decode("utf-8", "replace")
         if status == 409 and n == 1:
             self._explain_conflict(events, body, detail)
         self._once(("status", status), logging.ERROR,
-                   "recoverydash: server refused a batch with %s (not retried; logged once): %s",
-                   status, detail)
+                   "recoverydash: server refused a batch with %s (not retried, kept in %s; "
+                   "logged once): %s", status,
+                   getattr(self._spool, "rejected_folder", "memory"), detail)
         return "failed"
 
     def _explain_conflict(self, events: list[bytes] | None, body: bytes, detail: str):
@@ -736,6 +810,116 @@ class Client:
                    "number. Server said: %s", ev.get("run_id"), ev.get("attempt"),
                    ev.get("event_id"), ev.get("attempt"), detail)
 
+    def _refuse(self, events: list[bytes] | None, status: int | None, payload: bytes,
+                resolved: bool, n: int | None = None):
+        """Events the server refused for good: counted ``failed`` and set aside."""
+        n = len(events) if n is None and events is not None else (n or 0)
+        self._count("failed", n, resolved)
+        if events:
+            self._set_aside(events, status, payload, f"refused by the server with HTTP {status}",
+                            quiet=True)
+
+    def _set_aside(self, events: list[bytes], status: int | None, payload: bytes, reason: str,
+                   quiet: bool = False):
+        """Write events the server will not take to ``rejected/`` with its answer; counted
+        ``quarantined`` (``dropped`` when the folder is full or the disk refuses)."""
+        self._note_lost(events)
+        path = None
+        try:
+            path = self._spool.reject(events, status, payload or b"", reason) \
+                if self._spool is not None else None
+            kept = self._spool is not None and (path is not None
+                                                or not isinstance(self._spool, DiskSpool))
+        except OSError as e:
+            kept = False
+            self._once(("reject-write", type(e)), logging.WARNING,
+                       "recoverydash: cannot write to rejected/: %r", e)
+        self._count("quarantined" if kept else "dropped", len(events))
+        if quiet:  # the caller logs
+            return
+        self._once(("set-aside", status), logging.ERROR,
+                   "recoverydash: %d event(s) set aside (%s) in %s; logged once per status",
+                   len(events), reason, path or getattr(self._spool, "rejected_folder", "memory"))
+
+    def _isolate(self, body: bytes) -> bool:
+        """A spooled batch the server answered 5xx to ``POISON_AFTER`` times in a row: find the
+        event(s) it fails on. Probes the server with an empty batch first; when that is not
+        accepted the server is in trouble, not the batch: returns False (the caller keeps it).
+        Else splits the batch in halves until each part is sent, refused for good, or is a
+        single event answered 5xx. Those single events are set aside as poison only when the
+        server accepted other events meanwhile (a server that fails on every event is broken,
+        and its events wait in the spool); a server that stops answering midway, or a search
+        longer than ``4 * log2(n) + 8`` requests, leaves the rest in the spool. Returns True:
+        the batch's events are all accounted for (sent, set aside or spooled again)."""
+        events = self._split_body(body)
+        if not events:
+            return False
+        status, _, _ = self._post(self._body([]))
+        if status is None or not 200 <= status < 300:
+            return False
+        accepted_before = self._accepted
+        budget = 4 * len(events).bit_length() + 8
+        stack, suspects = [events], []
+        while stack and budget > 0:
+            budget -= 1
+            part = stack.pop()
+            self._paused_until = 0.0  # the server answers: the backoff is for outages
+            if self._send(self._body(part), len(part), part, from_spool=True) != "retry":
+                continue
+            status, payload = self._last_status, self._last_payload
+            if status is None or status < 500:  # no answer, 408 or 429: wait in the spool
+                stack.append(part)
+                break
+            if len(part) == 1:
+                suspects.append((part, status, payload))
+            else:
+                half = len(part) // 2
+                stack.extend((part[half:], part[:half]))
+        proven = self._accepted > accepted_before  # the server takes other events
+        for part, status, payload in suspects:
+            if proven:
+                self._set_aside(part, status, payload,
+                                f"HTTP {status} again and again while the server accepted the "
+                                "other events of its batch (poison)")
+            else:
+                stack.append(part)
+        for rest in stack[::-1]:
+            self._store_part(rest, True)
+        if proven:
+            self._paused_until, self._failures = 0.0, 0
+        return True
+
+    def _note_lost(self, events: list[bytes]):
+        """Widen ``[first, last]`` of the updates among events not delivered."""
+        for e in events:
+            if b'"update_committed"' not in e:
+                continue
+            try:
+                self._note_update(json.loads(e).get("update"))
+            except (ValueError, AttributeError):
+                pass
+
+    def _note_lost_item(self, item):
+        """The same for a queued item dropped before it was built (a full queue)."""
+        try:
+            if type(item) is dict:
+                if item.get("type") == "update_committed":
+                    self._note_update(item.get("update"))
+            else:
+                self._note_update(getattr(item, "update", None))
+        except Exception:  # noqa: BLE001 - the drop path must not raise
+            pass
+
+    def _note_update(self, update):
+        if type(update) is not int:
+            return
+        with self._lock:
+            lost = self._lost_updates
+            if lost is None:
+                self._lost_updates = [update, update]
+            else:
+                lost[0], lost[1] = min(lost[0], update), max(lost[1], update)
+
     def _store_part(self, part: list[bytes], from_spool: bool):
         if from_spool:
             # already counted as spooled once; store again without counting it twice
@@ -745,6 +929,7 @@ class Client:
             except OSError:
                 pass
             self._count("dropped", len(part), resolved=False)
+            self._note_lost(part)
         else:
             self._store(part)
 
@@ -777,6 +962,19 @@ class Client:
             self._once(("net", type(e)), logging.WARNING,
                        "recoverydash: cannot reach %s: %r (events are spooled)", self.endpoint, e)
             return None, {}, b""
+
+
+def _refused_indexes(payload: bytes | None, n: int) -> set[int] | None:
+    """The indexes a 400 answer names (``{"errors": [{"index": i}, ...]}``), or None when it
+    names none, or speaks of the request as a whole (a null index)."""
+    try:
+        errors = json.loads(payload or b"{}").get("errors") or []
+        named = {e["index"] for e in errors}
+    except (ValueError, AttributeError, TypeError, KeyError):
+        return None
+    if not named or None in named or not all(type(i) is int and 0 <= i < n for i in named):
+        return None
+    return named
 
 
 # --- process-wide registry: atexit flush and fork handling ---------------------------------------

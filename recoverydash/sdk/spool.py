@@ -15,11 +15,19 @@ gzipped body of ``n`` events (False when the store is full: the caller counts th
 ``claim()`` takes the oldest batch as ``(handle, body, n)`` (None when empty), ``ack(handle)``
 forgets a sent batch, ``nack(handle)`` gives it back as the oldest, ``has_pending()`` and
 ``pending_events()`` say what waits.
+
+Events the server will not take (refused with a 4xx, or answered 5xx again and again while it
+accepts the others: a *poison* event) are set aside by ``reject(events, status, answer,
+reason)``: the disk spool writes one JSON file per refusal into ``<spool_dir>/<run_id>/rejected/``
+(``{"rejected_at", "status", "reason", "answer", "events": [...]}``, the server's answer as it
+came), bounded to a quarter of ``max_bytes``; the memory store keeps the last 100. Nothing there is
+sent again: it is for a person to read (and re-post once the cause is fixed).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import threading
@@ -52,6 +60,14 @@ class MemorySpool:
         self._items: deque = deque()
         self._bytes = 0
         self._lock = threading.Lock()
+        #: the last 100 refusals, as ``reject`` documents them
+        self.rejected: deque = deque(maxlen=100)
+
+    def reject(self, events: list[bytes], status: int | None, answer: bytes,
+               reason: str) -> str | None:
+        """Keep a refusal in memory (the last 100); returns None (no file)."""
+        self.rejected.append(_rejection(events, status, answer, reason))
+        return None
 
     def put(self, body: bytes, n: int) -> bool:
         with self._lock:
@@ -109,7 +125,34 @@ class DiskSpool:
         self._bytes = 0           # bytes in the folder as of the last scan, plus our puts since
         self._bytes_until = 0.0   # time.monotonic() of the next full scan (stat of every file)
         self._candidates: deque = deque()  # names of one listing, oldest first, to claim in turn
+        self.rejected_folder = os.path.join(folder, "rejected")
+        self._rejected_bytes: int | None = None  # scanned on the first rejection
         self.release_stale_claims()
+
+    def reject(self, events: list[bytes], status: int | None, answer: bytes,
+               reason: str) -> str | None:
+        """Write a refusal to ``rejected/<time_ns>-<pid>-<seq>-n<events>.json`` (atomically);
+        returns its path, or None when ``rejected/`` already holds a quarter of ``max_bytes``
+        (the caller then counts the events dropped). Raises OSError when the disk refuses."""
+        data = json.dumps(_rejection(events, status, answer, reason), indent=1).encode()
+        with self._lock:
+            os.makedirs(self.rejected_folder, exist_ok=True)
+            if self._rejected_bytes is None:
+                self._rejected_bytes = sum(
+                    os.stat(os.path.join(self.rejected_folder, e)).st_size
+                    for e in os.listdir(self.rejected_folder) if e.endswith(".json"))
+            if self._rejected_bytes + len(data) > self.max_bytes // 4:
+                return None
+            name = f"{time.time_ns():020d}-{os.getpid()}-{next(self._seq):08d}-n{len(events)}.json"
+            path = os.path.join(self.rejected_folder, name)
+            tmp = os.path.join(self.rejected_folder, "." + name + ".tmp")
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.rename(tmp, path)
+            self._rejected_bytes += len(data)
+            return path
 
     @staticmethod
     def _events_in(name: str) -> int:
@@ -233,6 +276,24 @@ class DiskSpool:
     def pending_events(self) -> int:
         return sum(self._events_in(e) for e in self._entries()
                    if e.endswith(".batch") and not e.startswith("."))
+
+
+def _rejection(events: list[bytes], status: int | None, answer: bytes, reason: str) -> dict:
+    """The document of one refusal: when, the HTTP status, why, the server's answer (parsed when
+    it is JSON) and the events as they were sent."""
+    text = (answer or b"")[:65536].decode("utf-8", "replace")
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = text
+    decoded = []
+    for e in events:
+        try:
+            decoded.append(json.loads(e))
+        except ValueError:
+            decoded.append(e.decode("utf-8", "replace"))
+    return {"rejected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "status": status,
+            "reason": reason, "answer": parsed, "events": decoded}
 
 
 def _pid_alive(pid: int) -> bool:

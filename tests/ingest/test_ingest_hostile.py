@@ -331,3 +331,36 @@ def test_every_rank_may_report_the_start_of_its_attempt(client, ingest_token):
 def test_two_different_starts_of_one_attempt_in_one_batch_are_a_409(client, ingest_token):
     r = post(client, ingest_token, [started("a"), started("b", world_size=4)])
     assert r.status_code == 409 and r.json()["index"] == 1
+
+
+# --- what the trainer could not deliver ---------------------------------------------------------
+def test_the_sdk_losses_a_heartbeat_reports_reach_the_run_page(client, ingest_token, project):
+    from django.contrib.auth import get_user_model
+
+    from recoverydash.runs.models import Attempt, Membership, Run
+
+    beats = [event("heartbeat", "h1", rank=3, update=1210, sdk_dropped=100,
+                   sdk_lost_updates=[1200, 1210]),
+             event("heartbeat", "h2", rank=3, update=1250, sdk_dropped=120,
+                   sdk_lost_updates=[1200, 1250], time="2026-11-01T00:05:00Z"),
+             event("heartbeat", "h3", rank=5, update=1250, sdk_quarantined=2,
+                   sdk_lost_updates=[1230, 1231])]
+    assert post(client, ingest_token, beats).status_code == 202
+    att = Attempt.objects.get()
+    assert att.sdk_losses == {"3": {"dropped": 120, "quarantined": 0, "updates": [1200, 1250]},
+                              "5": {"dropped": 0, "quarantined": 2, "updates": [1230, 1231]}}
+    assert att.sdk_loss_summary == {"dropped": 120, "quarantined": 2, "updates": [1200, 1250],
+                                    "ranks": ["3", "5"]}
+    user = get_user_model().objects.create_user("oncall", password="x" * 12)
+    Membership.objects.create(project=project, user=user)
+    client.force_login(user)
+    page = client.get(f"/runs/{Run.objects.get().pk}/").content.decode()
+    assert ("The trainer (attempt 0, ranks 3, 5) dropped 120 events and set aside 2 the server "
+            "would not take") in page
+    assert "omissions near updates 1,200–1,250 may be unexplained" in page
+
+
+def test_sdk_loss_fields_of_the_wrong_shape_are_refused(client, ingest_token):
+    [err] = errors_of(post(client, ingest_token, [
+        event("heartbeat", "h", update=1, sdk_lost_updates=[9, 3])]))
+    assert err["path"] == "events[0].sdk_lost_updates"

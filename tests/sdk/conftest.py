@@ -29,7 +29,9 @@ class FakeIngest:
     """Records every request to ``/api/v1/events``; stores events idempotently on event_id.
 
     ``script``: a list of responses used one per request before the default 202, each
-    ``(status, headers_dict)``. ``down``: when True the socket is closed without an answer."""
+    ``(status, headers_dict)`` or ``(status, headers_dict, body_dict)``. ``poison``: a predicate
+    on an event; a batch holding one it is true for is answered 500 (and nothing of it stored),
+    as a server that fails on that event would."""
 
     def __init__(self):
         self.requests: list[dict] = []
@@ -40,6 +42,7 @@ class FakeIngest:
         self.runs: list[dict] = []  # GET /api/v1/runs answers this list
         self.runs_status = 200      # ... with this status (403: a token without read scope)
         self.gets: list[str] = []
+        self.poison = None
         self.lock = threading.Lock()
         fake = self
 
@@ -72,7 +75,10 @@ class FakeIngest:
                     fake.requests.append({"path": self.path, "headers": dict(self.headers),
                                           "raw_len": len(raw), "events": events,
                                           "t": time.monotonic()})
-                    status, headers = fake.script.pop(0) if fake.script else (202, {})
+                    answer = fake.script.pop(0) if fake.script else (202, {})
+                    status, headers = answer[0], answer[1]
+                    if status == 202 and fake.poison and any(fake.poison(e) for e in events):
+                        status = 500
                     dup = 0
                     if status == 202:
                         for e in events:
@@ -82,8 +88,9 @@ class FakeIngest:
                             else:
                                 fake.stored[e["event_id"]] = e
                 out = json.dumps({"accepted": len(events) - dup, "duplicates": dup}
-                                 if status == 202 else {"errors": [{"index": None, "path": "",
-                                                                    "message": "scripted"}]}).encode()
+                                 if status == 202 else answer[2] if len(answer) > 2
+                                 else {"errors": [{"index": None, "path": "",
+                                                   "message": "scripted"}]}).encode()
                 self.send_response(status)
                 for k, v in headers.items():
                     self.send_header(k, v)
