@@ -252,3 +252,21 @@ def test_a_loader_built_by_a_framework_carries_positions_in_place():
         assert sorted(v for part in seen for v in part) == [float(i) for i in range(12)]
         assert rec.cursor() == [{"stratum": "main", "epoch": 0, "position": 12}]
         assert rec.counters()["unobserved_batches"] == 0
+
+
+def test_a_checkpoint_trainer_rotated_away_takes_its_manifest(tmp_path):
+    """save_total_limit: Trainer deletes checkpoint-5 after writing checkpoint-10."""
+    pytest.importorskip("transformers")
+    import shutil
+
+    from recoverydash.integrations.hf import RecoverydashCallback
+
+    old, new = hf_checkpoint(str(tmp_path), 5), hf_checkpoint(str(tmp_path), 10)
+    cb = RecoverydashCallback()
+    cb.location = str(tmp_path)
+    cb._published = {"checkpoint-5": old, "checkpoint-10": new}
+    shutil.rmtree(tmp_path / "checkpoint-5")
+    cb._forget_rotated()
+    assert not (tmp_path / old).exists()
+    assert (tmp_path / new / MANIFEST_NAME).exists()
+    assert cb._published == {"checkpoint-10": new}
