@@ -106,7 +106,55 @@ def batch_length(batch: Any) -> int:
         return len(batch)
 
 
-class CountingRecorder:
+class Reporter:
+    """What both recorders share: the events around the ledger (heartbeat, attempt_ended), the
+    commit's event id and periodic heartbeat, and errors logged once. A subclass has ``client``,
+    ``rank``, ``update``, ``heartbeat_interval``, ``_last_heartbeat``, ``_errors`` and
+    ``fetched_cursor()``; ``_before_event()`` runs before a heartbeat or attempt_ended."""
+
+    def _before_event(self) -> None:
+        pass
+
+    def _commit_suffix(self, update: int) -> str:
+        """The event id suffix of ``update_committed`` for ``update`` (a repeated commit keeps
+        both reports: it never reuses an event id), and ``self.update`` moved to it."""
+        suffix = f"u{update}" if update > self.update else f"u{update}:{time.time_ns()}"
+        self.update = max(self.update, int(update))
+        return suffix
+
+    def _heartbeat_due(self) -> None:
+        if self.heartbeat_interval and \
+                time.monotonic() - self._last_heartbeat >= self.heartbeat_interval:
+            self.heartbeat()
+
+    def heartbeat(self) -> bool:
+        """``heartbeat`` with the last committed update and the read cursor. Never raises."""
+        try:
+            self._before_event()
+            self._last_heartbeat = time.monotonic()
+            return self.client.heartbeat(self.update, self.fetched_cursor(), rank=self.rank)
+        except Exception as e:
+            self._log_once("heartbeat", e)
+            return False
+
+    def end(self, reason: str = "completed", message: str | None = None) -> bool:
+        """``attempt_ended`` (reason: completed, failed, preempted, cancelled) with the read
+        cursor. Never raises."""
+        try:
+            self._before_event()
+            return self.client.attempt_ended(reason, self.update, fetched=self.fetched_cursor(),
+                                             message=message, rank=self.rank)
+        except Exception as e:
+            self._log_once("end", e)
+            return False
+
+    def _log_once(self, where: str, e: Exception):
+        if where not in self._errors:
+            self._errors.add(where)
+            log.warning("recoverydash: ledger %s failed (logged once): %r", where, e)
+
+
+class CountingRecorder(Reporter):
     """Infers the positions one data-parallel rank consumed from a count of samples (module doc:
     the fallback; ``ObservedRecorder`` observes them) and sends them as ``update_committed``.
 
@@ -214,16 +262,11 @@ class CountingRecorder:
         have passed. Returns whether the event was queued; never raises."""
         try:
             pending, self._pending = self._pending, []
-            suffix = f"u{update}"
-            if update <= self.update:  # a repeated commit: keep both, never reuse an event id
-                suffix = f"u{update}:{time.time_ns()}"
-            self.update = max(self.update, int(update))
+            suffix = self._commit_suffix(update)
             self._k_committed = self._k_consumed
             # the spans are built on the sender thread: the training loop only hands over chunks
             ok = self.client._push(_UpdateReport(self, int(update), pending, suffix))
-            if self.heartbeat_interval and \
-                    time.monotonic() - self._last_heartbeat >= self.heartbeat_interval:
-                self.heartbeat()
+            self._heartbeat_due()
             return ok
         except Exception as e:
             self._log_once("commit", e)
@@ -318,25 +361,6 @@ class CountingRecorder:
             self._log_once("start", e)
             return False
 
-    def heartbeat(self) -> bool:
-        """``heartbeat`` with the last committed update and the read cursor."""
-        try:
-            self._last_heartbeat = time.monotonic()
-            return self.client.heartbeat(self.update, self.fetched_cursor(), rank=self.rank)
-        except Exception as e:
-            self._log_once("heartbeat", e)
-            return False
-
-    def end(self, reason: str = "completed", message: str | None = None) -> bool:
-        """``attempt_ended`` (reason: completed, failed, preempted, cancelled) with the read
-        cursor."""
-        try:
-            return self.client.attempt_ended(reason, self.update, fetched=self.fetched_cursor(),
-                                             message=message, rank=self.rank)
-        except Exception as e:
-            self._log_once("end", e)
-            return False
-
     # -- internals --
 
     def _digest(self, epoch: int) -> str:
@@ -376,12 +400,6 @@ class CountingRecorder:
                     spans.append(span)
                 span["ranges"].append(rng)
         return spans, samples
-
-    def _log_once(self, where: str, e: Exception):
-        if where not in self._errors:
-            self._errors.add(where)
-            log.warning("recoverydash: ledger %s failed (logged once): %r", where, e)
-
 
 class _UpdateReport:
     """An ``update_committed`` whose spans are built when the sender thread sends it."""

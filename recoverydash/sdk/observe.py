@@ -90,7 +90,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from recoverydash.sdk.client import Client
-from recoverydash.sdk.ledger import SAMPLER_ALGORITHM, order_digest, padded_length, resume_skip
+from recoverydash.sdk.ledger import (
+    SAMPLER_ALGORITHM,
+    Reporter,
+    order_digest,
+    padded_length,
+    resume_skip,
+)
 
 log = logging.getLogger("recoverydash.sdk")
 
@@ -788,7 +794,7 @@ def _stateful(obj: Any) -> bool:
 
 # --- the recorder -----------------------------------------------------------------------------------
 
-class ObservedRecorder:
+class ObservedRecorder(Reporter):
     """The data ledger of one data-parallel rank, from observed positions (module doc: the
     contract).
 
@@ -963,10 +969,7 @@ class ObservedRecorder:
         try:
             pending, self._pending = self._pending, []
             update = self.update + 1 if update is None else int(update)
-            suffix = f"u{update}"
-            if update <= self.update:  # a repeated commit: keep both, never reuse an event id
-                suffix = f"u{update}:{time.time_ns()}"
-            self.update = max(self.update, update)
+            suffix = self._commit_suffix(update)
             self._counters["committed_updates"] += 1
             frontier, observed, epoch = self._frontier, self._observed, self._epoch
             for tag in pending:
@@ -987,9 +990,7 @@ class ObservedRecorder:
                     if (e, top) > frontier.get(it.stratum, (-1, -1)):
                         frontier[it.stratum] = (e, top)
             ok = self.client._push(_ObservedReport(self, update, pending, suffix, epoch))
-            if self.heartbeat_interval and \
-                    time.monotonic() - self._last_heartbeat >= self.heartbeat_interval:
-                self.heartbeat()
+            self._heartbeat_due()
             return ok
         except Exception as e:
             self._log_once("commit", e)
@@ -1165,27 +1166,9 @@ class ObservedRecorder:
         return [{"stratum": s, "epoch": e, "position": max(0, p)}
                 for s, (e, p, _o) in sorted(out.items())]
 
-    def heartbeat(self) -> bool:
-        """``heartbeat`` with the last committed update and the read cursor."""
-        try:
-            if self._start_fields is not None:
-                self._send_start(None)
-            self._last_heartbeat = time.monotonic()
-            return self.client.heartbeat(self.update, self.fetched_cursor(), rank=self.rank)
-        except Exception as e:
-            self._log_once("heartbeat", e)
-            return False
-
-    def end(self, reason: str = "completed", message: str | None = None) -> bool:
-        """``attempt_ended`` (completed, failed, preempted, cancelled) with the read cursor."""
-        try:
-            if self._start_fields is not None:
-                self._send_start(None)
-            return self.client.attempt_ended(reason, self.update, fetched=self.fetched_cursor(),
-                                             message=message, rank=self.rank)
-        except Exception as e:
-            self._log_once("end", e)
-            return False
+    def _before_event(self) -> None:
+        if self._start_fields is not None:  # attempt_started before any other event
+            self._send_start(None)
 
     # -- internals --
 
@@ -1229,11 +1212,6 @@ class ObservedRecorder:
             for lo in range(0, len(clean), 100_000):
                 spans.append({"stratum": stratum, "epoch": e, "ids": clean[lo:lo + 100_000]})
         return spans, samples, repeated, ordered_ids
-
-    def _log_once(self, where: str, e: Exception):
-        if where not in self._errors:
-            self._errors.add(where)
-            log.warning("recoverydash: observed ledger %s failed (logged once): %r", where, e)
 
 
 def _highest(positions) -> int:

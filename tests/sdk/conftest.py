@@ -151,3 +151,30 @@ def s3_server():
     client = make_s3_client(endpoint, access_key_id="testing", secret_access_key="testing")
     yield endpoint, client
     srv.stop()
+
+
+def api_get(live_server, token: str, path: str):
+    """The JSON answer of a GET on the live server's API."""
+    import urllib.request
+
+    req = urllib.request.Request(f"{live_server.url}{path}",
+                                 headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+@pytest.fixture
+def trainer_env(live_server, settings, tmp_path):
+    """For trainer processes against the live server: tasks run eagerly, no rate limit, and the
+    environment of a fresh launch (no launcher or SDK variables, a spool in ``tmp_path``)."""
+    import os
+
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    settings.RECOVERYDASH_RATE_LIMIT_PER_SECOND = 0
+    settings.RECOVERYDASH_REDIS_URL = ""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RECOVERYDASH_", "TORCHELASTIC_", "SLURM_", "RANK", "WORLD_SIZE",
+                                "LOCAL_RANK", "MASTER_"))}
+    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1",
+               RECOVERYDASH_SPOOL_DIR=str(tmp_path / "spool"))
+    return env

@@ -8,12 +8,9 @@ tests/sdk/test_example_train_ddp.py``."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 
@@ -24,6 +21,7 @@ if "pytest_django.plugin" not in sys.modules:  # run with -p no:django: nothing 
                 allow_module_level=True)
 
 from .conftest import REPO
+from .conftest import api_get as get
 
 pytestmark = pytest.mark.slow
 
@@ -35,13 +33,6 @@ ARGS = ["--run-id", RUN, "--updates", "16", "--save-every", "5", "--samples", "9
         "--micro", "4", "--accum", "2"]
 
 
-def get(live_server, token, path):
-    req = urllib.request.Request(f"{live_server.url}{path}",
-                                 headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return json.loads(r.read())
-
-
 def torchrun(args, env, cwd):
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                            "--nproc_per_node", "2", str(SCRIPT), *args],
@@ -50,15 +41,9 @@ def torchrun(args, env, cwd):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_example_crashes_resumes_and_the_server_says_exact(live_server, settings,
-                                                               full_token, tmp_path):
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    settings.RECOVERYDASH_RATE_LIMIT_PER_SECOND = 0
-    settings.RECOVERYDASH_REDIS_URL = ""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("RECOVERYDASH_", "TORCHELASTIC_", "SLURM_"))}
-    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1",
-               RECOVERYDASH_SPOOL_DIR=str(tmp_path / "spool"))
+def test_the_example_crashes_resumes_and_the_server_says_exact(live_server, full_token,
+                                                               tmp_path, trainer_env):
+    env = trainer_env
     common = ["--url", live_server.url, "--token", full_token, "--location", "ckpt", *ARGS]
 
     first = torchrun([*common, "--crash-at-update", "13"], env, tmp_path)

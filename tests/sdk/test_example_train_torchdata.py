@@ -10,12 +10,9 @@ tests/sdk/test_example_train_ddp.py``."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 
@@ -26,6 +23,7 @@ if "pytest_django.plugin" not in sys.modules:  # run with -p no:django: nothing 
                 allow_module_level=True)
 
 from .conftest import REPO
+from .conftest import api_get as get
 
 pytestmark = pytest.mark.slow
 
@@ -37,28 +35,9 @@ ARGS = ["--updates", "20", "--save-every", "5", "--samples", "96", "--micro", "4
         "--accum", "2", "--workers", "2"]
 
 
-def get(live_server, token, path):
-    req = urllib.request.Request(f"{live_server.url}{path}",
-                                 headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return json.loads(r.read())
-
-
 def launch(args, env, cwd):
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
                           env=env, cwd=cwd, timeout=240, check=False)
-
-
-@pytest.fixture
-def env(live_server, settings, tmp_path):
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    settings.RECOVERYDASH_RATE_LIMIT_PER_SECOND = 0
-    settings.RECOVERYDASH_REDIS_URL = ""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("RECOVERYDASH_", "TORCHELASTIC_", "SLURM_", "RANK", "WORLD_SIZE"))}
-    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1",
-               RECOVERYDASH_SPOOL_DIR=str(tmp_path / "spool"))
-    return env
 
 
 def settled(live_server, token, run):
@@ -75,7 +54,8 @@ def settled(live_server, token, run):
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("restore", [True, False])
 def test_the_torchdata_example_crashes_resumes_and_the_server_says_what_the_loader_did(
-        live_server, full_token, tmp_path, env, restore):
+        live_server, full_token, tmp_path, trainer_env, restore):
+    env = trainer_env
     run = f"{RUN}-{'restored' if restore else 'fresh'}"
     common = ["--url", live_server.url, "--token", full_token, "--location", "ckpt",
               "--run-id", run, *ARGS]

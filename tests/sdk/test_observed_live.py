@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import glob
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 
@@ -29,6 +27,7 @@ if "pytest_django.plugin" not in sys.modules:  # run with -p no:django: nothing 
                 allow_module_level=True)
 
 from .conftest import REPO
+from .conftest import api_get as get
 
 pytestmark = pytest.mark.slow
 
@@ -39,23 +38,9 @@ COMMON = ["--samples", "96", "--micro", "4", "--accum", "2", "--updates", "12",
           "--save-every", "4"]
 
 
-def get(live_server, token, path):
-    req = urllib.request.Request(f"{live_server.url}{path}",
-                                 headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return json.loads(r.read())
-
-
 @pytest.fixture
-def job(live_server, settings, full_token, tmp_path):
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    settings.RECOVERYDASH_RATE_LIMIT_PER_SECOND = 0
-    settings.RECOVERYDASH_REDIS_URL = ""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("RECOVERYDASH_", "TORCHELASTIC_", "SLURM_", "RANK", "WORLD_SIZE",
-                                "LOCAL_RANK", "MASTER_"))}
-    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1",
-               RECOVERYDASH_SPOOL_DIR=str(tmp_path / "spool"))
+def job(live_server, full_token, tmp_path, trainer_env):
+    env = trainer_env
     truth = tmp_path / "truth"
     truth.mkdir()
 
