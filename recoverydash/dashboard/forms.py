@@ -11,7 +11,6 @@ from recoverydash.runs.models import SCOPES
 
 HEALTH_CHOICES = [("", "any health"), ("failing", "failing"), ("at_risk", "at risk"),
                   ("ok", "ok"), ("ended", "ended"), ("unknown", "not analysed yet")]
-DEFAULT_COMPONENTS = ["model", "optimizer", "scheduler", "rng", "data_progress"]
 
 
 class FleetFilterForm(forms.Form):
@@ -70,15 +69,17 @@ class WebhookForm(forms.ModelForm):
 
 
 class ContractForm(forms.Form):
-    """The run's recovery contract (docs/ingest-v1.md#attempt_started ``contract``), with its
-    defaults."""
+    """The run's recovery contract (docs/ingest-v1.md#attempt_started ``contract``);
+    :meth:`initial_for` shows the contract in force (``alerts.rules.contract_of``: the run's
+    values over the core's ``recovery.contract.DEFAULT_CONTRACT``). Bounds are the wire
+    contract's: a limit of 0 is legal."""
 
     max_replay_samples = forms.IntegerField(
         min_value=0, help_text="Positions a restart may replay before restart_replay fires.")
     max_omission_samples = forms.IntegerField(
         min_value=0, help_text="Positions a restart may omit before restart_omission fires.")
     max_checkpoint_age_s = forms.FloatField(
-        min_value=1, help_text="Seconds without a restorable checkpoint before checkpoint_stale "
+        min_value=0, help_text="Seconds without a restorable checkpoint before checkpoint_stale "
                                "fires.")
     required_components = forms.CharField(
         max_length=1000, help_text="Comma-separated components every generation must hold.")
@@ -92,12 +93,13 @@ class ContractForm(forms.Form):
 
     @classmethod
     def initial_for(cls, contract: dict) -> dict:
+        """Initial values from the contract in force (``alerts.rules.contract_of``: every field
+        present, defaults included)."""
         return {
-            "max_replay_samples": contract.get("max_replay_samples", 0),
-            "max_omission_samples": contract.get("max_omission_samples", 0),
-            "max_checkpoint_age_s": contract.get("max_checkpoint_age_s", 3600),
-            "required_components": ", ".join(contract.get("required_components")
-                                             or DEFAULT_COMPONENTS),
+            "max_replay_samples": contract["max_replay_samples"],
+            "max_omission_samples": contract["max_omission_samples"],
+            "max_checkpoint_age_s": contract["max_checkpoint_age_s"],
+            "required_components": ", ".join(contract["required_components"]),
         }
 
 

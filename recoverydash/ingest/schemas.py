@@ -52,6 +52,8 @@ from typing import Annotated, Any, Literal, Optional, Union, get_args
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, Strict,
                       TypeAdapter, ValidationError, WithJsonSchema, model_validator)
 
+from recoverydash.recovery.contract import DEFAULT_CONTRACT
+
 from .errors import MAX_ERRORS, BadRequest, ErrorItem, _MISSING, short
 
 MAX_U63 = 2**63 - 1
@@ -263,13 +265,15 @@ class ResumedFrom(_Wire):
 
 
 class Contract(_Wire):
-    """Run-level recovery contract; the latest one wins (copied to ``Run.contract``)."""
+    """Run-level recovery contract; the latest one wins (copied to ``Run.contract`` as sent).
+    The defaults shown are the core's ``recovery.contract.DEFAULT_CONTRACT``, which the analysis
+    applies to a field left out."""
 
-    max_replay_samples: Int63 = 0
-    max_omission_samples: Int63 = 0
-    required_components: Annotated[list[Str], FAIL_FAST] = [
-        "model", "optimizer", "scheduler", "rng", "data_progress"]
-    max_checkpoint_age_s: NonNegNumber = 3600
+    max_replay_samples: Int63 = DEFAULT_CONTRACT["max_replay_samples"]
+    max_omission_samples: Int63 = DEFAULT_CONTRACT["max_omission_samples"]
+    required_components: Annotated[list[Str], FAIL_FAST] = list(
+        DEFAULT_CONTRACT["required_components"])
+    max_checkpoint_age_s: NonNegNumber = DEFAULT_CONTRACT["max_checkpoint_age_s"]
 
 
 class AttemptStarted(EventBase):

@@ -10,25 +10,28 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Iterable
 
-#: Contract defaults, spec section 4 (`attempt_started.contract`).
-DEFAULT_CONTRACT: dict[str, Any] = {
-    "max_replay_samples": 0,
-    "max_omission_samples": 0,
-    "required_components": ["model", "optimizer", "scheduler", "rng", "data_progress"],
-    "max_checkpoint_age_s": 3600,
-}
+from .contract import DEFAULT_CONTRACT, effective_contract
+
+__all__ = ["DEFAULT_CONTRACT", "AttemptRecord", "GenerationRecord", "HeartbeatRecord",
+           "LedgerRecord", "RestoreRecord", "RunInput", "ShardRecord", "format_time",
+           "parse_time"]
 
 
-def parse_time(value: str | float | int | None) -> float | None:
+def parse_time(value: "str | float | int | _dt.datetime | None") -> float | None:
     """RFC 3339 timestamp (``2026-11-01T00:00:05Z`` or with an offset) -> POSIX seconds (UTC).
 
-    Numbers pass through as floats, None stays None. Raises ValueError on a string that is not
-    RFC 3339 or that carries no offset (a naive time has no defined instant).
+    Numbers pass through as floats, None stays None, an aware datetime gives its timestamp.
+    Raises ValueError on a string that is not RFC 3339 or that carries no offset, and on a naive
+    datetime (a naive time has no defined instant).
     """
     if value is None or isinstance(value, (int, float)):
         return None if value is None else float(value)
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            raise ValueError(f"datetime without offset: {value!r}")
+        return value.timestamp()
     moment = _dt.datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
     if moment.tzinfo is None:
         raise ValueError(f"timestamp without offset: {value!r}")
@@ -187,14 +190,10 @@ class RunInput:
     first_event_at: float | None = None
 
     def effective_contract(self) -> dict:
-        """DEFAULT_CONTRACT updated by the newest attempt's contract, then by ``contract``."""
-        merged = dict(DEFAULT_CONTRACT)
+        """DEFAULT_CONTRACT updated by the newest attempt's contract, then by ``contract``
+        (:func:`.contract.effective_contract`)."""
         declared = [a for a in sorted(self.attempts, key=lambda a: a.attempt) if a.contract]
-        if declared:
-            merged.update(declared[-1].contract)
-        if self.contract:
-            merged.update(self.contract)
-        return merged
+        return effective_contract(declared[-1].contract if declared else None, self.contract)
 
     @classmethod
     def from_events(cls, events: Iterable[dict], object_checks: dict | None = None,

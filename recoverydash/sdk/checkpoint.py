@@ -65,6 +65,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
+from recoverydash.recovery.contract import DEFAULT_REQUIRED_COMPONENTS as _CORE_COMPONENTS
 from recoverydash.sdk.client import Client, now_rfc3339
 from recoverydash.storage import objects as storage
 from recoverydash.storage.objects import (
@@ -76,8 +77,9 @@ from recoverydash.storage.objects import (
 
 log = logging.getLogger("recoverydash.sdk")
 
-DEFAULT_REQUIRED_COMPONENTS = ["model", "optimizer", "scheduler", "rng", "data_progress"]
-"""The default of ``contract.required_components`` (docs/ingest-v1.md#attempt_started)."""
+DEFAULT_REQUIRED_COMPONENTS = list(_CORE_COMPONENTS)
+"""The default of ``contract.required_components`` (docs/ingest-v1.md#attempt_started): the
+core's (``recoverydash.recovery.contract``, a standard-library-only module)."""
 
 
 def shard_name(rank: int) -> str:
