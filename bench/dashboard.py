@@ -2,15 +2,17 @@
 
 A run of 1,000,000 updates, 2,000 generations and 20 restarts (21 attempts), fabricated
 directly as rows and a stored analysis in the shape the recovery core writes (the fields of
-docs/ingest-v1.md#recovery,
-``costs``, and ``charts`` bounded per attempt), so no ledger is ingested. Measured through
+docs/ingest-v1.md#recovery, ``costs``, and ``charts``: the committed cursor bounded per attempt,
+the sawtooth of seconds since the last restorable generation from the core's ``tslrc_sawtooth``),
+so no ledger is ingested. Measured through
 Django's test client in one process, median of 20 requests each:
 
 - the run page and ``charts.json`` with the figure cache cleared before every request (the cost
   of building every figure from the stored analysis and the tables);
 - the same with the cache warm (what the 10 s poller and a second viewer pay);
-- the worst case: the analysis also holding full-resolution series of 1,000,000 points
-  (``series.committed`` and ``series.tslrc``), downsampled on the server;
+- the worst case: the analysis holding a sawtooth of 1,000,000 points (``charts.tslrc`` of
+  500,000 restorable generations) and a committed cursor of 1,000,000 points, downsampled on the
+  server;
 - baseline in the same process: the login page (a trivial template) and the run page with the
   charts built from the same 1,000,000-point series *without* downsampling (what sending
   everything would cost the server, before the browser even starts).
@@ -36,6 +38,8 @@ os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/bench"
 import django  # noqa: E402
 
 django.setup()
+
+from recoverydash.recovery.figures import tslrc_sawtooth  # noqa: E402
 
 from django.core.cache import cache  # noqa: E402
 from django.db import connection  # noqa: E402
@@ -115,7 +119,10 @@ def fabricate():
         {"time": iso(u * SECONDS_PER_UPDATE), "update": u,
          "cursor": [{"stratum": f"s{s}", "epoch": 0, "position": u * 1024} for s in range(4)]}
         for u in range(k * per_attempt + 1, (k + 1) * per_attempt + 1, per_attempt // 200)]}
-        for k in range(RESTARTS + 1)], "fetched": []}
+        for k in range(RESTARTS + 1)], "fetched": [],
+        "tslrc": tslrc_sawtooth([(g["update"], T0.timestamp() + g["update"] * SECONDS_PER_UPDATE
+                                  + 30) for g in items if g["status"] == "restorable"],
+                                T0.timestamp(), T0.timestamp() + end + 60)}
     result = {
         "run_id": run.run_id, "health": "ok",
         "last_restorable": {"generation_id": f"g{UPDATES}", "update": UPDATES,
@@ -128,7 +135,7 @@ def fabricate():
         "costs": {"goodput": 0.96, "mtbf_seconds": end / RESTARTS, "median_save_seconds": 30.0,
                   "young_interval_seconds": (2 * 30 * end / RESTARTS) ** 0.5,
                   "observed_interval_seconds": every * SECONDS_PER_UPDATE},
-        "charts": charts,
+        "charts": charts, "first_event_at": T0.isoformat(), "ended_at": None,
     }
     Analysis.objects.create(run=run, ingest_seq=10_000, health="ok", result=result)
     for k in range(1, RESTARTS + 1, 7):
@@ -140,14 +147,17 @@ def fabricate():
     return client, run, result
 
 
-def full_series() -> dict:
-    """Full-resolution series of 1,000,000 points (committed cursor and a TSLRC sawtooth)."""
-    t = [T0.timestamp() + u * SECONDS_PER_UPDATE for u in range(1, UPDATES + 1)]
-    every = UPDATES // GENERATIONS
-    return {"committed": {"t": t, "update": list(range(1, UPDATES + 1)),
-                          "cursor": {"s0": [u * 1024 for u in range(1, UPDATES + 1)]}},
-            "tslrc": {"t": t, "seconds": [(u % every) * SECONDS_PER_UPDATE
-                                          for u in range(1, UPDATES + 1)]}}
+def full_series(charts: dict) -> dict:
+    """``charts`` with 1,000,000-point series: a sawtooth of 500,000 restorable generations
+    (one every 2 updates) and a committed cursor of one attempt with a point per update."""
+    t0 = T0.timestamp()
+    tslrc = tslrc_sawtooth([(u, t0 + u * SECONDS_PER_UPDATE) for u in range(2, UPDATES, 2)],
+                           t0, t0 + UPDATES * SECONDS_PER_UPDATE)
+    committed = [{"attempt": 0, "points": [
+        {"time": iso(u * SECONDS_PER_UPDATE), "update": u,
+         "cursor": [{"stratum": "s0", "epoch": 0, "position": u * 1024}]}
+        for u in range(1, UPDATES + 1)]}]
+    return dict(charts, tslrc=tslrc, committed_cursor=committed)
 
 
 def median_ms(fn, n: int = REQUESTS, clear: bool = False) -> tuple[float, int]:
@@ -186,7 +196,7 @@ def main() -> None:
         rows.append(("baseline: login page (trivial template)", *median_ms(
             lambda: anonymous.get("/login/?next=/"))))
 
-        full = dict(result, series=full_series())
+        full = dict(result, charts=full_series(result["charts"]))
         Analysis.objects.filter(run=run).update(result=full)
         rows.append(("run page, +1M-point series stored, per request", *median_ms(
             lambda: client.get(page), n=5, clear=True)))

@@ -27,7 +27,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from recoverydash.alerts.models import Alert, AlertFlip
-from recoverydash.recovery import DEFAULT_CONTRACT  # contract defaults, defined once in the core
+# The contract defaults and every figure a rule compares are defined once, in the core.
+from recoverydash.recovery.contract import DEFAULT_CONTRACT, effective_contract
+from recoverydash.recovery.figures import checkpoint_stale, seconds_since_last_restorable
+
+__all__ = ["DEFAULT_CONTRACT", "EVENT_RULES", "Condition", "conditions", "contract_of",
+           "duration", "evaluate_run"]
 
 EVENT_RULES = ("restart_replay", "restart_omission", "resumed_from_unrestorable",
                "dataset_version_changed", "world_size_changed")
@@ -49,10 +54,8 @@ class Condition:
 
 def contract_of(run) -> dict:
     """The run's recovery contract (docs/ingest-v1.md#attempt_started ``contract``, the latest
-    wins) with its defaults."""
-    merged = dict(DEFAULT_CONTRACT)
-    merged.update({k: v for k, v in (run.contract or {}).items() if v is not None})
-    return merged
+    wins) over the core's defaults (``recovery.contract.effective_contract``)."""
+    return effective_contract(run.contract)
 
 
 def duration(seconds: float) -> str:
@@ -70,25 +73,15 @@ def duration(seconds: float) -> str:
     return f"{secs}s"
 
 
-def seconds_since_last_restorable(result: dict, first_event_at: datetime | None,
-                                  now: datetime) -> float | None:
-    """docs/definitions.md#seconds-since-last-restorable: now minus the newest restorable
-    generation's ``committed_at``; with none yet, since the run's first event; None with neither."""
-    last = result.get("last_restorable")
-    if last and last.get("committed_at"):
-        return (now - datetime.fromisoformat(last["committed_at"])).total_seconds()
-    if first_event_at:
-        return (now - first_event_at).total_seconds()
-    return None
-
-
 def conditions(result: dict, contract: dict, *, now: datetime, first_event_at: datetime | None,
                last_received_at: datetime | None, ended: bool) -> list[Condition]:
     """Every alert condition that holds for a run now (rule names of
     docs/definitions.md#alert-rules).
 
     ``result``: the recovery core's ``to_dict()``; ``contract``: see ``contract_of``; times are
-    aware datetimes. Returns conditions sorted by rule and subject.
+    aware datetimes (``first_event_at`` is used only for a stored result that predates the core's
+    ``first_event_at``). The age compared is the core's ``seconds_since_last_restorable`` and the
+    comparison its ``checkpoint_stale``. Returns conditions sorted by rule and subject.
     """
     found: list[Condition] = []
     max_age = float(contract["max_checkpoint_age_s"])
@@ -96,8 +89,8 @@ def conditions(result: dict, contract: dict, *, now: datetime, first_event_at: d
     restorable_updates = [g["update"] for g in generations if g["status"] == "restorable"]
     last = result.get("last_restorable")
     if not ended:
-        age = seconds_since_last_restorable(result, first_event_at, now)
-        if age is not None and age > max_age:
+        age = seconds_since_last_restorable(result, now, first_event_at)
+        if checkpoint_stale(age, max_age):
             where = (f"last restorable {last['generation_id']} at update {last['update']:,}"
                      if last else "no restorable checkpoint yet")
             found.append(Condition(

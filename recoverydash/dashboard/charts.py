@@ -2,27 +2,24 @@
 
 Each ``*_figure`` function returns a Plotly figure as a plain dict (``{"data": [...],
 "layout": {...}}``, the JSON that ``Plotly.react`` takes) and says in its docstring which
-definition of docs/definitions.md it draws. Figures are built from:
+definition of docs/definitions.md it draws. The figures draw what the recovery core computed and
+recompute nothing:
 
-- ``Analysis.result`` (the recovery core's ``to_dict()``): ``restarts``, ``strata``,
-  ``costs`` and, when the core provides them, chart series under ``result["series"]``;
-- the typed tables the analysis keeps current: ``Generation`` (status, committed_at, manifest
-  cursor), ``Attempt`` (start, end, restore) and ``Heartbeat`` (fetched cursors);
-- the ledger, only for small runs whose analysis carries no committed-cursor series.
+- ``Analysis.result`` (the core's ``RunAnalysis.to_dict()``): ``restarts``, ``strata``,
+  ``costs`` (under the core's names, ``recovery.costs.Costs``) and the chart series
+  ``result["charts"]``: ``tslrc`` (``recovery.figures.tslrc_sawtooth``), ``committed_cursor``
+  (``recovery.figures.committed_frontier``) and ``fetched`` (``recovery.figures.fetched_cursor``);
+- the typed tables the analysis keeps current, for what is drawn as it was reported:
+  ``Generation`` (the core's status, committed_at, manifest cursor) and ``Attempt`` (start, end,
+  restore).
+
+The time-since-last-restorable sawtooth ends at the analysis' time; the figure extends its last
+tooth to the page's ``now`` with the core's ``seconds_since_last_restorable``, the same call the
+headline makes, so chart and headline agree.
 
 No series ever reaches the browser with more than ``MAX_POINTS`` points per trace: long series go
 through ``downsample``, which keeps each bucket's minimum and maximum so that sawtooth peaks and
 drops survive. Figures are cached per run and analysis version (``run_figures``).
-
-Series read from the stored analysis (each optional):
-
-- ``result["charts"]["committed_cursor"]``: the core's committed cursor per attempt,
-  ``[{"attempt", "points": [{"time", "update", "cursor": [Cursor]}]}]`` (the attempt's own
-  frontier per stratum after that update), and ``result["charts"]["fetched"]``: heartbeat read
-  cursors per attempt ``[{"attempt", "points": [{"time", "rank", "update", "fetched"}]}]``;
-- ``result["series"]["committed"]``, columns ``{"t", "update", "cursor": {stratum: [...]}}``, and
-  ``result["series"]["tslrc"]``, columns ``{"t", "seconds"}``: full-resolution series, when a
-  producer stores them (downsampled here like everything else).
 """
 
 from __future__ import annotations
@@ -36,11 +33,12 @@ from django.db.models.fields.json import KT
 from django.utils import timezone
 from django.utils.safestring import mark_safe
 
+from recoverydash.alerts.rules import contract_of
 from recoverydash.dashboard.queries import as_datetime, freshness
-from recoverydash.runs.models import Analysis, Attempt, Generation, Heartbeat, LedgerRow
+from recoverydash.recovery.figures import seconds_since_last_restorable
+from recoverydash.runs.models import Analysis, Attempt, Generation
 
 MAX_POINTS = 2000
-LEDGER_FALLBACK_MAX_ROWS = 200_000
 CACHE_SECONDS = 600
 
 STATUS_STYLE = {  # word, marker symbol, colour: status is told by the legend word and the symbol
@@ -191,72 +189,22 @@ def run_window(run, attempts: list, now: datetime) -> tuple[datetime | None, dat
     return start, end
 
 
-def tslrc_sawtooth(commit_times: list[datetime], start: datetime | None,
-                   end: datetime) -> tuple[list, list]:
-    """docs/definitions.md#seconds-since-last-restorable: ``now - committed_at`` of the newest
-    restorable generation (before any: since the run's first event), as a sawtooth over the run.
-
-    Returns (times, seconds): at each restorable commit the value peaks, then drops to 0; the
-    last point is at ``end``. ``commit_times`` need not be sorted.
-    """
-    times = sorted(t for t in commit_times if t is not None)
-    origin = start or (times[0] if times else None)
-    if origin is None:
+def tslrc_series(result: dict, now: datetime, first_event_at: datetime | None = None) \
+        -> tuple[list, list]:
+    """The core's sawtooth of seconds since the last restorable generation
+    (``result["charts"]["tslrc"]``, ``recovery.figures.tslrc_sawtooth``) as (times, seconds),
+    its last tooth extended from the analysis' time to ``now`` by the core's
+    ``seconds_since_last_restorable`` (what the headline shows). An ended run's series stops at
+    its end. ``([], [])`` when the stored analysis has no series."""
+    block = (result.get("charts") or {}).get("tslrc") or {}
+    xs, ys = list(block.get("time") or []), list(block.get("seconds") or [])
+    if not xs:
         return [], []
-    xs, ys = [origin], [0.0]
-    last = origin
-    for t in times:
-        if t < origin:
-            last = t
-            continue
-        xs.append(t)
-        ys.append((t - last).total_seconds())
-        xs.append(t)
-        ys.append(0.0)
-        last = t
-    if end > last:
-        xs.append(end)
-        ys.append((end - last).total_seconds())
+    current = seconds_since_last_restorable(result, now, first_event_at)
+    if result.get("ended_at") is None and current is not None and as_datetime(xs[-1]) < now:
+        xs.append(now.isoformat())
+        ys.append(current)
     return xs, ys
-
-
-def committed_frontier_from_ledger(run) -> dict | None:
-    """The committed cursor against time for small runs without a stored series: per update (of any
-    attempt, in commit order), the highest position consumed + 1 per stratum
-    (docs/definitions.md#frontier: ``max consumed position + 1``), as in
-    ``result["series"]["committed"]``. None when the run has more than ``LEDGER_FALLBACK_MAX_ROWS``
-    ledger rows (the core's series is then the only source)."""
-    qs = LedgerRow.objects.filter(run=run)
-    if qs.count() > LEDGER_FALLBACK_MAX_ROWS:
-        return None
-    per_update: dict = {}
-    for attempt, update, time, spans in qs.order_by("time", "update").values_list(
-            "attempt", "update", "time", "spans").iterator(chunk_size=5000):
-        key = (attempt, update)
-        entry = per_update.setdefault(key, [time, {}])
-        entry[0] = max(entry[0], time)
-        for span in spans or []:
-            if span.get("padding") or "ranges" not in span:
-                continue
-            top = max((r[1] for r in span["ranges"] if r and r[1] > r[0]), default=None)
-            if top is None:
-                continue
-            s = span.get("stratum", "")
-            if top > entry[1].get(s, -1):
-                entry[1][s] = top
-    if not per_update:
-        return None
-    rows = sorted(per_update.items(), key=lambda kv: kv[1][0])
-    strata = sorted({s for _, (_, c) in rows for s in c})
-    cursor = {s: [] for s in strata}
-    t = []
-    updates = []
-    for (attempt, update), (time, tops) in rows:
-        t.append(time.isoformat())
-        updates.append(update)
-        for s in strata:
-            cursor[s].append(tops.get(s))
-    return {"t": t, "update": updates, "cursor": cursor}
 
 
 # --- figures --------------------------------------------------------------------------------------
@@ -342,8 +290,9 @@ def generations_figure(generations: list[dict], attempts: list, window: tuple) -
 
 
 def tslrc_figure(xs: list, seconds: list, limit_s: float) -> dict:
-    """docs/definitions.md#seconds-since-last-restorable over the run: a sawtooth that grows
-    with the clock and drops to zero at each restorable commit, with the contract's
+    """docs/definitions.md#seconds-since-last-restorable over the run (``tslrc_series``: the
+    core's sawtooth, which grows with the clock and drops to zero at each restorable commit of the
+    live lineage), with the contract's
     ``max_checkpoint_age_s`` as a dashed line (``checkpoint_stale`` fires above it). Downsampled
     with ``downsample`` (peaks kept)."""
     if not xs:
@@ -368,8 +317,10 @@ def tslrc_figure(xs: list, seconds: list, limit_s: float) -> dict:
 
 def cursors_figure(committed: dict | None, fetched: dict, restorable: dict) -> dict:
     """Cursors against time, per stratum (wire cursors, the position of the next sample):
-    *committed* (the lineage frontier after each committed update), *fetched* (the read cursor of
-    heartbeats and ``attempt_ended``: read from the source, committed or not) and *restorable*
+    *committed* (docs/definitions.md#frontier of each attempt's own updates after each committed
+    update: ``recovery.figures.committed_frontier``), *fetched* (the read cursor of heartbeats and
+    ``attempt_ended``, read from the source, committed or not: ``recovery.figures.fetched_cursor``)
+    and *restorable*
     (``data_progress.cursor`` of each restorable generation, held until the next one). The gap
     between fetched and committed is what a crash makes the next attempt recompute; between
     committed and restorable, what it loses. Each trace downsampled with ``downsample``."""
@@ -406,7 +357,8 @@ def cursors_figure(committed: dict | None, fetched: dict, restorable: dict) -> d
 
 
 def restart_positions_figure(restarts: list[dict]) -> dict:
-    """Per restart: positions ``replayed`` (consumed again within the
+    """Per restart (docs/definitions.md#replayed, #omitted, #recomputed):
+    positions ``replayed`` (consumed again within the
     lineage), ``omitted`` (skipped, never consumed) and ``recomputed`` (redone after a rollback:
     the price of the restart, never a defect), as grouped bars labelled with their values."""
     if not restarts:
@@ -426,7 +378,7 @@ def restart_positions_figure(restarts: list[dict]) -> dict:
 
 
 def restart_seconds_figure(restarts: list[dict]) -> dict:
-    """Per restart (docs/definitions.md#lost-seconds): ``lost_seconds`` (from the commit of
+    """Per restart (docs/definitions.md#lost-seconds, #recovery-seconds): ``lost_seconds`` (from the commit of
     the restored update to the failure) and ``recovery_seconds`` (from the failure to the first
     committed update of the new attempt). A value not known yet is drawn as no bar and labelled."""
     if not restarts:
@@ -452,7 +404,8 @@ def restart_seconds_figure(restarts: list[dict]) -> dict:
 
 
 def strata_figure(strata: list[dict]) -> dict:
-    """Per stratum (docs/definitions.md#duplicate-rate): ``duplicate_rate`` = duplicates /
+    """Per stratum (docs/definitions.md#duplicate-rate, #omission-rate):
+    ``duplicate_rate`` = duplicates /
     consumed and ``omission_rate`` = omissions / (omissions + distinct consumed), in percent,
     labelled with the counts behind them."""
     if not strata:
@@ -478,39 +431,16 @@ def strata_figure(strata: list[dict]) -> dict:
     return {"data": data, "layout": layout}
 
 
-COST_KEYS = {  # normalised name -> names the core may use in result["costs"]
-    "goodput": ("goodput",),
-    "mtbf_s": ("mtbf_s", "mtbf_seconds", "mtbf"),
-    "save_cost_s": ("median_save_seconds", "save_cost_s", "median_save_cost_s",
-                    "save_cost_seconds", "save_cost"),
-    "young_interval_s": ("young_interval_s", "young_interval_seconds", "young_interval"),
-    "interval_in_use_s": ("observed_interval_s", "interval_in_use_s", "checkpoint_interval_s",
-                          "observed_interval_seconds", "observed_interval"),
-}
-
-
-def normalise_costs(costs: dict | None) -> dict:
-    """The costs block of the stored analysis (docs/definitions.md#cost-of-recovery) under fixed
-    names: goodput (share 0..1), mtbf_s, save_cost_s, young_interval_s (sqrt(2 x save cost x MTBF)),
-    interval_in_use_s; a missing figure is None. When the core gives no Young interval but gives its
-    inputs, it is computed here by the same formula."""
-    costs = costs or {}
-    out = {}
-    for name, keys in COST_KEYS.items():
-        out[name] = next((costs[k] for k in keys if costs.get(k) is not None), None)
-    if out["young_interval_s"] is None and out["save_cost_s"] and out["mtbf_s"]:
-        out["young_interval_s"] = math.sqrt(2 * out["save_cost_s"] * out["mtbf_s"])
-    return out
-
-
 def interval_figure(costs: dict) -> dict:
-    """docs/definitions.md#young-interval: the checkpoint interval that minimises expected loss
-    (Young: sqrt(2 x measured save cost x MTBF)) beside the interval the run actually uses."""
-    c = normalise_costs(costs)
-    if c["young_interval_s"] is None and c["interval_in_use_s"] is None:
+    """docs/definitions.md#young-interval (sqrt(2 x measured save cost x MTBF), the interval
+    that minimises expected loss) beside docs/definitions.md#observed-interval (the interval the
+    run actually uses), both as the core computed them (``costs["young_interval_seconds"]``,
+    ``costs["observed_interval_seconds"]``)."""
+    young, observed = costs.get("young_interval_seconds"), costs.get("observed_interval_seconds")
+    if young is None and observed is None:
         return empty_figure("Checkpoint interval",
                             "Needs at least one failure and one measured save.")
-    values = [c["young_interval_s"], c["interval_in_use_s"]]
+    values = [young, observed]
     div, unit = seconds_unit(max(v or 0 for v in values))
     labels = ["Young interval", "interval in use"]
     data = [{"type": "bar", "orientation": "h", "y": labels,
@@ -525,25 +455,6 @@ def interval_figure(costs: dict) -> dict:
 
 
 # --- assembling the run page's figures ------------------------------------------------------------
-
-def _fetched_series(run, attempts: list) -> dict:
-    """Read cursors per stratum from heartbeats and ``attempt_ended``: {stratum: (times, pos)}."""
-    points: dict = {}
-    rows = (Heartbeat.objects.filter(run=run).exclude(fetched=[])
-            .order_by("time").values_list("time", "fetched"))
-    for time, fetched in rows.iterator(chunk_size=5000):
-        for c in fetched or []:
-            points.setdefault(c.get("stratum", ""), []).append((time, c.get("position")))
-    for a in attempts:
-        if a.ended_at and a.fetched:
-            for c in a.fetched:
-                points.setdefault(c.get("stratum", ""), []).append((a.ended_at, c.get("position")))
-    out = {}
-    for stratum, pts in points.items():
-        pts.sort(key=lambda p: p[0])
-        out[stratum] = ([p[0].isoformat() for p in pts], [p[1] for p in pts])
-    return out
-
 
 def committed_from_core(charts_block: dict | None) -> dict | None:
     """The core's ``committed_cursor`` (per attempt, points with a cursor list) as columns
@@ -620,25 +531,14 @@ def build_run_figures(run, now: datetime | None = None) -> dict:
         gen_rows.append({"generation_id": gid, "update": update or 0, "status": status,
                          "time": t.isoformat() if t else None, "commit": committed_at,
                          "cursor": cursor})
-    series = result.get("series") or {}
-    limit = float((run.contract or {}).get("max_checkpoint_age_s") or 3600.0)
-    stored_tslrc = series.get("tslrc")
-    if stored_tslrc and stored_tslrc.get("t"):
-        xs, ys = list(stored_tslrc["t"]), list(stored_tslrc["seconds"])
-        xs = _isos(xs)
-    else:
-        commits = [g["commit"] for g in gen_rows if g["status"] == "restorable" and g["commit"]]
-        xs, ys = tslrc_sawtooth(commits, window[0], window[1] or now)
+    xs, ys = tslrc_series(result, now, run.first_event_at)
     core_charts = result.get("charts") or {}
-    committed = (series.get("committed") or committed_from_core(core_charts)
-                 or committed_frontier_from_ledger(run))
-    fetched = fetched_from_core(core_charts)
-    if not fetched:
-        fetched = _fetched_series(run, attempts)
+    committed = committed_from_core(core_charts)
+    fetched = fetched_from_core(core_charts) or {}
     restarts = result.get("restarts") or []
     return {
         "generations": generations_figure(gen_rows, attempts, window),
-        "tslrc": tslrc_figure(xs, ys, limit),
+        "tslrc": tslrc_figure(xs, ys, float(contract_of(run)["max_checkpoint_age_s"])),
         "cursors": cursors_figure(committed, fetched,
                                   _restorable_series(gen_rows)),
         "restart_positions": restart_positions_figure(restarts),

@@ -21,7 +21,8 @@ from django.http import Http404
 from django.utils import timezone
 
 from recoverydash.alerts.models import Alert, Delivery, WebhookEndpoint
-from recoverydash.alerts.rules import contract_of, seconds_since_last_restorable
+from recoverydash.alerts.rules import contract_of
+from recoverydash.recovery.figures import checkpoint_stale, seconds_since_last_restorable
 from recoverydash.runs.models import (Analysis, ApiToken, AuditWindow, Attempt, Generation,
                                       Project, Run)
 
@@ -37,7 +38,10 @@ VERDICT_WORDS = {
                   "lineage before the checkpoint is unknown",
 }
 # Summary keys read from Analysis.result without loading the chart series.
-SMALL_KEYS = ("health", "last_restorable", "updates_at_risk", "restarts", "strata", "costs")
+SMALL_KEYS = ("health", "last_restorable", "updates_at_risk", "restarts", "strata", "costs",
+              "first_event_at", "ended_at")
+# What ``recovery.figures.seconds_since_last_restorable`` reads of a stored result.
+CLOCK_KEYS = ("last_restorable", "first_event_at", "ended_at")
 
 
 # --- access ---------------------------------------------------------------------------------------
@@ -125,8 +129,8 @@ class FleetRow:
 
     @property
     def over_limit(self) -> bool:
-        return self.seconds_since_restorable is not None and \
-            self.seconds_since_restorable > self.limit_s
+        """The core's ``checkpoint_stale`` (the alert rule's comparison)."""
+        return checkpoint_stale(self.seconds_since_restorable, self.limit_s)
 
     @property
     def age_share(self) -> float:
@@ -156,19 +160,18 @@ def fleet(user, *, project: int | None = None, health: str = "", q: str = "",
     analyses = {
         row["run_id"]: row for row in Analysis.objects.filter(run__in=[r.pk for r in runs]).values(
             "run_id", "computed_at", "ingest_seq", "health",
-            last_restorable=KeyTransform("last_restorable", "result"),
             updates_at_risk=KeyTransform("updates_at_risk", "result"),
-            restarts=KeyTransform("restarts", "result"))
+            restarts=KeyTransform("restarts", "result"),
+            **{k: KeyTransform(k, "result") for k in CLOCK_KEYS})
     }
     rows = []
     for run in runs:
         a = analyses.get(run.pk)
-        result = {"last_restorable": a["last_restorable"]} if a else {}
         row = FleetRow(
             run=run,
             health=a["health"] if a else "unknown",
-            seconds_since_restorable=seconds_since_last_restorable(result, run.first_event_at, now)
-            if a else None,
+            seconds_since_restorable=seconds_since_last_restorable(
+                {k: a[k] for k in CLOCK_KEYS}, now, run.first_event_at) if a else None,
             limit_s=_limit_of(run),
             last_restorable=a["last_restorable"] if a else None,
             updates_at_risk=a["updates_at_risk"] if a else None,
@@ -216,8 +219,8 @@ class RunSummary:
 
     @property
     def over_limit(self) -> bool:
-        return self.seconds_since_restorable is not None and \
-            self.seconds_since_restorable > self.limit_s
+        """The core's ``checkpoint_stale`` (the alert rule's comparison)."""
+        return checkpoint_stale(self.seconds_since_restorable, self.limit_s)
 
 
 def load_small_analysis(run) -> dict | None:
@@ -231,9 +234,10 @@ def load_small_analysis(run) -> dict | None:
 
 def run_summary(run, now: datetime | None = None) -> RunSummary:
     """Everything the run page states in words: can we resume and from what
-    (docs/definitions.md#last-restorable), how much is at risk (TSLRC from
-    ``rules.seconds_since_last_restorable`` and ``updates_at_risk``), what the last restart did to
-    the data (``restarts[-1]``), plus attempts, recent generations and the run's alerts."""
+    (docs/definitions.md#last-restorable), how much is at risk (the core's
+    ``seconds_since_last_restorable`` of the stored result at ``now``, and its
+    ``updates_at_risk``), what the last restart did to the data (``restarts[-1]``), plus attempts,
+    recent generations and the run's alerts."""
     now = now or timezone.now()
     a = load_small_analysis(run)
     result = {k: (a or {}).get(f"r_{k}") for k in SMALL_KEYS}
@@ -241,7 +245,7 @@ def run_summary(run, now: datetime | None = None) -> RunSummary:
         run=run, analysis=a,
         health=(a or {}).get("health") or "unknown",
         contract=contract_of(run),
-        seconds_since_restorable=seconds_since_last_restorable(result, run.first_event_at, now)
+        seconds_since_restorable=seconds_since_last_restorable(result, now, run.first_event_at)
         if a else None,
         limit_s=_limit_of(run),
         last_restorable=result["last_restorable"],
@@ -300,8 +304,7 @@ def generation_detail(run, generation_id: str) -> GenerationDetail:
     manifest = gen.manifest or {}
     required = list(manifest.get("required_shards") or gen.required_shards or [])
     components = list(manifest.get("components") or gen.components
-                      or contract_of(run).get("required_components")
-                      or ["model", "optimizer", "scheduler", "rng", "data_progress"])
+                      or contract_of(run)["required_components"])
     objects = list(gen.checkpoint_objects.order_by("shard", "component", "uri"))
     reports = {s.shard: s for s in gen.shards.all()}
     by_cell: dict = {}

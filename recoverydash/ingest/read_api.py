@@ -20,7 +20,7 @@ from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
 from recoverydash.alerts.models import Alert
-from recoverydash.alerts.rules import seconds_since_last_restorable
+from recoverydash.recovery.figures import seconds_since_last_restorable
 from recoverydash.runs.analysis import AnalysisFailed, plan_restore
 from recoverydash.runs.models import Analysis, Run
 
@@ -163,7 +163,7 @@ def recovery_view(run: Run) -> dict:
         "health": result.get("health", "ok"),
         "last_restorable": result.get("last_restorable"),
         "seconds_since_last_restorable": seconds_since_last_restorable(
-            result, run.first_event_at, now),
+            result, now, run.first_event_at),
         "updates_at_risk": result.get("updates_at_risk", 0),
         "generations": result.get("generations", []),
         "restarts": result.get("restarts", []),

@@ -1,8 +1,11 @@
 """recoverydash recovery core: which checkpoint can be resumed, how much work is at risk, and
 whether a restart replayed or skipped data. Pure Python (pyroaring), no Django or Celery.
 
-Every figure implements a definition of ``DESIGN.md`` ("How the numbers are defined") and the
-wire contract ``spec/ingest-v1.md`` (sections 3-5).
+Every figure implements a definition of ``docs/definitions.md`` and the wire contract
+``docs/ingest-v1.md`` (sections 3-5), and is computed by one function named after it: run-level
+figures and chart series in ``figures.py``, costs in ``costs.py``, restart figures in
+``restarts.py``, counting in ``ledger.py``, generation statuses in ``generations.py``; the
+contract defaults are ``contract.py``'s ``DEFAULT_CONTRACT``. Pages, alerts and APIs import them.
 
 Calling it
 ----------
@@ -13,8 +16,11 @@ Calling it
     run = RunInput.from_events(events, object_checks={uri: "ok", ...})   # or build the records
     analysis = analyze(run, now=time.time())          # the caller passes `now`, in POSIX seconds
     analysis.to_dict()   # run_id, health, last_restorable, seconds_since_last_restorable,
-                         # updates_at_risk, generations, restarts, strata (spec 5) + costs, charts,
-                         # restorable_elsewhere (ids restorable outside the live lineage)
+                         # updates_at_risk, generations, restarts, strata (spec 5) + costs, charts
+                         # (committed_cursor, fetched, tslrc), restorable_elsewhere (ids
+                         # restorable outside the live lineage), first_event_at, ended_at
+    seconds_since_last_restorable(stored_dict, later)  # figures.py: the same figure at a later
+                                                       # time, from the stored dict
     plan = restore_plan(analysis, world_size=64)      # plan.status_code 200 or 409, plan.body
 
 Incrementally (a worker keeping the ledger state in the database)::
@@ -97,18 +103,38 @@ reports of an ``(attempt, update, rank)`` already absorbed (united, as the spec 
 else (attempts, generations, heartbeats, restores, object checks) is small and is passed whole to
 :func:`analyze` each time. There is no case where the caller must rebuild the ledger from the rows.
 """
-from .analysis import RestorePlan, RunAnalysis, analyze, restore_plan
-from .costs import Costs
-from .generations import GenerationVerdict, Reason
-from .inputs import (DEFAULT_CONTRACT, AttemptRecord, GenerationRecord, HeartbeatRecord,
-                     LedgerRecord, RestoreRecord, RunInput, ShardRecord, format_time, parse_time)
-from .ledger import Ledger, Lineage, Segment, StratumCount
-from .positions import identity_position
-from .restarts import Restart
+from __future__ import annotations
 
-__all__ = [
-    "AttemptRecord", "Costs", "DEFAULT_CONTRACT", "GenerationRecord", "GenerationVerdict",
-    "HeartbeatRecord", "Ledger", "LedgerRecord", "Lineage", "Reason", "RestorePlan",
-    "RestoreRecord", "Restart", "RunAnalysis", "RunInput", "Segment", "ShardRecord",
-    "StratumCount", "analyze", "format_time", "identity_position", "parse_time", "restore_plan",
-]
+import importlib
+
+# Lazy exports (PEP 562): ``import recoverydash.recovery.contract`` (the trainer SDK does) loads
+# that module alone, not the analysis and pyroaring; ``from recoverydash.recovery import analyze``
+# loads what it names on first use.
+_EXPORTS = {
+    "RestorePlan": "analysis", "RunAnalysis": "analysis", "analyze": "analysis",
+    "restore_plan": "analysis",
+    "Costs": "costs",
+    "DEFAULT_CONTRACT": "contract", "effective_contract": "contract",
+    "GenerationVerdict": "generations", "Reason": "generations",
+    "AttemptRecord": "inputs", "GenerationRecord": "inputs", "HeartbeatRecord": "inputs",
+    "LedgerRecord": "inputs", "RestoreRecord": "inputs", "RunInput": "inputs",
+    "ShardRecord": "inputs", "format_time": "inputs", "parse_time": "inputs",
+    "Ledger": "ledger", "Lineage": "ledger", "Segment": "ledger", "StratumCount": "ledger",
+    "identity_position": "positions",
+    "Restart": "restarts",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,37 +1,34 @@
 """The whole analysis of a run: :func:`analyze` and :func:`restore_plan` (spec section 5).
 
-Health rule (documented choice, evaluated in this order):
-
-* ``ended``: the newest attempt ended ``completed`` or ``cancelled``;
-* ``failing``: no restorable generation on the live lineage and more than the contract's
-  ``max_checkpoint_age_s`` since the run's first event; or the last restart replayed more than
-  ``max_replay_samples`` or omitted more than ``max_omission_samples``;
-* ``at_risk``: seconds since the last restorable generation above ``max_checkpoint_age_s``; or a
-  generation newer than the last restorable one was rejected; or the newest attempt ended
-  ``failed``/``preempted`` and no attempt has replaced it yet;
-* ``ok`` otherwise.
+Every figure is computed by a function named after it (:mod:`.figures`, :mod:`.costs`,
+:mod:`.restarts`, :mod:`.ledger` counting, :mod:`.generations`); this module only wires them
+together and renders the result.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .costs import (Costs, goodput, median_save_cost, mtbf, observed_interval, useful_seconds,
-                    young_interval)
+from .costs import Costs, costs
+from .figures import (committed_frontier, fetched_cursor, health, last_restorable, restorable_on,
+                      run_ended_at, seconds_since_last_restorable, tslrc_sawtooth,
+                      updates_at_risk)
 from .generations import GenerationVerdict, Reason, evaluate_generations
 from .inputs import AttemptRecord, RunInput, format_time
-from .ledger import (Ledger, Lineage, count_strata, cursor_of, lineage_counts, lineage_frontier,
-                     lineage_of, resolve_resumes)
+from .ledger import (Ledger, Lineage, count_strata, lineage_counts, lineage_frontier, lineage_of,
+                     resolve_resumes)
 from .restarts import Restart, analyse_restart
-
-#: Points per attempt in the chart series.
-CHART_POINTS = 200
 
 
 @dataclass
 class RunAnalysis:
     """Everything the dashboard and the read API show for one run. Times are POSIX seconds;
-    :meth:`to_dict` renders spec 5's fields (times as RFC 3339 with offset) plus ``costs`` and
-    ``charts``."""
+    :meth:`to_dict` renders spec 5's fields (times as RFC 3339 with offset) plus ``costs``,
+    ``charts``, ``restorable_elsewhere``, ``first_event_at`` and ``ended_at`` (the clock of
+    :func:`.figures.seconds_since_last_restorable`, so that a reader of the stored dict computes
+    the same figure at a later ``now``).
+
+    ``charts``: ``committed_cursor`` (:func:`.figures.committed_frontier`), ``fetched``
+    (:func:`.figures.fetched_cursor`) and ``tslrc`` (:func:`.figures.tslrc_sawtooth`)."""
 
     run_id: str
     now: float
@@ -49,6 +46,9 @@ class RunAnalysis:
     #: ``not_in_live_lineage`` the restore plan's 409 gives for it
     restorable_elsewhere: list = field(default_factory=list)
     elsewhere_reasons: dict = field(default_factory=dict)
+    #: the run's first event; when it ended (:func:`.figures.run_ended_at`), None while open
+    first_event_at: float | None = None
+    ended_at: float | None = None
 
     def to_dict(self) -> dict:
         last = self.last_restorable
@@ -66,6 +66,8 @@ class RunAnalysis:
             "costs": self.costs.to_dict(),
             "charts": self.charts,
             "restorable_elsewhere": list(self.restorable_elsewhere),
+            "first_event_at": format_time(self.first_event_at),
+            "ended_at": format_time(self.ended_at),
         }
 
 
@@ -93,7 +95,11 @@ def analyze(run: RunInput, now: float, ledger: Ledger | None = None) -> RunAnaly
         known = [a.started_at for a in attempts.values() if a.started_at is not None]
         first_event = min(known) if known else now
     if not attempts:
-        return RunAnalysis(run.run_id, now, "ok", None, now - first_event, 0)
+        empty = RunAnalysis(run.run_id, now, "ok", None, None, 0, first_event_at=first_event)
+        empty.seconds_since_last_restorable = seconds_since_last_restorable(empty, now)
+        empty.charts = {"committed_cursor": [], "fetched": [],
+                        "tslrc": tslrc_sawtooth([], first_event, now)}
+        return empty
     generations = {g.generation_id: g for g in run.generations}
     resumes = resolve_resumes(attempts, generations)
     live = max(attempts)
@@ -159,29 +165,33 @@ def analyze(run: RunInput, now: float, ledger: Ledger | None = None) -> RunAnaly
     live_lineage = lineage_at(live)
     strata = count_strata(ledger, live_lineage, counts_of(live_lineage), epoch_length,
                           batch_of_key_in(live_lineage))
-    on_lineage = [v for v in verdicts if v.status == "restorable" and v.update is not None
-                  and live_lineage.contains_state(v.attempt, v.update)]
-    last = max(on_lineage, key=lambda v: (v.update, v.committed_at or 0.0), default=None)
-    since = now - (last.committed_at if last is not None and last.committed_at is not None
-                   else first_event)
-    floor = last.update if last is not None else None
-    at_risk = sum(ledger.updates_in(seg.attempt, seg.after if floor is None
-                                    else max(seg.after, floor), seg.upto)
-                  for seg in live_lineage.segments)
-
+    on_lineage = restorable_on(verdicts, live_lineage)
+    last = last_restorable(verdicts, live_lineage)
     live_ids = {v.generation_id for v in on_lineage}
     elsewhere = [v for v in verdicts if v.status == "restorable" and v.generation_id not in live_ids]
     why = _why_not_live(attempts, resumes, live, live_lineage)
     reasons = {v.generation_id: Reason("not_in_live_lineage", (
         f"{why}; {v.generation_id} (attempt {v.attempt}) is restorable in attempt {v.attempt}'s "
         f"lineage")) for v in elsewhere}
-    costs = _costs(run, ledger, attempts, live_lineage, restarts, verdicts, on_lineage, now,
-                   first_event)
-    health = _health(attempts[live], contract, last, since, now - first_event, restarts, verdicts,
-                     ledger)
-    charts = _charts(run, ledger, attempts, resumes)
-    return RunAnalysis(run.run_id, now, health, last, since, at_risk, verdicts, restarts, strata,
-                       costs, charts, live, [v.generation_id for v in elsewhere], reasons)
+    analysis = RunAnalysis(run.run_id, now, "", last, None,
+                           updates_at_risk(ledger, live_lineage, last), verdicts, restarts,
+                           strata, live_attempt=live,
+                           restorable_elsewhere=[v.generation_id for v in elsewhere],
+                           elsewhere_reasons=reasons, first_event_at=first_event,
+                           ended_at=run_ended_at(attempts[live]))
+    since = analysis.seconds_since_last_restorable = seconds_since_last_restorable(analysis, now)
+    analysis.costs = costs(ledger, attempts, live_lineage, restarts, verdicts, on_lineage, now,
+                           first_event)
+    analysis.health = health(attempts[live], contract, last, since, now - first_event, restarts,
+                             verdicts)
+    analysis.charts = {
+        "committed_cursor": committed_frontier(ledger, attempts, resumes),
+        "fetched": fetched_cursor(run.heartbeats, attempts),
+        "tslrc": tslrc_sawtooth([(v.update, v.committed_at) for v in on_lineage], first_event,
+                                now if analysis.ended_at is None
+                                else min(now, analysis.ended_at)),
+    }
+    return analysis
 
 
 def _why_not_live(attempts: dict, resumes: dict, live: int, lineage: Lineage) -> str:
@@ -197,91 +207,6 @@ def _why_not_live(attempts: dict, resumes: dict, live: int, lineage: Lineage) ->
     if root == live:
         return f"the live attempt {live} started fresh"
     return f"the live lineage of attempt {live} starts with attempt {root} (fresh)"
-
-
-def _costs(run, ledger, attempts, live_lineage, restarts, verdicts, on_lineage, now,
-           first_event) -> Costs:
-    newest = attempts[max(attempts)]
-    end = newest.failure_time() if newest.end_reason is not None else now
-    wall = max(0.0, (end if end is not None else now) - first_event)
-    useful = 0.0
-    for seg in live_lineage.segments:
-        state = ledger.attempts.get(seg.attempt)
-        n = ledger.updates_in(seg.attempt, seg.after, seg.upto)
-        if state is None or n < 2:
-            continue
-        first = next(iter(state.updates.iter_equal_or_larger(seg.after + 1)))
-        # the highest reported update at or below the segment's top (n >= 2: one exists)
-        top = seg.upto if seg.upto is not None else state.updates.max()
-        last = state.updates[state.updates.rank(top) - 1]
-        useful += useful_seconds(n, ledger.update_time(seg.attempt, first),
-                                 ledger.update_time(seg.attempt, last))
-    numbers = list(attempts)
-    failures = sum(1 for before in numbers[:-1]
-                   if attempts[before].end_reason not in ("completed", "cancelled"))
-    saves = [v.committed_at - v.started_at for v in verdicts
-             if v.manifest is not None and v.committed_at is not None and v.started_at is not None]
-    save_cost = median_save_cost(saves)
-    between = mtbf(wall, failures)
-    return Costs(
-        incidents=[{"attempt": r.attempt, "lost_updates": r.lost_updates,
-                    "lost_seconds": r.lost_seconds, "recovery_seconds": r.recovery_seconds}
-                   for r in restarts],
-        wall_seconds=wall, useful_seconds=useful, goodput=goodput(useful, wall),
-        failures=failures, mtbf_seconds=between, median_save_seconds=save_cost,
-        young_interval_seconds=young_interval(save_cost, between),
-        observed_interval_seconds=observed_interval([v.committed_at for v in on_lineage]))
-
-
-def _health(newest: AttemptRecord, contract: dict, last, since: float, age: float,
-            restarts: list, verdicts: list, ledger: Ledger) -> str:
-    max_age = float(contract.get("max_checkpoint_age_s", 3600))
-    if newest.end_reason in ("completed", "cancelled"):
-        return "ended"
-    if last is None and age > max_age:
-        return "failing"
-    if restarts:
-        final = restarts[-1]
-        if final.replayed > int(contract.get("max_replay_samples", 0)) \
-                or final.omitted > int(contract.get("max_omission_samples", 0)):
-            return "failing"
-    newer_rejected = any(v.status == "rejected" and (last is None or (v.update or 0) > last.update)
-                         for v in verdicts)
-    if since > max_age or newer_rejected or newest.end_reason in ("failed", "preempted"):
-        return "at_risk"
-    return "ok"
-
-
-def _charts(run: RunInput, ledger: Ledger, attempts: dict, resumes: dict) -> dict:
-    """``committed_cursor``: per attempt up to CHART_POINTS points ``{"time", "update",
-    "cursor"}`` (the attempt's own frontier per stratum after that update); ``fetched``: per
-    attempt the heartbeat read cursors ``{"time", "rank", "update", "fetched"}`` (every n-th
-    beyond CHART_POINTS)."""
-    committed = []
-    for number in attempts:
-        state = ledger.attempts.get(number)
-        if state is None or not state.updates:
-            continue
-        low, high = state.updates.min(), state.updates.max()
-        stride = max(1, (high - low) // (CHART_POINTS - 1))
-        points = []
-        for update in list(range(low, high + 1, stride))[:CHART_POINTS - 1] + [high]:
-            if update not in state.updates or (points and points[-1]["update"] == update):
-                continue
-            frontier = ledger.frontier_in(number, resumes[number].update, update)
-            points.append({"time": format_time(state.update_time(update)), "update": update,
-                           "cursor": cursor_of(frontier, ledger.id_strata)})
-        committed.append({"attempt": number, "points": points})
-    fetched = []
-    by_attempt: dict = {}
-    for beat in sorted(run.heartbeats, key=lambda b: b.time):
-        by_attempt.setdefault(beat.attempt, []).append(beat)
-    for number, beats in sorted(by_attempt.items()):
-        stride = max(1, len(beats) // CHART_POINTS)
-        fetched.append({"attempt": number, "points": [
-            {"time": format_time(b.time), "rank": b.rank, "update": b.update,
-             "fetched": b.fetched} for b in beats[::stride]]})
-    return {"committed_cursor": committed, "fetched": fetched}
 
 
 @dataclass

@@ -1,6 +1,8 @@
-"""Cost of recovery (DESIGN.md, "Cost of recovery"; seed 004's teaching run).
+"""Cost of recovery (docs/definitions.md#goodput, #mtbf, #save-cost, #young-interval,
+#observed-interval; seed 004's teaching run).
 
-All durations are wall seconds. ``goodput`` is a share in [0, 1].
+All durations are wall seconds. ``goodput`` is a share in [0, 1]. :func:`costs` assembles the
+run's :class:`Costs` from the functions below, each named after its figure.
 """
 from __future__ import annotations
 
@@ -11,8 +13,12 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Costs:
-    """Run-level recovery costs. ``incidents``: per restart ``{"attempt", "lost_updates",
-    "lost_seconds", "recovery_seconds"}``."""
+    """Run-level recovery costs, stored under these names (the dashboard reads them as they
+    are): ``incidents``: per restart ``{"attempt", "lost_updates", "lost_seconds",
+    "recovery_seconds"}``; ``wall_seconds`` and ``useful_seconds`` (:func:`goodput`'s inputs);
+    ``goodput``; ``failures`` and ``mtbf_seconds`` (:func:`mtbf`); ``median_save_seconds``
+    (:func:`save_cost`); ``young_interval_seconds`` (:func:`young_interval`);
+    ``observed_interval_seconds`` (:func:`observed_interval`)."""
 
     incidents: list = field(default_factory=list)
     wall_seconds: float = 0.0
@@ -39,31 +45,79 @@ def useful_seconds(update_count: int, first_commit: float | None,
 
 
 def goodput(useful: float, wall: float) -> float | None:
-    """Wall time spent on updates that survive in the lineage / wall time (None if no time)."""
+    """docs/definitions.md#goodput: wall time spent on updates that survive in the live lineage
+    (:func:`useful_seconds` summed over its segments) / wall time of the run (from its first
+    event to now, or to the newest attempt's end), capped at 1. None when no time passed."""
     return min(1.0, useful / wall) if wall > 0 else None
 
 
 def mtbf(wall: float, failures: int) -> float | None:
-    """Mean time between failures: wall seconds / failures (None without a failure)."""
+    """docs/definitions.md#mtbf: mean time between failures, wall seconds / failures (an
+    attempt followed by another that did not end ``completed`` or ``cancelled``); None without
+    a failure."""
     return wall / failures if failures else None
 
 
-def median_save_cost(save_seconds: list) -> float | None:
-    """Median of checkpoint_started -> checkpoint_committed durations (None if none)."""
+def save_cost(save_seconds: list) -> float | None:
+    """docs/definitions.md#save-cost: the measured save cost, median of the committed
+    generations' ``checkpoint_started`` -> ``checkpoint_committed`` durations in seconds (None if
+    none)."""
     return statistics.median(save_seconds) if save_seconds else None
 
 
 def young_interval(save_cost: float | None, mean_time_between_failures: float | None) -> \
         float | None:
-    """Young's checkpoint interval sqrt(2 * save cost * MTBF), the interval that minimises the
-    expected loss (None when either input is unknown)."""
+    """docs/definitions.md#young-interval: Young's checkpoint interval sqrt(2 * save cost *
+    MTBF) in seconds, the interval that minimises the expected loss (None when either input is
+    unknown)."""
     if save_cost is None or mean_time_between_failures is None:
         return None
     return math.sqrt(2.0 * save_cost * mean_time_between_failures)
 
 
 def observed_interval(commit_times: list) -> float | None:
-    """Median gap between consecutive restorable generations' commits (None for fewer than 2)."""
+    """docs/definitions.md#observed-interval: the interval the run actually uses, median gap in
+    seconds between consecutive commits of the live lineage's restorable generations (None for
+    fewer than 2)."""
     times = sorted(t for t in commit_times if t is not None)
     gaps = [b - a for a, b in zip(times, times[1:])]
     return statistics.median(gaps) if gaps else None
+
+
+def costs(ledger, attempts: dict, live_lineage, restarts: list, verdicts: list, on_lineage: list,
+          now: float, first_event: float) -> Costs:
+    """The run's :class:`Costs`. ``attempts``: ``{number: AttemptRecord}``; ``live_lineage``:
+    the live attempt's Lineage; ``restarts``: Restart list; ``verdicts``: GenerationVerdict list;
+    ``on_lineage``: the restorable verdicts of the live lineage; ``now`` and ``first_event``:
+    POSIX seconds. Wall time runs from the first event to ``now``, or to the newest attempt's
+    failure time once it ended."""
+    newest = attempts[max(attempts)]
+    end = newest.failure_time() if newest.end_reason is not None else now
+    wall = max(0.0, (end if end is not None else now) - first_event)
+    useful = 0.0
+    for seg in live_lineage.segments:
+        state = ledger.attempts.get(seg.attempt)
+        n = ledger.updates_in(seg.attempt, seg.after, seg.upto)
+        if state is None or n < 2:
+            continue
+        first = next(iter(state.updates.iter_equal_or_larger(seg.after + 1)))
+        # the highest reported update at or below the segment's top (n >= 2: one exists)
+        top = seg.upto if seg.upto is not None else state.updates.max()
+        last = state.updates[state.updates.rank(top) - 1]
+        useful += useful_seconds(n, ledger.update_time(seg.attempt, first),
+                                 ledger.update_time(seg.attempt, last))
+    numbers = list(attempts)
+    failures = sum(1 for before in numbers[:-1]
+                   if attempts[before].end_reason not in ("completed", "cancelled"))
+    saves = [v.committed_at - v.started_at for v in verdicts
+             if v.manifest is not None and v.committed_at is not None and v.started_at is not None]
+    median = save_cost(saves)
+    between = mtbf(wall, failures)
+    return Costs(
+        incidents=[{"attempt": r.attempt, "lost_updates": r.lost_updates,
+                    "lost_seconds": r.lost_seconds, "recovery_seconds": r.recovery_seconds}
+                   for r in restarts],
+        wall_seconds=wall, useful_seconds=useful, goodput=goodput(useful, wall),
+        failures=failures, mtbf_seconds=between, median_save_seconds=median,
+        young_interval_seconds=young_interval(median, between),
+        observed_interval_seconds=observed_interval([v.committed_at for v in on_lineage]))

@@ -139,17 +139,18 @@ class Run(models.Model):
     def analysis_summary(self, now=None) -> tuple[str | None, float | None]:
         """``(health, seconds_since_last_restorable)`` for lists (docs/ingest-v1.md#runs-list),
         read from the stored :class:`Analysis`: both None while no analysis exists. The seconds
-        follow docs/definitions.md#seconds-since-last-restorable, as in the ``recovery`` answer (see
-        ``recoverydash.alerts.rules.seconds_since_last_restorable``)."""
-        from recoverydash.alerts.rules import seconds_since_last_restorable
+        are the core's ``recovery.figures.seconds_since_last_restorable``
+        (docs/definitions.md#seconds-since-last-restorable) of the stored result at ``now``
+        (default: the clock), the same figure the run page, the alerts and the recovery answer
+        show."""
+        from recoverydash.recovery.figures import seconds_since_last_restorable
 
         try:
             analysis = self.analysis
         except Analysis.DoesNotExist:
             return None, None
-        seconds = seconds_since_last_restorable(analysis.result or {}, self.first_event_at,
-                                                now or timezone.now())
-        return analysis.health, None if seconds is None else max(0.0, seconds)
+        return analysis.health, seconds_since_last_restorable(
+            analysis.result or {}, now or timezone.now(), self.first_event_at)
 
 
 class Event(models.Model):

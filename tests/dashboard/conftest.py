@@ -1,18 +1,29 @@
 """Dashboard fixtures: an owner and a teammate of ``project``, an outsider (member of
-``other_project`` only), and ``known_run``: the omission restart of scenario s2
-(docs/definitions.md#worked-example) written straight into the tables with a stored analysis whose
-every figure the tests know."""
+``other_project`` only), and ``known_run``: scenario s2 (docs/definitions.md#worked-example: the
+restart resumes at 80,048 instead of 80,000, 48 positions omitted) plus a generation g1255 of the
+resumed attempt that lacks shard rank7, with a stored analysis that is the recovery core's real
+output for those events (``known_result``: ``analyze(RunInput.from_events(...)).to_dict()``),
+never a hand-written dict. The tables are projected from the same events, as ingest would write
+them."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
-T0 = datetime(2026, 11, 1, 0, 0, 5, tzinfo=timezone.utc)
-COMMIT = datetime(2026, 11, 1, 0, 21, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 1, 0, 0, 5, tzinfo=timezone.utc)          # s2's first event
+COMMIT = datetime(2026, 11, 1, 0, 21, 1, tzinfo=timezone.utc)     # g1250 committed
+#: When the stored analysis was computed (a minute after s2's last event).
+ANALYSED_AT = datetime(2026, 11, 1, 0, 23, 21, tzinfo=timezone.utc)
 PASSWORD = "correct horse battery"
+SHARDS = [f"rank{r}" for r in range(8)]
+COMPONENTS = ["model", "optimizer", "scheduler", "rng", "data_progress"]
+#: g1255's object whose storage check fails (and the detail the verifier gave).
+MISSING_URI = "file:///ckpt/g1255/rank3/model"
 
 
 def _user(username, project=None, **extra):
@@ -46,99 +57,128 @@ def admin_user(db):
     return _user("root", None, is_superuser=True, is_staff=True)
 
 
-def known_result() -> dict:
-    """A stored analysis (docs/ingest-v1.md#recovery shape plus costs) of scenario s2: resume at
-    80,048 instead of 80,000, 48 positions omitted."""
-    return {
-        "run_id": "s2-omission",
-        "health": "failing",
-        "last_restorable": {"generation_id": "g1250", "update": 1250,
-                            "committed_at": COMMIT.isoformat()},
-        "updates_at_risk": 10,
-        "generations": [{"generation_id": "g1250", "attempt": 0, "update": 1250,
-                         "status": "restorable", "reasons": []},
-                        {"generation_id": "g1255", "attempt": 1, "update": 1255,
-                         "status": "rejected",
-                         "reasons": [{"code": "shard_missing", "detail": "rank7 never written"}]}],
-        "restarts": [{
-            "attempt": 1, "resumed_from": "g1250", "resumed_update": 1250,
-            "world_size_before": 8, "world_size_after": 8,
-            "expected_cursor": [{"stratum": "main", "epoch": 0, "position": 80000}],
-            "resume_cursor": [{"stratum": "main", "epoch": 0, "position": 80048}],
-            "replayed": 0, "omitted": 48, "recomputed": 0, "lost_updates": 0,
-            "lost_seconds": 5.0, "recovery_seconds": 70.0, "verdict": "omission",
-            "findings": [{"code": "omission",
-                          "detail": "48 positions between 80,000 and 80,048 never consumed"}],
-        }],
-        "strata": [{"stratum": "main", "consumed": 80640, "duplicates": 0, "omissions": 48,
-                    "duplicate_rate": 0.0, "omission_rate": 48 / (48 + 80640)}],
-        "costs": {"goodput": 0.9375, "mtbf_s": 1261.0, "save_cost_s": 5.0,
-                  "young_interval_s": 112.29, "observed_interval_s": 1256.0},
-    }
+def g1255_events() -> list:
+    """Attempt 1 saves g1255 at update 1255 (cursor 80,048 + 5 x 64 = 80,368): rank7 never
+    writes its shard, and rank3's model object is missing in storage."""
+    def obj(shard, component):
+        uri = f"file:///ckpt/g1255/{shard}/{component}"
+        return {"uri": uri, "shard": shard, "component": component, "size": 4096,
+                "sha256": hashlib.sha256(uri.encode()).hexdigest()}
+
+    base = {"run_id": "s2-omission", "attempt": 1}
+    written = SHARDS[:7]
+    events = [dict(base, event_id="g1255-start", type="checkpoint_started",
+                   time="2026-11-01T00:22:17Z", generation_id="g1255", update=1255,
+                   required_shards=SHARDS, components=COMPONENTS)]
+    events += [dict(base, event_id=f"g1255-{s}", type="shard_written",
+                    time="2026-11-01T00:22:18Z", generation_id="g1255", shard=s, update=1255,
+                    objects=[obj(s, c) for c in COMPONENTS]) for s in written]
+    events.append(dict(base, event_id="g1255-commit", type="checkpoint_committed",
+                       time="2026-11-01T00:22:19Z", manifest={
+                           "schema_revision": 1, "generation_id": "g1255", "update": 1255,
+                           "world_size": 8, "required_shards": SHARDS, "components": COMPONENTS,
+                           "objects": [obj(s, c) for s in written for c in COMPONENTS],
+                           "data_progress": {"cursor": [{"stratum": "main", "epoch": 0,
+                                                         "position": 80_368}]},
+                           "dataset_version": "ds-v1",
+                           "committed_at": "2026-11-01T00:22:19+00:00"}))
+    return events
+
+
+def storage_checks(events) -> dict:
+    """What the storage verifier finds for every manifest object: s2's files as the scenario
+    loader wrote them, g1255's objects ok except ``MISSING_URI``."""
+    out = {}
+    for event in events:
+        for o in (event.get("manifest") or {}).get("objects") or []:
+            if o["uri"].startswith("file:///ckpt/g1255/"):
+                out[o["uri"]] = "object_missing" if o["uri"] == MISSING_URI else "ok"
+                continue
+            path = Path(o["uri"][len("file://"):])
+            data = path.read_bytes() if path.exists() else None
+            out[o["uri"]] = ("object_missing" if data is None else "size_mismatch"
+                             if len(data) != o["size"] else "digest_mismatch"
+                             if hashlib.sha256(data).hexdigest() != o["sha256"] else "ok")
+    return out
+
+
+@pytest.fixture(scope="session")
+def known_events(scenario_loader, tmp_path_factory):
+    """``(events, checks)``: scenario s2's events followed by ``g1255_events``, and the storage
+    checks of every manifest object."""
+    events, _ = scenario_loader("s2_seed003_omission", str(tmp_path_factory.mktemp("s2")))
+    events = list(events) + g1255_events()
+    return events, storage_checks(events)
+
+
+@pytest.fixture(scope="session")
+def known_result(known_events) -> dict:
+    """The recovery core's analysis of ``known_events`` at ``ANALYSED_AT``, as stored."""
+    from recoverydash.recovery import RunInput, analyze
+
+    events, checks = known_events
+    return analyze(RunInput.from_events(events, checks), ANALYSED_AT.timestamp()).to_dict()
+
+
+def _at(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 @pytest.fixture
-def known_run(project):
-    """The run, two attempts, generations g1250 (restorable, 40 objects verified) and g1255
-    (rejected), a little ledger, audit windows around the restart, a firing restart_omission
-    alert and the stored analysis of ``known_result``."""
+def known_run(project, known_events, known_result):
+    """The run's tables projected from ``known_events`` (attempts, generations with the core's
+    statuses and reasons, shard reports, objects with their checks), audit windows around the
+    restart, a firing restart_omission alert and the stored analysis ``known_result``."""
     from recoverydash.alerts.models import Alert
     from recoverydash.runs.models import (Analysis, Attempt, AuditWindow, CheckpointObject,
-                                          Generation, Heartbeat, LedgerRow, Run, ShardReport)
+                                          Generation, Run, ShardReport)
 
+    events, checks = known_events
     now = datetime.now(timezone.utc)
     run = Run.objects.create(project=project, run_id="s2-omission", first_event_at=T0,
                              last_event_at=now - timedelta(seconds=30),
                              last_received_at=now - timedelta(seconds=30), ingest_seq=7,
                              contract={"max_checkpoint_age_s": 3600})
-    Attempt.objects.create(run=run, attempt=0, started_at=T0, world_size=8,
-                           dataset_version="ds-v1", global_batch_size=64,
-                           ended_at=COMMIT + timedelta(seconds=5), end_reason="failed",
-                           end_update=1250, last_update=1250,
-                           fetched=[{"stratum": "main", "epoch": 0, "position": 80048}])
-    Attempt.objects.create(run=run, attempt=1, started_at=COMMIT + timedelta(seconds=70),
-                           world_size=8, dataset_version="ds-v1", global_batch_size=64,
-                           resumed_from={"generation_id": "g1250", "update": 1250,
-                                         "cursor": [{"stratum": "main", "epoch": 0,
-                                                     "position": 80048}]},
-                           last_update=1260, restore_generation_id="g1250",
-                           restored_at=COMMIT + timedelta(seconds=72))
-    shards = [f"rank{r}" for r in range(8)]
-    components = ["model", "optimizer", "scheduler", "rng", "data_progress"]
-    manifest = {"schema_revision": 1, "generation_id": "g1250", "update": 1250, "world_size": 8,
-                "required_shards": shards, "components": components, "objects": [],
-                "data_progress": {"cursor": [{"stratum": "main", "epoch": 0, "position": 80000}]},
-                "dataset_version": "ds-v1", "committed_at": COMMIT.isoformat()}
-    g = Generation.objects.create(run=run, generation_id="g1250", attempt=0, update=1250,
-                                  started_at=COMMIT - timedelta(seconds=5),
-                                  required_shards=shards, components=components,
-                                  committed_at=COMMIT, manifest=manifest, status="restorable",
-                                  verified_at=COMMIT + timedelta(seconds=2))
-    for s in shards:
-        ShardReport.objects.create(generation=g, shard=s, update=1250, reported_at=COMMIT)
-        for c in components:
+    attempts: dict = {}
+    for e in events:
+        a = attempts.setdefault(e["attempt"], {"attempt": e["attempt"], "last_update": 0})
+        a["last_event_at"] = max(a.get("last_event_at") or _at(e["time"]), _at(e["time"]))
+        if e["type"] == "attempt_started":
+            a.update(started_at=_at(e["time"]), world_size=e["world_size"],
+                     dataset_version=e["dataset_version"],
+                     global_batch_size=e.get("global_batch_size"),
+                     resumed_from=e.get("resumed_from"))
+        elif e["type"] == "attempt_ended":
+            a.update(ended_at=_at(e["time"]), end_reason=e["reason"], end_update=e["update"],
+                     fetched=e.get("fetched") or [])
+        elif e["type"] == "update_committed" and e["update"] > a["last_update"]:
+            a.update(last_update=e["update"], last_update_at=_at(e["time"]))
+    for a in attempts.values():
+        Attempt.objects.create(run=run, **a)
+    status = {g["generation_id"]: g for g in known_result["generations"]}
+    for started in (e for e in events if e["type"] == "checkpoint_started"):
+        gid = started["generation_id"]
+        commit = next(e for e in events if e["type"] == "checkpoint_committed"
+                      and e["manifest"]["generation_id"] == gid)
+        gen = Generation.objects.create(
+            run=run, generation_id=gid, attempt=started["attempt"], update=started["update"],
+            started_at=_at(started["time"]), required_shards=started["required_shards"],
+            components=started["components"], committed_at=_at(commit["time"]),
+            commit_reported_at=_at(commit["time"]), manifest=commit["manifest"],
+            status=status[gid]["status"], reasons=status[gid]["reasons"],
+            verified_at=_at(commit["time"]) + timedelta(seconds=2))
+        for e in events:
+            if e["type"] == "shard_written" and e["generation_id"] == gid:
+                ShardReport.objects.create(generation=gen, shard=e["shard"], update=e["update"],
+                                           reported_at=_at(e["time"]), object_list=e["objects"])
+        for o in commit["manifest"]["objects"]:
+            check = checks[o["uri"]]
             CheckpointObject.objects.create(
-                generation=g, uri=f"file:///ckpt/g1250/{s}/{c}", shard=s, component=c,
-                size=4096, in_manifest=True, check_status="ok", observed_size=4096,
-                checked_at=COMMIT + timedelta(seconds=2))
-    bad = Generation.objects.create(
-        run=run, generation_id="g1255", attempt=1, update=1255, required_shards=shards,
-        components=components, committed_at=COMMIT + timedelta(seconds=120), status="rejected",
-        reasons=[{"code": "shard_missing", "detail": "rank7 never written"}],
-        manifest=dict(manifest, generation_id="g1255", update=1255))
-    CheckpointObject.objects.create(generation=bad, uri="file:///ckpt/g1255/rank7/model",
-                                    shard="rank7", component="model", size=4096,
-                                    check_status="object_missing", check_detail="no such file",
-                                    checked_at=COMMIT + timedelta(seconds=121))
-    for update in range(1245, 1251):
-        for rank in range(8):
-            start = (update - 1) * 64
-            LedgerRow.objects.create(run=run, attempt=0, update=update, rank=rank,
-                                     time=COMMIT - timedelta(seconds=(1250 - update)),
-                                     spans=[{"stratum": "main", "epoch": 0,
-                                             "ranges": [[start + rank, start + 64, 8]]}])
-    Heartbeat.objects.create(run=run, attempt=0, time=COMMIT + timedelta(seconds=3), update=1250,
-                             fetched=[{"stratum": "main", "epoch": 0, "position": 80048}])
+                generation=gen, uri=o["uri"], shard=o["shard"], component=o["component"],
+                size=o["size"], sha256=o["sha256"], in_manifest=True, check_status=check,
+                observed_size=o["size"] if check == "ok" else None,
+                check_detail="no such file" if check == "object_missing" else "",
+                checked_at=gen.verified_at)
     for attempt, update in ((0, 1249), (0, 1250), (1, 1251), (1, 1252)):
         for rank in range(2):
             for slot in range(2):
@@ -148,7 +188,7 @@ def known_run(project):
                                            sample_ids=[f"s{base + slot * 16 + rank}",
                                                        f"s{base + slot * 16 + rank + 8}"])
     Analysis.objects.create(run=run, computed_at=now - timedelta(seconds=20), ingest_seq=7,
-                            health="failing", result=known_result())
+                            health=known_result["health"], result=known_result)
     Alert.objects.create(run=run, rule="restart_omission", subject="1",
                          dedup_key="s2-omission:restart_omission:1", severity="critical",
                          summary="Attempt 1 skipped 48 positions that were never trained on "

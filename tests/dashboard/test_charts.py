@@ -49,12 +49,22 @@ def test_thin_bounds_point_clouds_and_keeps_the_ends():
     assert len(out) <= 2000 and out[0] == 0 and out[-1] == 10_000
 
 
-def test_tslrc_sawtooth_peaks_at_each_restorable_commit_and_ends_now():
+def test_the_tslrc_series_is_the_cores_extended_to_now_by_the_cores_figure():
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    commits = [t0 + timedelta(minutes=30), t0 + timedelta(minutes=90)]
-    xs, ys = charts.tslrc_sawtooth(commits, t0, t0 + timedelta(minutes=100))
-    assert ys == [0.0, 1800.0, 0.0, 3600.0, 0.0, 600.0]
-    assert xs[-1] == t0 + timedelta(minutes=100)
+    result = {"last_restorable": {"generation_id": "g2", "update": 2,
+                                  "committed_at": (t0 + timedelta(minutes=90)).isoformat()},
+              "first_event_at": t0.isoformat(), "ended_at": None,
+              "charts": {"tslrc": {"time": [t0.isoformat(),
+                                            (t0 + timedelta(minutes=90)).isoformat(),
+                                            (t0 + timedelta(minutes=90)).isoformat(),
+                                            (t0 + timedelta(minutes=100)).isoformat()],
+                                   "seconds": [0.0, 5400.0, 0.0, 600.0]}}}
+    now = t0 + timedelta(minutes=130)
+    xs, ys = charts.tslrc_series(result, now)
+    assert ys == [0.0, 5400.0, 0.0, 600.0, 2400.0] and xs[-1] == now.isoformat()
+    ended = dict(result, ended_at=(t0 + timedelta(minutes=100)).isoformat())
+    assert charts.tslrc_series(ended, now)[1] == [0.0, 5400.0, 0.0, 600.0]
+    assert charts.tslrc_series({"charts": {}}, now) == ([], [])
 
 
 def test_tslrc_figure_of_a_million_point_series_reaches_the_browser_bounded():
@@ -87,12 +97,11 @@ def test_strata_figure_draws_rates_in_percent():
     assert fig["data"][0]["y"] == [1.0] and fig["data"][0]["text"] == ["1% (10)"]
 
 
-def test_costs_are_normalised_and_young_is_computed_from_its_inputs_when_missing():
-    c = charts.normalise_costs({"goodput": 0.9, "mtbf_seconds": 3600, "save_cost_s": 50,
-                                "observed_interval_s": 1800})
-    assert c["young_interval_s"] == pytest.approx((2 * 50 * 3600) ** 0.5)
-    fig = charts.interval_figure({"young_interval_s": 600, "observed_interval_s": 1800})
+def test_the_interval_figure_draws_the_cores_young_and_observed_intervals():
+    fig = charts.interval_figure({"young_interval_seconds": 600,
+                                  "observed_interval_seconds": 1800})
     assert fig["data"][0]["x"] == [10.0, 30.0] and fig["data"][0]["text"][1] == "30.0 minutes"
+    assert charts.interval_figure({"mtbf_seconds": 3600, "median_save_seconds": 50})["empty"]
 
 
 def test_empty_inputs_give_a_figure_that_says_why():
@@ -102,27 +111,51 @@ def test_empty_inputs_give_a_figure_that_says_why():
 
 
 @pytest.mark.django_db
-def test_committed_cursor_comes_from_the_ledger_for_small_runs(known_run):
-    series = charts.committed_frontier_from_ledger(known_run)
-    assert series["update"] == [1245, 1246, 1247, 1248, 1249, 1250]
-    assert series["cursor"]["main"][-1] == 80000  # frontier after update 1,250
+def test_the_committed_cursor_drawn_is_the_cores_series(known_run, known_result):
+    figures = charts.build_run_figures(known_run)
+    committed = next(t for t in figures["cursors"]["data"] if t["name"] == "committed")
+    series = known_result["charts"]["committed_cursor"]
+    assert [a["attempt"] for a in series] == [0, 1]
+    drawn = [y for y in committed["y"] if y is not None]
+    assert drawn == [p["cursor"][0]["position"] for a in series for p in a["points"]]
+    assert drawn[-1] == 80_048 + 10 * 64  # attempt 1's own frontier after update 1,260
+    fetched = next(t for t in figures["cursors"]["data"] if t["name"] == "fetched")
+    assert fetched["y"] == [80_048, 80_048]  # heartbeat and attempt_ended read cursors
 
 
 @pytest.mark.django_db
-def test_a_stored_committed_series_of_a_million_updates_is_downsampled(known_run):
+def test_a_committed_series_of_100_attempts_is_downsampled_and_keeps_its_restart_gaps(known_run):
+    """The core keeps 200 points per attempt; 100 attempts make 20,000 points, drawn bounded."""
     from recoverydash.runs.models import Analysis
 
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp()
-    n = 1_000_000
     result = dict(Analysis.objects.get(run=known_run).result)
-    result["series"] = {"committed": {"t": [t0 + i for i in range(n)],
-                                      "update": list(range(1, n + 1)),
-                                      "cursor": {"main": [64 * i for i in range(1, n + 1)]}}}
+    series = [{"attempt": k, "points": [
+        {"time": datetime.fromtimestamp(t0 + 1000 * k + i, tz=timezone.utc).isoformat(),
+         "update": 200 * k + i, "cursor": [{"stratum": "main", "epoch": 0,
+                                            "position": 64 * (200 * k + i)}]}
+        for i in range(1, 201)]} for k in range(100)]
+    result["charts"] = dict(result["charts"], committed_cursor=series)
     Analysis.objects.filter(run=known_run).update(result=result)
     figures = charts.build_run_figures(known_run)
     committed = next(t for t in figures["cursors"]["data"] if t["name"] == "committed")
-    assert len(committed["x"]) <= 2000 and committed["y"][-1] == 64 * n
+    assert len(committed["x"]) <= 2000 + 100 and committed["y"][-1] == 64 * 20_000
+    assert committed["y"].count(None) == 99  # one break per restart
     assert all(charts.points_in(f) <= 4 * 2000 for f in figures.values())
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("contract, limit", [({"max_checkpoint_age_s": 0}, 0.0),
+                                             ({"max_checkpoint_age_s": 900}, 900.0),
+                                             ({"max_replay_samples": 5}, 3600.0),
+                                             ({}, 3600.0)])
+def test_the_tslrc_limit_line_is_the_contracts_limit_and_zero_stays_zero(known_run, contract,
+                                                                          limit):
+    known_run.contract = contract
+    known_run.save(update_fields=["contract"])
+    line = charts.build_run_figures(known_run)["tslrc"]["data"][1]
+    assert line["name"] == f"limit (max_checkpoint_age_s = {limit:g})"
+    assert line["y"][0] == line["y"][1] and (line["y"][0] == 0.0) == (limit == 0.0)
 
 
 def test_a_gapped_series_keeps_its_gaps_and_its_bound():

@@ -1,4 +1,6 @@
-"""Every page renders the exact figures of a known stored analysis (``known_run``)."""
+"""Every page renders the exact figures of a known stored analysis (``known_run``: the core's
+output for scenario s2 plus a rejected g1255), and the run page shows exactly the core's numbers
+for a scenario run through ingest and the analysis."""
 
 from __future__ import annotations
 
@@ -22,15 +24,18 @@ def test_fleet_shows_the_run_with_health_age_generation_alerts_and_verdict(owner
     assert "of 1h 00m" in html  # the limit beside the age
 
 
-def test_run_page_states_the_three_answers_in_words(owner_client, known_run):
+def test_run_page_states_the_three_answers_in_words(owner_client, known_run, known_result):
     html = without_definition_links(
         owner_client.get(reverse("run", args=[known_run.pk])).content.decode())
     assert "Can we resume?" in html and "Yes, from" in html and "g1250" in html
     assert "Update 1,250, committed 2026-11-01 00:21:01 UTC" in html
+    assert known_result["updates_at_risk"] == 10
     assert "10 updates" in html and "over the limit" in html
     assert "What did the last restart do to the data?" in html
     assert "<strong>48</strong> omitted, <strong>0</strong> replayed, 0 recomputed" in html
-    assert "93.8%" in html  # goodput 0.9375
+    # goodput = 1,260 s on surviving updates / 1,396 s of wall time (the core's costs)
+    assert known_result["costs"]["goodput"] == 1260 / 1396
+    assert "90.3%" in html
     assert "restart_omission" in html
 
 
@@ -56,7 +61,7 @@ def test_generation_page_lists_shards_components_objects_and_reasons(owner_clien
     assert "Objects (40)" in ok and "rank7" in ok and "data_progress" in ok
     assert "Restorable: committed" in ok
     bad = owner_client.get(reverse("generation", args=[known_run.pk, "g1255"])).content.decode()
-    assert "shard_missing" in bad and "rank7 never written" in bad
+    assert "shard_missing" in bad and "no object for required shard rank7" in bad
     assert "object_missing" in bad and "no such file" in bad
 
 
@@ -64,7 +69,7 @@ def test_restart_page_shows_cursors_findings_and_audit_windows(owner_client, kno
     html = owner_client.get(reverse("restart", args=[known_run.pk, 1])).content.decode()
     assert "epoch 0 · position 80,000" in html and "epoch 0 · position 80,048" in html
     assert "48 positions ahead: skipped" in html
-    assert "48 positions between 80,000 and 80,048 never consumed" in html
+    assert "48 positions skipped at the resume" in html  # the core's finding
     assert "Before the checkpoint" in html and "After the resume" in html
     assert "update 1250" in html and "update 1251" in html
     assert "s79872" in html  # (1249-1)*64 + 0 at update 1249, rank 0, slot 0
@@ -115,3 +120,80 @@ def test_run_page_says_whether_the_ledger_was_observed_or_counted(owner_client, 
 def test_run_page_says_nothing_of_the_ledger_when_the_trainer_did_not(owner_client, known_run):
     html = owner_client.get(reverse("run", args=[known_run.pk])).content.decode()
     assert "Data ledger of attempt" not in html
+
+
+def test_the_run_page_shows_exactly_the_cores_numbers_for_scenario_s2(
+        client, full_token, scenario_loader, tmp_path, owner):
+    """Scenario s2 through the real ingest API, the storage verifier and the worker's analysis
+    (at a fixed time): the stored result is the core's output for the same events, and every
+    number of the run page, words and figures, is the core's figure as the template renders it."""
+    from datetime import datetime, timezone
+
+    from recoverydash.dashboard.templatetags.dashboard import duration, num, percent
+    from recoverydash.recovery import RunInput, analyze
+    from recoverydash.recovery.figures import seconds_since_last_restorable
+    from recoverydash.runs import analysis as worker
+    from recoverydash.runs.models import Generation, Run
+    from recoverydash.storage.verification import verify_generation
+    from tests.dashboard.conftest import ANALYSED_AT, storage_checks
+
+    events, _ = scenario_loader("s2_seed003_omission", str(tmp_path))
+    response = client.post("/api/v1/events", data=json.dumps({"events": events}),
+                           content_type="application/json",
+                           HTTP_AUTHORIZATION=f"Bearer {full_token}")
+    assert response.status_code == 202, response.content
+    run = Run.objects.get(run_id="s2-omission")
+    for pk in Generation.objects.filter(run=run).values_list("pk", flat=True):
+        verify_generation(pk)
+    stored = worker.analyze(run, now=ANALYSED_AT.timestamp()).result
+    core = analyze(RunInput.from_events(events, storage_checks(events)),
+                   ANALYSED_AT.timestamp()).to_dict()
+    assert stored == core
+
+    client.force_login(owner)
+    before = datetime.now(timezone.utc)
+    page = client.get(reverse("run", args=[run.pk]))
+    after = datetime.now(timezone.utc)
+    html = without_definition_links(page.content.decode())
+    shown = page.context["s"].seconds_since_restorable
+    assert seconds_since_last_restorable(core, before) <= shown \
+        <= seconds_since_last_restorable(core, after)
+    assert f"{duration(shown)} · {num(core['updates_at_risk'])} updates" in html
+    last = core["last_restorable"]
+    assert f"Yes, from <a href=\"/runs/{run.pk}/generations/{last['generation_id']}/\">" \
+           f"{last['generation_id']}</a>" in html
+    assert f"Update {num(last['update'])}, committed 2026-11-01 00:21:01 UTC" in html
+    [restart] = core["restarts"]
+    assert (f"<strong>{num(restart['omitted'])}</strong> omitted, "
+            f"<strong>{num(restart['replayed'])}</strong> replayed, "
+            f"{num(restart['recomputed'])} recomputed") in html
+    assert (f'<td class="num hide-sm">{duration(restart["lost_seconds"])}</td>'
+            f'<td class="num hide-sm">{duration(restart["recovery_seconds"])}</td>') in html
+    costs = core["costs"]
+    for word, value in (("Goodput", percent(costs["goodput"])),
+                        ("Mean time between failures", duration(costs["mtbf_seconds"])),
+                        ("Measured save cost", duration(costs["median_save_seconds"])),
+                        ("Young interval", duration(costs["young_interval_seconds"])),
+                        ("Interval in use", duration(costs["observed_interval_seconds"]))):
+        assert f"<dt>{word}</dt><dd>{value}</dd>" in html, word
+    [stratum] = core["strata"]
+    assert (f'<td>{stratum["stratum"]}</td><td class="num">{num(stratum["consumed"])}</td>'
+            f'<td class="num">{num(stratum["duplicates"])}</td>'
+            f'<td class="num">{num(stratum["omissions"])}</td>'
+            f'<td class="num hide-sm">{percent(stratum["duplicate_rate"], 3)}</td>'
+            f'<td class="num hide-sm">{percent(stratum["omission_rate"], 3)}</td>') in html
+
+    figures = page.context["charts"]["figures"]
+    line = figures["tslrc"]["data"][0]
+    tooth = core["charts"]["tslrc"]
+    assert line["x"][:len(tooth["time"])] == tooth["time"]
+    div = {"hours": 3600.0, "minutes": 60.0, "seconds": 1.0}[
+        figures["tslrc"]["layout"]["yaxis"]["title"]["text"]]
+    assert line["y"][:len(tooth["seconds"])] == [round(v / div, 3) for v in tooth["seconds"]]
+    assert round(seconds_since_last_restorable(core, before) / div, 3) <= line["y"][-1] \
+        <= round(seconds_since_last_restorable(core, after) / div, 3)
+    bars = {t["name"]: t["y"] for t in figures["restart_positions"]["data"]}
+    assert bars == {k: [restart[k]] for k in ("replayed", "omitted", "recomputed")}
+    rates = figures["strata"]["data"]
+    assert rates[0]["y"] == [100.0 * stratum["duplicate_rate"]]
+    assert rates[1]["y"] == [100.0 * stratum["omission_rate"]]

@@ -107,11 +107,3 @@ def as_datetime(value):
         return parse(value)
     except (TypeError, ValueError):
         return None
-
-
-@register.filter
-def normalised_costs(costs):
-    """The analysis costs block under fixed names (charts.normalise_costs)."""
-    from recoverydash.dashboard.charts import normalise_costs
-
-    return normalise_costs(costs)

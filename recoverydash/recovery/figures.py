@@ -1,0 +1,218 @@
+"""Run-level figures and chart series, each defined here once and named after the number.
+
+Pages, alert rules, the read API, list endpoints and metrics import these functions; nothing
+outside the core recomputes them. Each docstring cites its definition in ``docs/definitions.md``.
+Times are POSIX seconds (UTC) unless a docstring says otherwise.
+
+Figures: :func:`last_restorable`, :func:`seconds_since_last_restorable`,
+:func:`checkpoint_stale`, :func:`updates_at_risk`, :func:`health`, :func:`run_ended_at`.
+Chart series: :func:`tslrc_sawtooth`, :func:`committed_frontier`, :func:`fetched_cursor`.
+Per-restart figures are in :mod:`.restarts`, per-stratum counts in :mod:`.counting`, costs in
+:mod:`.costs`, generation statuses in :mod:`.generations`.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .inputs import AttemptRecord, format_time, parse_time
+from .ledger import cursor_of
+
+#: Points per attempt in the committed frontier and fetched cursor series.
+CHART_POINTS = 200
+#: Attempt end reasons after which the run is over (health ``ended``).
+ENDED_REASONS = ("completed", "cancelled")
+
+
+def last_restorable(verdicts: list, lineage) -> Any:
+    """docs/definitions.md#restorable: the newest ``restorable`` generation whose state lies on
+    ``lineage`` (the live lineage), newest by ``(update, committed_at)``; None when there is
+    none. ``verdicts``: GenerationVerdict list; returns one of them."""
+    on_lineage = restorable_on(verdicts, lineage)
+    return max(on_lineage, key=lambda v: (v.update, v.committed_at or 0.0), default=None)
+
+
+def restorable_on(verdicts: list, lineage) -> list:
+    """The ``restorable`` generations (GenerationVerdict) whose state lies on ``lineage``
+    (:meth:`.lineage.Lineage.contains_state`), in the order given."""
+    return [v for v in verdicts if v.status == "restorable" and v.update is not None
+            and lineage.contains_state(v.attempt, v.update)]
+
+
+def run_ended_at(newest: AttemptRecord) -> float | None:
+    """When the run ended: the newest attempt's end (``attempt_ended`` time, else its last event)
+    when it ended ``completed`` or ``cancelled``; None while the run may still lose work (open,
+    or ended ``failed``/``preempted`` and not replaced yet)."""
+    if newest.end_reason in ENDED_REASONS:
+        return newest.failure_time()
+    return None
+
+
+def _times_of(analysis) -> tuple:
+    """(last restorable commit, first event, end) of a RunAnalysis or of its stored dict."""
+    if isinstance(analysis, Mapping):
+        last = (analysis.get("last_restorable") or {}).get("committed_at")
+        return parse_time(last), parse_time(analysis.get("first_event_at")), \
+            parse_time(analysis.get("ended_at"))
+    last = analysis.last_restorable
+    return (last.committed_at if last is not None else None), analysis.first_event_at, \
+        analysis.ended_at
+
+
+def seconds_since_last_restorable(analysis, now, first_event_at=None) -> float | None:
+    """docs/definitions.md#seconds-since-last-restorable, in seconds, never below 0.
+
+    ``now`` minus ``committed_at`` of the newest restorable generation of the live lineage
+    (:func:`last_restorable`); with none yet, ``now`` minus the run's first event. For a run that
+    ended (:func:`run_ended_at`: completed or cancelled) the clock stops at its end: the figure is
+    what was at risk when it ended, and it no longer grows. A negative difference (a commit time
+    ahead of ``now``, clocks of two machines) is 0.
+
+    ``analysis``: a :class:`~.analysis.RunAnalysis` or its ``to_dict()`` as stored (keys
+    ``last_restorable.committed_at``, ``first_event_at``, ``ended_at``); ``first_event_at`` is
+    used only when the stored dict has none (stored before the core wrote it). Times: POSIX
+    seconds, RFC 3339 strings or aware datetimes. None when neither a restorable commit nor a
+    first event is known."""
+    last, first, ended = _times_of(analysis)
+    since = last if last is not None else (first if first is not None
+                                           else parse_time(first_event_at))
+    if since is None:
+        return None
+    end = parse_time(now)
+    if ended is not None:
+        end = min(end, ended)
+    return max(0.0, end - since)
+
+
+def checkpoint_stale(seconds: float | None, max_checkpoint_age_s: float) -> bool:
+    """docs/definitions.md#seconds-since-last-restorable: the seconds since the last restorable
+    generation (:func:`seconds_since_last_restorable`) exceed the contract's
+    ``max_checkpoint_age_s`` (seconds; a limit of 0 makes every second stale). False when the
+    seconds are unknown."""
+    return seconds is not None and seconds > float(max_checkpoint_age_s)
+
+
+def updates_at_risk(ledger, lineage, last) -> int:
+    """docs/definitions.md#updates-at-risk: updates of ``lineage`` (the live lineage) committed
+    after the last restorable generation ``last`` (a GenerationVerdict, None: every update of the
+    lineage is at risk). Counted from the ledger's update bitmaps, never by walking updates."""
+    floor = last.update if last is not None else None
+    return sum(ledger.updates_in(seg.attempt, seg.after if floor is None
+                                 else max(seg.after, floor), seg.upto)
+               for seg in lineage.segments)
+
+
+def health(newest: AttemptRecord, contract: Mapping, last, seconds: float, age: float,
+           restarts: list, verdicts: list) -> str:
+    """docs/definitions.md#health, evaluated in this order:
+
+    * ``ended``: the newest attempt ended ``completed`` or ``cancelled``;
+    * ``failing``: no restorable generation on the live lineage (``last`` None) and more than
+      ``max_checkpoint_age_s`` since the run's first event (``age``, seconds); or the last restart
+      replayed more than ``max_replay_samples`` or omitted more than ``max_omission_samples``;
+    * ``at_risk``: ``seconds`` (:func:`seconds_since_last_restorable`) above
+      ``max_checkpoint_age_s``; or a generation newer than ``last`` was rejected; or the newest
+      attempt ended ``failed``/``preempted`` and no attempt has replaced it yet;
+    * ``ok`` otherwise.
+
+    ``contract``: the effective contract (:func:`.contract.effective_contract`); ``restarts``:
+    Restart list; ``verdicts``: GenerationVerdict list."""
+    max_age = float(contract["max_checkpoint_age_s"])
+    if newest.end_reason in ENDED_REASONS:
+        return "ended"
+    if last is None and age > max_age:
+        return "failing"
+    if restarts:
+        final = restarts[-1]
+        if final.replayed > int(contract["max_replay_samples"]) \
+                or final.omitted > int(contract["max_omission_samples"]):
+            return "failing"
+    newer_rejected = any(v.status == "rejected" and (last is None or (v.update or 0) > last.update)
+                         for v in verdicts)
+    if checkpoint_stale(seconds, max_age) or newer_rejected \
+            or newest.end_reason in ("failed", "preempted"):
+        return "at_risk"
+    return "ok"
+
+
+def tslrc_sawtooth(restorable: list, first_event_at: float, end: float) -> dict:
+    """docs/definitions.md#seconds-since-last-restorable as a series over the run: at each time
+    t, t minus ``committed_at`` of the newest (by ``(update, committed_at)``) generation among
+    ``restorable`` committed by t; before any, t minus ``first_event_at``.
+
+    ``restorable``: ``(update, committed_at)`` of the restorable generations of the live lineage
+    only (:func:`restorable_on`), so that the series drops to 0 exactly where the headline figure
+    restarts and its last point equals :func:`seconds_since_last_restorable` at ``end`` (``now``,
+    or the run's end). A generation committed later than a newer one (a slow save of a lower
+    update) does not reset it. Returns ``{"time": [RFC 3339], "seconds": [float]}``: the origin
+    at 0, then at each reset its peak and 0 at the same time, and the value at ``end``."""
+    commits = sorted((t, u) for u, t in restorable if t is not None and u is not None)
+    origin = first_event_at
+    times, seconds = [origin], [0.0]
+    since, best = origin, None
+    for t, update in commits:
+        if best is not None and (update, t) <= best:
+            continue
+        best = (update, t)
+        if t <= origin:
+            since = t
+            continue
+        times += [t, t]
+        seconds += [max(0.0, t - since), 0.0]
+        since = t
+    if end > times[-1]:
+        times.append(end)
+        seconds.append(max(0.0, end - since))
+    return {"time": [format_time(t) for t in times], "seconds": seconds}
+
+
+def committed_frontier(ledger, attempts, resumes) -> list:
+    """docs/definitions.md#frontier against time, per attempt: after each committed update of an
+    attempt, the frontier (max consumed position + 1) of the attempt's own updates above the
+    update it resumed at, per stratum as cursors (the highest epoch, there the highest frontier;
+    no cursor for sample-id strata). An attempt that resumed behind its checkpoint shows the drop
+    (a replay); the lineage's frontier would hide it.
+
+    Returns ``[{"attempt", "points": [{"time": RFC 3339, "update", "cursor": [Cursor]}]}]``, at
+    most :data:`CHART_POINTS` points per attempt, evenly spaced in updates, the attempt's first
+    and last update included. ``attempts``: attempt numbers; ``resumes``: ``{attempt: Resume}``
+    (:func:`.ledger.resolve_resumes`)."""
+    out = []
+    for number in attempts:
+        state = ledger.attempts.get(number)
+        if state is None or not state.updates:
+            continue
+        low, high = state.updates.min(), state.updates.max()
+        stride = max(1, (high - low) // (CHART_POINTS - 1))
+        points = []
+        for update in list(range(low, high + 1, stride))[:CHART_POINTS - 1] + [high]:
+            if update not in state.updates or (points and points[-1]["update"] == update):
+                continue
+            frontier = ledger.frontier_in(number, resumes[number].update, update)
+            points.append({"time": format_time(state.update_time(update)), "update": update,
+                           "cursor": cursor_of(frontier, ledger.id_strata)})
+        out.append({"attempt": number, "points": points})
+    return out
+
+
+def fetched_cursor(heartbeats: list, attempts: dict) -> list:
+    """docs/definitions.md#recomputed (read cursors, everything below them was read from the
+    source, committed or not), per attempt in time order: the heartbeats' ``fetched`` cursors,
+    every n-th beyond :data:`CHART_POINTS`, then the ``attempt_ended`` ``fetched`` at the end.
+    ``attempts``: ``{number: AttemptRecord}``. Returns ``[{"attempt", "points": [{"time":
+    RFC 3339, "rank", "update", "fetched": [Cursor]}]}]`` (rank None at the end)."""
+    by_attempt: dict = {}
+    for beat in sorted(heartbeats, key=lambda b: b.time):
+        by_attempt.setdefault(beat.attempt, []).append(beat)
+    out = []
+    for number in sorted(set(by_attempt) | {n for n, a in attempts.items()
+                                            if a.end_fetched and a.ended_at is not None}):
+        beats = by_attempt.get(number, [])
+        stride = max(1, len(beats) // CHART_POINTS)
+        points = [{"time": format_time(b.time), "rank": b.rank, "update": b.update,
+                   "fetched": b.fetched} for b in beats[::stride]]
+        record = attempts.get(number)
+        if record is not None and record.end_fetched and record.ended_at is not None:
+            points.append({"time": format_time(record.ended_at), "rank": None,
+                           "update": record.end_update, "fetched": list(record.end_fetched)})
+        out.append({"attempt": number, "points": points})
+    return out
