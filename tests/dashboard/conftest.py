@@ -106,7 +106,7 @@ def storage_checks(events) -> dict:
 def known_events(scenario_loader, tmp_path_factory):
     """``(events, checks)``: scenario s2's events followed by ``g1255_events``, and the storage
     checks of every manifest object."""
-    events, _ = scenario_loader("s2_seed003_omission", str(tmp_path_factory.mktemp("s2")))
+    events, _ = scenario_loader("s2_resume_at_read_cursor_omission", str(tmp_path_factory.mktemp("s2")))
     events = list(events) + g1255_events()
     return events, storage_checks(events)
 

@@ -137,7 +137,7 @@ def test_the_run_page_shows_exactly_the_cores_numbers_for_scenario_s2(
     from recoverydash.storage.verification import verify_generation
     from tests.dashboard.conftest import ANALYSED_AT, storage_checks
 
-    events, _ = scenario_loader("s2_seed003_omission", str(tmp_path))
+    events, _ = scenario_loader("s2_resume_at_read_cursor_omission", str(tmp_path))
     response = client.post("/api/v1/events", data=json.dumps({"events": events}),
                            content_type="application/json",
                            HTTP_AUTHORIZATION=f"Bearer {full_token}")

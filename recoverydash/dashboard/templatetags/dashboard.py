@@ -70,8 +70,8 @@ def num(value):
 
 @register.filter
 def percent(value, digits: int = 1):
-    """A share 0..1 as a percentage; ``—`` for None."""
-    if value is None:
+    """A share 0..1 as a percentage; ``—`` for None (or a figure the stored analysis lacks)."""
+    if value is None or value == "":
         return "—"
     return f"{100.0 * float(value):.{int(digits)}f}%"
 
