@@ -1056,13 +1056,22 @@ class ObservedRecorder(Reporter):
         ``load_generation`` returns it): the update; every tracked loader from its saved state;
         every tracked sampler that is not inside a restored loader resumes at ``cursor`` (default:
         the state's cursor; pass the manifest's ``data_progress.cursor`` when the world size
-        changed). Never raises (a state it cannot read restores nothing and is logged)."""
+        changed). A state written by another rank or world size (``load_generation`` falls back
+        to rank 0's file when the world grew) restores no loader: another rank's loader state
+        would replay that rank's share. Never raises (a state it cannot read restores nothing and is logged)."""
         try:
             state = state or {}
             self.update = int(state.get("update") or 0)
             restored = set()
+            mine = (state.get("rank", self.rank), state.get("world_size", self.world_size)) == \
+                (self.rank, self.world_size)
+            if not mine and state.get("loaders"):
+                log.warning("recoverydash: the data progress is rank %s of %s's, this is rank %s "
+                            "of %s: its loader states are not restored (the samplers resume at "
+                            "the cursor)", state.get("rank"), state.get("world_size"), self.rank,
+                            self.world_size)
             for name, loader in self._loaders.items():
-                saved = (state.get("loaders") or {}).get(name)
+                saved = (state.get("loaders") or {}).get(name) if mine else None
                 if saved is None:
                     continue
                 loader.load_state_dict(saved)

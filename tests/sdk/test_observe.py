@@ -363,3 +363,25 @@ def test_without_auto_collation_each_sample_carries_its_draw():
         rec.observe(sample)
     rec.commit()
     assert committed(rec) == {1: [0, 1, 2, 3, 4]}
+
+
+def test_a_loader_state_of_another_rank_is_not_restored_the_sampler_resumes_at_the_cursor():
+    from recoverydash.integrations.torchdata import observed_loader as stateful_loader
+
+    ds = dataset()
+    rank0 = recorder(0, 2)
+    loader0 = stateful_loader(rank0, ds, batch_size=2, sampler=DistributedSampler(
+        ds, num_replicas=2, rank=0, shuffle=False))
+    it = iter(loader0)
+    for _ in range(2):
+        rank0.observe(next(it))
+        rank0.commit()
+    state = rank0.state_dict()          # rank 0's: positions 0, 2, 4, 6 committed
+    rank1 = recorder(1, 2)
+    loader1 = stateful_loader(rank1, ds, batch_size=2, sampler=DistributedSampler(
+        ds, num_replicas=2, rank=1, shuffle=False))
+    rank1.load_state_dict(state, cursor=[{"stratum": "main", "epoch": 0, "position": 8}])
+    for batch in loader1:
+        rank1.observe(batch)
+        rank1.commit()
+    assert flat(committed(rank1)) == list(range(9, N, 2))  # its own share from the cursor
