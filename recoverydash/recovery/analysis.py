@@ -180,8 +180,12 @@ def analyze(run: RunInput, now: float, ledger: Ledger | None = None) -> RunAnaly
                            elsewhere_reasons=reasons, first_event_at=first_event,
                            ended_at=run_ended_at(attempts[live]))
     since = analysis.seconds_since_last_restorable = seconds_since_last_restorable(analysis, now)
-    analysis.costs = costs(ledger, attempts, live_lineage, restarts, verdicts, on_lineage, now,
-                           first_event)
+    try:
+        analysis.costs = costs(ledger, attempts, live_lineage, restarts, verdicts, on_lineage,
+                               now, first_event)
+    except Exception as exc:  # noqa: BLE001 - the cost figures must never take the verdicts down
+        analysis.costs = Costs(findings=[{"code": "costs_unavailable",
+                                          "detail": f"{type(exc).__name__}: {exc}"}])
     analysis.health = health(attempts[live], contract, last, since, now - first_event, restarts,
                              verdicts)
     analysis.charts = {

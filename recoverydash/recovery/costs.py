@@ -2,13 +2,17 @@
 #observed-interval; seed 004's teaching run).
 
 All durations are wall seconds. ``goodput`` is a share in [0, 1]. :func:`costs` assembles the
-run's :class:`Costs` from the functions below, each named after its figure.
+run's :class:`Costs` from the functions below, each named after its figure. A duration taken
+between two trainer clocks that comes out negative or not finite is clamped by
+:func:`clamp_duration` and reported as a ``clock_skew`` finding (docs/definitions.md#clock-skew).
 """
 from __future__ import annotations
 
 import math
 import statistics
 from dataclasses import dataclass, field
+
+from .generations import Reason
 
 
 @dataclass
@@ -18,7 +22,9 @@ class Costs:
     "recovery_seconds"}``; ``wall_seconds`` and ``useful_seconds`` (:func:`goodput`'s inputs);
     ``goodput``; ``failures`` and ``mtbf_seconds`` (:func:`mtbf`); ``median_save_seconds``
     (:func:`save_cost`); ``young_interval_seconds`` (:func:`young_interval`);
-    ``observed_interval_seconds`` (:func:`observed_interval`)."""
+    ``observed_interval_seconds`` (:func:`observed_interval`); ``findings``: ``clock_skew``
+    findings ``{"code", "detail"}`` of the durations these rest on (:func:`clamp_duration`), or
+    ``costs_unavailable`` when they could not be computed at all (the verdicts stand)."""
 
     incidents: list = field(default_factory=list)
     wall_seconds: float = 0.0
@@ -29,9 +35,26 @@ class Costs:
     median_save_seconds: float | None = None
     young_interval_seconds: float | None = None
     observed_interval_seconds: float | None = None
+    findings: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
+
+
+def clamp_duration(seconds: float | None, what: str) -> tuple[float | None, Reason | None]:
+    """docs/definitions.md#clock-skew: a duration between two trainer clocks (two hosts, or one
+    whose clock was stepped) that comes out negative is counted as 0.0 seconds, one that is not
+    finite as None; either way with a ``clock_skew`` Reason naming ``what`` (a phrase such as
+    "generation g5 committed before it started") and by how much. Returns (seconds, None) for
+    a duration that needs neither, (None, None) for None."""
+    if seconds is None:
+        return None, None
+    if not math.isfinite(seconds):
+        return None, Reason("clock_skew", f"{what}: the duration is {seconds!r}; not counted")
+    if seconds < 0:
+        return 0.0, Reason("clock_skew", f"{what} by {-seconds:.3f} s: the trainers' clocks "
+                                         "disagree; counted as 0 s")
+    return seconds, None
 
 
 def useful_seconds(update_count: int, first_commit: float | None,
@@ -93,7 +116,18 @@ def costs(ledger, attempts: dict, live_lineage, restarts: list, verdicts: list, 
     failure time once it ended."""
     newest = attempts[max(attempts)]
     end = newest.failure_time() if newest.end_reason is not None else now
-    wall = max(0.0, (end if end is not None else now) - first_event)
+    skews: list[Reason] = []
+
+    def clamped(seconds, what):
+        value, skew = clamp_duration(seconds, what)
+        if skew is not None:
+            skews.append(skew)
+        return value
+
+    wall = clamped((end if end is not None else now) - first_event,
+                   "the newest attempt ended before the run's first event"
+                   if newest.end_reason is not None
+                   else "the run's first event is later than now (a trainer clock ahead)") or 0.0
     useful = 0.0
     for seg in live_lineage.segments:
         state = ledger.attempts.get(seg.attempt)
@@ -104,13 +138,18 @@ def costs(ledger, attempts: dict, live_lineage, restarts: list, verdicts: list, 
         # the highest reported update at or below the segment's top (n >= 2: one exists)
         top = seg.upto if seg.upto is not None else state.updates.max()
         last = state.updates[state.updates.rank(top) - 1]
-        useful += useful_seconds(n, ledger.update_time(seg.attempt, first),
-                                 ledger.update_time(seg.attempt, last))
+        useful += clamped(useful_seconds(n, ledger.update_time(seg.attempt, first),
+                                         ledger.update_time(seg.attempt, last)),
+                          f"attempt {seg.attempt} reported update {last} before update "
+                          f"{first}") or 0.0
     numbers = list(attempts)
     failures = sum(1 for before in numbers[:-1]
                    if attempts[before].end_reason not in ("completed", "cancelled"))
-    saves = [v.committed_at - v.started_at for v in verdicts
+    saves = [clamped(v.committed_at - v.started_at,
+                     f"generation {v.generation_id} committed before it started")
+             for v in verdicts
              if v.manifest is not None and v.committed_at is not None and v.started_at is not None]
+    saves = [d for d in saves if d is not None]
     median = save_cost(saves)
     between = mtbf(wall, failures)
     return Costs(
@@ -120,4 +159,5 @@ def costs(ledger, attempts: dict, live_lineage, restarts: list, verdicts: list, 
         wall_seconds=wall, useful_seconds=useful, goodput=goodput(useful, wall),
         failures=failures, mtbf_seconds=between, median_save_seconds=median,
         young_interval_seconds=young_interval(median, between),
-        observed_interval_seconds=observed_interval([v.committed_at for v in on_lineage]))
+        observed_interval_seconds=observed_interval([v.committed_at for v in on_lineage]),
+        findings=[f.to_dict() for f in skews])

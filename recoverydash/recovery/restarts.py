@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from pyroaring import BitMap64
 
+from .costs import clamp_duration
 from .generations import Reason
 from .inputs import AttemptRecord
 from .ledger import COORDINATOR_RANK, KeyCount, Ledger, Lineage, Resume, below, cursor_of, epoch_tail, lineage_floors
@@ -174,14 +175,17 @@ def lost_updates(last_update_before: int, update: int, tied: bool = True) -> int
 
 
 def lost_seconds(commit_time_of_u: float | None, failure_time: float | None) -> float | None:
-    """From the commit of update U to the failure of k-1 (None when either is unknown)."""
+    """From the commit of update U to the failure of k-1 (None when either is unknown). A
+    negative result (clocks that disagree) is clamped by :func:`analyse_restart`
+    (docs/definitions.md#clock-skew)."""
     if commit_time_of_u is None or failure_time is None:
         return None
     return failure_time - commit_time_of_u
 
 
 def recovery_seconds(failure_time: float | None, first_commit: float | None) -> float | None:
-    """From the failure of k-1 to k's first committed update (None until k commits)."""
+    """From the failure of k-1 to k's first committed update (None until k commits). A
+    negative result is clamped by :func:`analyse_restart` (docs/definitions.md#clock-skew)."""
     if failure_time is None or first_commit is None:
         return None
     return first_commit - failure_time
@@ -303,6 +307,12 @@ def analyse_restart(ledger: Ledger, record: AttemptRecord, before_record: Attemp
         first_commit = ledger.update_time(k, first_update)
         committed = first_update_complete(state, first_update, record.world_size)
     failure = before_record.failure_time()
+    lost, skew = clamp_duration(lost_seconds(commit_u, failure),
+                                f"attempt {p} failed before update {update} was committed")
+    recovery, skew2 = clamp_duration(recovery_seconds(failure, first_commit),
+                                     f"attempt {k} committed its first update before attempt {p} "
+                                     "failed")
+    findings += [f for f in (skew, skew2) if f is not None]
     return Restart(
         attempt=k, resumed_from=resume.generation_id, resumed_update=update,
         world_size_before=before_record.world_size, world_size_after=record.world_size,
@@ -311,7 +321,7 @@ def analyse_restart(ledger: Ledger, record: AttemptRecord, before_record: Attemp
         replayed=replay_count, omitted=omission_count,
         recomputed=recomputed(own, before, rolled, fetched),
         lost_updates=lost_updates(last, update, resume.kind != "untracked"),
-        lost_seconds=lost_seconds(commit_u, failure),
-        recovery_seconds=recovery_seconds(failure, first_commit),
+        lost_seconds=lost,
+        recovery_seconds=recovery,
         verdict=verdict(replay_count, omission_count, committed, resume.kind != "untracked"),
         findings=findings)
