@@ -75,6 +75,38 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def start_server(env: dict, workers: int) -> tuple[subprocess.Popen, int]:
+    """gunicorn with ``workers`` sync workers on a free loopback port, in its own process group;
+    returns (process, port) once it answers. SystemExit when it does not start."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "recoverydash.wsgi", "--bind",
+         f"127.0.0.1:{port}", "--workers", str(workers), "--log-level", "warning",
+         "--timeout", "120"], env=env, cwd=REPO, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/api/v1/openapi.json", timeout=2).is_success:
+                return server, port
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or server.poll() is not None:
+            stop_server(server)
+            raise SystemExit("gunicorn did not start")
+        time.sleep(0.2)
+
+
+def stop_server(server: subprocess.Popen | None) -> None:
+    """Stop a server of ``start_server`` (its own process group only)."""
+    if server is not None and server.poll() is None:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
 def db_url(name: str) -> str:
     return ADMIN_URL.rsplit("/", 1)[0] + "/" + name
 
@@ -206,21 +238,7 @@ def main() -> int:
         out = subprocess.run(run + ["create_token", "--project", "bench", "--scopes", "ingest"],
                              env=env, check=True, cwd=REPO, capture_output=True, text=True)
         token = out.stdout.strip().splitlines()[-1]
-        port = free_port()
-        server = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "recoverydash.wsgi", "--bind",
-             f"127.0.0.1:{port}", "--workers", str(WORKERS), "--log-level", "warning",
-             "--timeout", "120"], env=env, cwd=REPO, start_new_session=True)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/api/v1/openapi.json", timeout=2).is_success:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise SystemExit("gunicorn did not start")
-            time.sleep(0.2)
+        server, port = start_server(env, WORKERS)
         print(f"PostgreSQL database {name}; gunicorn with {WORKERS} sync workers on port {port}; "
               f"{CLIENTS} clients; batches of {BATCH} update_committed events, {WORLD} ranks")
         sender, writer = HttpSender(port, token), CopyWriter(url)
@@ -238,13 +256,7 @@ def main() -> int:
         print(f"ratio HTTP/COPY: {http_rate / copy_rate:.2f}")
         return 0
     finally:
-        if server is not None and server.poll() is None:
-            os.killpg(server.pid, signal.SIGTERM)  # our own process group only
-            try:
-                server.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
+        stop_server(server)
         with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         subprocess.run(["rm", "-rf", var_dir], check=False)

@@ -24,15 +24,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from contextlib import closing
 from pathlib import Path
 
 import httpx
@@ -40,6 +37,8 @@ import psycopg
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from ingest import start_server, stop_server  # noqa: E402  (bench/ingest.py, beside this one)
+
 ADMIN_URL = os.environ.get("BENCH_DATABASE_ADMIN_URL",
                            "postgres://postgres@127.0.0.1:5432/postgres")
 N_EVENTS = 3000
@@ -101,12 +100,6 @@ def in_process() -> float:
     return b / g
 
 
-def free_port() -> int:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def through_server() -> None:
     name = f"recoverydash_bench_invalid_{os.getpid()}"
     with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
@@ -130,22 +123,8 @@ def through_server() -> None:
             return out.stdout.strip().splitlines()[-1]
 
         attacker, victim = token("attacker"), token("victim")
-        port = free_port()
-        server = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "recoverydash.wsgi", "--bind",
-             f"127.0.0.1:{port}", "--workers", str(WORKERS), "--log-level", "warning",
-             "--timeout", "120"], env=env, cwd=REPO, start_new_session=True)
+        server, port = start_server(env, WORKERS)
         api = f"http://127.0.0.1:{port}/api/v1/events"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code < 600:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise SystemExit("gunicorn did not start")
-            time.sleep(0.2)
         beat = iter(range(10**9))
 
         def victim_latency(seconds: float) -> list[float]:
@@ -198,13 +177,7 @@ def through_server() -> None:
         print(f"  while one token sends the invalid batch from 2 threads: {summary(attacked)}; "
               f"the attacker's answers: {codes}")
     finally:
-        if server is not None and server.poll() is None:
-            os.killpg(server.pid, signal.SIGTERM)  # our own process group only
-            try:
-                server.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
+        stop_server(server)
         with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         subprocess.run(["rm", "-rf", var_dir], check=False)
