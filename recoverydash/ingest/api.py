@@ -181,7 +181,12 @@ def parse_batch(request: HttpRequest) -> list[ValidEvent]:
     body = read_body(request)
     try:
         doc = json.loads(body, parse_constant=_reject_constant, parse_float=_finite_float)
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        raise BadRequest("JSON nested too deep", [ErrorItem(
+            None, "", "expected JSON whose objects and arrays nest at most a few hundred levels "
+                      "(an unknown field's value: 32), got a body nested deeper than the "
+                      "server's parser follows")]) from None
+    except ValueError as exc:
         raise BadRequest("bad JSON", [ErrorItem(
             None, "", f"expected a JSON object {{\"events\": [...]}}, got a body that is not "
                       f"JSON ({str(exc)[:200]})")])
