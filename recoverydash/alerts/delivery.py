@@ -23,9 +23,19 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from recoverydash.alerts.models import (WEBHOOK_MAX_ATTEMPTS, AlertFlip, Delivery,
-                                        WebhookEndpoint, new_webhook_id)
-from recoverydash.alerts.transports import TransportError, transport_for
+from recoverydash.alerts.models import (
+    WEBHOOK_MAX_ATTEMPTS,
+    AlertFlip,
+    Delivery,
+    WebhookEndpoint,
+    new_webhook_id,
+)
+from recoverydash.alerts.transports import StandardWebhookTransport, Transport, TransportError
+from recoverydash.alerts.transports_alertmanager import AlertmanagerTransport
+from recoverydash.alerts.transports_opsgenie import OpsgenieTransport
+from recoverydash.alerts.transports_pagerduty import PagerDutyTransport
+from recoverydash.alerts.transports_slack import SlackTransport
+from recoverydash.alerts.transports_teams import TeamsTransport
 
 log = logging.getLogger(__name__)
 
@@ -41,21 +51,36 @@ def backoff_seconds(attempts: int) -> float:
     return delay * (1.0 + random.random() * 0.2)
 
 
+#: ``WebhookEndpoint.kind`` -> the transport that shapes and sends its bodies.
+TRANSPORTS: dict[str, type[Transport]] = {
+    "standard": StandardWebhookTransport, "slack": SlackTransport,
+    "pagerduty": PagerDutyTransport, "alertmanager": AlertmanagerTransport,
+    "opsgenie": OpsgenieTransport, "teams": TeamsTransport,
+}
+
+
+def transport_for(endpoint) -> Transport:
+    """The transport of an endpoint's ``kind``; KeyError for an unknown kind."""
+    return TRANSPORTS[endpoint.kind](endpoint)
+
+
 def run_url(run) -> str:
     return f"{settings.SITE_URL}/runs/{run.pk}/"
 
 
 def flip_payload(flip: AlertFlip) -> dict:
     """The body of a flip (docs/ingest-v1.md#6-alert-webhooks): version, status, alert (an
-    ``alerts`` item of docs/ingest-v1.md#recovery), run and the dedup key."""
+    ``alerts`` item of docs/ingest-v1.md#recovery, plus its ``subject``), run (with its
+    ``project``) and the dedup key."""
     alert = flip.alert
     run = alert.run
     health = getattr(getattr(run, "analysis", None), "health", None) or "ok"
     return {
         "version": "1",
         "status": flip.new_state,
-        "alert": alert.to_dict(),
-        "run": {"run_id": run.run_id, "health": health, "url": run_url(run)},
+        "alert": {**alert.to_dict(), "subject": alert.subject},
+        "run": {"run_id": run.run_id, "project": run.project.name, "health": health,
+                "url": run_url(run)},
         "dedup_key": alert.dedup_key,
     }
 
@@ -154,9 +179,10 @@ def test_payload(project) -> dict:
     return {
         "version": "1", "status": "firing",
         "alert": {"id": "al_test", "rule": "test", "severity": "info", "state": "firing",
-                  "opened_at": now, "resolved_at": None,
+                  "opened_at": now, "resolved_at": None, "subject": "",
                   "summary": f"Test notification from recoverydash for project {project.name}."},
-        "run": {"run_id": "test", "health": "ok", "url": f"{settings.SITE_URL}/"},
+        "run": {"run_id": "test", "project": project.name, "health": "ok",
+                "url": f"{settings.SITE_URL}/"},
         "dedup_key": f"test:{project.pk}",
     }
 

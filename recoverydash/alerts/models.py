@@ -128,13 +128,22 @@ def new_webhook_secret() -> str:
 
 
 class WebhookEndpoint(models.Model):
-    """Where a project's alert notifications go. ``kind``: ``standard`` (the body of
-    docs/ingest-v1.md#6-alert-webhooks, signed per
-    Standard Webhooks), ``slack`` (incoming-webhook body) or ``pagerduty`` (Events v2; the
-    routing key is ``routing_key``). A permanent 4xx disables it with the reason stored."""
+    """Where a project's alert notifications go. ``kind`` picks the body (one transport module
+    each, ``recoverydash.alerts.transports*``): ``standard`` (the body of
+    docs/ingest-v1.md#6-alert-webhooks, signed per Standard Webhooks), ``slack`` (incoming
+    webhook), ``pagerduty`` (Events v2), ``alertmanager`` (the body of Alertmanager's
+    ``webhook_config``, signed like ``standard``), ``opsgenie`` (Alert API v2) or ``teams``
+    (Microsoft Teams Workflows, an Adaptive Card). ``routing_key`` is the receiver's key where it
+    needs one: PagerDuty's routing key, Opsgenie's API key; it is checked by the transport when
+    the endpoint is saved (``alerts.forms.clean_endpoint``). ``name`` is unique within the
+    project when set (configuration files address endpoints by it). A 410 disables the endpoint
+    with the reason stored."""
 
     KINDS = [("standard", "Signed JSON (Standard Webhooks)"), ("slack", "Slack incoming webhook"),
-             ("pagerduty", "PagerDuty Events v2")]
+             ("pagerduty", "PagerDuty Events v2"),
+             ("alertmanager", "Alertmanager-compatible webhook (version 4)"),
+             ("opsgenie", "Opsgenie Alert API v2"),
+             ("teams", "Microsoft Teams (Workflows, Adaptive Card)")]
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="webhooks")
     name = models.CharField(max_length=100, blank=True, default="")
@@ -157,6 +166,11 @@ class WebhookEndpoint(models.Model):
     test_message = models.TextField(blank=True, default="")
     test_requested_at = models.DateTimeField(null=True, blank=True)
     test_finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "name"],
+                                               condition=~models.Q(name=""),
+                                               name="uniq_endpoint_name")]
 
     def wants(self, severity: str) -> bool:
         return SEVERITIES.index(severity) >= SEVERITIES.index(self.min_severity)

@@ -1,8 +1,12 @@
-"""One transport per alert channel: signed JSON (Standard Webhooks), Slack, PagerDuty Events v2.
+"""The base of every alert channel, and the guarded HTTP delivery they share.
 
-Each transport turns the stored payload (docs/ingest-v1.md#6-alert-webhooks) into the channel's body
-and headers and sends it with httpx. Failures raise ``TransportError(message, permanent=...)``;
-retrying happens in one place (``recoverydash.alerts.delivery``), never here.
+A transport turns the stored payload (docs/ingest-v1.md#6-alert-webhooks) into the channel's body
+and headers and sends it with httpx. This module holds the base (:class:`Transport`), the signed
+JSON body of the wire contract (:class:`StandardWebhookTransport`) and the helpers every body is
+made of; each other channel is one small module beside it: ``transports_slack``,
+``transports_pagerduty``, ``transports_alertmanager``, ``transports_opsgenie``,
+``transports_teams``. Failures raise ``TransportError(message, permanent=...)``; retrying happens
+in one place (``recoverydash.alerts.delivery``), never here.
 
 A monitoring server must not become a way to reach the inside of its network, nor a way to tie
 up its own processes. Every delivery therefore:
@@ -325,12 +329,35 @@ def post(url: str, data: bytes, headers: dict[str, str]) -> Answer:
 
 
 class Transport:
-    """Base: ``body(payload)`` and ``headers(...)`` per channel; ``send`` posts and classifies."""
+    """Base of the channels: ``body(payload)``, ``headers(...)`` and ``url(payload)`` per channel;
+    ``send`` posts the guarded way and classifies the answer. One module per channel
+    (``transports_<kind>.py``); ``recoverydash.alerts.delivery.TRANSPORTS`` maps a
+    ``WebhookEndpoint.kind`` to its class.
+
+    ``key_label``: what the endpoint's ``routing_key`` holds for this channel ("" when the channel
+    uses none); ``check_key`` refuses, when an endpoint is saved, a key the receiver would refuse.
+    """
 
     content_type = "application/json"
+    key_label = ""
 
     def __init__(self, endpoint):
         self.endpoint = endpoint
+
+    @classmethod
+    def check_key(cls, key: str) -> str:
+        """The key to store for this channel, stripped; ValueError saying what was expected when
+        the receiver would refuse it. A channel without ``key_label`` takes none."""
+        key = (key or "").strip()
+        if key and not cls.key_label:
+            raise ValueError("expected no key: this kind of endpoint uses none (PagerDuty and "
+                             "Opsgenie endpoints do)")
+        return key
+
+    def url(self, payload: dict) -> str:
+        """Where this payload goes: the endpoint's URL (a channel with one path per action,
+        Opsgenie, builds it from there)."""
+        return self.endpoint.url
 
     def body(self, payload: dict) -> dict:
         raise NotImplementedError
@@ -344,7 +371,7 @@ class Transport:
         data = json.dumps(self.body(payload), separators=(",", ":"), sort_keys=True)
         headers = {"Content-Type": self.content_type, "User-Agent": "recoverydash-webhooks/1"}
         headers.update(self.headers(webhook_id, data))
-        answer = post(self.endpoint.url, data.encode(), headers)
+        answer = post(self.url(payload), data.encode(), headers)
         code = answer.status_code
         if 200 <= code < 300:
             return code
@@ -369,42 +396,37 @@ class StandardWebhookTransport(Transport):
                 "webhook-signature": signature}
 
 
-def _line(payload: dict) -> str:
+# --- what every channel's body is made of -----------------------------------------------------
+def headline(payload: dict) -> str:
+    """``[FIRING] critical restart_omission on run llama-70b: <summary>``: the one line every
+    channel shows (raw text: each channel escapes it its own way)."""
     alert, run = payload["alert"], payload["run"]
     return (f"[{payload['status'].upper()}] {alert['severity']} {alert['rule']} on run "
             f"{run['run_id']}: {alert['summary']}")
 
 
-class SlackTransport(Transport):
-    """Slack incoming-webhook body: a text line and a section with a link to the run."""
-
-    def body(self, payload: dict) -> dict:
-        text = _line(payload)
-        return {"text": text, "blocks": [{"type": "section", "text": {
-            "type": "mrkdwn", "text": f"{text}\n<{payload['run']['url']}|Open the run>"}}]}
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, ending in an ellipsis when it was cut."""
+    text = str(text)
+    return text if len(text) <= limit else text[:max(limit - 1, 0)] + "\u2026"
 
 
-class PagerDutyTransport(Transport):
-    """PagerDuty Events v2: trigger / acknowledge / resolve under the alert's dedup key."""
+def bounded_key(key: str, limit: int) -> str:
+    """A receiver's deduplication key of at most ``limit`` characters for ``key``: the key itself
+    when it fits, else its first characters, ``~`` and the sha256 (hex) of the whole key. Stable:
+    every flip of one alert maps to the same value, and two long keys that share their first
+    ``limit - 65`` characters still differ."""
+    if len(key) <= limit:
+        return key
+    import hashlib
 
-    ACTIONS = {"firing": "trigger", "acknowledged": "acknowledge", "resolved": "resolve"}
-
-    def body(self, payload: dict) -> dict:
-        alert = payload["alert"]
-        return {
-            "routing_key": self.endpoint.routing_key or self.endpoint.secret,
-            "event_action": self.ACTIONS[payload["status"]],
-            "dedup_key": payload.get("dedup_key", alert["id"]),
-            "payload": {"summary": _line(payload)[:1024], "source": payload["run"]["run_id"],
-                        "severity": alert["severity"], "custom_details": alert},
-            "links": [{"href": payload["run"]["url"], "text": "recoverydash run"}],
-        }
+    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()
+    return key[:limit - len(digest) - 1] + "~" + digest
 
 
-TRANSPORTS = {"standard": StandardWebhookTransport, "slack": SlackTransport,
-              "pagerduty": PagerDutyTransport}
-
-
-def transport_for(endpoint) -> Transport:
-    """The transport of an endpoint's ``kind``; KeyError for an unknown kind."""
-    return TRANSPORTS[endpoint.kind](endpoint)
+def rfc3339(moment: str | None) -> str | None:
+    """An ISO 8601 time as stored (``...+00:00``) in the ``Z`` form receivers print."""
+    if not moment:
+        return None
+    parsed = datetime.fromisoformat(moment).astimezone(timezone.utc)
+    return parsed.isoformat().replace("+00:00", "Z")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django import forms
 
 from recoverydash.alerts.models import SEVERITIES, WebhookEndpoint
-from recoverydash.alerts.forms import clean_webhook_url
+from recoverydash.alerts.forms import check_name_free, clean_routing_key, clean_webhook_url
 from recoverydash.dashboard.actions import SILENCE_CHOICES
 from recoverydash.runs.models import SCOPES
 
@@ -48,11 +48,24 @@ class WebhookForm(forms.ModelForm):
         model = WebhookEndpoint
         fields = ["name", "url", "kind", "min_severity", "routing_key"]
         labels = {"url": "URL", "min_severity": "Minimum severity",
-                  "routing_key": "PagerDuty routing key"}
-        help_texts = {"routing_key": "Only for PagerDuty endpoints."}
+                  "routing_key": "Routing / API key"}
+        help_texts = {"routing_key": "PagerDuty: the integration's routing key (32 characters); "
+                                     "Opsgenie: the API integration's key. Other kinds take "
+                                     "none."}
 
     #: set by clean_url when the name does not resolve now (saved anyway: DNS may recover)
     resolve_warning = ""
+
+    def __init__(self, *args, project=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.project = project
+
+    def clean_name(self) -> str:
+        """A name no other endpoint of the project has (``alerts.forms.check_name_free``)."""
+        name = self.cleaned_data["name"]
+        if self.project is not None:
+            check_name_free(self.project, name)
+        return name
 
     def clean_url(self) -> str:
         """The guard of every delivery, applied when the URL is saved
@@ -62,9 +75,14 @@ class WebhookForm(forms.ModelForm):
         return url
 
     def clean(self):
+        """The key its receiver accepts (``alerts.forms.clean_routing_key``)."""
         data = super().clean()
-        if data.get("kind") == "pagerduty" and not data.get("routing_key"):
-            self.add_error("routing_key", "A PagerDuty endpoint needs its routing key.")
+        if "kind" in data:
+            try:
+                data["routing_key"] = clean_routing_key(data["kind"],
+                                                        data.get("routing_key", ""))
+            except forms.ValidationError as exc:
+                self.add_error("routing_key", exc)
         return data
 
 

@@ -183,7 +183,7 @@ def token_revoke(request, pk: int, token_pk: int):
 @require_POST
 def webhook_create(request, pk: int):
     project = queries.project_for(request.user, pk)
-    form = WebhookForm(request.POST)
+    form = WebhookForm(request.POST, project=project)
     if not form.is_valid():
         return _project_page(request, project, webhook_form=form)
     endpoint = actions.create_webhook(project, **form.cleaned_data)

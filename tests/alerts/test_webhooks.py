@@ -131,7 +131,7 @@ def test_it_sends_nothing_for_a_silenced_alert(run, receiver):
 def test_it_shapes_slack_and_pagerduty_bodies(run, receiver):
     WebhookEndpoint.objects.create(project=run.project, url=receiver.url, kind="slack")
     WebhookEndpoint.objects.create(project=run.project, url=receiver.url, kind="pagerduty",
-                                   routing_key="R0UT1NG")
+                                   routing_key="R0UT1NG0000000000000000000000000")
     fire(run)
     for pk in process_flips():
         assert deliver(pk) == "delivered"
@@ -139,7 +139,7 @@ def test_it_shapes_slack_and_pagerduty_bodies(run, receiver):
     pagerduty, slack = bodies
     assert slack["text"].startswith("[FIRING] critical restart_omission on run llama-70b")
     assert pagerduty["event_action"] == "trigger"
-    assert pagerduty["routing_key"] == "R0UT1NG"
+    assert pagerduty["routing_key"] == "R0UT1NG0000000000000000000000000"
     assert pagerduty["dedup_key"] == "llama-70b:restart_omission:1"
     assert pagerduty["payload"]["severity"] == "critical"
 

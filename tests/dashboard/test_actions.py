@@ -167,8 +167,19 @@ def test_webhook_endpoints_are_created_tested_and_deleted(owner_client, project,
 
 
 def test_a_pagerduty_endpoint_needs_its_routing_key(owner_client, project):
-    response = owner_client.post(reverse("webhook_create", args=[project.pk]),
-                                 {"url": "https://events.pagerduty.com/v2/enqueue",
-                                  "kind": "pagerduty", "min_severity": "critical"})
-    assert "needs its routing key" in response.content.decode()
+    for key in ("", "R0UT1NG"):
+        response = owner_client.post(reverse("webhook_create", args=[project.pk]),
+                                     {"url": "https://events.pagerduty.com/v2/enqueue",
+                                      "kind": "pagerduty", "min_severity": "critical",
+                                      "routing_key": key})
+        assert "routing key (32 letters and digits)" in response.content.decode()
     assert not WebhookEndpoint.objects.exists()
+
+
+def test_an_endpoint_name_is_taken_once_per_project(owner_client, project):
+    WebhookEndpoint.objects.create(project=project, name="ops", url="https://a.example/")
+    response = owner_client.post(reverse("webhook_create", args=[project.pk]),
+                                 {"name": "ops", "url": "https://b.example/", "kind": "teams",
+                                  "min_severity": "info"})
+    assert "expected a name no other endpoint" in response.content.decode()
+    assert WebhookEndpoint.objects.count() == 1
