@@ -23,4 +23,4 @@ RUN pip install ".[server]" && SECRET_KEY=build-only python manage.py collectsta
 
 USER recoverydash
 EXPOSE 8000
-CMD ["gunicorn", "recoverydash.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--threads", "4", "--access-logfile", "-"]
+CMD ["gunicorn", "recoverydash.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--threads", "4", "--access-logfile", "-", "--config", "python:recoverydash.metrics.gunicorn"]

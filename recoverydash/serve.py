@@ -24,7 +24,9 @@ def commands(port: int, host: str = "127.0.0.1") -> dict[str, list[str]]:
     py = sys.executable
     var = str(settings.VAR_DIR)
     return {
+        # the config adds only the hooks that sum the workers' /metrics counters
         "web": [py, "-m", "gunicorn", "recoverydash.wsgi", "--bind", f"{host}:{port}",
+                "--config", "python:recoverydash.metrics.gunicorn",
                 "--workers", os.environ.get("WEB_CONCURRENCY", "2"), "--threads", "4",
                 "--access-logfile", "-", "--timeout", "60"],
         "worker": [py, "-m", "celery", "-A", "workers.celery", "worker", "--loglevel", "INFO",

@@ -143,6 +143,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # first: counts every answer to POST /api/v1/events, whoever made it (recoverydash.metrics)
+    "recoverydash.metrics.counters.IngestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -310,6 +312,20 @@ RECOVERYDASH_WEBHOOK_ALLOW_PRIVATE = envbool("RECOVERYDASH_WEBHOOK_ALLOW_PRIVATE
 RECOVERYDASH_WEBHOOK_TIMEOUT_S = envfloat("RECOVERYDASH_WEBHOOK_TIMEOUT_S", 10.0, 0.1)
 RECOVERYDASH_WEBHOOK_MAX_RESPONSE_BYTES = envint("RECOVERYDASH_WEBHOOK_MAX_RESPONSE_BYTES",
                                                  64 * 1024, 1)
+
+# --- Prometheus /metrics (recoverydash.metrics) ---------------------------------------------------
+# Per-run series for at most this many runs (most recently heard from first), among runs not
+# ended, or ended with their last event received within the window (seconds).
+RECOVERYDASH_METRICS_MAX_RUNS = envint("RECOVERYDASH_METRICS_MAX_RUNS", 500, 0)
+RECOVERYDASH_METRICS_ENDED_WINDOW_S = envfloat("RECOVERYDASH_METRICS_ENDED_WINDOW_S", 86400.0)
+# The operator's basic-auth credentials for /metrics (every project); both or neither.
+RECOVERYDASH_METRICS_USERNAME = os.environ.get("RECOVERYDASH_METRICS_USERNAME", "")
+RECOVERYDASH_METRICS_PASSWORD = os.environ.get("RECOVERYDASH_METRICS_PASSWORD", "")
+if bool(RECOVERYDASH_METRICS_USERNAME) != bool(RECOVERYDASH_METRICS_PASSWORD):
+    raise ImproperlyConfigured("RECOVERYDASH_METRICS_USERNAME and RECOVERYDASH_METRICS_PASSWORD "
+                               "must be set together (or neither)")
+if RECOVERYDASH_METRICS_PASSWORD and len(RECOVERYDASH_METRICS_PASSWORD) < 16:
+    raise ImproperlyConfigured("RECOVERYDASH_METRICS_PASSWORD must be at least 16 characters")
 
 LOGGING = {
     "version": 1,

@@ -28,7 +28,7 @@ LAYERS = {
     "recovery": 0, "storage.objects": 0,
     "runs": 1,
     "storage": 2, "ingest": 2, "alerts": 2,
-    "dashboard": 3,
+    "dashboard": 3, "metrics": 3,
     "project": 4,  # recoverydash.settings, urls, wsgi, serve and the package itself
     "demo": 4,
     "workers": 5,

@@ -7,7 +7,7 @@ from django import forms
 from recoverydash.alerts.models import SEVERITIES, WebhookEndpoint
 from recoverydash.alerts.forms import check_name_free, clean_routing_key, clean_webhook_url
 from recoverydash.dashboard.actions import SILENCE_CHOICES
-from recoverydash.runs.models import SCOPES
+from recoverydash.runs.models import DEFAULT_SCOPES, SCOPES
 
 HEALTH_CHOICES = [("", "any health"), ("failing", "failing"), ("at_risk", "at risk"),
                   ("ok", "ok"), ("ended", "ended"), ("unknown", "not analysed yet")]
@@ -37,7 +37,8 @@ class SilenceForm(forms.Form):
 class TokenForm(forms.Form):
     name = forms.CharField(max_length=100, required=False,
                            widget=forms.TextInput(attrs={"placeholder": "e.g. trainer llama-70b"}))
-    scopes = forms.MultipleChoiceField(choices=[(s, s) for s in SCOPES], initial=list(SCOPES),
+    scopes = forms.MultipleChoiceField(choices=[(s, s) for s in SCOPES],
+                                       initial=list(DEFAULT_SCOPES),
                                        widget=forms.CheckboxSelectMultiple)
 
 

@@ -18,7 +18,14 @@ from django.utils import timezone
 
 SCOPE_INGEST = "ingest"
 SCOPE_READ = "read"
-SCOPES = (SCOPE_INGEST, SCOPE_READ)
+# Prometheus scrapes (GET /metrics): the project's run metrics and service health, nothing else.
+SCOPE_METRICS = "metrics"
+# Configuration as code (the admin API, manage.py apply_config): webhook endpoints, storage
+# locations, run contracts, and acknowledging, silencing and resolving alerts.
+SCOPE_ADMIN = "admin"
+SCOPES = (SCOPE_INGEST, SCOPE_READ, SCOPE_METRICS, SCOPE_ADMIN)
+#: What a token gets when nobody asked for more (the dashboard's form, ``create_token``).
+DEFAULT_SCOPES = (SCOPE_INGEST, SCOPE_READ)
 TOKEN_PREFIX = "rdt_"
 
 
@@ -50,8 +57,9 @@ def hash_token(raw: str) -> str:
 
 
 class ApiToken(models.Model):
-    """A bearer token of one project with scopes ``ingest`` and/or ``read``
-    (docs/ingest-v1.md#authentication).
+    """A bearer token of one project with scopes among ``ingest``, ``read``, ``metrics`` and
+    ``admin`` (docs/ingest-v1.md#authentication). Scopes do not include each other: an ``admin``
+    token cannot push events or read analyses unless it also has those scopes.
 
     The raw token is shown once at creation; only its sha256 is stored. ``prefix`` (the first
     characters) lets people tell tokens apart in lists.

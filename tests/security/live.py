@@ -31,7 +31,8 @@ def free_port() -> int:
 
 
 class LiveServer:
-    def __init__(self, engine: str, **env: str):
+    def __init__(self, engine: str, scopes: str = "ingest,read", gunicorn_args: tuple = (),
+                 **env: str):
         self.engine = engine
         self.var = tempfile.mkdtemp(prefix="recoverydash-live-")
         self.db_name = f"recoverydash_live_{os.getpid()}_{free_port()}"
@@ -53,14 +54,15 @@ class LiveServer:
         self.manage("migrate", "--noinput", "-v", "0")
         self.manage("createsuperuser", "--noinput", "--username", "root",
                     "--email", "root@example.org")
-        out = self.manage("create_token", "--project", "fuzz", "--scopes", "ingest,read")
+        out = self.manage("create_token", "--project", "fuzz", "--scopes", scopes)
         self.token = out.stdout.strip().splitlines()[-1]
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.server = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "recoverydash.wsgi", "--bind",
              f"127.0.0.1:{self.port}", "--workers", "2", "--timeout", "60",
-             "--log-level", "warning"], cwd=REPO, env=self.env, start_new_session=True,
+             "--log-level", "warning", *gunicorn_args], cwd=REPO, env=self.env,
+            start_new_session=True,
             stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.var, "server.log"), "wb"))
         deadline = time.monotonic() + 60
         while True:
