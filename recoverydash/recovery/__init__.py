@@ -4,7 +4,7 @@ whether a restart replayed or skipped data. Pure Python (pyroaring), no Django o
 Every figure implements a definition of ``docs/definitions.md`` and the wire contract
 ``docs/ingest-v1.md`` (sections 3-5), and is computed by one function named after it: run-level
 figures and chart series in ``figures.py``, costs in ``costs.py``, restart figures in
-``restarts.py``, counting in ``ledger.py``, generation statuses in ``generations.py``; the
+``restarts.py``, counting in ``counting.py``, generation statuses in ``generations.py``; the
 contract defaults are ``contract.py``'s ``DEFAULT_CONTRACT``. Pages, alerts and APIs import them.
 
 Calling it
@@ -77,7 +77,7 @@ Choices where the documents are silent
 * The drop_last threshold of an epoch tail is the global batch of the newest lineage attempt that
   consumed that key (the root's for pre-tracking positions); an unknown batch drops no tail.
   ``epoch_length`` comes from the newest attempt's sampler that names the stratum.
-* Refinement of DESIGN.md's epoch tail rule: an epoch of a stratum that the lineage skipped
+* Refinement of the epoch tail rule (docs/definitions.md#refinements): an epoch of a stratum that the lineage skipped
   entirely (nothing of that (stratum, epoch) under any order, while an earlier and a later epoch
   were consumed) counts ``epoch_length`` omissions when the length is known, in the strata and,
   when the skip happens at a restart (between L_U's epoch and k's first epoch), in ``omitted``.
@@ -87,10 +87,10 @@ Choices where the documents are silent
 * An attempt with no ``attempt_started`` is fresh if it is the first, else resumed from unknown.
 * A lineage whose root is unknown (resumed from unknown, from a generation the core does not
   know, or untracked) is tracked only from where it starts: positions behind an explicit cursor
-  count as consumed (DESIGN.md); without a cursor for the stratum, positions below the lineage's
+  count as consumed (docs/definitions.md#lineage); without a cursor for the stratum, positions below the lineage's
   first position in each key (stratum, epoch, order) consumed at its first update of the stratum
   are unknown, neither consumed nor omitted, so no omission and no replay rests on them
-  (``ledger.lineage_floors``). What the lineage skips once tracked still counts. Such a restart
+  (``lineage.lineage_floors``). What the lineage skips once tracked still counts. Such a restart
   is ``unverified``, and its ``lost_updates`` is 0 (``lost_seconds`` None): it cannot be tied to
   its predecessor's updates, and the finding ``resumed_from_unknown`` says so.
 * ``world_size_before``, ``global_batch`` and ``dataset_version`` changes compare attempt k with
@@ -119,7 +119,8 @@ _EXPORTS = {
     "AttemptRecord": "inputs", "GenerationRecord": "inputs", "HeartbeatRecord": "inputs",
     "LedgerRecord": "inputs", "RestoreRecord": "inputs", "RunInput": "inputs",
     "ShardRecord": "inputs", "format_time": "inputs", "parse_time": "inputs",
-    "Ledger": "ledger", "Lineage": "ledger", "Segment": "ledger", "StratumCount": "ledger",
+    "Ledger": "ledger", "Lineage": "lineage", "Segment": "lineage", "StratumCount": "counting",
+    "RunView": "view",
     "identity_position": "positions",
     "Restart": "restarts",
 }

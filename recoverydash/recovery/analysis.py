@@ -1,8 +1,8 @@
 """The whole analysis of a run: :func:`analyze` and :func:`restore_plan` (spec section 5).
 
 Every figure is computed by a function named after it (:mod:`.figures`, :mod:`.costs`,
-:mod:`.restarts`, :mod:`.ledger` counting, :mod:`.generations`); this module only wires them
-together and renders the result.
+:mod:`.restarts`, :mod:`.counting`, :mod:`.generations`), each reading the run through one
+:class:`~.view.RunView`; this module only wires them together and renders the result.
 """
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ from .costs import Costs, costs
 from .figures import (committed_frontier, fetched_cursor, health, last_restorable, restorable_on,
                       run_ended_at, seconds_since_last_restorable, tslrc_sawtooth,
                       updates_at_risk)
+from .counting import count_strata
 from .generations import GenerationVerdict, Reason, evaluate_generations
-from .inputs import AttemptRecord, RunInput, format_time
-from .ledger import (Ledger, Lineage, count_strata, lineage_counts, lineage_frontier, lineage_of,
-                     resolve_resumes)
+from .inputs import RunInput, format_time
+from .ledger import Ledger
+from .lineage import Lineage
 from .restarts import Restart, analyse_restart
+from .view import RunView
 
 
 @dataclass
@@ -71,24 +73,20 @@ class RunAnalysis:
         }
 
 
-def _attempt_map(run: RunInput, ledger: Ledger) -> dict[int, AttemptRecord]:
-    attempts = {a.attempt: a for a in run.attempts}
-    seen = set(ledger.attempts) | {g.attempt for g in run.generations} \
-        | {h.attempt for h in run.heartbeats}
-    for number in seen - set(attempts):
-        attempts[number] = AttemptRecord(attempt=number)
-    return dict(sorted(attempts.items()))
-
-
-def analyze(run: RunInput, now: float, ledger: Ledger | None = None) -> RunAnalysis:
+def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None) -> RunAnalysis:
     """Analyse a run at time ``now`` (POSIX seconds; the core never reads the clock).
 
-    ``ledger``: the run's compact ledger state (e.g. loaded with ``Ledger.from_bytes`` and fed with
+    ``run``: a RunInput, or a :class:`~.view.RunView` already built over a ledger. ``ledger``:
+    the run's compact ledger state (e.g. loaded with ``Ledger.from_bytes`` and fed with
     ``Ledger.absorb``); when given, ``run.ledger`` is ignored, else it is built from
-    ``run.ledger``. Returns a RunAnalysis; raises ValueError on a malformed span range."""
-    if ledger is None:
-        ledger = Ledger.from_records(run.ledger)
-    attempts = _attempt_map(run, ledger)
+    ``run.ledger``. Every figure reads the run through one RunView (lineages, counts, frontiers,
+    epoch lengths, global batches), built once here. Returns a RunAnalysis; raises ValueError on
+    a malformed span range."""
+    if isinstance(run, RunView):
+        view = run
+    else:
+        view = RunView(run, ledger if ledger is not None else Ledger.from_records(run.ledger))
+    run, attempts = view.run, view.attempts
     contract = run.effective_contract()
     first_event = run.first_event_at
     if first_event is None:
@@ -100,96 +98,39 @@ def analyze(run: RunInput, now: float, ledger: Ledger | None = None) -> RunAnaly
         empty.charts = {"committed_cursor": [], "fetched": [],
                         "tslrc": tslrc_sawtooth([], first_event, now)}
         return empty
-    generations = {g.generation_id: g for g in run.generations}
-    resumes = resolve_resumes(attempts, generations)
-    live = max(attempts)
-
-    lineages: dict = {}
-
-    def lineage_at(number: int, cap: int | None = None) -> Lineage:
-        handle = (number, cap)
-        if handle not in lineages:
-            lineages[handle] = lineage_of(number, resumes, cap)
-        return lineages[handle]
-
-    def epoch_length(stratum: str) -> int | None:
-        for record in reversed(attempts.values()):
-            lengths = (record.sampler or {}).get("epoch_length") or {}
-            if stratum in lengths:
-                return int(lengths[stratum])
-        return None
-
-    def batch_of_key_in(lineage: Lineage):
-        def global_batch_of(key) -> int | None:
-            for seg in lineage.segments:
-                if key in ledger.segment(seg.attempt, seg.after, seg.upto):
-                    return attempts[seg.attempt].global_batch()
-            return attempts[lineage.root].global_batch()
-        return global_batch_of
-
-    def reaches(lineage: Lineage, update: int) -> bool:
-        if update == lineage.segments[-1].after:
-            return True
-        return any(seg.holds(update) and update in ledger.attempt(seg.attempt).updates
-                   for seg in lineage.segments)
-
-    counts_cache: dict = {}
-
-    def counts_of(lineage: Lineage) -> dict:
-        if lineage not in counts_cache:
-            counts_cache[lineage] = lineage_counts(ledger, lineage)
-        return counts_cache[lineage]
-
-    def frontier_of(lineage: Lineage) -> dict:
-        return lineage_frontier(ledger, lineage)
-
-    verdicts = evaluate_generations(
-        list(generations.values()), attempts, ledger, lineage_at, reaches,
-        contract.get("required_components") or [], epoch_length,
-        lambda stratum: None)
+    live = view.live
+    verdicts = evaluate_generations(view, contract["required_components"])
     status = {v.generation_id: v.status for v in verdicts}
-
-    fetched_by_attempt: dict = {}
-    for beat in run.heartbeats:
-        fetched_by_attempt.setdefault(beat.attempt, []).extend(beat.fetched)
-    restarts: list[Restart] = []
     numbers = list(attempts)
-    for before, number in zip(numbers, numbers[1:]):
-        lineage = lineage_at(number)
-        fetched = fetched_by_attempt.get(before, []) + list(attempts[before].end_fetched or [])
-        restarts.append(analyse_restart(
-            ledger, attempts[number], attempts[before], resumes[number], lineage, counts_of,
-            frontier_of, status.get, fetched, epoch_length,
-            batch_of_key_in(lineage.before_own())))
-
-    live_lineage = lineage_at(live)
-    strata = count_strata(ledger, live_lineage, counts_of(live_lineage), epoch_length,
-                          batch_of_key_in(live_lineage))
+    restarts: list[Restart] = [analyse_restart(view, number, before, status.get)
+                               for before, number in zip(numbers, numbers[1:])]
+    live_lineage = view.lineage(live)
+    strata = count_strata(view, live_lineage)
     on_lineage = restorable_on(verdicts, live_lineage)
     last = last_restorable(verdicts, live_lineage)
     live_ids = {v.generation_id for v in on_lineage}
     elsewhere = [v for v in verdicts if v.status == "restorable" and v.generation_id not in live_ids]
-    why = _why_not_live(attempts, resumes, live, live_lineage)
+    why = _why_not_live(attempts, view.resumes, live, live_lineage)
     reasons = {v.generation_id: Reason("not_in_live_lineage", (
         f"{why}; {v.generation_id} (attempt {v.attempt}) is restorable in attempt {v.attempt}'s "
         f"lineage")) for v in elsewhere}
     analysis = RunAnalysis(run.run_id, now, "", last, None,
-                           updates_at_risk(ledger, live_lineage, last), verdicts, restarts,
+                           updates_at_risk(view.ledger, live_lineage, last), verdicts, restarts,
                            strata, live_attempt=live,
                            restorable_elsewhere=[v.generation_id for v in elsewhere],
                            elsewhere_reasons=reasons, first_event_at=first_event,
                            ended_at=run_ended_at(attempts[live]))
     since = analysis.seconds_since_last_restorable = seconds_since_last_restorable(analysis, now)
     try:
-        analysis.costs = costs(ledger, attempts, live_lineage, restarts, verdicts, on_lineage,
-                               now, first_event)
+        analysis.costs = costs(view.ledger, attempts, live_lineage, restarts, verdicts,
+                               on_lineage, now, first_event)
     except Exception as exc:  # noqa: BLE001 - the cost figures must never take the verdicts down
         analysis.costs = Costs(findings=[{"code": "costs_unavailable",
                                           "detail": f"{type(exc).__name__}: {exc}"}])
     analysis.health = health(attempts[live], contract, last, since, now - first_event, restarts,
                              verdicts)
     analysis.charts = {
-        "committed_cursor": committed_frontier(ledger, attempts, resumes),
+        "committed_cursor": committed_frontier(view.ledger, attempts, view.resumes),
         "fetched": fetched_cursor(run.heartbeats, attempts),
         "tslrc": tslrc_sawtooth([(v.update, v.committed_at) for v in on_lineage], first_event,
                                 now if analysis.ended_at is None

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .inputs import AttemptRecord, format_time, parse_time
-from .ledger import cursor_of
+from .lineage import cursor_of
 
 #: Points per attempt in the committed frontier and fetched cursor series.
 CHART_POINTS = 200
@@ -175,7 +175,7 @@ def committed_frontier(ledger, attempts, resumes) -> list:
     Returns ``[{"attempt", "points": [{"time": RFC 3339, "update", "cursor": [Cursor]}]}]``, at
     most :data:`CHART_POINTS` points per attempt, evenly spaced in updates, the attempt's first
     and last update included. ``attempts``: attempt numbers; ``resumes``: ``{attempt: Resume}``
-    (:func:`.ledger.resolve_resumes`)."""
+    (:func:`.lineage.resolve_resumes`)."""
     out = []
     for number in attempts:
         state = ledger.attempts.get(number)

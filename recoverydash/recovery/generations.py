@@ -1,4 +1,5 @@
-"""Generation statuses and reason codes (spec section 5; DESIGN.md, "restorable"; seeds 002, 004).
+"""Generation statuses and reason codes (docs/definitions.md#restorable,
+#generation-status; seeds 002, 004).
 
 A generation is ``restorable`` when it is committed by exactly one manifest of a supported schema,
 every required shard and component is present, all parts are at the manifest's update, the world
@@ -16,8 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .counting import epoch_tail
 from .inputs import AttemptRecord, GenerationRecord
-from .ledger import Ledger, Lineage, cursor_of, epoch_tail, lineage_frontier
+from .lineage import cursor_keys
 
 #: Storage results that reject a generation (spec 5).
 STORAGE_FAILURES = ("object_missing", "size_mismatch", "digest_mismatch")
@@ -138,12 +140,15 @@ def schema_unsupported(manifest: dict) -> Reason | None:
     return Reason("schema_unsupported", f"schema_revision {manifest.get('schema_revision')!r}")
 
 
-def cursors_agree(declared: list, expected: list, epoch_length, global_batch_of) -> list[str]:
-    """Differences between a manifest's ``data_progress.cursor`` and the ledger's frontier.
+def cursors_agree(declared: list, expected: list, complete: set) -> list[str]:
+    """Differences between a manifest's ``data_progress.cursor`` and the ledger's frontier
+    (docs/definitions.md#expected-cursor).
 
     Per stratum: equal ``(epoch, position)``; or the manifest at ``(e + 1, 0)`` where the ledger's
-    epoch ``e`` is complete under the tail rule; or a manifest cursor at position 0 for a stratum
-    the ledger never consumed. Returns the disagreements (empty: they agree)."""
+    epoch ``e`` is complete under the tail rule (``complete``: the strata whose expected epoch has
+    no tail left to count, :func:`.counting.epoch_tail` with the epoch length and the lineage's
+    real global batch: a drop_last remainder is complete); or a manifest cursor at position 0 for
+    a stratum the ledger never consumed. Returns the disagreements (empty: they agree)."""
     mine = {c["stratum"]: (int(c.get("epoch", 0)), int(c.get("position", 0))) for c in declared}
     ledger = {c["stratum"]: (c["epoch"], c["position"]) for c in expected}
     out = []
@@ -152,21 +157,42 @@ def cursors_agree(declared: list, expected: list, epoch_length, global_batch_of)
         if got == want or (want is None and got[1] == 0):
             continue
         if got is not None and want is not None and got == (want[0] + 1, 0) \
-                and epoch_length(stratum) is not None \
-                and epoch_tail(want[1], epoch_length(stratum), global_batch_of(stratum)) == 0:
+                and stratum in complete:
             continue
         out.append(f"{stratum}: manifest {got}, ledger {want}")
     return out
 
 
-def evaluate_generations(generations: list[GenerationRecord], attempts: dict[int, AttemptRecord],
-                         ledger: Ledger, lineage_at, reaches, required_components,
-                         epoch_length, global_batch_of) -> list[GenerationVerdict]:
-    """Status and reasons of every generation (spec 5), sorted by (update, started time, id).
+def expected_cursor_at(view, lineage, declared: list = ()) -> tuple[list, set]:
+    """The ledger's frontier of ``lineage`` as cursors (:func:`.lineage.cursor_of`), and the
+    strata whose epoch there is complete under the tail rule (an epoch length is known and the
+    unconsumed tail is 0 or shorter than the global batch of the attempt that consumed it,
+    :meth:`.view.RunView.global_batch`). Completeness is worked out only for the strata whose
+    ``declared`` cursor names the start of the next epoch, the one case where it matters."""
+    frontiers = view.frontier(lineage)
+    keys = cursor_keys(frontiers, view.id_strata)
+    next_epoch = {c.get("stratum"): int(c.get("epoch", 0)) for c in declared
+                  if int(c.get("position", 0)) == 0}
+    expected, complete = [], set()
+    for stratum in sorted(keys):
+        key = keys[stratum]
+        expected.append({"stratum": stratum, "epoch": key[1], "position": frontiers[key]})
+        length = view.epoch_length(stratum)
+        if next_epoch.get(stratum) == key[1] + 1 and length is not None \
+                and epoch_tail(frontiers[key], length, view.global_batch(lineage, key)) == 0:
+            complete.add(stratum)
+    return expected, complete
 
-    ``lineage_at(attempt, update)`` gives the Lineage of that attempt capped at ``update``;
-    ``reaches(lineage, update)`` whether the ledger holds that update (else the data cursor check
-    waits); ``epoch_length(stratum)`` and ``global_batch_of(stratum)`` feed the epoch tail rule."""
+
+def evaluate_generations(view, required_components) -> list[GenerationVerdict]:
+    """Status and reasons of every generation of ``view`` (:class:`~.view.RunView`; spec 5,
+    docs/definitions.md#generation-status), sorted by (update, started time, id).
+
+    The data cursor is compared with the frontier of the writer's lineage capped at the
+    manifest's update, once the ledger holds that update (else the generation stays
+    ``committed``), under the epoch tail rule with the lineage's real global batch."""
+    generations = list(view.generations.values())
+    attempts = view.attempts
     newest_attempt = max(attempts) if attempts else None
 
     def when(g: GenerationRecord) -> float:
@@ -217,12 +243,12 @@ def evaluate_generations(generations: list[GenerationRecord], attempts: dict[int
         waiting = False
         update = manifest.get("update")
         if isinstance(update, int):
-            lineage: Lineage = lineage_at(gen.attempt, update)
-            if reaches(lineage, update):
-                expected = cursor_of(lineage_frontier(ledger, lineage), ledger.id_strata)
+            lineage = view.lineage(gen.attempt, update)
+            if view.reaches(lineage, update):
                 declared = [c for c in (manifest.get("data_progress") or {}).get("cursor") or []
-                            if c.get("stratum") not in ledger.id_strata]
-                problems = cursors_agree(declared, expected, epoch_length, global_batch_of)
+                            if c.get("stratum") not in view.id_strata]
+                expected, complete = expected_cursor_at(view, lineage, declared)
+                problems = cursors_agree(declared, expected, complete)
                 if problems:
                     hard.append(Reason("data_cursor_mismatch", "; ".join(problems)))
             else:

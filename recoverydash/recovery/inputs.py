@@ -1,4 +1,4 @@
-"""Input dataclasses of the recovery core, close to the wire contract (spec/ingest-v1.md, section 4).
+"""Input dataclasses of the recovery core, close to the wire contract (docs/ingest-v1.md, section 4).
 
 Times inside the core are float POSIX seconds (UTC). Spans and cursors stay wire dicts
 (``{"stratum", "epoch", "ranges" | "ids", "order"?, "padding"?}`` and
@@ -81,7 +81,8 @@ class AttemptRecord:
         return None
 
     def failure_time(self) -> float | None:
-        """DESIGN.md, restarts: the failure time is `attempt_ended` time, else the last event."""
+        """docs/definitions.md#lost-seconds: the failure time is `attempt_ended` time, else the last
+        event."""
         return self.ended_at if self.ended_at is not None else self.last_event_at
 
 

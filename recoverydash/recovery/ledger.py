@@ -1,6 +1,8 @@
-"""The data ledger: compact per-attempt state, lineage across attempts, and counting.
+"""The data ledger: compact per-attempt state, how it absorbs reports, and how it is stored.
 
-DESIGN.md, "How the numbers are defined": Lineage and Counting.
+The lineage across attempts is :mod:`.lineage`; counting (docs/definitions.md#counting) is
+:mod:`.counting`. This module answers their questions about one attempt's updates (positions of a
+segment, its frontier, its first positions, update counts and times) from runs and bitmaps.
 
 :class:`Ledger` holds every `update_committed` report of a run in compact form, per attempt:
 
@@ -39,7 +41,7 @@ from operator import attrgetter
 
 from pyroaring import BitMap, BitMap64
 
-from .inputs import AttemptRecord, GenerationRecord, LedgerRecord
+from .counting import KeyCount
 from .positions import (MAX_RANGE_LENGTH, POSITION_LIMIT, add_group, identity_position,
                         range_positions, span_key, wire_range)
 
@@ -106,50 +108,6 @@ class AttemptLedger:
     def keys(self) -> set:
         """Every position key this attempt consumed."""
         return set(self.groups()) | {k for k, p in self.pieces.items() if p}
-
-
-def below(bitmap: BitMap64, position: int) -> int:
-    """How many elements of ``bitmap`` are below ``position``."""
-    return bitmap.rank(position - 1) if position > 0 else 0
-
-
-@dataclass
-class KeyCount:
-    """Positions of one key in a lineage: ``consumed`` (sum of count(p)), the distinct set of
-    reported positions, and ``prefix``: positions ``[0, prefix)`` consumed before tracking began
-    (an untracked root's cursor), kept as an interval, never as a bitmap (a cursor may be at
-    2**62)."""
-
-    consumed: int = 0
-    positions: BitMap64 = field(default_factory=BitMap64)
-    prefix: int = 0
-    #: positions below ``floor`` are unknown (a lineage with an unknown root started this key
-    #: there): neither consumed nor omitted (see :func:`lineage_floors`)
-    floor: int = 0
-
-    @property
-    def distinct(self) -> int:
-        return self.prefix + len(self.positions) - below(self.positions, self.prefix)
-
-    def frontier(self) -> int:
-        """DESIGN.md, Counting: max consumed position + 1 (0 when nothing was consumed)."""
-        return max(self.prefix, self.positions.max() + 1 if self.positions else 0)
-
-    def gaps(self) -> int:
-        """DESIGN.md, Counting: ``|{floor <= p < frontier : count(p) = 0}|``."""
-        top, low = self.frontier(), self.floor
-        if top <= low:
-            return 0
-        covered = max(0, self.prefix - low) + len(self.positions) \
-            - below(self.positions, max(low, self.prefix))
-        return top - low - covered
-
-    def hits(self, positions: BitMap64) -> int:
-        """``|positions & (self.positions | [0, prefix))|``."""
-        if not self.prefix:
-            return positions.intersection_cardinality(self.positions)
-        both = positions & self.positions
-        return below(positions, self.prefix) + len(both) - below(both, self.prefix)
 
 
 class Ledger:
@@ -481,6 +439,18 @@ class Ledger:
                     out[key] = bitmap.max() + 1
         return out
 
+    def consumed_key(self, number: int, key: tuple, after: int, upto: int | None) -> bool:
+        """Whether attempt ``number`` consumed position key ``key`` in updates
+        ``after < u <= upto``, from run geometry and piece keys (no bitmap is built)."""
+        state = self.attempts.get(number)
+        if state is None:
+            return False
+        hi = math.inf if upto is None else upto
+        for (u0, u1, _adv, _m, _s, _starts, _n) in state.groups().get(key, ()):
+            if u0 <= hi and u1 > after:
+                return True
+        return any(after < update <= hi for (update, _rank) in state.pieces.get(key, {}))
+
     def first_by_key(self, number: int, after: int, upto: int | None = None) -> dict:
         """``{key: (update, position)}``: attempt ``number``'s first update in
         ``after < u <= upto`` that consumed the key, and the smallest position there."""
@@ -794,285 +764,3 @@ def _disjoint(parts: list[range]) -> bool:
 def _report_bitmaps(spans) -> dict:
     from .positions import report_positions
     return report_positions(spans)
-
-
-# --------------------------------------------------------------------------------- lineage
-@dataclass(frozen=True)
-class Segment:
-    """Updates ``after < u <= upto`` of one attempt (``upto`` None: no upper bound)."""
-
-    attempt: int
-    after: int
-    upto: int | None
-
-    def holds(self, update: int) -> bool:
-        return self.after < update and (self.upto is None or update <= self.upto)
-
-
-@dataclass(frozen=True)
-class Resume:
-    """How an attempt started. ``kind``: ``fresh`` (update 0), ``generation`` (a generation whose
-    writer attempt is known and older), or ``untracked`` (no or unknown generation: the root of
-    its lineage, positions behind ``cursor`` consumed before tracking began).
-    ``update`` is U: the generation's update for ``generation``, else the declared update."""
-
-    attempt: int
-    kind: str
-    update: int
-    generation_id: str | None = None
-    writer: int | None = None
-    declared_update: int | None = None
-    cursor: tuple = ()
-
-
-@dataclass(frozen=True)
-class Lineage:
-    """DESIGN.md, Lineage: the chain of committed updates that a model state contains.
-    ``segments`` newest first; ``pretracked`` the root's untracked starting cursors as
-    ``(stratum, epoch, position, order)``; ``root`` the attempt the chain starts from;
-    ``unknown_root``: the root started from an untracked or unknown state (not fresh)."""
-
-    segments: tuple
-    pretracked: tuple = ()
-    root: int | None = None
-    unknown_root: bool = False
-
-    def holds(self, attempt: int, update: int) -> bool:
-        """Whether update ``update`` of attempt ``attempt`` is part of this lineage."""
-        return any(seg.attempt == attempt and seg.holds(update) for seg in self.segments)
-
-    def contains_state(self, attempt: int, update: int) -> bool:
-        """Whether the state of ``attempt`` at ``update`` (a generation) lies on this lineage:
-        some segment of ``attempt`` with ``after <= update <= upto``."""
-        return any(seg.attempt == attempt and seg.after <= update
-                   and (seg.upto is None or update <= seg.upto) for seg in self.segments)
-
-    def before_own(self) -> "Lineage":
-        """The lineage without its newest segment (the restored state's lineage, at or below U)."""
-        return Lineage(self.segments[1:], self.pretracked, self.root, self.unknown_root)
-
-
-def resolve_resumes(attempts: dict[int, AttemptRecord],
-                    generations: dict[str, GenerationRecord]) -> dict[int, Resume]:
-    """How every attempt started (DESIGN.md, Lineage). An attempt with no AttemptRecord is fresh
-    when it is the first one, else untracked (its start is unknown)."""
-    out: dict[int, Resume] = {}
-    first = min(attempts) if attempts else 0
-    for number, record in attempts.items():
-        source = record.resumed_from
-        if source is None:
-            kind = "fresh" if record.started_at is not None or number == first else "untracked"
-            out[number] = Resume(number, kind, 0)
-            continue
-        declared = int(source.get("update") or 0)
-        cursor = tuple(source.get("cursor") or ())
-        gid = source.get("generation_id")
-        gen = generations.get(gid) if gid is not None else None
-        if gen is not None and gen.attempt < number:
-            update = gen.state_update()
-            out[number] = Resume(number, "generation", declared if update is None else update,
-                                 gid, gen.attempt, declared, cursor)
-        else:
-            out[number] = Resume(number, "untracked", declared, gid, None, declared, cursor)
-    return out
-
-
-def lineage_of(number: int, resumes: dict[int, Resume], cap: int | None = None) -> Lineage:
-    """DESIGN.md, Lineage: attempt ``number``'s own committed updates above U, plus the lineage
-    of the attempt that wrote the restored generation restricted to updates at or below U,
-    recursively; ``cap`` restricts the whole lineage to updates at or below it."""
-    resume = resumes[number]
-    own = Segment(number, resume.update, cap)
-    if resume.kind == "generation":
-        limit = resume.update if cap is None else min(cap, resume.update)
-        parent = lineage_of(resume.writer, resumes, limit)
-        return Lineage((own,) + parent.segments, parent.pretracked, parent.root,
-                       parent.unknown_root)
-    if resume.kind != "untracked":
-        return Lineage((own,), (), number)
-    return Lineage((own,), tuple((c["stratum"], int(c.get("epoch", 0)), int(c.get("position", 0)),
-                                  c.get("order")) for c in resume.cursor), number, True)
-
-
-def lineage_floors(ledger: Ledger, lineage: Lineage) -> dict:
-    """``{key: floor}``: where a lineage whose root is unknown started tracking each key.
-
-    DESIGN.md, Lineage: positions behind where an untracked root starts were consumed (or not)
-    before tracking began. With a cursor naming the stratum they count as consumed (``pretracked``);
-    without one nothing is known about them, so they count neither as consumed nor as omitted
-    (no replay or omission can rest on them). The start of a stratum is the lineage's first update
-    that consumed it (the lineage's segments are disjoint and ordered by update); every key
-    (stratum, epoch, order) consumed at that update gets its smallest position there as floor,
-    when no cursor names the stratum, or when a cursor names the (stratum, epoch) but not that
-    order (a cursor without ``order`` applies to order None). Empty for a fresh root: a lineage
-    tracked from update 0 owes every position below its frontier."""
-    if not lineage.unknown_root:
-        return {}
-    named: dict = {}
-    for stratum, epoch, _position, order in lineage.pretracked:
-        named.setdefault(stratum, set()).add((epoch, order))
-    first: dict = {}
-    for seg in lineage.segments:
-        for key, (update, position) in ledger.first_by_key(seg.attempt, seg.after,
-                                                           seg.upto).items():
-            if key[0] in ledger.id_strata:
-                continue
-            have = first.get(key[0])
-            if have is None or update < have[0]:
-                first[key[0]] = (update, {key: position})
-            elif update == have[0]:
-                have[1][key] = position
-    out: dict = {}
-    for stratum, (_update, keys) in first.items():
-        cursors = named.get(stratum)
-        for key, position in keys.items():
-            if cursors is None or ((key[1], key[2]) not in cursors
-                                   and any(epoch == key[1] for epoch, _ in cursors)):
-                out[key] = position
-    return out
-
-
-def lineage_counts(ledger: Ledger, lineage: Lineage) -> dict:
-    """``{key: KeyCount}`` of a lineage: every segment's positions, plus the pre-tracking
-    positions ``[0, cursor.position)`` of its root, counted once (DESIGN.md, Lineage)."""
-    out: dict = {}
-    for seg in lineage.segments:
-        for key, count in ledger.segment(seg.attempt, seg.after, seg.upto).items():
-            mine = out.get(key)
-            if mine is None:
-                mine = out[key] = KeyCount(0, BitMap64())
-            mine.consumed += count.consumed
-            mine.positions |= count.positions
-    for stratum, epoch, position, order in lineage.pretracked:
-        if stratum in ledger.id_strata or position <= 0:
-            continue
-        mine = out.setdefault((stratum, epoch, order), KeyCount(0, BitMap64()))
-        mine.consumed += position
-        mine.prefix = max(mine.prefix, position)   # an interval: never a bitmap of [0, position)
-    for key, floor in lineage_floors(ledger, lineage).items():
-        if key in out:
-            out[key].floor = floor
-    return out
-
-
-def lineage_frontier(ledger: Ledger, lineage: Lineage) -> dict:
-    """``{key: frontier}`` of a lineage from run geometry (no bitmaps); see lineage_counts."""
-    out: dict = {}
-    for seg in lineage.segments:
-        for key, top in ledger.frontier_in(seg.attempt, seg.after, seg.upto).items():
-            if top > out.get(key, 0):
-                out[key] = top
-    for stratum, epoch, position, order in lineage.pretracked:
-        if stratum not in ledger.id_strata and position > out.get((stratum, epoch, order), 0):
-            out[(stratum, epoch, order)] = position
-    return out
-
-
-def cursor_of(frontiers: dict, id_strata: set) -> list[dict]:
-    """The lineage's frontier per stratum as wire cursors (DESIGN.md, restarts,
-    ``expected_cursor``): the highest epoch the stratum reached, and there the highest frontier
-    over orders. Strata of sample ids have no cursor. Sorted by stratum."""
-    best: dict = {}
-    for (stratum, epoch, _order), top in frontiers.items():
-        if stratum in id_strata or top <= 0:
-            continue
-        if stratum not in best or (epoch, top) > best[stratum]:
-            best[stratum] = (epoch, top)
-    return [{"stratum": st, "epoch": e, "position": p} for st, (e, p) in sorted(best.items())]
-
-
-# --------------------------------------------------------------------------------- counting
-@dataclass
-class StratumCount:
-    """DESIGN.md, Counting, summed over a stratum's epochs and orders."""
-
-    stratum: str
-    consumed: int = 0
-    distinct: int = 0
-    duplicates: int = 0
-    omissions: int = 0
-
-    @property
-    def duplicate_rate(self) -> float:
-        """duplicates / consumed (0.0 when nothing was consumed)."""
-        return self.duplicates / self.consumed if self.consumed else 0.0
-
-    @property
-    def omission_rate(self) -> float:
-        """omissions / (omissions + distinct consumed) (0.0 when both are 0)."""
-        total = self.omissions + self.distinct
-        return self.omissions / total if total else 0.0
-
-    def to_dict(self) -> dict:
-        return {"stratum": self.stratum, "consumed": self.consumed,
-                "duplicates": self.duplicates, "omissions": self.omissions,
-                "duplicate_rate": self.duplicate_rate, "omission_rate": self.omission_rate}
-
-
-def duplicates(count: KeyCount) -> int:
-    """DESIGN.md, Counting: sum max(count(p) - 1, 0) = consumed - distinct."""
-    return count.consumed - count.distinct
-
-
-def epoch_tail(frontier: int, epoch_length: int | None, global_batch: int | None) -> int:
-    """DESIGN.md, Counting, epoch tail rule: the unconsumed tail ``epoch_length - frontier`` of an
-    epoch the lineage moved on from, unless it is shorter than one global batch (the drop_last
-    remainder). 0 when ``epoch_length`` is unknown; an unknown global batch drops no tail."""
-    if epoch_length is None:
-        return 0
-    tail = epoch_length - frontier
-    if tail <= 0 or (global_batch is not None and tail < global_batch):
-        return 0
-    return tail
-
-
-def skipped_epochs(epochs) -> int:
-    """How many epochs lie strictly between consumed ``epochs`` and are not among them (epochs
-    below the lowest one are not skipped: numbering may start anywhere, and an unknown root's
-    earlier epochs were before tracking). Arithmetic on the distinct epochs, never a walk."""
-    ordered = sorted(set(epochs))
-    return sum(b - a - 1 for a, b in zip(ordered, ordered[1:]))
-
-
-def omissions(key: tuple, count: KeyCount, moved_on: bool, epoch_length: int | None,
-              global_batch: int | None, id_stratum: bool) -> int:
-    """DESIGN.md, Counting: ``|{floor <= p < frontier : count(p) = 0}|`` (floor 0 unless the
-    lineage's root is unknown, see :func:`lineage_floors`), plus the epoch tail when the lineage
-    ``moved_on`` to a later epoch of the stratum. Sample-id strata have no order of positions,
-    hence no omissions."""
-    if id_stratum:
-        return 0
-    gap = count.gaps()
-    return gap + (epoch_tail(count.frontier(), epoch_length, global_batch) if moved_on else 0)
-
-
-def count_strata(ledger: Ledger, lineage: Lineage, counts: dict, epoch_length,
-                 global_batch_of) -> list[StratumCount]:
-    """Per stratum figures of a lineage (DESIGN.md, Counting). ``epoch_length(stratum)`` gives
-    the epoch length or None; ``global_batch_of(key)`` the global batch that bounds the drop_last
-    remainder of that key's epoch. Sorted by stratum.
-
-    Refinement of the tail rule: an epoch the lineage skipped entirely (no position of that
-    (stratum, epoch) under any order, while an earlier and a later epoch of the stratum were
-    consumed) counts ``epoch_length`` omissions when the epoch length is known; the drop_last
-    exemption is for a tail, not for a whole epoch. Epochs are compared per stratum, not per
-    order, as for the tail (an order may be named per epoch)."""
-    top_epoch: dict = {}
-    epochs: dict = {}
-    for (stratum, epoch, _order) in counts:
-        top_epoch[stratum] = max(epoch, top_epoch.get(stratum, epoch))
-        epochs.setdefault(stratum, set()).add(epoch)
-    out: dict = {}
-    for key, count in counts.items():
-        stratum, epoch, _order = key
-        row = out.setdefault(stratum, StratumCount(stratum))
-        row.consumed += count.consumed
-        row.distinct += count.distinct
-        row.duplicates += duplicates(count)
-        row.omissions += omissions(key, count, epoch < top_epoch[stratum], epoch_length(stratum),
-                                   global_batch_of(key), stratum in ledger.id_strata)
-    for stratum, seen in epochs.items():
-        length = epoch_length(stratum)
-        if length and length > 0 and stratum not in ledger.id_strata:
-            out[stratum].omissions += skipped_epochs(seen) * length
-    return [out[s] for s in sorted(out)]

@@ -1,4 +1,4 @@
-"""Position sets on roaring bitmaps (spec section 3; DESIGN.md, Counting).
+"""Position sets on roaring bitmaps (docs/ingest-v1.md section 3; docs/definitions.md#counting).
 
 A *position key* is ``(stratum, epoch, order)``: positions are only compared within one key
 (``order`` None when a span names none). Positions are ints in ``[0, 2**63)``; sample identities

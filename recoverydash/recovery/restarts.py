@@ -1,4 +1,5 @@
-"""Restart figures (spec section 5 ``restarts``; DESIGN.md, "A restart"; seed 003).
+"""Restart figures (spec section 5 ``restarts``; docs/definitions.md#expected-cursor through
+#recovery-seconds and #verdict; seed 003).
 
 A restart is attempt k resuming generation g at update U, with predecessor attempt k-1 (the
 highest attempt number below k). Notation used by every docstring here:
@@ -22,9 +23,10 @@ from dataclasses import dataclass, field
 from pyroaring import BitMap64
 
 from .costs import clamp_duration
+from .counting import KeyCount, below, epoch_tail
 from .generations import Reason
-from .inputs import AttemptRecord
-from .ledger import COORDINATOR_RANK, KeyCount, Ledger, Lineage, Resume, below, cursor_of, epoch_tail, lineage_floors
+from .ledger import COORDINATOR_RANK
+from .lineage import Resume, cursor_of
 
 Finding = Reason
 
@@ -59,7 +61,8 @@ class Restart:
 
 
 def expected_cursor(frontiers_at_u: dict, id_strata: set) -> list:
-    """DESIGN.md: the lineage's frontier at U, per stratum (see :func:`.ledger.cursor_of`)."""
+    """docs/definitions.md#expected-cursor: the lineage's frontier at U, per stratum (see
+    :func:`.lineage.cursor_of`)."""
     return cursor_of(frontiers_at_u, id_strata)
 
 
@@ -79,10 +82,10 @@ def replayed(own: dict, before: dict) -> int:
     return sum(before[key].hits(count.positions) for key, count in own.items() if key in before)
 
 
-def omitted(own: dict, before: dict, starts: dict, id_strata: set, epoch_length,
-            global_batch_of, floors: dict | None = None) -> int:
+def omitted(own: dict, before: dict, starts: dict, view, before_lineage,
+            floors: dict | None = None) -> int:
     """Positions between the expected cursor and where k actually starts that the lineage never
-    consumes, per stratum k consumes (DESIGN.md). With k's start ``(e1, s1, o1)`` and L_U's
+    consumes, per stratum k consumes (docs/definitions.md#omitted). With k's start ``(e1, s1, o1)`` and L_U's
     highest epoch ``e0`` of the stratum, frontier ``f0`` there:
 
     * same epoch and L_U used order ``o1`` in it: ``|[f0, s1) - K|``; and when K then moves on
@@ -90,15 +93,17 @@ def omitted(own: dict, before: dict, starts: dict, id_strata: set, epoch_length,
       consumed, under the tail rule: ``epoch_length - max(f0, frontier of K there)`` (a loader
       that restarts the epoch while its trainer ends the epoch by a batch count: Lightning with
       a plain DataLoader feeds the first batches again and never the last ones; refinement of
-      DESIGN.md);
+      docs/definitions.md);
     * same epoch under another order: 0 (not comparable; finding ``order_changed``);
     * later epoch: the abandoned epoch's tail ``epoch_length - f0`` under the tail rule, plus
       ``epoch_length`` for every epoch strictly between ``e0`` and ``e1`` of which K consumes
-      nothing (skipped whole: no drop_last exemption; refinement of DESIGN.md), plus
+      nothing (skipped whole: no drop_last exemption; refinement of docs/definitions.md), plus
       ``|[0, s1) - K|`` of the new epoch;
     * earlier epoch: 0;
     * a stratum L_U never consumed: ``|[0, s1) - K|``.
-    Sample-id strata have no omissions. ``floors`` (k's lineage, :func:`.ledger.lineage_floors`):
+    Sample-id strata have no omissions here. ``view`` (:class:`~.view.RunView`) gives epoch
+    lengths and the global batch of ``before_lineage`` (L_U) that bounds a drop_last tail.
+    ``floors`` (k's lineage, :func:`.lineage.lineage_floors`):
     when k's start key has a floor, the lineage's root is unknown and tracking of that key starts
     with k: positions below ``s1`` of that key are unknown, not omitted (the ``[0, s1)`` terms
     are 0).
@@ -106,7 +111,7 @@ def omitted(own: dict, before: dict, starts: dict, id_strata: set, epoch_length,
     total = 0
     floors = floors or {}
     for stratum, (_u, e1, s1, o1) in starts.items():
-        if stratum in id_strata:
+        if stratum in view.id_strata:
             continue
         mine = own.get((stratum, e1, o1))
         floor = floors.get((stratum, e1, o1), 0)
@@ -131,10 +136,11 @@ def omitted(own: dict, before: dict, starts: dict, id_strata: set, epoch_length,
                 if any(k[0] == stratum and k[1] > e1 for k in own):  # k left the epoch
                     reached = max(before[key].frontier() if key in before else 0,
                                   mine.positions.max() + 1 if mine and len(mine.positions) else 0)
-                    total += epoch_tail(reached, epoch_length(stratum), global_batch_of(key))
+                    total += epoch_tail(reached, view.epoch_length(stratum),
+                                        view.global_batch(before_lineage, key))
         elif e1 > e0:
-            length = epoch_length(stratum)
-            total += epoch_tail(f0, length, global_batch_of(top_key))
+            length = view.epoch_length(stratum)
+            total += epoch_tail(f0, length, view.global_batch(before_lineage, top_key))
             if length and length > 0 and e1 > e0 + 1:
                 later = {k[1] for k in own if k[0] == stratum and e0 < k[1] < e1}
                 total += (e1 - e0 - 1 - len(later)) * length
@@ -197,8 +203,9 @@ def first_update_complete(state, update: int, world_size: int | None) -> bool:
 
     Ranks report separately, so their first reports reach the server at different times; until
     every rank's part of the first update is in, where k starts is not known and a verdict would
-    flip as the rest arrives (a false ``omission`` alert). DESIGN.md's "unverified until k has
-    committed an update" is read as: until the first update is fully reported."""
+    flip as the rest arrives (a false ``omission`` alert). docs/definitions.md#verdict's
+    "unverified until k has committed an update" is read as: until the first update is fully
+    reported."""
     absorbed = state.absorbed
     coordinator = absorbed.get(COORDINATOR_RANK)
     if coordinator is not None and update in coordinator:
@@ -233,18 +240,20 @@ def order_changes(own: dict, before: dict) -> list:
                   key=lambda k: (k[0], k[1], "" if k[2] is None else k[2]))
 
 
-def analyse_restart(ledger: Ledger, record: AttemptRecord, before_record: AttemptRecord,
-                    resume: Resume, lineage: Lineage, counts_of, frontier_of, status_of,
-                    fetched: list, epoch_length, global_batch_of) -> Restart:
-    """Every field of one restart (spec 5). ``lineage`` is k's lineage; ``counts_of(lineage)``
-    and ``frontier_of(lineage)`` give {key: KeyCount} and {key: frontier}; ``status_of(gid)`` a
-    generation's status or None; ``fetched`` k-1's read cursors."""
+def analyse_restart(view, number: int, before: int, status_of) -> Restart:
+    """Every field of the restart of attempt ``number`` (k) after its predecessor ``before``
+    (k-1), read through ``view`` (:class:`~.view.RunView`); ``status_of(generation_id)`` gives a
+    generation's status or None."""
+    ledger = view.ledger
+    record, before_record = view.attempts[number], view.attempts[before]
+    resume = view.resumes[number]
+    lineage = view.lineage(number)
     k, p = record.attempt, before_record.attempt
     update = resume.update
     before_lineage = lineage.before_own()
     own_segment = lineage.segments[0]
     own = ledger.segment(k, own_segment.after, own_segment.upto)
-    before = counts_of(before_lineage)
+    counts_before = view.counts(before_lineage)
     starts = ledger.first_positions(k, update)
     mine = [seg for seg in lineage.segments if seg.attempt == p]
     rolled: dict = {}
@@ -255,9 +264,9 @@ def analyse_restart(ledger: Ledger, record: AttemptRecord, before_record: Attemp
         for key, count in ledger.segment(p, after, upto).items():
             into = rolled.setdefault(key, KeyCount(0, BitMap64()))
             into.positions |= count.positions
-    replay_count = replayed(own, before)
-    omission_count = omitted(own, before, starts, ledger.id_strata, epoch_length, global_batch_of,
-                             lineage_floors(ledger, lineage))
+    replay_count = replayed(own, counts_before)
+    omission_count = omitted(own, counts_before, starts, view, before_lineage,
+                             view.floors(lineage))
     findings = []
     if replay_count:
         findings.append(Finding("replay", f"{replay_count} positions committed at or below "
@@ -290,7 +299,7 @@ def analyse_restart(ledger: Ledger, record: AttemptRecord, before_record: Attemp
         mismatches.append(f"first committed update {state.updates.min()}, expected {update + 1}")
     if mismatches:
         findings.append(Finding("update_mismatch", "; ".join(mismatches)))
-    changes = order_changes(own, before)
+    changes = order_changes(own, counts_before)
     if changes:
         findings.append(Finding("order_changed", "; ".join(
             f"{s} epoch {e} under order {o!r}" for s, e, o in changes)))
@@ -316,10 +325,10 @@ def analyse_restart(ledger: Ledger, record: AttemptRecord, before_record: Attemp
     return Restart(
         attempt=k, resumed_from=resume.generation_id, resumed_update=update,
         world_size_before=before_record.world_size, world_size_after=record.world_size,
-        expected_cursor=expected_cursor(frontier_of(before_lineage), ledger.id_strata),
+        expected_cursor=expected_cursor(view.frontier(before_lineage), view.id_strata),
         resume_cursor=resume_cursor(resume, starts),
         replayed=replay_count, omitted=omission_count,
-        recomputed=recomputed(own, before, rolled, fetched),
+        recomputed=recomputed(own, counts_before, rolled, view.fetched(p)),
         lost_updates=lost_updates(last, update, resume.kind != "untracked"),
         lost_seconds=lost,
         recovery_seconds=recovery,

@@ -343,6 +343,19 @@ class Model:
         segments, pre = self.lineage(attempt, update)
         return self.cursor(self.multiset(segments, pre))
 
+    def epoch_complete_at(self, attempt, update, stratum):
+        """Whether the expected cursor's epoch of ``stratum`` at (attempt, update) has no tail
+        left under the tail rule, with the global batch of the lineage attempt that consumed the
+        cursor's key (the drop_last remainder is complete)."""
+        segments, pre = self.lineage(attempt, update)
+        frontiers = self.frontiers(self.multiset(segments, pre))
+        keys = [(e, top, "" if o is None else o, (s, e, o)) for (s, e, o), top in frontiers.items()
+                if s == stratum and s not in self.id_strata]
+        if not keys or self.epoch_length(stratum) is None:
+            return False
+        _e, top, _o, key = max(keys)
+        return self.tail(top, stratum, self.batch_of_key(segments, key, self.root(attempt))) == 0
+
     def updates_at_risk(self, after_update):
         segments, _ = self.lineage(max(self.attempts))
         return sum(1 for a, us in self.updates.items() for u in us

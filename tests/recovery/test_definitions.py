@@ -511,3 +511,58 @@ def test_a_fresh_live_attempt_names_the_older_restorable_generation():
     assert plan.status_code == 409
     assert plan.body["rejected"][0]["reasons"][0]["detail"] == \
         "the live attempt 1 started fresh; g10 (attempt 0) is restorable in attempt 0's lineage"
+
+
+def boundary_run(epoch_length, micro_batch_size=MICRO, resume=False):
+    """Seed 003's 8 ranks x 64 positions per update with an epoch of ``epoch_length``: update 1
+    consumes epoch 0's [0, 64), the loader drops the rest (drop_last) and update 2 starts epoch 1;
+    generation g1 at update 1 declares the next epoch's start (1, 0), as a sampler does at an
+    epoch boundary. With ``resume``, attempt 1 resumes g1 and consumes epoch 1's [0, 64)."""
+    def update(attempt, u, epoch, time):
+        return [LedgerRecord(attempt, u, r, time, [{"stratum": "main", "epoch": epoch,
+                                                    "ranges": [[r, PER_UPDATE, W]]}])
+                for r in range(W)]
+
+    sampler = {"epoch_length": {"main": epoch_length}}
+    g1 = generation("g1", 0, 1, 0, 1.5)
+    g1.manifests[0]["data_progress"]["cursor"] = [{"stratum": "main", "epoch": 1, "position": 0}]
+    attempts = [AttemptRecord(0, started_at=0.0, world_size=W, dataset_version="ds",
+                              micro_batch_size=micro_batch_size, grad_accum_steps=ACCUM,
+                              sampler=sampler)]
+    ledger = update(0, 1, 0, 1.0)
+    if resume:
+        attempts[0].ended_at, attempts[0].end_reason = 1.8, "failed"
+        attempts.append(AttemptRecord(1, started_at=2.0, world_size=W, dataset_version="ds",
+                                      micro_batch_size=micro_batch_size, grad_accum_steps=ACCUM,
+                                      sampler=sampler, resumed_from={
+                                          "generation_id": "g1", "update": 1, "cursor": [
+                                              {"stratum": "main", "epoch": 1, "position": 0}]}))
+        ledger += update(1, 2, 1, 3.0)
+    else:
+        ledger += update(0, 2, 1, 2.0)
+    return RunInput("boundary", attempts, ledger, generations=[g1], first_event_at=0.0)
+
+
+@pytest.mark.parametrize("epoch_length, micro, status, omissions", [
+    (100, MICRO, "restorable", 0),    # remainder 36 < global batch 64: drop_last, epoch complete
+    (128, MICRO, "rejected", 64),     # remainder 64 is not shorter than a global batch
+    (100, None, "rejected", 36),      # global batch unknown: no tail is exempt
+])
+def test_a_generation_saved_at_an_epoch_boundary_with_a_drop_last_remainder_is_restorable(
+        epoch_length, micro, status, omissions):
+    analysis = analyze(boundary_run(epoch_length, micro), now=5.0)
+    [g1] = analysis.generations
+    assert g1.status == status
+    assert [r.code for r in g1.reasons] == ([] if status == "restorable"
+                                            else ["data_cursor_mismatch"])
+    assert analysis.strata[0].omissions == omissions
+
+
+def test_a_restart_from_an_epoch_boundary_with_a_drop_last_remainder_is_exact():
+    analysis = analyze(boundary_run(100, resume=True), now=5.0)
+    assert analysis.generations[0].status == "restorable"
+    [restart] = analysis.restarts
+    assert (restart.verdict, restart.replayed, restart.omitted) == ("exact", 0, 0)
+    assert restart.expected_cursor == [{"stratum": "main", "epoch": 0, "position": 64}]
+    assert restart.resume_cursor == [{"stratum": "main", "epoch": 1, "position": 0}]
+    assert analysis.last_restorable.generation_id == "g1"

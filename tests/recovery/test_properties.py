@@ -32,8 +32,7 @@ def oracle_statuses(model, run):
             if got == want or (want is None and got[1] == 0):
                 continue
             if got is not None and want is not None and got == (want[0] + 1, 0) \
-                    and model.epoch_length(s) is not None \
-                    and model.tail(want[1], s, None) == 0:
+                    and model.epoch_complete_at(gen.attempt, manifest["update"], s):
                 continue
             agree = False
         out[gen.generation_id] = "restorable" if agree else "rejected"

@@ -1,0 +1,158 @@
+"""Counting (docs/definitions.md#counting): per position key ``(stratum, epoch, order)`` of a
+lineage, count(p) is the number of (update, data-parallel rank) pairs that consumed position p;
+consumed, duplicates, omissions and their rates per stratum.
+
+:class:`KeyCount` holds one key's positions of a lineage (built by :mod:`.lineage` from the
+ledger's runs and bitmaps, never position by position); :func:`count_strata` sums them per
+stratum through the run's :class:`~.view.RunView`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pyroaring import BitMap64
+
+
+def below(bitmap: BitMap64, position: int) -> int:
+    """How many elements of ``bitmap`` are below ``position``."""
+    return bitmap.rank(position - 1) if position > 0 else 0
+
+
+@dataclass
+class KeyCount:
+    """Positions of one key in a lineage: ``consumed`` (sum of count(p)), the distinct set of
+    reported positions, and ``prefix``: positions ``[0, prefix)`` consumed before tracking began
+    (an untracked root's cursor), kept as an interval, never as a bitmap (a cursor may be at
+    2**62)."""
+
+    consumed: int = 0
+    positions: BitMap64 = field(default_factory=BitMap64)
+    prefix: int = 0
+    #: positions below ``floor`` are unknown (a lineage with an unknown root started this key
+    #: there): neither consumed nor omitted (see :func:`lineage_floors`)
+    floor: int = 0
+
+    @property
+    def distinct(self) -> int:
+        return self.prefix + len(self.positions) - below(self.positions, self.prefix)
+
+    def frontier(self) -> int:
+        """docs/definitions.md#frontier: max consumed position + 1 (0 when nothing was consumed)."""
+        return max(self.prefix, self.positions.max() + 1 if self.positions else 0)
+
+    def gaps(self) -> int:
+        """docs/definitions.md#omissions: ``|{floor <= p < frontier : count(p) = 0}|``."""
+        top, low = self.frontier(), self.floor
+        if top <= low:
+            return 0
+        covered = max(0, self.prefix - low) + len(self.positions) \
+            - below(self.positions, max(low, self.prefix))
+        return top - low - covered
+
+    def hits(self, positions: BitMap64) -> int:
+        """``|positions & (self.positions | [0, prefix))|``."""
+        if not self.prefix:
+            return positions.intersection_cardinality(self.positions)
+        both = positions & self.positions
+        return below(positions, self.prefix) + len(both) - below(both, self.prefix)
+
+
+@dataclass
+class StratumCount:
+    """docs/definitions.md#counting, summed over a stratum's epochs and orders."""
+
+    stratum: str
+    consumed: int = 0
+    distinct: int = 0
+    duplicates: int = 0
+    omissions: int = 0
+
+    @property
+    def duplicate_rate(self) -> float:
+        """docs/definitions.md#duplicate-rate: duplicates / consumed (0.0 when nothing was
+        consumed)."""
+        return self.duplicates / self.consumed if self.consumed else 0.0
+
+    @property
+    def omission_rate(self) -> float:
+        """docs/definitions.md#omission-rate: omissions / (omissions + distinct consumed) (0.0
+        when both are 0)."""
+        total = self.omissions + self.distinct
+        return self.omissions / total if total else 0.0
+
+    def to_dict(self) -> dict:
+        return {"stratum": self.stratum, "consumed": self.consumed,
+                "duplicates": self.duplicates, "omissions": self.omissions,
+                "duplicate_rate": self.duplicate_rate, "omission_rate": self.omission_rate}
+
+
+def duplicates(count: KeyCount) -> int:
+    """docs/definitions.md#duplicates: sum max(count(p) - 1, 0) = consumed - distinct."""
+    return count.consumed - count.distinct
+
+
+def epoch_tail(frontier: int, epoch_length: int | None, global_batch: int | None) -> int:
+    """docs/definitions.md#omissions, the epoch tail rule: the unconsumed tail ``epoch_length - frontier`` of an
+    epoch the lineage moved on from, unless it is shorter than one global batch (the drop_last
+    remainder). 0 when ``epoch_length`` is unknown; an unknown global batch drops no tail."""
+    if epoch_length is None:
+        return 0
+    tail = epoch_length - frontier
+    if tail <= 0 or (global_batch is not None and tail < global_batch):
+        return 0
+    return tail
+
+
+def skipped_epochs(epochs) -> int:
+    """How many epochs lie strictly between consumed ``epochs`` and are not among them (epochs
+    below the lowest one are not skipped: numbering may start anywhere, and an unknown root's
+    earlier epochs were before tracking). Arithmetic on the distinct epochs, never a walk."""
+    ordered = sorted(set(epochs))
+    return sum(b - a - 1 for a, b in zip(ordered, ordered[1:]))
+
+
+def omissions(key: tuple, count: KeyCount, moved_on: bool, epoch_length: int | None,
+              global_batch: int | None, id_stratum: bool) -> int:
+    """docs/definitions.md#omissions: ``|{floor <= p < frontier : count(p) = 0}|`` (floor 0 unless the
+    lineage's root is unknown, see :func:`lineage_floors`), plus the epoch tail when the lineage
+    ``moved_on`` to a later epoch of the stratum. Sample-id strata have no order of positions,
+    hence no omissions."""
+    if id_stratum:
+        return 0
+    gap = count.gaps()
+    return gap + (epoch_tail(count.frontier(), epoch_length, global_batch) if moved_on else 0)
+
+
+def count_strata(view, lineage) -> list[StratumCount]:
+    """Per stratum figures of ``lineage`` (docs/definitions.md#counting), read through ``view``
+    (:class:`~.view.RunView`: the lineage's counts, each stratum's epoch length, and the global
+    batch that bounds the drop_last remainder of a key's epoch). Sorted by stratum.
+
+    Refinement of the tail rule: an epoch the lineage skipped entirely (no position of that
+    (stratum, epoch) under any order, while an earlier and a later epoch of the stratum were
+    consumed) counts ``epoch_length`` omissions when the epoch length is known; the drop_last
+    exemption is for a tail, not for a whole epoch. Epochs are compared per stratum, not per
+    order, as for the tail (an order may be named per epoch)."""
+    counts = view.counts(lineage)
+    id_strata = view.ledger.id_strata
+    top_epoch: dict = {}
+    epochs: dict = {}
+    for (stratum, epoch, _order) in counts:
+        top_epoch[stratum] = max(epoch, top_epoch.get(stratum, epoch))
+        epochs.setdefault(stratum, set()).add(epoch)
+    out: dict = {}
+    for key, count in counts.items():
+        stratum, epoch, _order = key
+        row = out.setdefault(stratum, StratumCount(stratum))
+        row.consumed += count.consumed
+        row.distinct += count.distinct
+        row.duplicates += duplicates(count)
+        moved_on = epoch < top_epoch[stratum]
+        row.omissions += omissions(key, count, moved_on, view.epoch_length(stratum),
+                                   view.global_batch(lineage, key) if moved_on else None,
+                                   stratum in id_strata)
+    for stratum, seen in epochs.items():
+        length = view.epoch_length(stratum)
+        if length and length > 0 and stratum not in id_strata:
+            out[stratum].omissions += skipped_epochs(seen) * length
+    return [out[s] for s in sorted(out)]

@@ -1,0 +1,213 @@
+"""Lineage (docs/definitions.md#lineage): how each attempt started, the chain of committed
+updates a model state contains, and a lineage's positions read from the ledger.
+
+A :class:`Lineage` is a tuple of :class:`Segment` (updates ``after < u <= upto`` of one attempt),
+newest first; :func:`lineage_of` builds it from the :class:`Resume` of every attempt
+(:func:`resolve_resumes`). :func:`lineage_counts` and :func:`lineage_frontier` read its positions
+from the :class:`~.ledger.Ledger` (runs and bitmaps, never position by position);
+:func:`lineage_floors` says where a lineage with an unknown root started tracking each key.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyroaring import BitMap64
+
+from .counting import KeyCount
+from .inputs import AttemptRecord, GenerationRecord
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Updates ``after < u <= upto`` of one attempt (``upto`` None: no upper bound)."""
+
+    attempt: int
+    after: int
+    upto: int | None
+
+    def holds(self, update: int) -> bool:
+        return self.after < update and (self.upto is None or update <= self.upto)
+
+
+@dataclass(frozen=True)
+class Resume:
+    """How an attempt started. ``kind``: ``fresh`` (update 0), ``generation`` (a generation whose
+    writer attempt is known and older), or ``untracked`` (no or unknown generation: the root of
+    its lineage, positions behind ``cursor`` consumed before tracking began).
+    ``update`` is U: the generation's update for ``generation``, else the declared update."""
+
+    attempt: int
+    kind: str
+    update: int
+    generation_id: str | None = None
+    writer: int | None = None
+    declared_update: int | None = None
+    cursor: tuple = ()
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """docs/definitions.md#lineage: the chain of committed updates that a model state contains.
+    ``segments`` newest first; ``pretracked`` the root's untracked starting cursors as
+    ``(stratum, epoch, position, order)``; ``root`` the attempt the chain starts from;
+    ``unknown_root``: the root started from an untracked or unknown state (not fresh)."""
+
+    segments: tuple
+    pretracked: tuple = ()
+    root: int | None = None
+    unknown_root: bool = False
+
+    def holds(self, attempt: int, update: int) -> bool:
+        """Whether update ``update`` of attempt ``attempt`` is part of this lineage."""
+        return any(seg.attempt == attempt and seg.holds(update) for seg in self.segments)
+
+    def contains_state(self, attempt: int, update: int) -> bool:
+        """Whether the state of ``attempt`` at ``update`` (a generation) lies on this lineage:
+        some segment of ``attempt`` with ``after <= update <= upto``."""
+        return any(seg.attempt == attempt and seg.after <= update
+                   and (seg.upto is None or update <= seg.upto) for seg in self.segments)
+
+    def before_own(self) -> "Lineage":
+        """The lineage without its newest segment (the restored state's lineage, at or below U)."""
+        return Lineage(self.segments[1:], self.pretracked, self.root, self.unknown_root)
+
+
+def resolve_resumes(attempts: dict[int, AttemptRecord],
+                    generations: dict[str, GenerationRecord]) -> dict[int, Resume]:
+    """How every attempt started (docs/definitions.md#lineage). An attempt with no AttemptRecord is fresh
+    when it is the first one, else untracked (its start is unknown)."""
+    out: dict[int, Resume] = {}
+    first = min(attempts) if attempts else 0
+    for number, record in attempts.items():
+        source = record.resumed_from
+        if source is None:
+            kind = "fresh" if record.started_at is not None or number == first else "untracked"
+            out[number] = Resume(number, kind, 0)
+            continue
+        declared = int(source.get("update") or 0)
+        cursor = tuple(source.get("cursor") or ())
+        gid = source.get("generation_id")
+        gen = generations.get(gid) if gid is not None else None
+        if gen is not None and gen.attempt < number:
+            update = gen.state_update()
+            out[number] = Resume(number, "generation", declared if update is None else update,
+                                 gid, gen.attempt, declared, cursor)
+        else:
+            out[number] = Resume(number, "untracked", declared, gid, None, declared, cursor)
+    return out
+
+
+def lineage_of(number: int, resumes: dict[int, Resume], cap: int | None = None) -> Lineage:
+    """docs/definitions.md#lineage: attempt ``number``'s own committed updates above U, plus the lineage
+    of the attempt that wrote the restored generation restricted to updates at or below U,
+    recursively; ``cap`` restricts the whole lineage to updates at or below it."""
+    resume = resumes[number]
+    own = Segment(number, resume.update, cap)
+    if resume.kind == "generation":
+        limit = resume.update if cap is None else min(cap, resume.update)
+        parent = lineage_of(resume.writer, resumes, limit)
+        return Lineage((own,) + parent.segments, parent.pretracked, parent.root,
+                       parent.unknown_root)
+    if resume.kind != "untracked":
+        return Lineage((own,), (), number)
+    return Lineage((own,), tuple((c["stratum"], int(c.get("epoch", 0)), int(c.get("position", 0)),
+                                  c.get("order")) for c in resume.cursor), number, True)
+
+
+def lineage_floors(ledger, lineage: Lineage) -> dict:
+    """``{key: floor}``: where a lineage whose root is unknown started tracking each key.
+
+    docs/definitions.md#lineage: positions behind where an untracked root starts were consumed (or not)
+    before tracking began. With a cursor naming the stratum they count as consumed (``pretracked``);
+    without one nothing is known about them, so they count neither as consumed nor as omitted
+    (no replay or omission can rest on them). The start of a stratum is the lineage's first update
+    that consumed it (the lineage's segments are disjoint and ordered by update); every key
+    (stratum, epoch, order) consumed at that update gets its smallest position there as floor,
+    when no cursor names the stratum, or when a cursor names the (stratum, epoch) but not that
+    order (a cursor without ``order`` applies to order None). Empty for a fresh root: a lineage
+    tracked from update 0 owes every position below its frontier."""
+    if not lineage.unknown_root:
+        return {}
+    named: dict = {}
+    for stratum, epoch, _position, order in lineage.pretracked:
+        named.setdefault(stratum, set()).add((epoch, order))
+    first: dict = {}
+    for seg in lineage.segments:
+        for key, (update, position) in ledger.first_by_key(seg.attempt, seg.after,
+                                                           seg.upto).items():
+            if key[0] in ledger.id_strata:
+                continue
+            have = first.get(key[0])
+            if have is None or update < have[0]:
+                first[key[0]] = (update, {key: position})
+            elif update == have[0]:
+                have[1][key] = position
+    out: dict = {}
+    for stratum, (_update, keys) in first.items():
+        cursors = named.get(stratum)
+        for key, position in keys.items():
+            if cursors is None or ((key[1], key[2]) not in cursors
+                                   and any(epoch == key[1] for epoch, _ in cursors)):
+                out[key] = position
+    return out
+
+
+def lineage_counts(ledger, lineage: Lineage) -> dict:
+    """``{key: KeyCount}`` of a lineage: every segment's positions, plus the pre-tracking
+    positions ``[0, cursor.position)`` of its root, counted once (docs/definitions.md#lineage)."""
+    out: dict = {}
+    for seg in lineage.segments:
+        for key, count in ledger.segment(seg.attempt, seg.after, seg.upto).items():
+            mine = out.get(key)
+            if mine is None:
+                mine = out[key] = KeyCount(0, BitMap64())
+            mine.consumed += count.consumed
+            mine.positions |= count.positions
+    for stratum, epoch, position, order in lineage.pretracked:
+        if stratum in ledger.id_strata or position <= 0:
+            continue
+        mine = out.setdefault((stratum, epoch, order), KeyCount(0, BitMap64()))
+        mine.consumed += position
+        mine.prefix = max(mine.prefix, position)   # an interval: never a bitmap of [0, position)
+    for key, floor in lineage_floors(ledger, lineage).items():
+        if key in out:
+            out[key].floor = floor
+    return out
+
+
+def lineage_frontier(ledger, lineage: Lineage) -> dict:
+    """``{key: frontier}`` of a lineage from run geometry (no bitmaps); see lineage_counts."""
+    out: dict = {}
+    for seg in lineage.segments:
+        for key, top in ledger.frontier_in(seg.attempt, seg.after, seg.upto).items():
+            if top > out.get(key, 0):
+                out[key] = top
+    for stratum, epoch, position, order in lineage.pretracked:
+        if stratum not in ledger.id_strata and position > out.get((stratum, epoch, order), 0):
+            out[(stratum, epoch, order)] = position
+    return out
+
+
+def cursor_keys(frontiers: dict, id_strata: set) -> dict:
+    """``{stratum: key}``: the position key ``(stratum, epoch, order)`` that gives each
+    stratum's cursor (:func:`cursor_of`): the highest epoch the stratum reached, there the
+    highest frontier (ties between orders broken by order name, None first). Strata of sample
+    ids and keys with nothing consumed have none."""
+    best: dict = {}
+    for key, top in frontiers.items():
+        stratum, epoch, order = key
+        if stratum in id_strata or top <= 0:
+            continue
+        rank = (epoch, top, "" if order is None else order)
+        if stratum not in best or rank > best[stratum][0]:
+            best[stratum] = (rank, key)
+    return {stratum: key for stratum, (_rank, key) in best.items()}
+
+
+def cursor_of(frontiers: dict, id_strata: set) -> list[dict]:
+    """The lineage's frontier per stratum as wire cursors (docs/definitions.md#expected-cursor):
+    the highest epoch the stratum reached, and there the highest frontier over orders
+    (:func:`cursor_keys`). Strata of sample ids have no cursor. Sorted by stratum."""
+    keys = cursor_keys(frontiers, id_strata)
+    return [{"stratum": stratum, "epoch": keys[stratum][1], "position": frontiers[keys[stratum]]}
+            for stratum in sorted(keys)]

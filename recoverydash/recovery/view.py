@@ -1,0 +1,117 @@
+"""One run as the figures read it: :class:`RunView`.
+
+:func:`.analysis.analyze` builds one view per analysis and hands it to every figure (generation
+statuses, restarts, counting, costs, chart series) instead of passing callbacks around. The view
+caches what several figures ask for (lineages, their counts), so each is computed once per
+analysis.
+"""
+from __future__ import annotations
+
+from .inputs import AttemptRecord, RunInput
+from .ledger import Ledger
+from .lineage import Lineage, lineage_counts, lineage_floors, lineage_frontier, lineage_of, \
+    resolve_resumes
+
+
+class RunView:
+    """A run's inputs and compact ledger, and the questions the figures ask of them.
+
+    Attributes: ``run`` (RunInput), ``ledger`` (Ledger), ``attempts`` (``{number:
+    AttemptRecord}`` sorted by number, including attempts known only from their reports),
+    ``generations`` (``{generation_id: GenerationRecord}``), ``resumes`` (``{number: Resume}``,
+    :func:`.lineage.resolve_resumes`), ``live`` (the newest attempt's number, None without
+    attempts), ``id_strata`` (strata reported as sample ids).
+
+    Methods: :meth:`lineage`, :meth:`counts`, :meth:`frontier`, :meth:`floors`,
+    :meth:`epoch_length`, :meth:`global_batch`, :meth:`reaches`, :meth:`fetched`."""
+
+    def __init__(self, run: RunInput, ledger: Ledger) -> None:
+        self.run = run
+        self.ledger = ledger
+        attempts = {a.attempt: a for a in run.attempts}
+        seen = set(ledger.attempts) | {g.attempt for g in run.generations} \
+            | {h.attempt for h in run.heartbeats}
+        for number in seen - set(attempts):
+            attempts[number] = AttemptRecord(attempt=number)
+        self.attempts: dict[int, AttemptRecord] = dict(sorted(attempts.items()))
+        self.generations = {g.generation_id: g for g in run.generations}
+        self.resumes = resolve_resumes(self.attempts, self.generations)
+        self.live = max(self.attempts) if self.attempts else None
+        self._lineages: dict = {}
+        self._counts: dict = {}
+        self._lengths: dict = {}
+        self._fetched: dict | None = None
+
+    @property
+    def id_strata(self) -> set:
+        return self.ledger.id_strata
+
+    def lineage(self, attempt: int, cap: int | None = None) -> Lineage:
+        """docs/definitions.md#lineage: attempt ``attempt``'s lineage, restricted to updates at
+        or below ``cap`` when given (the state a generation at ``cap`` holds)."""
+        handle = (attempt, cap)
+        found = self._lineages.get(handle)
+        if found is None:
+            found = self._lineages[handle] = lineage_of(attempt, self.resumes, cap)
+        return found
+
+    def counts(self, lineage: Lineage) -> dict:
+        """``{key: KeyCount}`` of ``lineage`` (:func:`.lineage.lineage_counts`), cached; callers
+        must not mutate it."""
+        found = self._counts.get(lineage)
+        if found is None:
+            found = self._counts[lineage] = lineage_counts(self.ledger, lineage)
+        return found
+
+    def frontier(self, lineage: Lineage) -> dict:
+        """``{key: max consumed position + 1}`` of ``lineage`` from run geometry
+        (docs/definitions.md#frontier, :func:`.lineage.lineage_frontier`)."""
+        return lineage_frontier(self.ledger, lineage)
+
+    def floors(self, lineage: Lineage) -> dict:
+        """``{key: floor}`` where a lineage with an unknown root started tracking each key
+        (:func:`.lineage.lineage_floors`; empty for a fresh root)."""
+        return lineage_floors(self.ledger, lineage)
+
+    def epoch_length(self, stratum: str) -> int | None:
+        """Positions per epoch of ``stratum`` (``sampler.epoch_length``) from the newest attempt
+        whose sampler names the stratum; None when none does."""
+        if stratum not in self._lengths:
+            length = None
+            for record in reversed(self.attempts.values()):
+                lengths = (record.sampler or {}).get("epoch_length") or {}
+                if stratum in lengths:
+                    length = int(lengths[stratum])
+                    break
+            self._lengths[stratum] = length
+        return self._lengths[stratum]
+
+    def global_batch(self, lineage: Lineage, key: tuple) -> int | None:
+        """The global batch (samples per update, :meth:`.inputs.AttemptRecord.global_batch`)
+        that bounds the drop_last remainder of position key ``key`` in ``lineage``: that of the
+        newest lineage attempt that consumed the key, else (pre-tracking positions) the root's.
+        None when that attempt declares no batch (then no tail is dropped)."""
+        for seg in lineage.segments:
+            if self.ledger.consumed_key(seg.attempt, key, seg.after, seg.upto):
+                return self.attempts[seg.attempt].global_batch()
+        root = self.attempts.get(lineage.root)
+        return root.global_batch() if root is not None else None
+
+    def reaches(self, lineage: Lineage, update: int) -> bool:
+        """Whether the ledger holds ``update`` of ``lineage`` (its top segment's start counts:
+        a resume at U needs no report of U), so a data cursor at ``update`` can be compared."""
+        if update == lineage.segments[-1].after:
+            return True
+        return any(seg.holds(update) and update in self.ledger.attempt(seg.attempt).updates
+                   for seg in lineage.segments)
+
+    def fetched(self, attempt: int) -> list:
+        """Attempt ``attempt``'s read cursors: every heartbeat's ``fetched``, then
+        ``attempt_ended``'s (docs/definitions.md#recomputed)."""
+        if self._fetched is None:
+            self._fetched = {}
+            for beat in self.run.heartbeats:
+                self._fetched.setdefault(beat.attempt, []).extend(beat.fetched)
+        record = self.attempts.get(attempt)
+        return self._fetched.get(attempt, []) + list(
+            (record.end_fetched if record is not None else None) or [])
