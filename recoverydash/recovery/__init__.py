@@ -56,7 +56,10 @@ one data-parallel rank for one ``(attempt, update)`` are united, while two ranks
 position count it twice; a null rank is one reporter of its own. Sample ids map to positions by
 :func:`identity_position`: an int in ``[0, 2**63)`` is its own position, a str is the first 8
 bytes (big-endian) of ``blake2b(utf8, digest_size=8)``, other ints hash ``"int:<decimal>"``.
-Strata of sample ids count consumed and duplicates but have no cursor and no omissions.
+Strata of sample ids count consumed and duplicates but have no cursor; when every id is an int
+(dataset indices) and ``epoch_length`` is known, the ids of ``[0, epoch_length)`` an epoch the
+lineage moved on from never consumed are omissions (tail rule), in the strata and in a
+restart's ``omitted`` (docs/definitions.md#sample-id-strata).
 
 Limits (memory is bounded by the reports, not by the numeric reach of their values)
 -----------------------------------------------------------------------------------

@@ -111,14 +111,39 @@ def skipped_epochs(epochs) -> int:
     return sum(b - a - 1 for a, b in zip(ordered, ordered[1:]))
 
 
+#: What a stratum's reports name (:func:`stratum_kind`): positions along an order, sample ids
+#: that are all ints in [0, 2**63) (dataset indices), or sample ids of which some were hashed.
+POSITIONS, INTEGER_IDS, HASHED_IDS = "positions", "integer ids", "hashed ids"
+
+
+def stratum_kind(ledger, stratum: str) -> str:
+    """:data:`POSITIONS`, :data:`INTEGER_IDS` or :data:`HASHED_IDS` for ``stratum`` of
+    ``ledger`` (:meth:`.ledger.Ledger.integer_id_strata`)."""
+    if stratum not in ledger.id_strata:
+        return POSITIONS
+    return HASHED_IDS if stratum in ledger.hashed_strata else INTEGER_IDS
+
+
 def omissions(key: tuple, count: KeyCount, moved_on: bool, epoch_length: int | None,
-              global_batch: int | None, id_stratum: bool) -> int:
-    """docs/definitions.md#omissions: ``|{floor <= p < frontier : count(p) = 0}|`` (floor 0 unless the
-    lineage's root is unknown, see :func:`lineage_floors`), plus the epoch tail when the lineage
-    ``moved_on`` to a later epoch of the stratum. Sample-id strata have no order of positions,
-    hence no omissions."""
-    if id_stratum:
+              global_batch: int | None, kind: str = POSITIONS) -> int:
+    """docs/definitions.md#omissions for one position key of a lineage.
+
+    Positions: ``|{floor <= p < frontier : count(p) = 0}|`` (floor 0 unless the lineage's root
+    is unknown, see :func:`.lineage.lineage_floors`), plus the epoch tail when the lineage
+    ``moved_on`` to a later epoch of the stratum (:func:`epoch_tail`).
+
+    Integer sample ids (docs/definitions.md#sample-id-strata): ids have no order, so nothing is
+    owed while the epoch is in progress; once the lineage ``moved_on`` and ``epoch_length`` is
+    known, the ids in ``[0, epoch_length)`` never consumed count, under the same tail rule (fewer
+    than one global batch of them is the drop_last remainder, by design). Ids of which some were
+    hashed are no dataset indices: no omissions."""
+    if kind == HASHED_IDS:
         return 0
+    if kind == INTEGER_IDS:
+        if not moved_on or epoch_length is None or epoch_length <= 0:
+            return 0
+        return epoch_tail(count.positions.range_cardinality(0, epoch_length), epoch_length,
+                          global_batch)
     gap = count.gaps()
     return gap + (epoch_tail(count.frontier(), epoch_length, global_batch) if moved_on else 0)
 
@@ -132,9 +157,13 @@ def count_strata(view, lineage) -> list[StratumCount]:
     (stratum, epoch) under any order, while an earlier and a later epoch of the stratum were
     consumed) counts ``epoch_length`` omissions when the epoch length is known; the drop_last
     exemption is for a tail, not for a whole epoch. Epochs are compared per stratum, not per
-    order, as for the tail (an order may be named per epoch)."""
+    order, as for the tail (an order may be named per epoch). Strata of integer sample ids count
+    omissions by :func:`omissions`' id rule (not for a key joined mid-way by a lineage whose root
+    is unknown: :func:`.lineage.untracked_id_keys`) and skipped epochs the same way; strata of
+    hashed ids count none."""
     counts = view.counts(lineage)
-    id_strata = view.ledger.id_strata
+    kinds = {stratum: stratum_kind(view.ledger, stratum) for (stratum, _e, _o) in counts}
+    untracked = view.untracked_ids(lineage) if INTEGER_IDS in kinds.values() else set()
     top_epoch: dict = {}
     epochs: dict = {}
     for (stratum, epoch, _order) in counts:
@@ -150,9 +179,9 @@ def count_strata(view, lineage) -> list[StratumCount]:
         moved_on = epoch < top_epoch[stratum]
         row.omissions += omissions(key, count, moved_on, view.epoch_length(stratum),
                                    view.global_batch(lineage, key) if moved_on else None,
-                                   stratum in id_strata)
+                                   HASHED_IDS if key in untracked else kinds[stratum])
     for stratum, seen in epochs.items():
         length = view.epoch_length(stratum)
-        if length and length > 0 and stratum not in id_strata:
+        if length and length > 0 and kinds[stratum] != HASHED_IDS:
             out[stratum].omissions += skipped_epochs(seen) * length
     return [out[s] for s in sorted(out)]

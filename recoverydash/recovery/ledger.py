@@ -57,7 +57,7 @@ UPDATE_LIMIT = 2 ** 63
 TIME_SHIFT = 6
 TIME_MASK = (1 << TIME_SHIFT) - 1
 _EMPTY_CHUNK = array("d", [math.inf]) * (1 << TIME_SHIFT)
-_FORMAT = 2
+_FORMAT = 3
 
 
 @dataclass
@@ -116,6 +116,9 @@ class Ledger:
     def __init__(self) -> None:
         self.attempts: dict[int, AttemptLedger] = {}
         self.id_strata: set[str] = set()
+        #: strata of sample ids of which some id is not an int in [0, 2**63) (hashed to a
+        #: position): their ids are no dataset indices, so [0, epoch_length) means nothing there
+        self.hashed_strata: set[str] = set()
         self._segments: dict = {}
 
     @classmethod
@@ -309,7 +312,7 @@ class Ledger:
                 continue
             entry = by_key.setdefault(span_key(span), [[], []])
             if span.get("ids") is not None:
-                self.id_strata.add(span["stratum"])
+                self._note_ids(span["stratum"], span["ids"])
                 entry[1].extend(span["ids"])
             entry[0].extend(span.get("ranges") or ())
         for key, (ranges, ids) in by_key.items():
@@ -325,6 +328,19 @@ class Ledger:
             bitmap.update(identity_position(i) for i in ids)
             if bitmap:
                 state.pieces.setdefault(key, {})[(update, rank)] = bitmap
+
+    def _note_ids(self, stratum: str, ids) -> None:
+        """``stratum`` is reported as sample ids; note when some id is not an int index."""
+        self.id_strata.add(stratum)
+        if stratum not in self.hashed_strata \
+                and not all(type(i) is int and 0 <= i < POSITION_LIMIT for i in ids):
+            self.hashed_strata.add(stratum)
+
+    def integer_id_strata(self) -> set:
+        """Strata reported as sample ids that are all ints in ``[0, 2**63)`` (their own
+        positions, dataset indices): the ones whose ids in ``[0, epoch_length)`` can be owed
+        (docs/definitions.md#sample-id-strata)."""
+        return self.id_strata - self.hashed_strata
 
     def _content(self, state: AttemptLedger, rank: int, update: int) -> dict:
         """Positions of one (rank, update) per key, from runs and pieces."""
@@ -344,7 +360,7 @@ class Ledger:
         """Unite a report with what the same (attempt, update, rank) already reported."""
         for span in spans:
             if span.get("ids") is not None and not span.get("padding"):
-                self.id_strata.add(span["stratum"])
+                self._note_ids(span["stratum"], span["ids"])
         old = self._content(state, rank, update)
         new = _report_bitmaps(spans)
         if all(key in old and bitmap.issubset(old[key]) for key, bitmap in new.items()):
@@ -536,20 +552,27 @@ class Ledger:
                           for index, chunk in sorted(state.times.items())],
             }
         doc = {"format": _FORMAT, "keys": [list(k) for k in keys],
-               "id_strata": sorted(self.id_strata), "attempts": attempts}
+               "id_strata": sorted(self.id_strata), "hashed_strata": sorted(self.hashed_strata),
+               "attempts": attempts}
         return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 1)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "Ledger":
-        """Load a state written by :meth:`to_bytes` (or by format 1: 32-bit update bitmaps and
-        one dense array of times). Raises ValueError on another format."""
+        """Load a state written by :meth:`to_bytes` (or by format 2, the same without
+        ``hashed_strata``, or format 1: 32-bit update bitmaps and one dense array of times).
+        Raises ValueError on another format, and on a format 1 or 2 state holding sample-id
+        strata: it does not say whether their ids were ints, so the caller rebuilds the state
+        from the ledger rows (the worker does)."""
         doc = json.loads(zlib.decompress(data))
         version = doc.get("format")
-        if version not in (1, _FORMAT):
+        if version not in (1, 2, _FORMAT):
             raise ValueError(f"unknown ledger state format {version!r}")
+        if version < _FORMAT and doc["id_strata"]:
+            raise ValueError(f"ledger state format {version} holds sample-id strata but not "
+                             f"which have non-integer ids; rebuild it from the ledger rows")
 
         def updates(blob: str) -> BitMap64:
-            if version == _FORMAT:
+            if version >= 2:
                 return BitMap64.deserialize(base64.b64decode(blob))
             out = BitMap64()
             out.update(BitMap.deserialize(base64.b64decode(blob)))
@@ -558,6 +581,7 @@ class Ledger:
         keys = [(k[0], k[1], k[2]) for k in doc["keys"]]
         ledger = cls()
         ledger.id_strata = set(doc["id_strata"])
+        ledger.hashed_strata = set(doc.get("hashed_strata") or ())
         for number, item in doc["attempts"].items():
             state = ledger.attempt(int(number))
             for rank, kid, slot, u0, u1, a, adv, m, s, is_open in item["runs"]:
@@ -571,7 +595,7 @@ class Ledger:
             for rank, blob in item["absorbed"]:
                 state.absorbed[rank] = updates(blob)
             state.updates = updates(item["updates"])
-            if version == _FORMAT:
+            if version >= 2:
                 for index, blob in item["times"]:
                     chunk = state.times[index] = array("d")
                     chunk.frombytes(base64.b64decode(blob))

@@ -131,25 +131,44 @@ def lineage_floors(ledger, lineage: Lineage) -> dict:
     named: dict = {}
     for stratum, epoch, _position, order in lineage.pretracked:
         named.setdefault(stratum, set()).add((epoch, order))
-    first: dict = {}
-    for seg in lineage.segments:
-        for key, (update, position) in ledger.first_by_key(seg.attempt, seg.after,
-                                                           seg.upto).items():
-            if key[0] in ledger.id_strata:
-                continue
-            have = first.get(key[0])
-            if have is None or update < have[0]:
-                first[key[0]] = (update, {key: position})
-            elif update == have[0]:
-                have[1][key] = position
     out: dict = {}
-    for stratum, (_update, keys) in first.items():
+    for stratum, (_update, keys) in _first_keys(ledger, lineage, ids=False).items():
         cursors = named.get(stratum)
         for key, position in keys.items():
             if cursors is None or ((key[1], key[2]) not in cursors
                                    and any(epoch == key[1] for epoch, _ in cursors)):
                 out[key] = position
     return out
+
+
+def _first_keys(ledger, lineage: Lineage, ids: bool) -> dict:
+    """``{stratum: (update, {key: smallest position})}``: per stratum of positions (``ids``
+    False) or of sample ids (True), the lineage's first update that consumed it and the keys
+    consumed there."""
+    first: dict = {}
+    for seg in lineage.segments:
+        for key, (update, position) in ledger.first_by_key(seg.attempt, seg.after,
+                                                           seg.upto).items():
+            if (key[0] in ledger.id_strata) != ids:
+                continue
+            have = first.get(key[0])
+            if have is None or update < have[0]:
+                first[key[0]] = (update, {key: position})
+            elif update == have[0]:
+                have[1][key] = position
+    return first
+
+
+def untracked_id_keys(ledger, lineage: Lineage) -> set:
+    """Keys ``(stratum, epoch, order)`` of sample-id strata whose ids before tracking began are
+    unknown: for a lineage whose root is unknown, the keys each id stratum consumed at the
+    lineage's first update of it (the epoch it joined mid-way, with no cursor that could say
+    which ids came before). No id of those keys is owed (docs/definitions.md#sample-id-strata,
+    as :func:`lineage_floors` for positions). Empty for a fresh root."""
+    if not lineage.unknown_root:
+        return set()
+    return {key for _update, keys in _first_keys(ledger, lineage, ids=True).values()
+            for key in keys}
 
 
 def lineage_counts(ledger, lineage: Lineage) -> dict:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pyroaring import BitMap64
 
 from .costs import clamp_duration
-from .counting import KeyCount, below, epoch_tail
+from .counting import HASHED_IDS, INTEGER_IDS, KeyCount, below, epoch_tail, stratum_kind
 from .generations import Reason
 from .ledger import COORDINATOR_RANK
 from .lineage import Resume, cursor_of
@@ -83,10 +83,10 @@ def replayed(own: dict, before: dict) -> int:
 
 
 def omitted(own: dict, before: dict, starts: dict, view, before_lineage,
-            floors: dict | None = None) -> int:
+            floors: dict | None = None, untracked: set = frozenset()) -> int:
     """Positions between the expected cursor and where k actually starts that the lineage never
-    consumes, per stratum k consumes (docs/definitions.md#omitted). With k's start ``(e1, s1, o1)`` and L_U's
-    highest epoch ``e0`` of the stratum, frontier ``f0`` there:
+    consumes, per stratum k consumes (docs/definitions.md#omitted). With k's start
+    ``(e1, s1, o1)`` and L_U's highest epoch ``e0`` of the stratum, frontier ``f0`` there:
 
     * same epoch and L_U used order ``o1`` in it: ``|[f0, s1) - K|``; and when K then moves on
       to a later epoch of the stratum, the tail of the resumed epoch that neither L_U nor K
@@ -101,17 +101,23 @@ def omitted(own: dict, before: dict, starts: dict, view, before_lineage,
       ``|[0, s1) - K|`` of the new epoch;
     * earlier epoch: 0;
     * a stratum L_U never consumed: ``|[0, s1) - K|``.
-    Sample-id strata have no omissions here. ``view`` (:class:`~.view.RunView`) gives epoch
-    lengths and the global batch of ``before_lineage`` (L_U) that bounds a drop_last tail.
+    Strata of integer sample ids: :func:`omitted_ids`; of hashed ids: none. ``view``
+    (:class:`~.view.RunView`) gives epoch lengths and the global batch of ``before_lineage``
+    (L_U) that bounds a drop_last tail.
     ``floors`` (k's lineage, :func:`.lineage.lineage_floors`):
     when k's start key has a floor, the lineage's root is unknown and tracking of that key starts
     with k: positions below ``s1`` of that key are unknown, not omitted (the ``[0, s1)`` terms
-    are 0).
+    are 0). ``untracked``: id keys of k's lineage whose earlier ids are unknown
+    (:func:`.lineage.untracked_id_keys`).
     """
     total = 0
     floors = floors or {}
     for stratum, (_u, e1, s1, o1) in starts.items():
-        if stratum in view.id_strata:
+        kind = stratum_kind(view.ledger, stratum)
+        if kind == HASHED_IDS:
+            continue
+        if kind == INTEGER_IDS:
+            total += omitted_ids(stratum, e1, o1, own, before, view, before_lineage, untracked)
             continue
         mine = own.get((stratum, e1, o1))
         floor = floors.get((stratum, e1, o1), 0)
@@ -146,6 +152,44 @@ def omitted(own: dict, before: dict, starts: dict, view, before_lineage,
                 total += (e1 - e0 - 1 - len(later)) * length
             total += gap(0, s1)
     return total
+
+
+def omitted_ids(stratum: str, e1: int, o1, own: dict, before: dict, view, before_lineage,
+                untracked: set = frozenset()) -> int:
+    """:func:`omitted` for a stratum of integer sample ids (docs/definitions.md#sample-id-strata):
+    ids have no order, so what a restart skipped is known only once an epoch is left. With k's
+    first epoch ``e1`` (order ``o1``), L_U's highest epoch ``e0`` of the stratum and its
+    ``epoch_length`` L known:
+
+    * ``e1 == e0`` and K moves on to a later epoch: the ids of ``[0, L)`` that neither L_U nor K
+      consumed in that epoch, under the tail rule (fewer than one global batch is the drop_last
+      remainder);
+    * ``e1 > e0``: per key of epoch ``e0`` in L_U, its ids of ``[0, L)`` never consumed, under
+      the tail rule, plus L for every epoch strictly between ``e0`` and ``e1`` of which K
+      consumes nothing;
+    * otherwise 0 (k is still in the epoch, or went back, or L_U never consumed the stratum,
+      or L is unknown). Keys in ``untracked`` (ids before tracking unknown) owe nothing."""
+    length = view.epoch_length(stratum)
+    keys = [k for k in before if k[0] == stratum]
+    if not length or length <= 0 or not keys:
+        return 0
+    e0 = max(k[1] for k in keys)
+    if e1 == e0:
+        key = (stratum, e1, o1)
+        if key not in before or key in untracked \
+                or not any(k[0] == stratum and k[1] > e1 for k in own):
+            return 0
+        seen = before[key].positions | own[key].positions if key in own \
+            else before[key].positions
+        return epoch_tail(seen.range_cardinality(0, length), length,
+                          view.global_batch(before_lineage, key))
+    if e1 < e0:
+        return 0
+    total = sum(epoch_tail(before[k].positions.range_cardinality(0, length), length,
+                           view.global_batch(before_lineage, k))
+                for k in keys if k[1] == e0 and k not in untracked)
+    later = {k[1] for k in own if k[0] == stratum and e0 < k[1] < e1}
+    return total + max(0, e1 - e0 - 1 - len(later)) * length
 
 
 def recomputed(own: dict, before: dict, rolled_back: dict, fetched: list) -> int:
@@ -266,7 +310,7 @@ def analyse_restart(view, number: int, before: int, status_of) -> Restart:
             into.positions |= count.positions
     replay_count = replayed(own, counts_before)
     omission_count = omitted(own, counts_before, starts, view, before_lineage,
-                             view.floors(lineage))
+                             view.floors(lineage), view.untracked_ids(lineage))
     findings = []
     if replay_count:
         findings.append(Finding("replay", f"{replay_count} positions committed at or below "

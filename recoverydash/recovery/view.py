@@ -10,7 +10,7 @@ from __future__ import annotations
 from .inputs import AttemptRecord, RunInput
 from .ledger import Ledger
 from .lineage import Lineage, lineage_counts, lineage_floors, lineage_frontier, lineage_of, \
-    resolve_resumes
+    resolve_resumes, untracked_id_keys
 
 
 class RunView:
@@ -23,7 +23,8 @@ class RunView:
     attempts), ``id_strata`` (strata reported as sample ids).
 
     Methods: :meth:`lineage`, :meth:`counts`, :meth:`frontier`, :meth:`floors`,
-    :meth:`epoch_length`, :meth:`global_batch`, :meth:`reaches`, :meth:`fetched`."""
+    :meth:`untracked_ids`, :meth:`epoch_length`, :meth:`global_batch`, :meth:`reaches`,
+    :meth:`fetched`."""
 
     def __init__(self, run: RunInput, ledger: Ledger) -> None:
         self.run = run
@@ -72,6 +73,11 @@ class RunView:
         """``{key: floor}`` where a lineage with an unknown root started tracking each key
         (:func:`.lineage.lineage_floors`; empty for a fresh root)."""
         return lineage_floors(self.ledger, lineage)
+
+    def untracked_ids(self, lineage: Lineage) -> set:
+        """Keys of sample-id strata whose ids before tracking are unknown
+        (:func:`.lineage.untracked_id_keys`; empty for a fresh root)."""
+        return untracked_id_keys(self.ledger, lineage)
 
     def epoch_length(self, stratum: str) -> int | None:
         """Positions per epoch of ``stratum`` (``sampler.epoch_length``) from the newest attempt

@@ -25,6 +25,7 @@ class Model:
             self.attempts.setdefault(rec.attempt, None)
         self.generations = {g.generation_id: g for g in run.generations}
         self.id_strata = set()
+        self.hashed_strata = set()  # id strata with an id that is not an int in [0, 2**63)
         # (attempt, update, rank) -> {key: set of positions}, reports of one rank united
         self.reports = {}
         for rec in run.ledger:
@@ -36,6 +37,8 @@ class Model:
                 positions = mine.setdefault(key, set())
                 if "ids" in span:
                     self.id_strata.add(span["stratum"])
+                    if any(not (type(i) is int and 0 <= i < 2 ** 63) for i in span["ids"]):
+                        self.hashed_strata.add(span["stratum"])
                     positions.update(position_of(i) for i in span["ids"])
                 for item in span.get("ranges", []):
                     positions.update(range(*item))
@@ -146,6 +149,28 @@ class Model:
                     out[(s, e, o)] = min(out.get((s, e, o), min(positions)), min(positions))
         return out
 
+    def untracked_ids(self, k):
+        """Refinement (unknown root), sample-id strata: the keys each id stratum consumed at the
+        lineage's first update of it; their earlier ids are unknown, so none is owed."""
+        if self.resume(self.root(k))[0] != "untracked":
+            return set()
+        segments, _ = self.lineage(k)
+        held = [(u, keyed) for (a, u, r), keyed in self.reports.items()
+                if any(self.holds(seg, a, u) for seg in segments)]
+        first = {}
+        for u, keyed in held:
+            for (s, e, o), positions in keyed.items():
+                if positions and s in self.id_strata:
+                    first[s] = min(first.get(s, u), u)
+        return {key for u, keyed in held for key, positions in keyed.items()
+                if positions and key[0] in first and first[key[0]] == u}
+
+    def owed_ids(self, ids, stratum, batch):
+        """Integer ids of [0, epoch_length) not in ``ids``, under the tail rule."""
+        length = self.epoch_length(stratum)
+        missing = sum(1 for i in range(length) if i not in ids)
+        return 0 if missing <= 0 or (batch is not None and missing < batch) else missing
+
     def batch_of_key(self, segments, key, root):
         for seg in segments:
             for (a, u, r), keyed in self.reports.items():
@@ -167,6 +192,7 @@ class Model:
         segments, pre = self.lineage(k)
         counts = self.multiset(segments, pre)
         floors = self.floors(k)
+        untracked = self.untracked_ids(k)
         top = {}
         for (s, e, o) in counts:
             top[s] = max(top.get(s, e), e)
@@ -184,10 +210,16 @@ class Model:
                                         if counter[p] == 0)
                 if e < top[s]:
                     row["omissions"] += self.tail(frontier, s, self.batch_of_key(segments, key, self.root(k)))
+            elif s not in self.hashed_strata and e < top[s] and self.epoch_length(s) \
+                    and key not in untracked:
+                # refinement: integer ids of an epoch the lineage moved on from, never consumed,
+                # under the tail rule (fewer than a global batch is the drop_last remainder)
+                row["omissions"] += self.owed_ids(set(counter), s,
+                                                  self.batch_of_key(segments, key, self.root(k)))
         # refinement: a whole epoch skipped between consumed epochs of a stratum (any order)
         for s in rows:
             length = self.epoch_length(s)
-            if length and s not in self.id_strata:
+            if length and (s not in self.id_strata or s not in self.hashed_strata):
                 seen = {e for (s2, e, o) in counts if s2 == s}
                 missing = [e for e in range(min(seen), max(seen) + 1) if e not in seen]
                 rows[s]["omissions"] += len(missing) * length
@@ -242,8 +274,28 @@ class Model:
         floors = self.floors(k)
         replayed = sum(len(K[key] & set(parent[key])) for key in K if key in parent)
         omitted = 0
+        untracked = self.untracked_ids(k)
         for s, (u, e1, s1, _, o1) in starts.items():
             if s in self.id_strata:
+                keys = [key for key in parent if key[0] == s]
+                if s in self.hashed_strata or not self.epoch_length(s) or not keys:
+                    continue
+                e0 = max(key[1] for key in keys)
+                length = self.epoch_length(s)
+                if e1 == e0:
+                    key = (s, e1, o1)
+                    if key in parent and key not in untracked \
+                            and any(k2[0] == s and k2[1] > e1 for k2 in K):
+                        omitted += self.owed_ids(set(parent[key]) | K.get(key, set()), s,
+                                                 self.batch_of_key(segments[1:], key,
+                                                                   self.root(k)))
+                elif e1 > e0:
+                    for key in keys:
+                        if key[1] == e0 and key not in untracked:
+                            omitted += self.owed_ids(set(parent[key]), s, self.batch_of_key(
+                                segments[1:], key, self.root(k)))
+                    omitted += length * sum(1 for e in range(e0 + 1, e1)
+                                            if not any(k2[0] == s and k2[1] == e for k2 in K))
                 continue
             mine = K.get((s, e1, o1), set())
             floor = floors.get((s, e1, o1), 0)

@@ -29,6 +29,7 @@ def manifest_for(gid, update, world_size, cursor, committed_at):
 def runs(draw, max_attempts=6, max_updates=8):
     strata = draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3, unique=True))
     id_stratum = draw(st.sampled_from([None, None] + strata[1:])) if len(strata) > 1 else None
+    int_ids = draw(st.booleans())  # ids that are dataset indices, or some hashed strings
     lengths = {s: draw(st.integers(6, 40)) for s in strata if draw(st.booleans())}
     ordered = draw(st.booleans())
     attempts, ledger, beats, generations = [], [], [], {}
@@ -94,7 +95,8 @@ def runs(draw, max_attempts=6, max_updates=8):
                         range(pos + r * m, pos + (r + 1) * m)
                     span = dict(base)
                     if s == id_stratum:
-                        span["ids"] = [f"{s}:{e}:{p}" if p % 2 else p for p in share]
+                        span["ids"] = list(share) if int_ids else \
+                            [f"{s}:{e}:{p}" if p % 2 else p for p in share]
                     else:
                         span["ranges"] = [[share.start, share.stop, share.step]]
                     reports[r].append(span)

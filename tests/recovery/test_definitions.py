@@ -566,3 +566,104 @@ def test_a_restart_from_an_epoch_boundary_with_a_drop_last_remainder_is_exact():
     assert restart.expected_cursor == [{"stratum": "main", "epoch": 0, "position": 64}]
     assert restart.resume_cursor == [{"stratum": "main", "epoch": 1, "position": 0}]
     assert analysis.last_restorable.generation_id == "g1"
+
+
+def ids_run(length, epochs, ids=None, batch=4):
+    """One rank reporting sample ids of stratum "i": ``epochs`` lists per update (epoch, ids)."""
+    records = [LedgerRecord(0, u, 0, float(u), [{"stratum": "i", "epoch": e, "ids": list(i)}])
+               for u, (e, i) in enumerate(epochs, start=1)]
+    sampler = {"epoch_length": {"i": length}} if length else {}
+    attempt = AttemptRecord(0, started_at=0.0, global_batch_size=batch, sampler=sampler)
+    return RunInput("ids", [attempt], records)
+
+
+EPOCH_0 = [(0, [3, 1, 4, 0]), (0, [7, 5, 9, 2])]   # ids 6 and 8 of [0, 10) never consumed
+
+
+@pytest.mark.parametrize("length, epochs, omissions", [
+    (10, EPOCH_0 + [(1, [0, 1, 2, 3])], 0),    # 2 missing < global batch 4: drop_last remainder
+    (16, EPOCH_0 + [(1, [0, 1, 2, 3])], 8),    # 6, 8, 10..15 never consumed once epoch 1 began
+    (16, EPOCH_0, 0),                          # epoch 0 still in progress: nothing owed yet
+    (None, EPOCH_0 + [(1, [0, 1, 2, 3])], 0),  # no epoch length: nothing owed
+    (10, EPOCH_0 + [(2, [0, 1, 2, 3])], 10),   # epoch 1 skipped whole: all 10 of its ids
+])
+def test_integer_sample_ids_never_consumed_in_an_epoch_moved_on_from_are_omitted(
+        length, epochs, omissions):
+    row = analyze(ids_run(length, epochs), now=10.0).strata[0]
+    consumed = 4 * len(epochs)  # every id once per (stratum, epoch): distinct = consumed
+    assert (row.consumed, row.duplicates, row.omissions) == (consumed, 0, omissions)
+    assert row.omission_rate == omissions / (omissions + consumed)
+
+
+def test_sample_ids_of_which_some_are_strings_owe_no_omission():
+    epochs = [(0, [3, "x", 4, 0]), (0, [7, 5, 9, 2]), (1, [0, 1, 2, 3])]
+    assert analyze(ids_run(16, epochs), now=10.0).strata[0].omissions == 0
+    # the kind survives the stored state, and a state written before it was kept is rebuilt
+    ledger = Ledger.from_records(ids_run(16, epochs).ledger)
+    assert Ledger.from_bytes(ledger.to_bytes()).hashed_strata == {"i"}
+    assert Ledger.from_bytes(Ledger.from_records(ids_run(16, EPOCH_0).ledger).to_bytes()) \
+        .integer_id_strata() == {"i"}
+
+
+def test_a_stored_state_older_than_the_id_kind_with_id_strata_is_refused_for_a_rebuild():
+    import json
+    import zlib
+
+    def as_format_2(ledger):
+        doc = json.loads(zlib.decompress(ledger.to_bytes()))
+        doc["format"] = 2
+        doc.pop("hashed_strata")
+        return zlib.compress(json.dumps(doc).encode())
+
+    with pytest.raises(ValueError, match="rebuild it from the ledger rows"):
+        Ledger.from_bytes(as_format_2(Ledger.from_records(ids_run(16, EPOCH_0).ledger)))
+    positions = Ledger.from_records(seed003(80_000, updates_before=3, after=1).ledger)
+    assert Ledger.from_bytes(as_format_2(positions)).to_bytes() == positions.to_bytes()
+
+
+def ids_restart(after):
+    """Attempt 0 consumes ids [0, 8) of epoch 0 (length 16, global batch 4) in updates 1-2 and
+    saves g2; attempt 1 resumes g2 and reports ``after``: per update (epoch, ids)."""
+    def rec(attempt, u, epoch, ids):
+        return LedgerRecord(attempt, u, 0, float(u) + 10 * attempt,
+                            [{"stratum": "i", "epoch": epoch, "ids": ids}])
+
+    sampler = {"epoch_length": {"i": 16}}
+    ledger = [rec(0, 1, 0, [0, 1, 2, 3]), rec(0, 2, 0, [4, 5, 6, 7])]
+    ledger += [rec(1, 3 + n, e, ids) for n, (e, ids) in enumerate(after)]
+    attempts = [AttemptRecord(0, started_at=0.0, global_batch_size=4, sampler=sampler,
+                              ended_at=3.0, end_reason="failed"),
+                AttemptRecord(1, started_at=10.0, global_batch_size=4, sampler=sampler,
+                              resumed_from={"generation_id": "g2", "update": 2, "cursor": []})]
+    return RunInput("ids-restart", attempts, ledger,
+                    generations=[generation("g2", 0, 2, 0, 2.5)], first_event_at=0.0)
+
+
+@pytest.mark.parametrize("after, replayed, omitted, verdict, duplicates, omissions", [
+    # the loader restarts epoch 0 (ids 0-3 again), then ids 8-11, and the trainer ends the epoch
+    # by a batch count: 12-15 never consumed, known once epoch 1 begins
+    ([(0, [0, 1, 2, 3]), (0, [8, 9, 10, 11]), (1, [0, 1, 2, 3])], 4, 4, "replay_and_omission",
+     4, 4),
+    ([(0, [0, 1, 2, 3]), (0, [8, 9, 10, 11])], 4, 0, "replay", 4, 0),  # still in epoch 0
+    ([(0, [8, 9, 10, 11]), (0, [12, 13, 14, 15]), (1, [0, 1, 2, 3])], 0, 0, "exact", 0, 0),
+    ([(1, [0, 1, 2, 3])], 0, 8, "omission", 0, 8),      # jumps to epoch 1: 8-15 of epoch 0 owed
+    ([(2, [0, 1, 2, 3])], 0, 8 + 16, "omission", 0, 8 + 16),  # and epoch 1 skipped whole
+])
+def test_a_restart_over_integer_sample_ids_owes_the_ids_its_lineage_never_consumed(
+        after, replayed, omitted, verdict, duplicates, omissions):
+    analysis = analyze(ids_restart(after), now=100.0)
+    [restart] = analysis.restarts
+    assert (restart.replayed, restart.omitted, restart.verdict) == (replayed, omitted, verdict)
+    assert (analysis.strata[0].duplicates, analysis.strata[0].omissions) == \
+        (duplicates, omissions)
+
+
+def test_integer_ids_before_an_unknown_root_started_tracking_are_not_owed():
+    """An attempt resumed from a generation the server does not know joins epoch 0 mid-way: the
+    ids it did not see there may have been consumed before tracking; epoch 1 is tracked whole."""
+    run = ids_run(16, [(0, [8, 9, 10, 11]), (1, [0, 1, 2, 3]), (1, [4, 5, 6, 7]),
+                       (2, [0, 1, 2, 3])])
+    run.attempts[0].resumed_from = {"generation_id": "elsewhere", "update": 40, "cursor": []}
+    run.ledger = [LedgerRecord(0, 40 + r.update, r.rank, r.time, r.spans) for r in run.ledger]
+    row = analyze(run, now=100.0).strata[0]
+    assert row.omissions == 8  # epoch 1's ids 8-15; nothing of epoch 0
