@@ -23,6 +23,7 @@ from django.utils import timezone
 from recoverydash.alerts.models import Alert, Delivery, WebhookEndpoint
 from recoverydash.alerts.rules import contract_of
 from recoverydash.recovery.figures import checkpoint_stale, seconds_since_last_restorable
+from recoverydash.recovery.restarts import cursor_gaps
 from recoverydash.runs.models import (Analysis, ApiToken, AuditWindow, Attempt, Generation,
                                       Project, Run)
 
@@ -344,32 +345,22 @@ class RestartDetail:
     predecessor: int | None
 
 
-def _cursor_key(c: dict) -> str:
-    return str(c.get("stratum"))
-
-
 def cursor_comparison(expected: list, resume: list) -> list[dict]:
-    """Expected against actual resume cursor per stratum (docs/definitions.md#expected-cursor is
-    the lineage's frontier at U, ``resume_cursor`` where the attempt starts). ``gap`` is
-    resume minus expected position when both are in the same epoch: positive means positions
-    were skipped (possible omission), negative means positions are read again (possible replay)."""
-    exp = {_cursor_key(c): c for c in expected or []}
-    res = {_cursor_key(c): c for c in resume or []}
-    rows = []
-    for stratum in sorted(set(exp) | set(res)):
-        e, r = exp.get(stratum), res.get(stratum)
-        gap, meaning = None, ""
-        if e and r and e.get("epoch") == r.get("epoch"):
-            gap = int(r["position"]) - int(e["position"])
-            meaning = ("same position" if gap == 0 else
-                       f"{gap:,} positions ahead: skipped" if gap > 0 else
-                       f"{-gap:,} positions behind: read again")
+    """Expected against actual resume cursor per stratum, as the core compares them
+    (``recovery.restarts.cursor_gaps``: docs/definitions.md#expected-cursor is the lineage's
+    frontier at U, #resume-cursor where the attempt starts, ``gap`` resume minus expected
+    position within one epoch), with a sentence saying what the gap means."""
+    rows = cursor_gaps(expected, resume)
+    for row in rows:
+        e, r, gap = row["expected"], row["resume"], row["gap"]
+        if gap is not None:
+            row["meaning"] = ("same position" if gap == 0 else
+                              f"{gap:,} positions ahead: skipped" if gap > 0 else
+                              f"{-gap:,} positions behind: read again")
         elif e and r:
-            meaning = f"epoch {e.get('epoch')} expected, epoch {r.get('epoch')} resumed"
+            row["meaning"] = f"epoch {e.get('epoch')} expected, epoch {r.get('epoch')} resumed"
         else:
-            meaning = "no expected cursor" if r else "no resume cursor reported"
-        rows.append({"stratum": stratum, "expected": e, "resume": r, "gap": gap,
-                     "meaning": meaning})
+            row["meaning"] = "no expected cursor" if r else "no resume cursor reported"
     return rows
 
 

@@ -76,6 +76,25 @@ def resume_cursor(resume: Resume, starts: dict) -> list:
             for st, (_u, e, p, _o) in sorted(starts.items())]
 
 
+def cursor_gaps(expected: list, resume: list) -> list[dict]:
+    """Per stratum of a restart's ``expected_cursor`` and ``resume_cursor`` (wire cursors;
+    docs/definitions.md#expected-cursor, #resume-cursor): ``{"stratum", "expected", "resume",
+    "gap"}`` with ``gap`` = resume position - expected position, in positions, when both cursors
+    are in the same epoch (positive: positions skipped, a possible omission; negative: positions
+    read again, a possible replay), else None. A cursor absent on one side is None. Sorted by
+    stratum. The verdict's counts are :func:`omitted` and :func:`replayed`; the gap is where
+    the two cursors stand."""
+    exp = {str(c.get("stratum")): c for c in expected or []}
+    res = {str(c.get("stratum")): c for c in resume or []}
+    rows = []
+    for stratum in sorted(set(exp) | set(res)):
+        e, r = exp.get(stratum), res.get(stratum)
+        gap = int(r["position"]) - int(e["position"]) \
+            if e and r and e.get("epoch") == r.get("epoch") else None
+        rows.append({"stratum": stratum, "expected": e, "resume": r, "gap": gap})
+    return rows
+
+
 def replayed(own: dict, before: dict) -> int:
     """Positions K consumes that L_U already consumed, same key: sum over keys |K & L_U| (L_U's
     pre-tracking prefix counted as an interval)."""

@@ -63,6 +63,19 @@ def test_it_measures_staleness_from_the_first_event_when_nothing_is_restorable()
         ("checkpoint_stale", "", "warning")]
 
 
+def test_it_measures_staleness_with_the_cores_figure_and_the_stored_clock():
+    """The age compared is recovery.figures.seconds_since_last_restorable of the stored result:
+    its first_event_at wins over the run row's, and a limit of 0 makes any age stale."""
+    res = result(last_restorable=None, generations=[],
+                 first_event_at=(T0 - timedelta(hours=1)).isoformat())
+    assert rules_of(res, now=T0 + timedelta(seconds=60)) == [
+        ("checkpoint_stale", "", "warning")]  # 3,660 s from the stored first event
+    zero = dict(DEFAULT_CONTRACT, max_checkpoint_age_s=0)
+    assert rules_of(result(), now=T0 + timedelta(seconds=1), contract=zero) == [
+        ("checkpoint_stale", "", "critical")]
+    assert rules_of(result(), now=T0, contract=zero) == []  # 0 s is not above 0
+
+
 def test_it_fires_replay_and_omission_above_the_contract_bounds():
     res = result(restarts=[restart(replayed=64, verdict="replay",
                                    findings=[{"code": "replay", "detail": ""}])])

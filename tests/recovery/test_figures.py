@@ -185,3 +185,20 @@ def test_health_follows_the_last_restarts_verdict_against_the_contract(resume_at
     lenient = seed003(resume_at)
     lenient.contract = {"max_replay_samples": 64, "max_omission_samples": 48}
     assert analyze(lenient, now=NOW).health == "ok"
+
+
+@pytest.mark.parametrize("resume_at, gap", [(80_000, 0), (80_048, 48), (79_936, -64)])
+def test_the_cursor_gap_is_resume_minus_expected_position_in_one_epoch(resume_at, gap):
+    from recoverydash.recovery.restarts import cursor_gaps
+
+    restart = analyze(seed003(resume_at), now=NOW).to_dict()["restarts"][0]
+    assert cursor_gaps(restart["expected_cursor"], restart["resume_cursor"]) == [
+        {"stratum": "main", "expected": {"stratum": "main", "epoch": 0, "position": 80_000},
+         "resume": {"stratum": "main", "epoch": 0, "position": resume_at}, "gap": gap}]
+    assert cursor_gaps([{"stratum": "main", "epoch": 0, "position": 10}],
+                       [{"stratum": "main", "epoch": 1, "position": 0},
+                        {"stratum": "other", "epoch": 0, "position": 3}]) == [
+        {"stratum": "main", "expected": {"stratum": "main", "epoch": 0, "position": 10},
+         "resume": {"stratum": "main", "epoch": 1, "position": 0}, "gap": None},
+        {"stratum": "other", "expected": None,
+         "resume": {"stratum": "other", "epoch": 0, "position": 3}, "gap": None}]
