@@ -287,6 +287,14 @@ CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
 # than the longest verification or analysis.
 RECOVERYDASH_BROKER_VISIBILITY_TIMEOUT_S = envint("RECOVERYDASH_BROKER_VISIBILITY_TIMEOUT_S", 3600, 1)
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "celery")
+# Every task: SoftTimeLimitExceeded is raised inside it after the soft limit, the pool process is
+# killed after the hard one (a read blocked in the kernel). Verification keeps within 80 % of
+# the soft limit by itself and continues in a new task.
+RECOVERYDASH_TASK_SOFT_TIME_LIMIT_S = envint("RECOVERYDASH_TASK_SOFT_TIME_LIMIT_S", 300, 1)
+RECOVERYDASH_TASK_TIME_LIMIT_S = envint("RECOVERYDASH_TASK_TIME_LIMIT_S", 360, 2)
+if RECOVERYDASH_TASK_TIME_LIMIT_S <= RECOVERYDASH_TASK_SOFT_TIME_LIMIT_S:
+    raise ImproperlyConfigured("RECOVERYDASH_TASK_TIME_LIMIT_S must be above "
+                               "RECOVERYDASH_TASK_SOFT_TIME_LIMIT_S")
 
 # --- Ingest limits (docs/ingest-v1.md#limits) ---------------------------------------------------
 RECOVERYDASH_MAX_EVENTS_PER_REQUEST = envint("RECOVERYDASH_MAX_EVENTS_PER_REQUEST", 10_000, 1)
@@ -305,6 +313,19 @@ RECOVERYDASH_REDIS_URL = os.environ.get(
 # --- Analysis, storage, alerts -------------------------------------------------------------------
 RECOVERYDASH_ANALYSIS_DEBOUNCE_S = envfloat("RECOVERYDASH_ANALYSIS_DEBOUNCE_S", 1.0)
 RECOVERYDASH_FULL_HASH_MAX_BYTES = envint("RECOVERYDASH_FULL_HASH_MAX_BYTES", 256 * 1024 * 1024)
+# A committed generation with objects unchecked and no check started for this long is verified
+# again (a worker killed mid-verification, a task the broker lost).
+RECOVERYDASH_VERIFY_STALE_S = envfloat("RECOVERYDASH_VERIFY_STALE_S", 600.0)
+# Checks of one object that start and never finish (worker killed, time limit) before it is
+# stored as storage_unverified and not tried again.
+RECOVERYDASH_VERIFY_MAX_ATTEMPTS = envint("RECOVERYDASH_VERIFY_MAX_ATTEMPTS", 3, 1)
+# The last restorable generation of each run is verified again this often (ended runs too,
+# less often): retention or a person may have deleted or truncated it.
+RECOVERYDASH_RECHECK_S = envfloat("RECOVERYDASH_RECHECK_S", 600.0, 1.0)
+RECOVERYDASH_RECHECK_ENDED_S = envfloat("RECOVERYDASH_RECHECK_ENDED_S", 3600.0, 1.0)
+# Seconds the restore plan (and the run page) may spend re-checking sizes in storage of the
+# generation it is about to name; what is not reached in time is said in the answer.
+RECOVERYDASH_RESTORE_RECHECK_S = envfloat("RECOVERYDASH_RESTORE_RECHECK_S", 2.0)
 RECOVERYDASH_RUN_SILENT_S = envfloat("RECOVERYDASH_RUN_SILENT_S", 900.0, 1.0)
 RECOVERYDASH_WEBHOOK_ALLOW_PRIVATE = envbool("RECOVERYDASH_WEBHOOK_ALLOW_PRIVATE", False)
 # Total seconds one webhook delivery may take (resolving, connecting, TLS, sending, reading),

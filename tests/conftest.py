@@ -58,3 +58,19 @@ def full_token(project):
 def other_token(other_project):
     """A raw ingest+read token of another project (for isolation tests)."""
     return _issue(other_project, ["ingest", "read"])
+
+
+@pytest.fixture
+def declare_location():
+    """``declare(project, folder_or_uri, **fields) -> StorageLocation``: declare where a
+    project's checkpoints live. The server reads a manifest's objects only under its project's
+    storage locations, so a test whose objects must be verified declares their folder."""
+
+    def declare(project, where, **fields):
+        from recoverydash.storage.models import StorageLocation
+
+        url = str(where) if "://" in str(where) else Path(where).resolve().as_uri()
+        return StorageLocation.objects.get_or_create(project=project, url=url,
+                                                     defaults=fields)[0]
+
+    return declare

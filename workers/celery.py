@@ -1,8 +1,10 @@
 """The Celery app: broker from ``CELERY_BROKER_URL`` (Redis in production), or kombu's filesystem
 transport under ``var/broker`` in the embedded default; the beat schedule is defined here, in one
 place. Task defaults follow "Celery without tears": acks late, requeue when a worker is lost,
-no results stored, and an ``expires`` on periodic tasks of about 1.5 periods so a backlog does not
-run the same periodic job many times.
+no results stored, a soft and a hard time limit on every task (``RECOVERYDASH_TASK_*``), and an
+``expires`` on periodic tasks of about 1.5 periods so a backlog does not run the same periodic job
+many times. The filesystem broker is kombu's, made safe against torn and bad message files
+(``workers.broker``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ def _configure() -> None:
 
     broker = settings.CELERY_BROKER_URL
     if broker.startswith("filesystem://"):
+        from workers.broker import install
+
+        install()
         folder = settings.CELERY_BROKER_DIR
         for sub in ("queue", "processed", "control"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
@@ -43,6 +48,8 @@ def _configure() -> None:
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
+        task_soft_time_limit=settings.RECOVERYDASH_TASK_SOFT_TIME_LIMIT_S,
+        task_time_limit=settings.RECOVERYDASH_TASK_TIME_LIMIT_S,
         task_ignore_result=True,
         worker_prefetch_multiplier=1,
         task_always_eager=settings.CELERY_TASK_ALWAYS_EAGER,
@@ -71,8 +78,11 @@ BEAT_SCHEDULE = {
     "deliver-due": _every(10.0, "workers.tasks.deliver_due"),
     # manifests written to storage whose commit event never arrived
     "discover-manifests": _every(60.0, "workers.tasks.discover_manifests"),
-    # retention that deleted the last restorable generation, objects not yet checked
-    "recheck-storage": _every(600.0, "workers.tasks.recheck_storage"),
+    # each run's last restorable generation, verified again when due (RECOVERYDASH_RECHECK_S,
+    # RECOVERYDASH_RECHECK_ENDED_S): retention or a person may have deleted or truncated it
+    "recheck-storage": _every(60.0, "workers.tasks.recheck_storage"),
+    # generations left committed with objects unchecked (a worker killed mid-verification)
+    "sweep-verifications": _every(60.0, "workers.tasks.sweep_verifications"),
 }
 
 _configure()

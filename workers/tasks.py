@@ -1,7 +1,8 @@
 """Celery tasks: two lines around plain functions that tests call directly.
 
-Every task is idempotent by its natural key (a run, a generation, a delivery), acknowledged late
-and requeued if its worker dies. Only errors that may pass are retried (``autoretry_for``): a
+Every task is idempotent by its natural key (a run, a generation, a delivery), acknowledged late,
+requeued if its worker dies, and time-limited (``task_soft_time_limit`` / ``task_time_limit`` in
+``workers.celery``). Only errors that may pass are retried (``autoretry_for``): a
 database that is briefly unreachable, a storage service that throttles. A user's
 misconfiguration (a bad bucket, a refused webhook address) is stored as a state and shown, never
 retried in a loop. Imports happen inside the task bodies so the broker can load this module
@@ -32,11 +33,12 @@ def analyze_run(run_pk: int) -> None:
 
 
 @shared_task(name="workers.tasks.verify_generation", **RETRY)
-def verify_generation(generation_pk: int) -> None:
-    """Check every object of a committed generation in storage, then re-analyse its run."""
+def verify_generation(generation_pk: int, recheck_before: str | None = None) -> None:
+    """Check the objects of a committed generation in storage (those not checked yet, or all
+    last checked before ``recheck_before``), then re-analyse its run."""
     from recoverydash.storage.verification import verify_generation as verify
 
-    verify(generation_pk)
+    verify(generation_pk, recheck_before)
 
 
 @shared_task(name="workers.tasks.deliver_webhook", **RETRY)
@@ -93,7 +95,15 @@ def discover_manifests() -> None:
 
 @shared_task(name="workers.tasks.recheck_storage", **RETRY)
 def recheck_storage() -> None:
-    """Re-verify each run's last restorable generation and objects left unchecked."""
+    """Enqueue a re-verification of each run's last restorable generation that is due."""
     from recoverydash.storage.verification import recheck
 
     recheck()
+
+
+@shared_task(name="workers.tasks.sweep_verifications", **RETRY)
+def sweep_verifications() -> None:
+    """Re-queue verifications left unfinished (a worker killed mid-verification)."""
+    from recoverydash.storage.verification import sweep_unverified
+
+    sweep_unverified()

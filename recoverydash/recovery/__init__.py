@@ -43,7 +43,7 @@ Inputs (``inputs.py``; times are float POSIX seconds, UTC)
 * ``GenerationRecord(generation_id, attempt, update, started_at, required_shards, components,
   shards: {shard: ShardRecord(update, objects, time)}, manifests: [manifest dict],
   committed_at, object_checks: {uri: "ok"|"object_missing"|"size_mismatch"|
-  "digest_mismatch"|"storage_unverified"})``: a uri missing from ``object_checks`` is not
+  "digest_mismatch"|"storage_unverified"|"object_outside_locations"})``: a uri missing from ``object_checks`` is not
   checked yet.
 * ``RestoreRecord(attempt, generation_id, seconds, time)``
 * ``RunInput(run_id, attempts, ledger, heartbeats, generations, restores, contract,

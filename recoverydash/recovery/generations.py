@@ -21,8 +21,10 @@ from .counting import epoch_tail
 from .inputs import AttemptRecord, GenerationRecord
 from .lineage import cursor_keys
 
-#: Storage results that reject a generation (spec 5).
-STORAGE_FAILURES = ("object_missing", "size_mismatch", "digest_mismatch")
+#: Storage results that reject a generation (spec 5; ``object_outside_locations`` is ours: an
+#: object under none of the project's storage locations, which the server never reads).
+STORAGE_FAILURES = ("object_missing", "size_mismatch", "digest_mismatch",
+                    "object_outside_locations")
 #: Components whose digest identifies trained state (spec 5, ``stale_state``).
 STATE_COMPONENTS = ("model", "optimizer")
 

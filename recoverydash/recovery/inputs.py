@@ -128,7 +128,9 @@ class GenerationRecord:
     documents; two or more different ones is a ``manifest_conflict``); ``committed_at`` is the
     receive-side commit time used when the manifest carries none. ``object_checks`` maps an object
     uri to the storage verifier's result: ``ok``, ``object_missing``, ``size_mismatch``,
-    ``digest_mismatch`` or ``storage_unverified``; a uri absent from the map is not checked yet,
+    ``digest_mismatch``, ``storage_unverified`` or ``object_outside_locations`` (under none of
+    the project's storage locations: never read, and rejects the generation like a missing
+    object); a uri absent from the map is not checked yet,
     which keeps the generation ``committed``.
     """
 

@@ -29,7 +29,8 @@ from recoverydash.runs.queue import ANALYZE_RUN, enqueue
 
 log = logging.getLogger(__name__)
 
-CHECKED = ("ok", "object_missing", "size_mismatch", "digest_mismatch", "storage_unverified")
+CHECKED = ("ok", "object_missing", "size_mismatch", "digest_mismatch", "storage_unverified",
+           "object_outside_locations")
 
 
 def _ts(moment) -> float | None:

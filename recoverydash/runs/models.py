@@ -355,6 +355,9 @@ class Generation(models.Model):
     manifest_conflict = models.BooleanField(default=False)
     conflicting_manifest = models.JSONField(null=True, blank=True)  # the second, different one
     discovered = models.BooleanField(default=False)  # found by listing storage
+    # The folder (server-side URI) where discovery found the manifest: relative object URIs
+    # resolve against it. Empty for a manifest that only came by event.
+    found_at = models.CharField(max_length=2000, blank=True, default="")
     status = models.CharField(max_length=16, choices=STATUS_CHOICES, default="pending")
     reasons = models.JSONField(default=list, blank=True)
     verified_at = models.DateTimeField(null=True, blank=True)
@@ -417,11 +420,18 @@ class CheckpointObject(models.Model):
 
     ``check_status``: ``pending`` (not checked yet), ``ok``, ``object_missing``,
     ``size_mismatch``, ``digest_mismatch``, ``storage_unverified`` (a scheme the server cannot
-    read), or ``error`` (a transient failure; checked again).
+    read, or a check that could not finish), ``object_outside_locations`` (under none of the
+    project's storage locations: never opened or requested), or ``error`` (a transient failure;
+    checked again). ``uri`` is the manifest's, as written (it may be relative to the generation
+    folder); ``resolved_uri`` what the server looked at (after resolution and path mapping).
+    ``observed_size`` / ``observed_sha256`` are kept only for objects that verified ``ok``.
+    ``check_attempts`` counts checks started and not finished (a worker killed, a time limit):
+    past ``RECOVERYDASH_VERIFY_MAX_ATTEMPTS`` the object is not tried again.
     """
 
     CHECK_CHOICES = [(s, s) for s in ("pending", "ok", "object_missing", "size_mismatch",
-                                      "digest_mismatch", "storage_unverified", "error")]
+                                      "digest_mismatch", "storage_unverified",
+                                      "object_outside_locations", "error")]
 
     generation = models.ForeignKey(Generation, on_delete=models.CASCADE, related_name="checkpoint_objects")
     uri = models.CharField(max_length=2000)
@@ -436,6 +446,9 @@ class CheckpointObject(models.Model):
     observed_size = models.BigIntegerField(null=True, blank=True)
     observed_sha256 = models.CharField(max_length=64, blank=True, default="")
     checked_at = models.DateTimeField(null=True, blank=True)
+    resolved_uri = models.CharField(max_length=2000, blank=True, default="")
+    check_started_at = models.DateTimeField(null=True, blank=True)
+    check_attempts = models.IntegerField(default=0)
 
     class Meta:
         constraints = [

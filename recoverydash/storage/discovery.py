@@ -21,9 +21,14 @@ import logging
 from django.db import IntegrityError
 from django.utils import timezone
 
-from recoverydash.storage.models import SeenManifest, StorageLocation
-from recoverydash.storage.objects import (PermanentStorageError, StorageError, list_manifests,
-                                          make_s3_client, read_manifest)
+from recoverydash.storage.locations import Locations, location_client
+from recoverydash.storage.models import KIND_MANIFESTS, SeenManifest, StorageLocation
+from recoverydash.storage.objects import (
+    PermanentStorageError,
+    StorageError,
+    list_manifests,
+    read_manifest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +65,8 @@ def discover_location(location: StorageLocation) -> int:
     from recoverydash.ingest.actions import ingest_batch
     from recoverydash.runs.models import Generation
 
-    client = None
-    if location.url.startswith("s3://"):
-        client = make_s3_client(endpoint_url=location.endpoint_url or None,
-                                region=location.region or None,
-                                access_key_id=location.access_key_id or None,
-                                secret_access_key=location.secret_access_key or None)
     try:
+        client = location_client(location)  # this location's credentials, never the server's
         uris = list_manifests(location.url, s3_client=client)
     except StorageError as exc:
         StorageLocation.objects.filter(pk=location.pk).update(
@@ -75,9 +75,14 @@ def discover_location(location: StorageLocation) -> int:
             return 0
         raise
     seen = set(SeenManifest.objects.filter(location=location).values_list("uri", flat=True))
+    confine = Locations(location.project_id, [location])
     ingested = 0
     for uri in uris:
         if uri in seen:
+            continue
+        where = confine.resolve(uri, uri_is_server=True)
+        if where.refused:  # a generation folder linked to elsewhere: not this location's
+            log.warning("manifest %s not read: %s", uri, where.refused)
             continue
         try:
             manifest = read_manifest(uri, s3_client=client)
@@ -92,6 +97,11 @@ def discover_location(location: StorageLocation) -> int:
         known = (Generation.objects.filter(run__project=location.project, run__run_id=run_id,
                                            generation_id=manifest.get("generation_id"))
                  .values_list("manifest", flat=True).first())
+        folder = uri.rsplit("/", 1)[0]  # relative object URIs resolve against it
+        if known is not None and known == manifest:
+            Generation.objects.filter(
+                run__project=location.project, run__run_id=run_id,
+                generation_id=manifest.get("generation_id"), found_at="").update(found_at=folder)
         if known is None or known != manifest:
             # New, or different from what was reported (ingest then flags manifest_conflict).
             try:
@@ -102,7 +112,8 @@ def discover_location(location: StorageLocation) -> int:
                 if result.accepted and known is None:
                     Generation.objects.filter(
                         run__project=location.project, run__run_id=run_id,
-                        generation_id=manifest["generation_id"]).update(discovered=True)
+                        generation_id=manifest["generation_id"]).update(discovered=True,
+                                                                         found_at=folder)
                     ingested += 1
         try:
             SeenManifest.objects.create(location=location, uri=uri, run_id=run_id,
@@ -115,5 +126,14 @@ def discover_location(location: StorageLocation) -> int:
 
 
 def discover_all() -> int:
-    """Discover manifests in every enabled location; returns the number ingested."""
-    return sum(discover_location(loc) for loc in StorageLocation.objects.filter(enabled=True))
+    """Discover manifests in every enabled location of kind ``manifests`` with ``discover``
+    set; returns the number ingested. One location's failure (stored on it and logged) never
+    stops the others."""
+    total = 0
+    for loc in StorageLocation.objects.filter(enabled=True, discover=True, kind=KIND_MANIFESTS):
+        try:
+            total += discover_location(loc)
+        except Exception:  # each location on its own; the next listing tries again
+            log.exception("storage location %s (project %s): discovery failed", loc.url,
+                          loc.project_id)
+    return total

@@ -9,24 +9,48 @@ from django.utils import timezone
 
 from recoverydash.runs.models import Project
 
+KIND_MANIFESTS = "manifests"
+KIND_ADOPT = "adopt"
+ORIGINS = ("dashboard", "command", "admin", "migration", "demo", "api")
+
 
 class StorageLocation(models.Model):
-    """An S3 prefix (``s3://bucket/prefix``) or a folder (``file:///abs/path``) of a project.
+    """A folder (``file:///abs/path``) or an S3 prefix (``s3://bucket/prefix``) of a project: the
+    only places the server reads for it. An object of a manifest is opened or requested only when
+    it lies under an enabled location of its run's project (``recoverydash.storage.locations``),
+    with that location's credentials; anything else is ``object_outside_locations``.
 
-    ``run_id`` names the run that manifests found here belong to when the manifest itself does
-    not say (the SDK writes ``run_id`` into every manifest). ``endpoint_url`` and the keys are for
-    S3-compatible stores; empty keys use boto3's default credential chain (environment, instance
-    profile). Errors of the last listing are kept for the dashboard.
+    ``url`` is the prefix as the server sees it; ``trainer_url``, when set, is the same prefix as
+    the trainers name it (``file:///mnt/ckpt`` on the trainers, ``file:///data/ckpt`` here): object
+    URIs under it are rewritten to ``url`` before anything else. ``kind``: ``manifests`` (the SDK's
+    layout, ``<url>/<generation_id>/recoverydash-manifest.json``, listed by discovery when
+    ``discover``) or ``adopt`` (checkpoints of another tool, ``format`` saying which).
+    ``run_id`` names the run of manifests that do not name one. S3: ``endpoint_url``,
+    ``region``, the keys and ``role_arn`` (+ ``external_id``) are this location's own; the
+    server's ambient credentials (environment, instance profile) are used only with
+    ``use_ambient_credentials``. ``origin`` says where it was declared; the last listing's
+    error is kept for the dashboard.
     """
+
+    KIND_CHOICES = [(KIND_MANIFESTS, "recoverydash manifests"),
+                    (KIND_ADOPT, "checkpoints of another tool (adopted)")]
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="locations")
     url = models.CharField(max_length=2000)
+    trainer_url = models.CharField(max_length=2000, blank=True, default="")
+    kind = models.CharField(max_length=16, choices=KIND_CHOICES, default=KIND_MANIFESTS)
+    format = models.CharField(max_length=64, blank=True, default="")
     run_id = models.CharField(max_length=128, blank=True, default="")
     endpoint_url = models.CharField(max_length=500, blank=True, default="")
     region = models.CharField(max_length=64, blank=True, default="")
     access_key_id = models.CharField(max_length=200, blank=True, default="")
     secret_access_key = models.CharField(max_length=200, blank=True, default="")
+    role_arn = models.CharField(max_length=300, blank=True, default="")
+    external_id = models.CharField(max_length=200, blank=True, default="")
+    use_ambient_credentials = models.BooleanField(default=False)
     enabled = models.BooleanField(default=True)
+    discover = models.BooleanField(default=True)
+    origin = models.CharField(max_length=16, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
     last_listed_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
@@ -37,10 +61,32 @@ class StorageLocation(models.Model):
     def __str__(self) -> str:
         return self.url
 
+    @property
+    def scheme(self) -> str:
+        return "s3" if self.url.startswith("s3://") else "file"
+
+    def clean(self) -> None:
+        """Normalise ``url`` and ``trainer_url`` and refuse what may not be a location (see
+        ``recoverydash.storage.locations.check_location``); raises ValidationError."""
+        from django.core.exceptions import ValidationError
+
+        from recoverydash.storage.locations import LocationRefused, check_location
+
+        try:
+            self.url, self.trainer_url = check_location(self)
+        except LocationRefused as exc:
+            raise ValidationError({exc.field: str(exc)}) from None
+
     def covers(self, uri: str) -> bool:
-        """True when ``uri`` lies under this location (its credentials apply)."""
-        base = self.url.rstrip("/") + "/"
-        return uri.startswith(base)
+        """True when the canonical ``uri`` lies under this location's prefix as written
+        (links not resolved; ``recoverydash.storage.locations`` makes the full decision)."""
+        from recoverydash.storage import paths
+
+        try:
+            return paths.rest_under(paths.canonical(uri), paths.canonical(self.url)) not in (
+                None, "")
+        except paths.UnsafeURI:
+            return False
 
 
 class SeenManifest(models.Model):

@@ -30,14 +30,18 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import hashlib
 import json
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
+
+from recoverydash.storage import paths
 
 MANIFEST_NAME = "recoverydash-manifest.json"
 """File name of the commit marker inside ``<location>/<generation_id>/``."""
@@ -47,7 +51,8 @@ DEFAULT_FULL_HASH_MAX_BYTES = 256 * 1024 * 1024
 
 CHUNK_BYTES = 1024 * 1024
 
-STATUSES = ("ok", "object_missing", "size_mismatch", "digest_mismatch", "storage_unverified")
+STATUSES = ("ok", "object_missing", "size_mismatch", "digest_mismatch", "storage_unverified",
+            "object_outside_locations")
 
 
 class StorageError(Exception):
@@ -72,7 +77,9 @@ class ManifestConflictError(StorageError):
 class ObjectCheck:
     """What storage says about one object.
 
-    status: one of ``STATUSES``. detail: a sentence for humans. observed_size: bytes, or None when
+    status: one of ``STATUSES`` (``object_outside_locations`` is the server's, for a URI under
+    none of the project's storage locations: never looked at). detail: a sentence for humans,
+    which never states an observed size or digest of an object that fails. observed_size: bytes, or None when
     the object is missing or unverifiable. observed_sha256: 64 hex chars when a digest was obtained
     (from the S3 ``ChecksumSHA256`` or by reading the bytes), else None. ``ok`` with
     ``observed_sha256`` None means the size matched but the digest was not checked (no expected
@@ -84,6 +91,7 @@ class ObjectCheck:
     detail: str
     observed_size: int | None = None
     observed_sha256: str | None = None
+    timed_out: bool = False  # storage_unverified because the caller's deadline passed
 
     @property
     def ok(self) -> bool:
@@ -159,23 +167,52 @@ def file_uri(path: str) -> str:
 def make_s3_client(endpoint_url: str | None = None, region: str | None = None,
                    access_key_id: str | None = None, secret_access_key: str | None = None,
                    *, connect_timeout: float = 5.0, read_timeout: float = 30.0,
-                   max_attempts: int = 3):
+                   max_attempts: int = 3, role_arn: str | None = None,
+                   external_id: str | None = None, session_token: str | None = None,
+                   only_given: bool = False):
     """A boto3 S3 client. Unset arguments fall back to boto3's usual chain (environment, profile).
 
     Timeouts are seconds. Path-style addressing is used when ``endpoint_url`` is given (MinIO, moto,
-    on-premise gateways). Raises PermanentStorageError when boto3 is not installed."""
+    on-premise gateways). ``role_arn``: the client acts as that role (STS ``AssumeRole`` with the
+    given keys, or the usual chain, as the source; ``external_id`` when the role demands one).
+    ``only_given``: nothing comes from the environment or configuration files: without keys (or
+    a role assumed with keys) PermanentStorageError is raised instead of falling back to the
+    usual chain, and endpoints configured in the environment (``AWS_ENDPOINT_URL*``) are
+    ignored. Raises PermanentStorageError when boto3 is not installed."""
     try:
         import boto3
         from botocore.config import Config
     except ImportError as e:  # the trainer side installs boto3 only with the s3 extra
         raise PermanentStorageError(
             "boto3 is required for s3:// URIs: pip install 'recoverydash[s3]'") from e
+    if only_given and not (access_key_id and secret_access_key):
+        raise PermanentStorageError("no credentials: the storage location has no keys and does "
+                                    "not allow the server's own (ambient) credentials")
     cfg = Config(connect_timeout=connect_timeout, read_timeout=read_timeout,
                  retries={"max_attempts": max_attempts, "mode": "standard"},
-                 s3={"addressing_style": "path"} if endpoint_url else None)
-    return boto3.client("s3", endpoint_url=endpoint_url, region_name=region or "us-east-1",
-                        aws_access_key_id=access_key_id, aws_secret_access_key=secret_access_key,
-                        config=cfg)
+                 s3={"addressing_style": "path"} if endpoint_url else None,
+                 ignore_configured_endpoint_urls=only_given)
+    session = boto3.session.Session(aws_access_key_id=access_key_id or None,
+                                    aws_secret_access_key=secret_access_key or None,
+                                    aws_session_token=session_token or None,
+                                    region_name=region or "us-east-1")
+    if role_arn:
+        sts_kw = {"config": cfg}
+        if endpoint_url and only_given:
+            sts_kw["endpoint_url"] = endpoint_url  # an on-premise STS beside the store
+        try:
+            kw = {"RoleArn": role_arn, "RoleSessionName": "recoverydash-verify",
+                  "DurationSeconds": 900}
+            if external_id:
+                kw["ExternalId"] = external_id
+            creds = session.client("sts", **sts_kw).assume_role(**kw)["Credentials"]
+        except Exception as e:
+            raise _s3_error(e, f"AssumeRole {role_arn}") from e
+        session = boto3.session.Session(aws_access_key_id=creds["AccessKeyId"],
+                                        aws_secret_access_key=creds["SecretAccessKey"],
+                                        aws_session_token=creds["SessionToken"],
+                                        region_name=region or "us-east-1")
+    return session.client("s3", endpoint_url=endpoint_url, config=cfg)
 
 
 # --- error classification ---------------------------------------------------------------------
@@ -226,15 +263,26 @@ def _s3(s3_client):
 
 # --- verification -------------------------------------------------------------------------------
 
-def _hash_stream(read, chunk: int = CHUNK_BYTES) -> tuple[str, int]:
+class _TimeUp(Exception):
+    """The caller's deadline passed while hashing."""
+
+
+def _hash_stream(read, chunk: int = CHUNK_BYTES, *, limit: int | None = None,
+                 deadline: float | None = None) -> tuple[str, int]:
+    """(sha256 hex, bytes read) of a stream read in ``chunk`` pieces; at most ``limit`` bytes
+    are read (None: to the end), and ``_TimeUp`` is raised once ``deadline``
+    (``time.monotonic()``) has passed."""
     h = hashlib.sha256()
     n = 0
-    while True:
-        b = read(chunk)
+    while limit is None or n < limit:
+        if deadline is not None and time.monotonic() > deadline:
+            raise _TimeUp()
+        b = read(chunk if limit is None else min(chunk, limit - n))
         if not b:
-            return h.hexdigest(), n
+            break
         h.update(b)
         n += len(b)
+    return h.hexdigest(), n
 
 
 def sha256_file(path: str) -> tuple[str, int]:
@@ -243,62 +291,116 @@ def sha256_file(path: str) -> tuple[str, int]:
         return _hash_stream(f.read)
 
 
+def _time_up(size: int) -> ObjectCheck:
+    return ObjectCheck("storage_unverified", f"size {size} matches; sha256 not checked: reading "
+                                             "took longer than the time allowed", timed_out=True)
+
+
 def _digest_verdict(expected: str | None, observed: str, size: int, how: str) -> ObjectCheck:
     if expected is not None and observed != expected.lower():
-        return ObjectCheck("digest_mismatch",
-                           f"sha256 {how} is {observed}, manifest says {expected.lower()}",
+        # The observed digest is kept in the result, never in the sentence shown to people.
+        return ObjectCheck("digest_mismatch", f"sha256 {how} differs from the manifest's",
                            size, observed)
     return ObjectCheck("ok", f"size {size} and sha256 {how} match" if expected else
                        f"size {size} matches; sha256 {how} (no expected digest)", size, observed)
 
 
 def verify_object(uri: str, size: int, sha256: str | None = None, *, s3_client=None,
-                  full_hash_max_bytes: int = DEFAULT_FULL_HASH_MAX_BYTES) -> ObjectCheck:
+                  full_hash_max_bytes: int = DEFAULT_FULL_HASH_MAX_BYTES,
+                  root: str | None = None, deadline: float | None = None,
+                  size_only: bool = False) -> ObjectCheck:
     """Check one object against its manifest entry.
 
     uri: ``s3://bucket/key`` or ``file:///abs/path`` (other schemes: ``storage_unverified``).
     size: expected bytes. sha256: expected 64 hex chars, or None to check size only.
     S3: HEAD (with ``ChecksumMode=ENABLED``) for existence and size; a full-object
     ``ChecksumSHA256`` stored with the object is compared without reading it; otherwise objects of at
-    most ``full_hash_max_bytes`` are streamed and hashed. File: ``stat`` then a streamed sha256 under
-    the same limit. Over the limit with no stored digest: ``ok`` with ``observed_sha256`` None and a
-    detail saying the digest was not checked.
+    most ``full_hash_max_bytes`` are read (a ranged GET of at most ``size + 1`` bytes, so an object
+    that grew is seen without reading all of it) and hashed. File: opened with ``O_NONBLOCK`` and
+    ``O_NOFOLLOW``; anything but a regular file (``fstat``: a FIFO, a device, a folder) is
+    ``object_missing`` and never read; then the size, then a sha256 of at most ``size + 1`` bytes
+    under the same limit. With ``root`` (a folder, links already resolved) the file is opened
+    beneath it one component at a time, refusing symbolic links (``paths.open_beneath``), so a
+    path confined to ``root`` stays confined while it is opened. Over the limit with no stored
+    digest: ``ok`` with ``observed_sha256`` None and a detail saying the digest was not checked.
+    ``size_only`` skips digests (the re-check at the moment of a restore question).
+    ``deadline`` (``time.monotonic()``): hashing stops when it passes, with
+    ``storage_unverified`` saying so.
 
-    Returns ObjectCheck. Raises TransientStorageError (may pass: retry) or PermanentStorageError
-    (access denied, bad credentials, malformed URI)."""
+    Details never state an observed size or digest of an object that fails (they are in
+    ``observed_size`` / ``observed_sha256`` for the caller). Returns ObjectCheck. Raises
+    TransientStorageError (may pass: retry) or PermanentStorageError (access denied, bad
+    credentials, malformed URI)."""
     p = parse_uri(uri)
+    limit = -1 if size_only else full_hash_max_bytes
     if p.scheme == "file":
-        return _verify_file(p.path, size, sha256, full_hash_max_bytes)
+        return _verify_file(p.path, size, sha256, limit, root, deadline)
     if p.scheme == "s3":
-        return _verify_s3(_s3(s3_client), p.bucket, p.key, size, sha256, full_hash_max_bytes)
+        return _verify_s3(_s3(s3_client), p.bucket, p.key, size, sha256, limit, deadline)
     return ObjectCheck("storage_unverified", f"scheme {p.scheme or '(none)'!r} cannot be verified")
 
 
-def _verify_file(path: str, size: int, sha256: str | None, limit: int) -> ObjectCheck:
+#: errno values that may pass (a storage server or network file system having a bad moment).
+_TRANSIENT_ERRNO = {errno.EIO, errno.ETIMEDOUT, errno.EAGAIN, errno.EINTR, errno.ENOMEM,
+                    errno.EMFILE, errno.ENFILE, errno.EBUSY, errno.ENOLCK,
+                    getattr(errno, "ESTALE", -1), getattr(errno, "EHOSTDOWN", -1),
+                    getattr(errno, "ECONNRESET", -1), getattr(errno, "ENETDOWN", -1)}
+
+
+def _os_error(e: OSError, what: str) -> StorageError:
+    if e.errno in _TRANSIENT_ERRNO:
+        return TransientStorageError(f"{what}: {e.strerror or e}")
+    return PermanentStorageError(f"{what}: {e.strerror or e}")
+
+
+def _open_file(path: str, root: str | None) -> int:
+    if root is None:
+        return paths.open_file(path)
+    rest = paths.rest_under("file://" + path, "file://" + root)
+    if rest is None:
+        raise PermanentStorageError(f"{path} is not beneath {root}")
+    return paths.open_beneath(root, rest)
+
+
+def _verify_file(path: str, size: int, sha256: str | None, limit: int, root: str | None,
+                 deadline: float | None) -> ObjectCheck:
     try:
-        st = os.stat(path)
-    except FileNotFoundError:
+        fd = _open_file(path, root)
+    except paths.NotARegularFile as e:
+        return ObjectCheck("object_missing", f"{path} is {e.strerror}: never read as a "
+                                             "checkpoint object")
+    except (FileNotFoundError, NotADirectoryError):
         return ObjectCheck("object_missing", f"no file at {path}")
-    except PermissionError as e:
-        raise PermanentStorageError(f"stat {path}: {e}") from e
     except OSError as e:
-        raise TransientStorageError(f"stat {path}: {e}") from e
-    if st.st_size != size:
-        return ObjectCheck("size_mismatch", f"file has {st.st_size} bytes, manifest says {size}",
-                           st.st_size)
-    if sha256 is None or st.st_size > limit:
-        why = "no expected digest" if sha256 is None else f"over {limit} bytes"
-        return ObjectCheck("ok", f"size {size} matches; sha256 not checked ({why})", st.st_size)
-    try:
-        observed, n = sha256_file(path)
-    except FileNotFoundError:
-        return ObjectCheck("object_missing", f"file vanished while reading: {path}")
-    except PermissionError as e:
-        raise PermanentStorageError(f"read {path}: {e}") from e
-    except OSError as e:
-        raise TransientStorageError(f"read {path}: {e}") from e
+        if e.errno == errno.ENAMETOOLONG:
+            return ObjectCheck("object_missing", f"no file can have this name ({e.strerror})")
+        if e.errno == errno.ELOOP:
+            raise PermanentStorageError(f"open {path}: a symbolic link on the way (not "
+                                        "followed)") from e
+        raise _os_error(e, f"open {path}") from e
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        try:
+            observed_size = os.fstat(f.fileno()).st_size
+        except OSError as e:
+            raise _os_error(e, f"stat {path}") from e
+        if observed_size != size:
+            return ObjectCheck("size_mismatch", f"the file's size differs from the manifest's "
+                                                f"{size} bytes", observed_size)
+        if limit < 0:
+            return ObjectCheck("ok", f"size {size} matches (digest not re-read)", observed_size)
+        if sha256 is None or observed_size > limit:
+            why = "no expected digest" if sha256 is None else f"over {limit} bytes"
+            return ObjectCheck("ok", f"size {size} matches; sha256 not checked ({why})",
+                               observed_size)
+        try:
+            observed, n = _hash_stream(f.read, limit=size + 1, deadline=deadline)
+        except _TimeUp:
+            return _time_up(size)
+        except OSError as e:
+            raise _os_error(e, f"read {path}") from e
     if n != size:
-        return ObjectCheck("size_mismatch", f"file changed while reading: {n} bytes", n)
+        return ObjectCheck("size_mismatch", "the file changed while it was read (its size "
+                                            f"differs from the manifest's {size} bytes)", n)
     return _digest_verdict(sha256, observed, n, "of the file")
 
 
@@ -314,7 +416,7 @@ def _b64_sha256_to_hex(value: str) -> str | None:
 
 
 def _verify_s3(client, bucket: str, key: str, size: int, sha256: str | None,
-               limit: int) -> ObjectCheck:
+               limit: int, deadline: float | None) -> ObjectCheck:
     where = f"s3://{bucket}/{key}"
     try:
         head = client.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
@@ -324,8 +426,10 @@ def _verify_s3(client, bucket: str, key: str, size: int, sha256: str | None,
         raise _s3_error(e, f"HEAD {where}") from e
     observed_size = int(head.get("ContentLength", -1))
     if observed_size != size:
-        return ObjectCheck("size_mismatch",
-                           f"object has {observed_size} bytes, manifest says {size}", observed_size)
+        return ObjectCheck("size_mismatch", f"the object's size differs from the manifest's "
+                                            f"{size} bytes", observed_size)
+    if limit < 0:
+        return ObjectCheck("ok", f"size {size} matches (digest not re-read)", observed_size)
     if sha256 is None:
         return ObjectCheck("ok", f"size {size} matches; sha256 not checked (no expected digest)",
                            observed_size)
@@ -337,18 +441,24 @@ def _verify_s3(client, bucket: str, key: str, size: int, sha256: str | None,
     if observed_size > limit:
         return ObjectCheck("ok", f"size {size} matches; sha256 not checked (over {limit} bytes "
                                  "and no full-object ChecksumSHA256 stored)", observed_size)
+    if size == 0:
+        return _digest_verdict(sha256, hashlib.sha256(b"").hexdigest(), 0, "of the object")
     try:
-        body = client.get_object(Bucket=bucket, Key=key)["Body"]
+        # At most size + 1 bytes: an object that grew since the HEAD is seen, not streamed whole.
+        body = client.get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{size}")["Body"]
         try:
-            observed, n = _hash_stream(body.read)
+            observed, n = _hash_stream(body.read, limit=size + 1, deadline=deadline)
         finally:
             body.close()
+    except _TimeUp:
+        return _time_up(size)
     except Exception as e:
         if _is_missing(e):
             return ObjectCheck("object_missing", f"object vanished while reading: {where}")
         raise _s3_error(e, f"GET {where}") from e
     if n != size:
-        return ObjectCheck("size_mismatch", f"object changed while reading: {n} bytes", n)
+        return ObjectCheck("size_mismatch", "the object changed while it was read (its size "
+                                            f"differs from the manifest's {size} bytes)", n)
     return _digest_verdict(sha256, observed, n, "of the object")
 
 
@@ -421,30 +531,48 @@ def read_manifest(uri: str, *, s3_client=None) -> dict:
     return doc
 
 
-def read_bytes(uri: str, *, s3_client=None) -> bytes:
-    """Whole content of a small object (manifests, per-rank state). Missing: PermanentStorageError."""
+SMALL_OBJECT_MAX_BYTES = 64 * 1024 * 1024
+"""The most ``read_bytes`` reads (manifests, per-rank state): a bigger object is refused."""
+
+
+def read_bytes(uri: str, *, s3_client=None, max_bytes: int = SMALL_OBJECT_MAX_BYTES) -> bytes:
+    """Whole content of a small object (manifests, per-rank state), at most ``max_bytes``.
+
+    A file is opened with ``O_NONBLOCK`` / ``O_NOFOLLOW`` and must be a regular file. Missing,
+    not a regular file or over ``max_bytes``: PermanentStorageError; TransientStorageError for
+    what may pass."""
     p = parse_uri(uri)
     if p.scheme == "file":
         try:
-            with open(p.path, "rb") as f:
-                return f.read()
-        except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
+            fd = paths.open_file(p.path)
+            with os.fdopen(fd, "rb") as f:
+                data = f.read(max_bytes + 1)
+        except paths.NotARegularFile as e:
+            raise PermanentStorageError(f"read {p.path}: {e.strerror}") from e
+        except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as e:
             raise PermanentStorageError(f"read {p.path}: {e}") from e
         except OSError as e:
-            raise TransientStorageError(f"read {p.path}: {e}") from e
-    if p.scheme == "s3":
+            raise _os_error(e, f"read {p.path}") from e
+    elif p.scheme == "s3":
         client = _s3(s3_client)
         try:
-            body = client.get_object(Bucket=p.bucket, Key=p.key)["Body"]
+            body = client.get_object(Bucket=p.bucket, Key=p.key,
+                                     Range=f"bytes=0-{max_bytes}")["Body"]
             try:
-                return body.read()
+                data = body.read(max_bytes + 1)
             finally:
                 body.close()
         except Exception as e:
             if _is_missing(e):
                 raise PermanentStorageError(f"no object at {uri}") from e
+            if getattr(e, "response", {}).get("Error", {}).get("Code") == "InvalidRange":
+                return b""  # an empty object: no byte 0 to start a range at
             raise _s3_error(e, f"GET {uri}") from e
-    raise PermanentStorageError(f"cannot read {uri!r}: only s3:// and file:// URIs")
+    else:
+        raise PermanentStorageError(f"cannot read {uri!r}: only s3:// and file:// URIs")
+    if len(data) > max_bytes:
+        raise PermanentStorageError(f"{uri} holds more than {max_bytes} bytes: not read whole")
+    return data
 
 
 def encode_manifest(manifest: dict) -> bytes:

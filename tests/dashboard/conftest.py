@@ -228,7 +228,12 @@ def post_scenario(client, token, loader, name, objects_dir):
 
     from recoverydash.runs.models import Run
 
+    from recoverydash.runs.models import ApiToken
+    from recoverydash.storage.models import StorageLocation
+
     events, expect = loader(name, str(objects_dir))
+    StorageLocation.objects.get_or_create(project=ApiToken.authenticate(token).project,
+                                          url=objects_dir.resolve().as_uri())
     response = client.post("/api/v1/events", data=json.dumps({"events": events}),
                            content_type="application/json",
                            HTTP_AUTHORIZATION=f"Bearer {token}")

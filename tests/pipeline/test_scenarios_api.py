@@ -68,10 +68,12 @@ def read(client, token, run_id):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_it_reaches_the_scenario_verdicts_through_the_api(name, client, full_token,
-                                                          scenario_loader, tmp_path, settings):
+def test_it_reaches_the_scenario_verdicts_through_the_api(name, client, full_token, project,
+                                                          scenario_loader, tmp_path, settings,
+                                                          declare_location):
     settings.CELERY_TASK_ALWAYS_EAGER = True
     settings.RECOVERYDASH_RATE_LIMIT_PER_SECOND = 0
+    declare_location(project, tmp_path)
     events, expect = scenario_loader(name, str(tmp_path))
     post_events(client, full_token, events)
     recovery, plan_status, plan = read(client, full_token, events[0]["run_id"])

@@ -22,7 +22,8 @@ BADGES = {
     "firing": ("bad", "●"), "acknowledged": ("warn", "◐"), "resolved": ("good", "✔"),
     "critical": ("bad", "‼"), "warning": ("warn", "!"), "info": ("muted", "i"),
     "ok_check": ("good", "✔"), "object_missing": ("bad", "✖"), "size_mismatch": ("bad", "✖"),
-    "digest_mismatch": ("bad", "✖"), "storage_unverified": ("warn", "?"), "error": ("warn", "!"),
+    "digest_mismatch": ("bad", "✖"), "object_outside_locations": ("bad", "✖"),
+    "storage_unverified": ("warn", "?"), "error": ("warn", "!"),
     "absent": ("bad", "✖"), "delivered": ("good", "✔"), "failed": ("bad", "✖"),
 }
 WORDS = dict(HEALTH_WORDS, replay_and_omission="replay and omission", at_risk="at risk",
