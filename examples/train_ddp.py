@@ -1,6 +1,7 @@
 """A complete DDP training script watched by recoverydash: crash it, launch it again, and the
 dashboard shows an exact restart (no replayed, no omitted samples) from a restorable checkpoint.
 
+    python manage.py add_location --project myteam --uri "file://$PWD/ckpt"   # once, server side
     torchrun --standalone --nproc_per_node 2 examples/train_ddp.py \\
         --url http://localhost:8000 --token "$TOKEN" --run-id demo-ddp --location ./ckpt \\
         --updates 200 --save-every 50 --crash-at-update 130      # dies at update 130

@@ -1,6 +1,8 @@
 """``make serve``: migrate, then run the web server, a Celery worker and Celery beat in the
-foreground as one unit. Ctrl-C (or SIGTERM) stops all three; if one of them dies, the others are
-stopped too and the exit status says so, rather than leaving a half-running service.
+foreground as one unit. Ctrl-C (or SIGTERM) stops all three. One that dies is started again
+(after 1 s, doubling to 30 s while it keeps dying) without touching the others, with a line saying
+so; one that dies ``MAX_RESTARTS`` times within ``RESTART_WINDOW_S`` seconds is a fault that
+restarting does not fix: then everything stops and the exit status says which.
 
 Environment: ``PORT`` (default 8000), ``HOST`` (default 127.0.0.1: the embedded server is not
 exposed to the network unless asked; ``HOST=0.0.0.0`` to serve other machines),
@@ -47,7 +49,8 @@ def main() -> int:
     port = int(os.environ.get("PORT", "8000"))
     host = os.environ.get("HOST", "127.0.0.1")
     call_command("migrate", interactive=False, verbosity=0)
-    procs = {name: subprocess.Popen(cmd) for name, cmd in commands(port, host).items()}
+    cmds = commands(port, host)
+    procs = {name: subprocess.Popen(cmd) for name, cmd in cmds.items()}
     print(f"recoverydash: web on http://{host}:{port}/ with a worker and beat "
           f"(Ctrl-C stops all)", flush=True)
     stopping = False
@@ -58,15 +61,7 @@ def main() -> int:
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    status = 0
-    while not stopping:
-        for name, proc in procs.items():
-            if proc.poll() is not None:
-                print(f"recoverydash: {name} exited with status {proc.returncode}; stopping",
-                      file=sys.stderr, flush=True)
-                status, stopping = proc.returncode or 1, True
-                break
-        time.sleep(0.5)
+    status = supervise(procs, cmds, lambda: stopping)
     for proc in procs.values():
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -77,6 +72,45 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
     return status
+
+
+MAX_RESTARTS = 5
+RESTART_WINDOW_S = 120.0
+
+
+def supervise(procs: dict, cmds: dict, stopping, *, poll_s: float = 0.5,
+              max_restarts: int = MAX_RESTARTS, window_s: float = RESTART_WINDOW_S) -> int:
+    """Keep the processes of ``procs`` (name -> Popen, started from ``cmds``) running until
+    ``stopping()`` is true: one that exited is started again after a delay of 1 s doubling to
+    30 s while it keeps exiting; after ``max_restarts`` exits within ``window_s`` seconds the
+    supervision gives up. Returns 0 when stopped, else the exit status of the process given up
+    on (1 when it had none)."""
+    exits: dict[str, list[float]] = {name: [] for name in procs}
+    due: dict[str, float] = {}
+    while not stopping():
+        now = time.monotonic()
+        for name, proc in list(procs.items()):
+            if name in due:
+                if now >= due[name]:
+                    del due[name]
+                    procs[name] = subprocess.Popen(cmds[name])
+                    print(f"recoverydash: {name} started again", flush=True)
+                continue
+            if proc.poll() is None:
+                continue
+            recent = [t for t in exits[name] if now - t < window_s] + [now]
+            exits[name] = recent
+            if len(recent) > max_restarts:
+                print(f"recoverydash: {name} exited {len(recent)} times within "
+                      f"{window_s:g} s (last status {proc.returncode}); stopping",
+                      file=sys.stderr, flush=True)
+                return proc.returncode or 1
+            delay = min(30.0, 2.0 ** (len(recent) - 1))
+            print(f"recoverydash: {name} exited with status {proc.returncode}; starting it again "
+                  f"in {delay:g} s", file=sys.stderr, flush=True)
+            due[name] = now + delay
+        time.sleep(poll_s)
+    return 0
 
 
 if __name__ == "__main__":

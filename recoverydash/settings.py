@@ -326,6 +326,8 @@ RECOVERYDASH_RECHECK_ENDED_S = envfloat("RECOVERYDASH_RECHECK_ENDED_S", 3600.0, 
 # Seconds the restore plan (and the run page) may spend re-checking sizes in storage of the
 # generation it is about to name; what is not reached in time is said in the answer.
 RECOVERYDASH_RESTORE_RECHECK_S = envfloat("RECOVERYDASH_RESTORE_RECHECK_S", 2.0)
+# The run page re-checks its restorable generation when it was last verified longer ago.
+RECOVERYDASH_PAGE_RECHECK_S = envfloat("RECOVERYDASH_PAGE_RECHECK_S", 60.0)
 RECOVERYDASH_RUN_SILENT_S = envfloat("RECOVERYDASH_RUN_SILENT_S", 900.0, 1.0)
 RECOVERYDASH_WEBHOOK_ALLOW_PRIVATE = envbool("RECOVERYDASH_WEBHOOK_ALLOW_PRIVATE", False)
 # Total seconds one webhook delivery may take (resolving, connecting, TLS, sending, reading),

@@ -67,6 +67,8 @@ def declare_location():
     storage locations, so a test whose objects must be verified declares their folder."""
 
     def declare(project, where, **fields):
+        from pathlib import Path
+
         from recoverydash.storage.models import StorageLocation
 
         url = str(where) if "://" in str(where) else Path(where).resolve().as_uri()

@@ -58,10 +58,24 @@ def test_it_points_the_app_at_postgres_and_redis_through_settings_variables():
         assert services["migrate"]["depends_on"][dependency]["condition"] == "service_healthy"
 
 
+def test_it_mounts_the_trainers_checkpoints_read_only_into_web_and_worker():
+    services = compose()["services"]
+    for name in ("web", "worker"):
+        (mount,) = services[name]["volumes"]
+        assert mount == {"type": "bind", "source": "${CHECKPOINTS_DIR:-./checkpoints}",
+                         "target": "/data/ckpt", "read_only": True,
+                         "bind": {"create_host_path": True}}, name
+    assert "volumes" not in services["migrate"]
+    # the README says how to declare it, mapping the trainers' path to the mount
+    readme = (REPO / "README.md").read_text()
+    assert "--uri file:///data/ckpt --trainer-uri file:///mnt/ckpt" in readme
+    assert "CHECKPOINTS_DIR" in (REPO / ".env.example").read_text()
+
+
 def test_it_documents_only_variables_the_settings_read():
     example = (REPO / ".env.example").read_text()
     names = set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", example, re.M))
-    compose_only = {"POSTGRES_PASSWORD"}
+    compose_only = {"POSTGRES_PASSWORD", "CHECKPOINTS_DIR"}
     assert names - compose_only <= settings_env_names(), names - compose_only - settings_env_names()
     assert "SECRET_KEY" in names and "ALLOWED_HOSTS" in names
 

@@ -88,7 +88,7 @@ def deliver_due() -> None:
 @shared_task(name="workers.tasks.discover_manifests", **RETRY)
 def discover_manifests() -> None:
     """List every enabled storage location and ingest committed manifests not seen yet."""
-    from recoverydash.storage.discovery import discover_all
+    from recoverydash.ingest.discovery import discover_all
 
     discover_all()
 

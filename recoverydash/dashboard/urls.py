@@ -4,7 +4,7 @@ from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from recoverydash.dashboard import docs, views
+from recoverydash.dashboard import docs, locations, views
 
 
 urlpatterns = [
@@ -29,6 +29,9 @@ urlpatterns = [
     path("projects/<int:pk>/tokens/", views.token_create, name="token_create"),
     path("projects/<int:pk>/tokens/<int:token_pk>/revoke/", views.token_revoke,
          name="token_revoke"),
+    path("projects/<int:pk>/locations/", locations.locations, name="locations"),
+    path("projects/<int:pk>/locations/<int:location_pk>/delete/", locations.location_delete,
+         name="location_delete"),
     path("projects/<int:pk>/webhooks/", views.webhook_create, name="webhook_create"),
     path("projects/<int:pk>/webhooks/<int:endpoint_pk>/delete/", views.webhook_delete,
          name="webhook_delete"),

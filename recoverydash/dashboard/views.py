@@ -16,6 +16,7 @@ from django.views.decorators.http import require_POST
 from recoverydash.dashboard import actions, charts, queries
 from recoverydash.dashboard.forms import (ContractForm, FleetFilterForm, SilenceForm, TokenForm,
                                           WebhookForm)
+from recoverydash.storage.confirm import confirm_last_restorable
 
 LIVE = "live"
 
@@ -49,6 +50,7 @@ def fleet(request):
 @login_required
 def run_detail(request, pk: int):
     run = queries.run_for(request.user, pk)
+    confirm_last_restorable(run)  # the first card names what is in storage now
     summary = queries.run_summary(run)
     context = {"s": summary, "run": run, "silence_form": SilenceForm(), "now": timezone.now()}
     if request.GET.get("fragment") != LIVE:

@@ -29,9 +29,10 @@ starts fresh, as it does with its local folder). The ranks publish there with th
 (``save_generation`` uploads each file with a ChecksumSHA256, the manifest is one conditional
 PUT) and restore from there (``select_restorable`` / ``load_generation``); each run's
 ``StorageLocation`` row carries the endpoint, region and keys, so the server verifies the objects
-and discovers manifests in the bucket (fault d); the server process also gets the credentials and
-endpoint in its environment (``AWS_*``, ``AWS_ENDPOINT_URL_S3``). The storage in use is printed at
-start.
+and discovers manifests in the bucket (fault d) with that location's credentials; only without
+keys does the location allow the server's own (``use_ambient_credentials``), which the server
+process then gets in its environment (``AWS_*``, ``AWS_ENDPOINT_URL_S3``). The storage in use is
+printed at start.
 """
 
 from __future__ import annotations
@@ -273,14 +274,17 @@ def setup_instance(base: Path, runs: list[Scenario], s3: S3Mode | None = None) -
     _, token = ApiToken.issue(project, ["ingest", "read"], name="demo")
     for s in runs:
         if s3 is not None:
+            # the location's own keys; boto3's chain (the server's own) only when none given
             StorageLocation.objects.create(
-                project=project, url=s3.location(s.run_id), run_id=s.run_id,
+                project=project, url=s3.location(s.run_id), run_id=s.run_id, origin="demo",
                 endpoint_url=s3.endpoint, region=s3.region, access_key_id=s3.access_key_id,
-                secret_access_key=s3.secret_access_key)
+                secret_access_key=s3.secret_access_key,
+                use_ambient_credentials=not s3.access_key_id)
             continue
         folder = base / "ckpt" / s.run_id
         folder.mkdir()
-        StorageLocation.objects.create(project=project, url=folder.as_uri(), run_id=s.run_id)
+        StorageLocation.objects.create(project=project, url=folder.resolve().as_uri(),
+                                       run_id=s.run_id, origin="demo")
     from django.db import connections
 
     connections.close_all()
@@ -346,7 +350,7 @@ def run_scenario(s: Scenario, base: Path, url: str, token: str,
         + ", ".join(f"{g}{'' if m else ' (no manifest)'}" for g, m in on_disk.items()))
     discovered = None
     if s.discover:
-        from recoverydash.storage.discovery import discover_all
+        from recoverydash.ingest.discovery import discover_all
 
         discovered = discover_all()
         say(f"  {s.key}: manifest discovery ingested {discovered} manifest(s) found in storage")

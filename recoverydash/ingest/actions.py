@@ -462,6 +462,9 @@ class _Projection:
             committed_at = ev.manifest.committed_at if ev.manifest else \
                 manifest_committed_at(manifest)
             first = gen.manifest is None
+            found = body.get("discovered_at")  # set by discovery: the manifest's own URI
+            if first and isinstance(found, str) and "/" in found and not gen.found_at:
+                gen.found_at = found.rsplit("/", 1)[0][:2000]  # relative URIs resolve here
             if gen.record_manifest(manifest, digest, committed_at, m.time, m.attempt):
                 gen.save()
                 self.committed_generation_pks.add(gen.pk)

@@ -19,7 +19,8 @@ log = logging.getLogger(__name__)
 ANALYZE_RUN = "workers.tasks.analyze_run"
 """Bring a run's stored analysis up to date, then evaluate its alerts (args: run pk)."""
 VERIFY_GENERATION = "workers.tasks.verify_generation"
-"""Check every object of a committed generation in storage (args: generation pk)."""
+"""Check the objects of a committed generation in storage (args: generation pk, and optionally
+an ISO 8601 time: every object last checked before it is checked again)."""
 DELIVER_WEBHOOK = "workers.tasks.deliver_webhook"
 """Send one webhook delivery (args: delivery pk)."""
 

@@ -4,7 +4,10 @@ with which credentials (the secret key is write-only here)."""
 from django import forms
 from django.contrib import admin
 
+from .locations import clean_location
 from .models import StorageLocation
+
+PROBED = ("url", "trainer_url", "endpoint_url", "access_key_id", "secret_access_key", "role_arn")
 
 
 class StorageLocationForm(forms.ModelForm):
@@ -15,6 +18,14 @@ class StorageLocationForm(forms.ModelForm):
     class Meta:
         model = StorageLocation
         exclude = ("last_listed_at", "last_error", "created_at")
+
+    def clean(self):
+        data = super().clean()
+        if not self.errors:
+            probe = StorageLocation(**{f: data.get(f, "") for f in PROBED})
+            clean_location(probe)  # ValidationError naming the field
+            data["url"], data["trainer_url"] = probe.url, probe.trainer_url
+        return data
 
     def clean_secret_access_key(self):
         value = self.cleaned_data.get("secret_access_key", "")

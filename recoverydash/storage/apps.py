@@ -21,5 +21,5 @@ class StorageConfig(AppConfig):
             project_id = instance.project_id
             transaction.on_commit(lambda: reverify_outside(project_id))
 
-        post_save.connect(location_saved, sender=StorageLocation,
+        post_save.connect(location_saved, sender=StorageLocation, weak=False,
                           dispatch_uid="storage.location_saved")

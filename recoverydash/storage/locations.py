@@ -103,10 +103,15 @@ class Resolved:
 class Locations:
     """The storage locations of one project, ready to resolve object URIs and hand out clients.
 
-    Built once per verification (prefixes with links resolved are taken at that moment)."""
+    Built once per verification (prefixes with links resolved are taken at that moment).
+    ``timeouts``: ``(connect, read)`` seconds of its S3 clients, which then try once (the
+    re-check at the moment of a question keeps within its time budget); default 5 s, 30 s and
+    three tries."""
 
-    def __init__(self, project_id: int, rows: list[StorageLocation] | None = None):
+    def __init__(self, project_id: int, rows: list[StorageLocation] | None = None, *,
+                 timeouts: tuple[float, float] | None = None):
         self.project_id = project_id
+        self.timeouts = timeouts
         self.rows = rows if rows is not None else list(
             StorageLocation.objects.filter(project_id=project_id))
         self._prefixes = []
@@ -188,8 +193,12 @@ class Locations:
         Raises PermanentStorageError when it has no credentials of its own and may not use the
         ambient ones, or TransientStorageError / PermanentStorageError from assuming its role."""
         if location.pk not in self._clients:
+            extra = {} if self.timeouts is None else {
+                "connect_timeout": self.timeouts[0], "read_timeout": self.timeouts[1],
+                "max_attempts": 1}
             try:
                 self._clients[location.pk] = make_s3_client(
+                    **extra,
                     endpoint_url=location.endpoint_url or None, region=location.region or None,
                     access_key_id=location.access_key_id or None,
                     secret_access_key=location.secret_access_key or None,
@@ -210,15 +219,26 @@ def location_client(location: StorageLocation):
     return Locations(location.project_id, [location]).client(location)
 
 
+def clean_location(location: StorageLocation) -> None:
+    """Normalise ``url`` and ``trainer_url`` of an unsaved or edited location in place, or
+    raise ValidationError naming the field (``check_location``)."""
+    from django.core.exceptions import ValidationError
+
+    try:
+        location.url, location.trainer_url = check_location(location)
+    except LocationRefused as exc:
+        raise ValidationError({exc.field: str(exc)}) from None
+
+
 def declare_location(project, *, origin: str, **fields) -> tuple[StorageLocation, bool]:
     """Create or update the location ``fields["url"]`` of ``project`` (validated and normalised
-    by ``StorageLocation.clean``); returns ``(location, created)``. Raises ValidationError. The
+    by ``clean_location``); returns ``(location, created)``. Raises ValidationError. The
     project's objects found outside its locations are verified again once it is saved
     (``recoverydash.storage.apps``)."""
     from django.db import transaction
 
     probe = StorageLocation(project=project, **fields)
-    probe.clean()
+    clean_location(probe)
     with transaction.atomic():
         location = StorageLocation.objects.filter(project=project, url=probe.url).first()
         created = location is None

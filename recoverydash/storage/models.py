@@ -29,7 +29,9 @@ class StorageLocation(models.Model):
     ``region``, the keys and ``role_arn`` (+ ``external_id``) are this location's own; the
     server's ambient credentials (environment, instance profile) are used only with
     ``use_ambient_credentials``. ``origin`` says where it was declared; the last listing's
-    error is kept for the dashboard.
+    error is kept for the dashboard. What may be declared is checked by
+    ``recoverydash.storage.locations.clean_location`` (the dashboard form, ``manage.py
+    add_location`` and the admin call it).
     """
 
     KIND_CHOICES = [(KIND_MANIFESTS, "recoverydash manifests"),
@@ -64,29 +66,6 @@ class StorageLocation(models.Model):
     @property
     def scheme(self) -> str:
         return "s3" if self.url.startswith("s3://") else "file"
-
-    def clean(self) -> None:
-        """Normalise ``url`` and ``trainer_url`` and refuse what may not be a location (see
-        ``recoverydash.storage.locations.check_location``); raises ValidationError."""
-        from django.core.exceptions import ValidationError
-
-        from recoverydash.storage.locations import LocationRefused, check_location
-
-        try:
-            self.url, self.trainer_url = check_location(self)
-        except LocationRefused as exc:
-            raise ValidationError({exc.field: str(exc)}) from None
-
-    def covers(self, uri: str) -> bool:
-        """True when the canonical ``uri`` lies under this location's prefix as written
-        (links not resolved; ``recoverydash.storage.locations`` makes the full decision)."""
-        from recoverydash.storage import paths
-
-        try:
-            return paths.rest_under(paths.canonical(uri), paths.canonical(self.url)) not in (
-                None, "")
-        except paths.UnsafeURI:
-            return False
 
 
 class SeenManifest(models.Model):

@@ -367,8 +367,7 @@ def _verify_file(path: str, size: int, sha256: str | None, limit: int, root: str
     try:
         fd = _open_file(path, root)
     except paths.NotARegularFile as e:
-        return ObjectCheck("object_missing", f"{path} is {e.strerror}: never read as a "
-                                             "checkpoint object")
+        return ObjectCheck("object_missing", f"{path} is {e}: never read as a checkpoint object")
     except (FileNotFoundError, NotADirectoryError):
         return ObjectCheck("object_missing", f"no file at {path}")
     except OSError as e:
@@ -548,7 +547,7 @@ def read_bytes(uri: str, *, s3_client=None, max_bytes: int = SMALL_OBJECT_MAX_BY
             with os.fdopen(fd, "rb") as f:
                 data = f.read(max_bytes + 1)
         except paths.NotARegularFile as e:
-            raise PermanentStorageError(f"read {p.path}: {e.strerror}") from e
+            raise PermanentStorageError(f"read {p.path}: {e}") from e
         except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as e:
             raise PermanentStorageError(f"read {p.path}: {e}") from e
         except OSError as e:

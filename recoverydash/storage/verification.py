@@ -28,7 +28,9 @@ from django.conf import settings
 from django.db.models import F, Max, Q
 from django.utils import timezone
 
+from recoverydash.runs.analysis import request_analysis
 from recoverydash.runs.models import Analysis, CheckpointObject, Generation
+from recoverydash.runs.queue import VERIFY_GENERATION, enqueue
 from recoverydash.storage import paths
 from recoverydash.storage.locations import Locations, Resolved
 from recoverydash.storage.objects import (
@@ -41,7 +43,6 @@ from recoverydash.storage.objects import (
 log = logging.getLogger(__name__)
 
 UNCHECKED = ("pending", "error")
-VERIFY_TASK = "workers.tasks.verify_generation"
 
 
 def generation_base(generation: Generation) -> tuple[str | None, bool]:
@@ -131,9 +132,11 @@ def verify_objects(objects, locations: Locations, base: str | None = None,
     ``base`` / ``base_is_server``: the generation folder for relative URIs
     (``generation_base``). ``deadline`` (``time.monotonic()``): no object is started after it,
     and a digest being read when it passes is abandoned, the object left unchecked for the
-    continuation (or ``storage_unverified`` when it was the first object of the pass, so it had
-    the whole budget). Never raises a StorageError."""
+    continuation (or ``storage_unverified`` when it was the first object of the pass to touch
+    storage, so it had the whole budget: each pass settles at least one object). Never raises a
+    StorageError."""
     out = VerifyOutcome()
+    looked = 0  # objects whose storage was touched in this pass
     for obj in objects:
         if deadline is not None and time.monotonic() > deadline:
             out.out_of_time += 1
@@ -156,6 +159,7 @@ def verify_objects(objects, locations: Locations, base: str | None = None,
         if not _start(obj):
             out.checked += 1
             continue
+        looked += 1
         try:
             result = check_one(obj, where, locations, deadline=deadline)
         except PermanentStorageError as exc:
@@ -170,7 +174,7 @@ def verify_objects(objects, locations: Locations, base: str | None = None,
                                     "check_attempts"])
             out.transient += 1
             continue
-        if result.timed_out and out.checked + out.transient > 0:
+        if result.timed_out and looked > 1:
             # Out of time after other objects: leave it for the continuation, which gives it
             # a whole budget.
             CheckpointObject.objects.filter(pk=obj.pk).update(
@@ -210,20 +214,22 @@ def verify_generation(generation_pk: int, recheck_before: str | None = None) -> 
     outcome = verify_objects(list(objects.order_by("pk")), locations, base, server_side,
                              deadline=time.monotonic() + _budget_s())
     Generation.objects.filter(pk=generation.pk).update(verified_at=timezone.now())
-    from recoverydash.runs.analysis import enqueue, request_analysis
-
     if outcome.out_of_time:
         log.info("generation %s: %d objects left for a continuation (time budget)",
                  generation.pk, outcome.out_of_time)
-        enqueue(VERIFY_TASK, generation.pk, recheck_before)
+        enqueue(VERIFY_GENERATION, generation.pk, recheck_before)
     request_analysis(generation.run_id, force=True)
     return outcome.checked
 
 
 def _enqueue_verification(pk: int, recheck_before: str | None = None) -> bool:
-    from recoverydash.runs.analysis import enqueue
-
-    return enqueue(VERIFY_TASK, pk, recheck_before)
+    """Enqueue one generation's verification; False when it could not be sent or (tasks run
+    eagerly) it failed, which is logged: the periodic callers go on with the others."""
+    try:
+        return enqueue(VERIFY_GENERATION, pk, recheck_before)
+    except Exception:  # eager mode: the task's own error; its generation stays as it was
+        log.exception("generation %s: verification failed", pk)
+        return False
 
 
 def sweep_unverified(limit: int = 500, now: datetime | None = None) -> int:

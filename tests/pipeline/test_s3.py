@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
+from recoverydash.ingest.discovery import discover_all
 from recoverydash.runs.models import CheckpointObject, Generation, Run
-from recoverydash.storage.discovery import discover_all
 from recoverydash.storage.models import StorageLocation
 from recoverydash.storage.objects import make_s3_client, write_manifest_atomically
 

@@ -5,7 +5,6 @@ Marked slow: each test starts worker processes."""
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -37,8 +36,10 @@ def analysed(run_id: str):
 @pytest.mark.parametrize("name", ["s2_resume_at_read_cursor_omission", "s4_rank_dies_during_save",
                                   "s5_three_of_four_shards"])
 def test_it_reaches_the_verdicts_through_a_real_worker(name, client, full_token, scenario_loader,
-                                                       tmp_path, settings, workers_on):
+                                                       tmp_path, settings, workers_on, project,
+                                                       declare_location):
     settings.RECOVERYDASH_RATE_LIMIT_PER_SECOND = 0
+    declare_location(project, tmp_path)
     workers_on(MACHINE_REDIS)
     events, expect = scenario_loader(name, str(tmp_path))
     post_events(client, full_token, events)
@@ -50,11 +51,13 @@ def test_it_reaches_the_verdicts_through_a_real_worker(name, client, full_token,
 
 
 def test_it_verifies_again_after_the_worker_is_killed_mid_verification(
-        client, full_token, scenario_loader, tmp_path, settings, workers_on):
+        client, full_token, scenario_loader, tmp_path, settings, workers_on, project,
+        declare_location):
     """SIGKILL of the whole worker while it hashes a 6 GiB (sparse) object: the task is handed out
     again (acks_late, visibility timeout) and the result is the same as an undisturbed run."""
     settings.RECOVERYDASH_RATE_LIMIT_PER_SECOND = 0
     settings.RECOVERYDASH_FULL_HASH_MAX_BYTES = 8 * 1024 ** 3
+    declare_location(project, tmp_path)
     events, _ = scenario_loader("s1_resume_at_checkpoint_exact", str(tmp_path))
     big = tmp_path / "big.bin"
     with open(big, "wb") as f:  # sparse: cheap to make, real bytes to hash
@@ -87,8 +90,10 @@ def test_it_verifies_again_after_the_worker_is_killed_mid_verification(
 
 
 def test_it_answers_202_while_redis_is_down_and_the_sweep_catches_up(
-        client, full_token, scenario_loader, tmp_path, settings, workers_on):
+        client, full_token, scenario_loader, tmp_path, settings, workers_on, project,
+        declare_location):
     settings.RECOVERYDASH_RATE_LIMIT_PER_SECOND = 0
+    declare_location(project, tmp_path)
     redis = RedisServer().start()
     try:
         from .conftest import point_app_at
@@ -104,11 +109,19 @@ def test_it_answers_202_while_redis_is_down_and_the_sweep_catches_up(
         assert not Analysis.objects.filter(run=run).exists()
         redis.start()
         workers_on(redis.url)
+        from datetime import timedelta
+
+        from django.utils import timezone
+
         from recoverydash.runs.analysis import sweep
-        from recoverydash.storage.verification import recheck
+        from recoverydash.storage.verification import sweep_unverified
 
         assert sweep() == 1
-        recheck()  # the periodic re-check verifies what the broker never delivered
+        # the verification sweep re-queues what the broker never delivered: the first pass
+        # starts the generation's clock, the one after RECOVERYDASH_VERIFY_STALE_S sends it
+        assert sweep_unverified() == 0
+        later = timezone.now() + timedelta(seconds=settings.RECOVERYDASH_VERIFY_STALE_S + 1)
+        assert sweep_unverified(now=later) == 1
         wait_for(lambda: analysed("s3-replay"), timeout=90)
         recovery, plan_status, plan = read(client, full_token, "s3-replay")
         check_expect(recovery, plan_status, plan, expect)

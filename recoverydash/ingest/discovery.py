@@ -21,6 +21,8 @@ import logging
 from django.db import IntegrityError
 from django.utils import timezone
 
+from recoverydash.ingest.actions import ingest_batch
+from recoverydash.runs.models import Generation
 from recoverydash.storage.locations import Locations, location_client
 from recoverydash.storage.models import KIND_MANIFESTS, SeenManifest, StorageLocation
 from recoverydash.storage.objects import (
@@ -62,8 +64,6 @@ def discover_location(location: StorageLocation) -> int:
     Listing errors are stored on the location (shown in the dashboard) and, when they may pass,
     raised for the task to retry. A manifest that cannot be ingested (invalid) is recorded as seen
     with the error logged, so it does not block the others."""
-    from recoverydash.ingest.actions import ingest_batch
-    from recoverydash.runs.models import Generation
 
     try:
         client = location_client(location)  # this location's credentials, never the server's

@@ -3,7 +3,7 @@ manifests whose commit event never arrived (what beat's ``discover_manifests`` d
 
 from django.core.management.base import BaseCommand
 
-from recoverydash.storage.discovery import discover_all
+from recoverydash.ingest.discovery import discover_all
 
 
 class Command(BaseCommand):

@@ -1,0 +1,65 @@
+"""``make serve`` keeps its processes running: one that dies is started again without touching
+the others; one that keeps dying stops the whole unit with its status."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+from recoverydash.serve import supervise
+
+ALIVE = [sys.executable, "-c", "import time; time.sleep(120)"]
+
+
+def dies_once(marker) -> list[str]:
+    """A process that exits with status 3 the first time and stays up the next."""
+    code = (f"import os, sys, time\nif not os.path.exists({str(marker)!r}):\n"
+            f"    open({str(marker)!r}, 'w').close(); sys.exit(3)\ntime.sleep(120)")
+    return [sys.executable, "-c", code]
+
+
+def test_a_dead_worker_is_started_again_and_the_web_server_keeps_running(tmp_path, capsys):
+    cmds = {"web": ALIVE, "worker": dies_once(tmp_path / "died")}
+    procs = {name: subprocess.Popen(cmd) for name, cmd in cmds.items()}
+    web = procs["web"]
+    stop = threading.Event()
+    result = {}
+    supervisor = threading.Thread(
+        target=lambda: result.setdefault("status", supervise(procs, cmds, stop.is_set,
+                                                             poll_s=0.05)))
+    supervisor.start()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (
+                procs["worker"].poll() is not None or not (tmp_path / "died").exists()):
+            time.sleep(0.05)
+        time.sleep(0.3)
+        assert procs["worker"].poll() is None  # the second one is up
+        assert procs["web"] is web and web.poll() is None  # never touched
+    finally:
+        stop.set()
+        supervisor.join(10)
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
+    assert result["status"] == 0
+    err = capsys.readouterr()
+    assert "recoverydash: worker exited with status 3; starting it again in 1 s" in err.err
+    assert "recoverydash: worker started again" in err.out
+
+
+def test_a_process_that_keeps_dying_stops_the_unit_with_its_status(capsys):
+    cmds = {"web": ALIVE, "beat": [sys.executable, "-c", "import sys; sys.exit(7)"]}
+    procs = {name: subprocess.Popen(cmd) for name, cmd in cmds.items()}
+    try:
+        status = supervise(procs, cmds, lambda: False, poll_s=0.05, max_restarts=2,
+                           window_s=60)
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
+    assert status == 7
+    assert "recoverydash: beat exited 3 times within 60 s (last status 7); stopping" in \
+        capsys.readouterr().err
