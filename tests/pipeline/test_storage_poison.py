@@ -150,6 +150,8 @@ def test_a_worker_killed_mid_verification_is_rerun_by_the_sweep(project, tmp_pat
         later = timezone.now() + timedelta(seconds=settings.RECOVERYDASH_VERIFY_STALE_S + 1)
         assert sweep_unverified(now=later) == 1
         got = wait_for(lambda: settled("killed"), timeout=120)
+        wait_for(lambda: Generation.objects.filter(generation_id="g1",
+                                                   status="restorable").exists(), timeout=60)
     finally:
         first.stop()
         if second is not None:
