@@ -170,7 +170,7 @@ def test_the_migration_declares_the_prefixes_stored_generations_already_use(tmp_
     from django.db import connection
     from django.db.migrations.executor import MigrationExecutor
 
-    before = [("storage", "0002_storage_confinement"), ("runs", "0004_storage_confinement")]
+    before = [("storage", "0002_storage_confinement"), ("runs", "0005_storage_confinement")]
     executor = MigrationExecutor(connection)
     executor.migrate([("storage", "0002_storage_confinement")])
     executor.loader.build_graph()

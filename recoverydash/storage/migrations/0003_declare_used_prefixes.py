@@ -90,7 +90,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ("storage", "0002_storage_confinement"),
-        ("runs", "0004_storage_confinement"),
+        ("runs", "0005_storage_confinement"),
     ]
 
     operations = [migrations.RunPython(forwards, migrations.RunPython.noop)]

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0003_analysis_errors_and_alert_key'),
+        ('runs', '0004_attempt_sdk_losses'),
     ]
 
     operations = [
