@@ -44,6 +44,8 @@ class LocationForm(forms.ModelForm):
                   "use_ambient_credentials", "discover", "enabled"]
         labels = {"trainer_url": "Trainers' prefix (when it differs)",
                   "run_id": "Run of manifests naming none", "role_arn": "IAM role to assume",
+                  "endpoint_url": "Endpoint URL (S3-compatible stores)",
+                  "access_key_id": "Access key ID", "external_id": "External ID",
                   "use_ambient_credentials": "Use the server's own credentials",
                   "discover": "List for manifests", "enabled": "Enabled"}
 

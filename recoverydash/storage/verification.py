@@ -192,14 +192,18 @@ def _budget_s() -> float:
     return max(1.0, settings.RECOVERYDASH_TASK_SOFT_TIME_LIMIT_S * 0.8)
 
 
-def verify_generation(generation_pk: int, recheck_before: str | None = None) -> int:
+def verify_generation(generation_pk: int, recheck_before: str | None = None, *,
+                      recheck: bool = False) -> int:
     """Verify the manifest objects of one generation, then request analysis of its run.
 
     Without ``recheck_before`` the objects not checked yet (``pending``, ``error``, or left
     ``object_outside_locations`` when locations may have changed); with it (an ISO 8601 time)
     every object last checked before that time, so a re-check interrupted by its time budget
-    resumes where it stopped. Idempotent: checking again stores the same results. Enqueues its
-    own continuation when the budget ran out. Returns the number of objects checked."""
+    resumes where it stopped; ``recheck`` is the same with ``recheck_before`` now. Idempotent:
+    checking again stores the same results. Enqueues its own continuation when the budget ran
+    out. Returns the number of objects checked."""
+    if recheck and not recheck_before:
+        recheck_before = timezone.now().isoformat()
     generation = Generation.objects.select_related("run__project").filter(pk=generation_pk).first()
     if generation is None or generation.manifest is None:
         return 0

@@ -123,7 +123,7 @@ def test_run_page_says_nothing_of_the_ledger_when_the_trainer_did_not(owner_clie
 
 
 def test_the_run_page_shows_exactly_the_cores_numbers_for_scenario_s2(
-        client, full_token, scenario_loader, tmp_path, owner):
+        client, full_token, scenario_loader, tmp_path, owner, project, declare_location):
     """Scenario s2 through the real ingest API, the storage verifier and the worker's analysis
     (at a fixed time): the stored result is the core's output for the same events, and every
     number of the run page, words and figures, is the core's figure as the template renders it."""
@@ -138,6 +138,7 @@ def test_the_run_page_shows_exactly_the_cores_numbers_for_scenario_s2(
     from tests.dashboard.conftest import ANALYSED_AT, storage_checks
 
     events, _ = scenario_loader("s2_resume_at_read_cursor_omission", str(tmp_path))
+    declare_location(project, tmp_path)  # the server reads checkpoints only there
     response = client.post("/api/v1/events", data=json.dumps({"events": events}),
                            content_type="application/json",
                            HTTP_AUTHORIZATION=f"Bearer {full_token}")

@@ -164,10 +164,14 @@ def api_get(live_server, token: str, path: str):
 
 
 @pytest.fixture
-def trainer_env(live_server, settings, tmp_path):
-    """For trainer processes against the live server: tasks run eagerly, no rate limit, and the
-    environment of a fresh launch (no launcher or SDK variables, a spool in ``tmp_path``)."""
+def trainer_env(live_server, settings, tmp_path, project, declare_location):
+    """For trainer processes against the live server: tasks run eagerly, no rate limit, the
+    environment of a fresh launch (no launcher or SDK variables, a spool in ``tmp_path``), and
+    ``tmp_path`` declared as a storage location of ``project`` (the server reads checkpoints
+    only under its project's locations)."""
     import os
+
+    declare_location(project, tmp_path)
 
     settings.CELERY_TASK_ALWAYS_EAGER = True
     settings.RECOVERYDASH_RATE_LIMIT_PER_SECOND = 0

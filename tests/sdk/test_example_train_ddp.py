@@ -42,10 +42,8 @@ def torchrun(args, env, cwd):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_example_crashes_resumes_and_the_server_says_exact(live_server, full_token,
-                                                               tmp_path, trainer_env, project,
-                                                               declare_location):
+                                                               tmp_path, trainer_env):
     env = trainer_env
-    declare_location(project, tmp_path / "ckpt")  # the server reads checkpoints only there
     common = ["--url", live_server.url, "--token", full_token, "--location", "ckpt", *ARGS]
 
     first = torchrun([*common, "--crash-at-update", "13"], env, tmp_path)
