@@ -33,7 +33,8 @@ LAYERS = {
     "demo": 4,
     "workers": 5,
 }
-PURE_MODULES = {"recoverydash.storage.objects": "storage.objects"}
+PURE_MODULES = {"recoverydash.storage.objects": "storage.objects",
+                "recoverydash.storage.paths": "storage.objects"}  # canonical URIs, safe opens
 # The trainer side stands apart: the SDK, its framework integrations and the checkpoint-format
 # readers of its command line are installed without the server (pyproject's base dependencies),
 # so they may import only each other and layer 0, and only the demo (which drives a trainer)
