@@ -207,26 +207,31 @@ def lineage_frontier(ledger, lineage: Lineage) -> dict:
     return out
 
 
+def _best_keys(frontiers: dict, id_strata: set) -> dict:
+    """``{stratum: ((epoch, frontier), key)}``: per stratum of positions, the highest epoch it
+    reached and there the highest frontier over orders (the first key seen on a tie)."""
+    best: dict = {}
+    for key, top in frontiers.items():
+        stratum = key[0]
+        if top <= 0 or stratum in id_strata:
+            continue
+        have = best.get(stratum)
+        if have is None or (key[1], top) > have[0]:
+            best[stratum] = ((key[1], top), key)
+    return best
+
+
 def cursor_keys(frontiers: dict, id_strata: set) -> dict:
     """``{stratum: key}``: the position key ``(stratum, epoch, order)`` that gives each
     stratum's cursor (:func:`cursor_of`): the highest epoch the stratum reached, there the
-    highest frontier (ties between orders broken by order name, None first). Strata of sample
+    highest frontier (on a tie between orders, the first in ``frontiers``). Strata of sample
     ids and keys with nothing consumed have none."""
-    best: dict = {}
-    for key, top in frontiers.items():
-        stratum, epoch, order = key
-        if stratum in id_strata or top <= 0:
-            continue
-        rank = (epoch, top, "" if order is None else order)
-        if stratum not in best or rank > best[stratum][0]:
-            best[stratum] = (rank, key)
-    return {stratum: key for stratum, (_rank, key) in best.items()}
+    return {stratum: key for stratum, (_rank, key) in _best_keys(frontiers, id_strata).items()}
 
 
 def cursor_of(frontiers: dict, id_strata: set) -> list[dict]:
     """The lineage's frontier per stratum as wire cursors (docs/definitions.md#expected-cursor):
     the highest epoch the stratum reached, and there the highest frontier over orders
     (:func:`cursor_keys`). Strata of sample ids have no cursor. Sorted by stratum."""
-    keys = cursor_keys(frontiers, id_strata)
-    return [{"stratum": stratum, "epoch": keys[stratum][1], "position": frontiers[keys[stratum]]}
-            for stratum in sorted(keys)]
+    return [{"stratum": stratum, "epoch": epoch, "position": top}
+            for stratum, ((epoch, top), _key) in sorted(_best_keys(frontiers, id_strata).items())]
