@@ -166,7 +166,20 @@ def test_a_success_resets_the_count(client, alice):
 
 
 # --- /healthz ---------------------------------------------------------------------------------
+@pytest.fixture
+def broker_up():
+    """The Celery app's broker set to the machine's Redis (other tests leave it pointing at
+    brokers they have stopped), restored afterwards."""
+    from celery import current_app
+
+    before = current_app.conf.broker_url
+    current_app.conf.broker_url = "redis://127.0.0.1:6379/0"
+    yield
+    current_app.conf.broker_url = before
+
+
 @pytest.mark.django_db
+@pytest.mark.usefixtures("broker_up")
 def test_healthz_says_ok_when_the_database_and_the_broker_answer(client):
     response = client.get("/healthz")
     assert response.status_code == 200, response.json()
@@ -246,3 +259,28 @@ def test_the_admin_refuses_a_webhook_url_the_guard_refuses(admin_client, project
     from recoverydash.alerts.models import WebhookEndpoint
 
     assert not WebhookEndpoint.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("broker_up")
+def test_the_compose_health_check_passes_with_production_allowed_hosts(live_server, settings):
+    """The web container's health check speaks to 127.0.0.1, which ALLOWED_HOSTS does not list in
+    production: it sends the first allowed name as Host (before: a 400, the container unhealthy)."""
+    import yaml
+
+    settings.ALLOWED_HOSTS = ["recoverydash.example.org"]
+    test = yaml.safe_load((REPO / "docker-compose.yml").read_text())[
+        "services"]["web"]["healthcheck"]["test"]
+    assert test[:3] == ["CMD", "python", "-c"]
+    port = live_server.url.rsplit(":", 1)[1]
+    code = test[3].replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+    env = {"PATH": os.environ["PATH"], "ALLOWED_HOSTS": "recoverydash.example.org,other.org"}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                            text=True, timeout=60)
+    import httpx
+
+    assert result.returncode == 0, (result.stderr[-300:], httpx.get(
+        live_server.url + "/healthz", headers={"Host": "recoverydash.example.org"}).text)
+    plain = subprocess.run([sys.executable, "-c", code.replace("headers={'Host': h}", "")],
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert plain.returncode != 0 and "400" in plain.stderr
