@@ -22,7 +22,8 @@ from django.utils import timezone
 
 from recoverydash.alerts.models import Alert, Delivery, WebhookEndpoint
 from recoverydash.alerts.rules import contract_of
-from recoverydash.recovery.figures import checkpoint_stale, seconds_since_last_restorable
+from recoverydash.recovery.figures import (checkpoint_stale, logger_rewind_update,
+                                           seconds_since_last_restorable)
 from recoverydash.recovery.restarts import cursor_gaps
 from recoverydash.runs.models import (Analysis, ApiToken, AuditWindow, Attempt, Generation,
                                       Project, Run)
@@ -134,6 +135,12 @@ class FleetRow:
         return checkpoint_stale(self.seconds_since_restorable, self.limit_s)
 
     @property
+    def logger_rewind_update(self) -> int | None:
+        """The core's ``logger_rewind_update`` of the last restorable generation: where a
+        restart from it rewinds its loggers (docs/definitions.md#logger-rewind-update)."""
+        return logger_rewind_update(self.last_restorable)
+
+    @property
     def age_share(self) -> float:
         """TSLRC as a share of the limit (1.0 = at the limit), for sorting and the bar."""
         if self.seconds_since_restorable is None or self.limit_s <= 0:
@@ -222,6 +229,12 @@ class RunSummary:
     def over_limit(self) -> bool:
         """The core's ``checkpoint_stale`` (the alert rule's comparison)."""
         return checkpoint_stale(self.seconds_since_restorable, self.limit_s)
+
+    @property
+    def logger_rewind_update(self) -> int | None:
+        """The core's ``logger_rewind_update`` of the last restorable generation: where a
+        restart from it rewinds its loggers (docs/definitions.md#logger-rewind-update)."""
+        return logger_rewind_update(self.last_restorable)
 
 
 def load_small_analysis(run) -> dict | None:

@@ -126,6 +126,10 @@ class ObjectOut(Schema):
 class RestorePlanOut(Schema):
     generation_id: str
     update: int
+    logger_rewind_update: int = Field(
+        description="the update to rewind loggers to: the restored generation's update "
+                    "(W&B resume_from / fork_from f\"{run_id}?_step={update}\", TensorBoard "
+                    "purge_step=update + 1); docs/definitions.md#logger-rewind-update")
     committed_at: Optional[str]
     objects: list[ObjectOut]
     cursor: list[CursorOut]

@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .costs import Costs, costs
-from .figures import (committed_frontier, fetched_cursor, health, last_restorable, restorable_on,
-                      run_ended_at, seconds_since_last_restorable, tslrc_sawtooth,
-                      updates_at_risk)
 from .counting import count_strata
+from .figures import (committed_frontier, fetched_cursor, health, last_restorable,
+                      logger_rewind_update, restorable_on, run_ended_at,
+                      seconds_since_last_restorable, tslrc_sawtooth, updates_at_risk)
 from .generations import GenerationVerdict, Reason, evaluate_generations
 from .inputs import RunInput, format_time
 from .ledger import Ledger
@@ -203,6 +203,7 @@ def restore_plan(source, world_size: int | None = None, dataset_version: str | N
                                                      f"restart asks for {wanted!r}"})
     return RestorePlan(200, {
         "generation_id": last.generation_id, "update": last.update,
+        "logger_rewind_update": logger_rewind_update(last),
         "committed_at": format_time(last.committed_at),
         "objects": list(manifest.get("objects") or []),
         "cursor": list((manifest.get("data_progress") or {}).get("cursor") or []),

@@ -5,7 +5,8 @@ outside the core recomputes them. Each docstring cites its definition in ``docs/
 Times are POSIX seconds (UTC) unless a docstring says otherwise.
 
 Figures: :func:`last_restorable`, :func:`seconds_since_last_restorable`,
-:func:`checkpoint_stale`, :func:`updates_at_risk`, :func:`health`, :func:`run_ended_at`.
+:func:`checkpoint_stale`, :func:`updates_at_risk`, :func:`health`, :func:`run_ended_at`,
+:func:`logger_rewind_update`.
 Chart series: :func:`tslrc_sawtooth`, :func:`committed_frontier`, :func:`fetched_cursor`.
 Per-restart figures are in :mod:`.restarts`, per-stratum counts in :mod:`.counting`, costs in
 :mod:`.costs`, generation statuses in :mod:`.generations`.
@@ -36,6 +37,23 @@ def restorable_on(verdicts: list, lineage) -> list:
     (:meth:`.lineage.Lineage.contains_state`), in the order given."""
     return [v for v in verdicts if v.status == "restorable" and v.update is not None
             and lineage.contains_state(v.attempt, v.update)]
+
+
+def logger_rewind_update(restored) -> int | None:
+    """docs/definitions.md#logger-rewind-update: the update a restarting trainer rewinds its
+    loggers to (W&B ``resume_from`` / ``fork_from`` ``f"{run_id}?_step={update}"``, TensorBoard
+    ``purge_step=update + 1``): the update of the generation it restores. Values a logger keyed
+    by completed updates wrote at steps up to it belong to the restored state; those above it
+    belong to updates the restart rolls back, and are logged again as the run redoes them.
+
+    ``restored``: the generation to restore, a GenerationVerdict, a selection (anything with
+    ``update``) or a stored ``last_restorable`` dict; None (nothing to restore, a fresh start)
+    gives None."""
+    if restored is None:
+        return None
+    update = restored.get("update") if isinstance(restored, Mapping) \
+        else getattr(restored, "update", None)
+    return update if isinstance(update, int) and not isinstance(update, bool) else None
 
 
 def run_ended_at(newest: AttemptRecord) -> float | None:

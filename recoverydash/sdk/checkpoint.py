@@ -810,10 +810,16 @@ def restore_plan(url: str | None, token: str | None, run_id: str, *,
     ``select_restorable(location)``.
 
     Returns ``{"source": "server" | "storage" | "none", "generation_id": str | None,
-    "update": int | None, "committed_at", "objects": [Object], "cursor": [Cursor],
-    "warnings": [{"code", "detail"}], "rejected": [...], "attempt": int | None}``;
-    ``generation_id`` None means nothing is restorable (fresh start); ``attempt`` is the attempt
-    that wrote the generation (from its manifest), for ``init(..., restored=plan)``. Never raises: a restart must never wait for the dashboard."""
+    "update": int | None, "logger_rewind_update": int | None, "committed_at",
+    "objects": [Object], "cursor": [Cursor], "warnings": [{"code", "detail"}],
+    "rejected": [...], "attempt": int | None}``; ``generation_id`` None means nothing is
+    restorable (fresh start); ``logger_rewind_update`` is the update to rewind loggers to
+    (docs/definitions.md#logger-rewind-update: W&B ``resume_from=f"{wandb_id}?_step={u}"``,
+    TensorBoard ``purge_step=u + 1``), None on a fresh start; ``attempt`` is the attempt that
+    wrote the generation (from its manifest), for ``init(..., restored=plan)``. Never raises: a
+    restart must never wait for the dashboard."""
+    from recoverydash.recovery.figures import logger_rewind_update
+
     warnings: list = []
     if location:
         try:
@@ -831,7 +837,10 @@ def restore_plan(url: str | None, token: str | None, run_id: str, *,
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 body = json.loads(resp.read() or b"{}")
             return {"source": "server", "generation_id": body.get("generation_id"),
-                    "update": body.get("update"), "committed_at": body.get("committed_at"),
+                    "update": body.get("update"),
+                    "logger_rewind_update": body.get("logger_rewind_update",
+                                                     logger_rewind_update(body)),
+                    "committed_at": body.get("committed_at"),
                     "objects": body.get("objects") or [], "cursor": body.get("cursor") or [],
                     "warnings": body.get("warnings") or [], "rejected": [],
                     "attempt": _manifest_attempt(location, body.get("generation_id"),
@@ -843,13 +852,14 @@ def restore_plan(url: str | None, token: str | None, run_id: str, *,
                 except ValueError:
                     body = {}
                 return {"source": "server", "generation_id": None, "update": None,
-                        "committed_at": None, "objects": [], "cursor": [], "warnings": [],
+                        "logger_rewind_update": None, "committed_at": None, "objects": [], "cursor": [], "warnings": [],
                         "rejected": body.get("rejected") or [], "attempt": None}
             warnings.append({"code": "server_error", "detail": f"restore-plan answered {e.code}"})
         except Exception as e:
             warnings.append({"code": "server_unreachable", "detail": repr(e)[:300]})
     if not location:
-        return {"source": "none", "generation_id": None, "update": None, "committed_at": None,
+        return {"source": "none", "generation_id": None, "update": None,
+                "logger_rewind_update": None, "committed_at": None,
                 "objects": [], "cursor": [], "rejected": [], "attempt": None,
                 "warnings": warnings + [{"code": "no_location",
                                          "detail": "no storage location to fall back to"}]}
@@ -857,11 +867,13 @@ def restore_plan(url: str | None, token: str | None, run_id: str, *,
         sel = select_restorable(location, world_size=world_size,
                                 dataset_version=dataset_version, s3_client=s3_client)
     except Exception as e:
-        return {"source": "storage", "generation_id": None, "update": None, "committed_at": None,
+        return {"source": "storage", "generation_id": None, "update": None,
+                "logger_rewind_update": None, "committed_at": None,
                 "objects": [], "cursor": [], "rejected": [], "attempt": None,
                 "warnings": warnings + [{"code": "storage_error", "detail": repr(e)[:300]}]}
     m = sel.manifest or {}
     return {"source": "storage", "generation_id": sel.generation_id, "update": sel.update,
+            "logger_rewind_update": logger_rewind_update(sel) if sel.generation_id else None,
             "committed_at": m.get("committed_at"), "objects": m.get("objects") or [],
             "cursor": sel.cursor, "warnings": warnings,
             "rejected": [{"generation_id": g.generation_id, "reasons": g.reasons}

@@ -210,6 +210,7 @@ def test_restore_plan_asks_the_server_then_falls_back_to_storage(tmp_path):
     plan = restore_plan(f"http://127.0.0.1:{up.port}", "tok", "run/s", location=loc,
                         world_size=2)
     assert plan["source"] == "server" and plan["generation_id"] == "g6"
+    assert plan["logger_rewind_update"] == 6  # a server without the field: the figure of its answer
     assert up.srv.seen == [("/api/v1/runs/run%2Fs/restore-plan?world_size=2", "Bearer tok")]
     none = _PlanServer(409, {"error": "no_restorable_generation", "rejected": ["g7"]})
     plan = restore_plan(f"http://127.0.0.1:{none.port}", "tok", "r", location=loc)
@@ -219,6 +220,7 @@ def test_restore_plan_asks_the_server_then_falls_back_to_storage(tmp_path):
         p.srv.server_close()
     plan = restore_plan(f"http://127.0.0.1:{free_port()}", "tok", "r", location=loc, timeout=1)
     assert plan["source"] == "storage" and plan["generation_id"] == "g7"
+    assert plan["logger_rewind_update"] == 7  # docs/definitions.md#logger-rewind-update
     assert plan["warnings"][0]["code"] == "server_unreachable"
     assert plan["cursor"] == [{"stratum": "main", "epoch": 0, "position": 56}]
     assert restore_plan(None, None, "r")["generation_id"] is None
