@@ -30,9 +30,10 @@ def test_the_logger_rewind_update_is_the_restored_generations_update():
 @pytest.mark.django_db(transaction=True)
 def test_the_restore_plan_the_run_page_and_the_sdk_name_the_update_to_rewind_to(
         client, live_server, full_token, project, scenario_loader, tmp_path, settings,
-        django_user_model):
+        django_user_model, declare_location):
     settings.CELERY_TASK_ALWAYS_EAGER = True
     settings.RECOVERYDASH_RATE_LIMIT_PER_SECOND = 0
+    declare_location(project, tmp_path)
     events, _ = scenario_loader(S1, str(tmp_path))
     run_id = events[0]["run_id"]
     for i in range(0, len(events), 500):

@@ -50,7 +50,8 @@ def test_the_restore_plan_falls_back_when_a_shard_was_truncated_after_the_run_en
 
     assert answer.status_code == 200
     assert answer.json() == {
-        "generation_id": "g2", "update": 2, "committed_at": "2026-11-01T00:01:02+00:00",
+        "generation_id": "g2", "update": 2, "logger_rewind_update": 2,
+        "committed_at": "2026-11-01T00:01:02+00:00",
         "objects": [{k: o[k] for k in ("uri", "shard", "component", "size", "sha256")}
                     | {"update": None} for o in g2["objects"]],
         "cursor": [{"stratum": "main", "epoch": 0, "position": 8}],
