@@ -1,40 +1,18 @@
 """Every change a person makes from the dashboard: one function per action, each the only writer
 of what it changes. Views check access (``queries.*_for``) before calling these, and pass the
-acting user's name so alert history says who did what.
+acting user's name so alert history says who did what. The alert actions and the contract
+edit live below the dashboard (``recoverydash.alerts.actions``, ``recoverydash.runs.contracts``)
+because the admin API makes the same changes.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
-
-from django.db import transaction
 from django.utils import timezone
 
-from recoverydash.alerts.models import Alert, AlertFlip, WebhookEndpoint
+from recoverydash.alerts.actions import SILENCE_CHOICES, acknowledge, resolve, silence
+from recoverydash.alerts.models import WebhookEndpoint
+from recoverydash.runs.contracts import CONTRACT_FIELDS, save_contract
 from recoverydash.runs.models import ApiToken
-
-SILENCE_CHOICES = [(1800, "30 minutes"), (3600, "1 hour"), (4 * 3600, "4 hours"),
-                   (24 * 3600, "24 hours")]
-
-
-def acknowledge(alert: Alert, username: str) -> AlertFlip | None:
-    """Firing -> acknowledged (``Alert.change_state``); None when already acknowledged or
-    resolved. Acknowledging tells the webhooks, unless the alert is silenced."""
-    return alert.change_state("acknowledged", by=username, reason=f"acknowledged by {username}")
-
-
-def resolve(alert: Alert, username: str) -> AlertFlip | None:
-    """Firing or acknowledged -> resolved by a person (``Alert.change_state``)."""
-    return alert.change_state("resolved", by=username, reason=f"resolved by {username}")
-
-
-def silence(alert: Alert, username: str, seconds: int) -> Alert:
-    """Mute the alert's notifications for ``seconds`` from now (its state does not change: it is
-    still shown as firing or acknowledged). ``seconds`` <= 0 lifts the silence."""
-    until = timezone.now() + timedelta(seconds=seconds) if seconds > 0 else None
-    Alert.objects.filter(pk=alert.pk).update(silenced_until=until)
-    alert.silenced_until = until
-    return alert
 
 
 def create_token(project, name: str, scopes: list[str]) -> tuple[ApiToken, str]:
@@ -78,21 +56,16 @@ def send_test_notification(project, endpoint_pk: int) -> str:
     return webhook_id
 
 
-CONTRACT_FIELDS = ("max_replay_samples", "max_omission_samples", "max_checkpoint_age_s",
-                   "required_components")
-
-
-def save_contract(run, values: dict) -> dict:
-    """Replace the run's recovery contract (docs/ingest-v1.md#attempt_started ``contract``) with
-    ``values``; keys outside the contract's four are kept as they were. A later ``attempt_started``
-    carrying a contract replaces this one again (the latest one wins)."""
-    with transaction.atomic():
-        locked = type(run).objects.select_for_update().get(pk=run.pk)
-        contract = dict(locked.contract or {})
-        for key in CONTRACT_FIELDS:
-            if key in values:
-                contract[key] = values[key]
-        locked.contract = contract
-        locked.save(update_fields=["contract"])
-    run.contract = contract
-    return contract
+__all__ = [
+    "CONTRACT_FIELDS",
+    "SILENCE_CHOICES",
+    "acknowledge",
+    "create_token",
+    "create_webhook",
+    "delete_webhook",
+    "resolve",
+    "revoke_token",
+    "save_contract",
+    "send_test_notification",
+    "silence",
+]

@@ -1,0 +1,38 @@
+"""What a person or a script does to an alert: acknowledge, resolve, silence. One function per
+action, the only writer of what it changes; the dashboard's buttons and the admin API
+(``recoverydash.ingest.config_api``) call these, passing who acted so the alert's history says it
+(``AlertFlip.reason``)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.utils import timezone
+
+from recoverydash.alerts.models import Alert, AlertFlip
+
+#: Silence lengths offered by the dashboard, in seconds.
+SILENCE_CHOICES = [(1800, "30 minutes"), (3600, "1 hour"), (4 * 3600, "4 hours"),
+                   (24 * 3600, "24 hours")]
+#: The longest silence the admin API accepts, in seconds (30 days).
+MAX_SILENCE_S = 30 * 24 * 3600
+
+
+def acknowledge(alert: Alert, username: str) -> AlertFlip | None:
+    """Firing -> acknowledged (``Alert.change_state``); None when already acknowledged or
+    resolved. Acknowledging tells the webhooks, unless the alert is silenced."""
+    return alert.change_state("acknowledged", by=username, reason=f"acknowledged by {username}")
+
+
+def resolve(alert: Alert, username: str) -> AlertFlip | None:
+    """Firing or acknowledged -> resolved by a person (``Alert.change_state``)."""
+    return alert.change_state("resolved", by=username, reason=f"resolved by {username}")
+
+
+def silence(alert: Alert, username: str, seconds: int) -> Alert:
+    """Mute the alert's notifications for ``seconds`` from now (its state does not change: it is
+    still shown as firing or acknowledged). ``seconds`` <= 0 lifts the silence."""
+    until = timezone.now() + timedelta(seconds=seconds) if seconds > 0 else None
+    Alert.objects.filter(pk=alert.pk).update(silenced_until=until)
+    alert.silenced_until = until
+    return alert
