@@ -29,7 +29,7 @@ from pydantic import Field
 
 from recoverydash.runs.models import Run
 
-from . import errors, read_api
+from . import config_api, errors, read_api
 from .actions import ingest_batch
 from .auth import ingest_auth, read_auth
 from .errors import BadRequest, ErrorItem, PayloadTooLarge, UnsupportedMediaType, short
@@ -267,3 +267,5 @@ def list_runs(request: HttpRequest, query: Query[RunsQuery]):
 # The read API (docs/ingest-v1.md#5-reading-the-analysis: recovery, restore-plan), beside the
 # token checks it uses.
 api.add_router("/runs", read_api.router)
+# The admin API (docs/ingest-v1.md#8-the-admin-api): webhooks, locations, contracts, alerts.
+api.add_router("/", config_api.router)
