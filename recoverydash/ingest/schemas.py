@@ -46,7 +46,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal, Optional, Union, get_args
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, Strict,
@@ -91,11 +91,15 @@ _RFC3339 = re.compile(
     r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$")
 
 
+# The largest UTC offset a time may carry: PostgreSQL's timestamptz refuses larger ones.
+MAX_UTC_OFFSET = timedelta(hours=15, minutes=59, seconds=59)
+
+
 def parse_rfc3339(value: Any) -> datetime:
     """An RFC 3339 timestamp with offset (``Z`` or ``+hh:mm``) -> aware datetime.
 
     Raises ValueError naming what was expected and what came (naive times, dates alone, numbers,
-    impossible dates and offsets are all refused). Runs once per event: the common spelling goes
+    impossible dates, offsets beyond ``MAX_UTC_OFFSET`` (15:59:59) are all refused). Runs once per event: the common spelling goes
     through one regex match and ``datetime.fromisoformat`` (both C)."""
     if type(value) is not str:
         raise ValueError(f"expected an RFC 3339 timestamp string with offset, got {short(value)}")
@@ -109,6 +113,11 @@ def parse_rfc3339(value: Any) -> datetime:
             parsed = datetime.fromisoformat(value.upper())
     except ValueError:
         raise ValueError(f"expected a real date and time with offset, got {short(value)}") from None
+    if abs(parsed.utcoffset()) > MAX_UTC_OFFSET:
+        # Python takes any offset under 24 h, PostgreSQL's timestamptz only up to 15:59:59
+        # (every zone on Earth lies within -12:00 and +14:00): refused here, not a 500 there.
+        raise ValueError("expected a UTC offset between -15:59 and +15:59, got "
+                         f"{short(value)}")
     if parsed.year in (1, 9999):
         # It must exist in UTC, where the database keeps it, and come back from the POSIX seconds
         # (a float) the analysis computes with: 9999-12-31T23:59:59.999999Z rounds to year 10000.

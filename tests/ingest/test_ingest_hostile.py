@@ -118,6 +118,33 @@ def test_the_edges_python_represents_are_accepted(client, ingest_token):
     assert r.status_code == 202, r.content
 
 
+@pytest.mark.parametrize("time", ["2026-11-01T00:00:00+20:40", "2026-11-01T00:00:00-16:00",
+                                  "2026-11-01T00:00:00+23:59"])
+def test_an_offset_postgresql_cannot_store_is_refused_naming_the_field(client, ingest_token,
+                                                                       time):
+    [err] = errors_of(post(client, ingest_token, [update("a", 1, time=time)]))
+    assert err == {"index": 0, "path": "events[0].time",
+                   "message": "expected a UTC offset between -15:59 and +15:59, got "
+                              f"{json.dumps(time)}"}
+
+
+def test_a_committed_at_with_such_an_offset_is_refused_naming_the_manifest_field(client,
+                                                                                 ingest_token):
+    body = event("checkpoint_committed", "m",
+                 manifest=manifest(committed_at="2026-11-01T00:10:00+16:00"))
+    [err] = errors_of(post(client, ingest_token, [body]))
+    assert err["path"] == "events[0].manifest.committed_at"
+    assert not Generation.objects.exists()
+
+
+def test_the_widest_offsets_postgresql_stores_are_accepted_and_kept(client, ingest_token):
+    r = post(client, ingest_token, [update("a", 1, time="2026-11-01T00:00:00+15:59"),
+                                    update("b", 2, time="2026-11-01T00:00:00-15:59")])
+    assert r.status_code == 202, r.content
+    stored = {e.event_id: e.time.isoformat() for e in Event.objects.all()}
+    assert stored == {"a": "2026-10-31T08:01:00+00:00", "b": "2026-11-01T15:59:00+00:00"}
+
+
 # --- one URI, two shards ------------------------------------------------------------------------
 def test_a_manifest_listing_one_uri_under_two_shards_is_refused_naming_both(client,
                                                                            ingest_token):
