@@ -219,8 +219,9 @@ def generations_figure(generations: list[dict], attempts: list, window: tuple) -
 
     ``generations``: dicts with generation_id, update, status, time; ``attempts``: Attempt rows.
     """
-    if not generations and not attempts:
-        return empty_figure("Generations over time", "No checkpoint reported yet.")
+    if not generations:
+        return empty_figure("Generations over time, by status",
+                            "No checkpoint reported yet: no generation to draw.")
     data = []
     for status, (word, symbol, colour) in STATUS_STYLE.items():
         points = [g for g in generations if g["status"] == status and g["time"] is not None]
@@ -286,19 +287,41 @@ def generations_figure(generations: list[dict], attempts: list, window: tuple) -
                          annotations=annotations)
     layout["yaxis"]["title"] = {"text": "update"}
     layout["yaxis"]["rangemode"] = "tozero"
-    return {"data": data, "layout": layout}
+    return time_figure({"data": data, "layout": layout}, window)
 
 
-def tslrc_figure(xs: list, seconds: list, limit_s: float) -> dict:
+def time_figure(figure: dict, window: tuple | None) -> dict:
+    """Mark ``figure`` as one of the run page's time charts: a date x axis over the run's window
+    (``run_window``), so every time chart shows the same range and follows the page's time range
+    and zoom (static/dashboard/charts.js). ``window``: (start, end) datetimes or None."""
+    figure["time_axis"] = True
+    layout = figure["layout"]
+    layout["xaxis"] = dict(layout.get("xaxis") or {}, type="date")
+    start, end = window or (None, None)
+    if start and end and start < end:
+        layout["xaxis"]["range"] = [start.isoformat(), end.isoformat()]
+    return figure
+
+
+def data_range(values: list) -> list:
+    """``[0, top]`` for a y axis scaled to ``values`` (numbers, None skipped): 8 % above the
+    largest value, ``[0, 1]`` when every value is 0 or there is none."""
+    top = max([v for v in values if v is not None] or [0])
+    return [0, top * 1.08 if top > 0 else 1]
+
+
+def tslrc_figure(xs: list, seconds: list, limit_s: float, window: tuple | None = None) -> dict:
     """docs/definitions.md#seconds-since-last-restorable over the run (``tslrc_series``: the
     core's sawtooth, which grows with the clock and drops to zero at each restorable commit of the
     live lineage), with the contract's
     ``max_checkpoint_age_s`` as a dashed line (``checkpoint_stale`` fires above it). Downsampled
-    with ``downsample`` (peaks kept)."""
+    with ``downsample`` (peaks kept). The y axis is scaled to the data, not to the limit: the
+    limit line is visible only when it lies inside that range, else an annotation names it
+    (``limit`` says where it is, for the page's time-range and zoom changes)."""
     if not xs:
         return empty_figure("Time since last restorable checkpoint", "No event received yet.")
     xs, seconds = downsample(xs, seconds)
-    div, unit = seconds_unit(max(max(seconds), limit_s))
+    div, unit = seconds_unit(max(seconds))
     x_iso = [x.isoformat() if isinstance(x, datetime) else x for x in xs]
     data = [
         {"type": "scatter", "mode": "lines", "name": "time since last restorable",
@@ -307,15 +330,31 @@ def tslrc_figure(xs: list, seconds: list, limit_s: float) -> dict:
          "hovertemplate": "%{y:.2f} " + unit + "<extra></extra>"},
         {"type": "scatter", "mode": "lines", "name": f"limit (max_checkpoint_age_s = {limit_s:g})",
          "x": [x_iso[0], x_iso[-1]], "y": [limit_s / div, limit_s / div],
-         "line": {"color": "#cf222e", "width": 2, "dash": "dash"}, "hoverinfo": "skip"},
+         "line": {"color": "#cf222e", "width": 2, "dash": "dash"}, "hoverinfo": "skip",
+         "meta": "limit"},
     ]
     layout = base_layout("Time since last restorable checkpoint")
     layout["yaxis"]["title"] = {"text": unit}
-    layout["yaxis"]["rangemode"] = "tozero"
-    return {"data": data, "layout": layout}
+    layout["yaxis"]["range"] = data_range(data[0]["y"])
+    limit = limit_s / div
+    above = limit > layout["yaxis"]["range"][1]
+    data[1]["visible"] = not above
+    layout["annotations"] = [limit_note(limit_s, div, unit)] if above else []
+    figure = {"data": data, "layout": layout,
+              "limit": {"y": limit, "note": limit_note(limit_s, div, unit)}}
+    return time_figure(figure, window)
 
 
-def cursors_figure(committed: dict | None, fetched: dict, restorable: dict) -> dict:
+def limit_note(limit_s: float, div: float, unit: str) -> dict:
+    """The annotation that names the contract limit when it lies above the visible range."""
+    return {"text": f"limit {limit_s / div:,.4g} {unit} (max_checkpoint_age_s = {limit_s:g}): "
+                    "above this range", "showarrow": False, "xref": "paper", "yref": "paper",
+            "x": 1, "y": 1, "xanchor": "right", "yanchor": "bottom",
+            "font": {"size": 11, "color": "#cf222e"}}
+
+
+def cursors_figure(committed: dict | None, fetched: dict, restorable: dict,
+                   window: tuple | None = None) -> dict:
     """Cursors against time, per stratum (wire cursors, the position of the next sample):
     *committed* (docs/definitions.md#frontier of each attempt's own updates after each committed
     update: ``recovery.figures.committed_frontier``), *fetched* (the read cursor of heartbeats and
@@ -353,7 +392,7 @@ def cursors_figure(committed: dict | None, fetched: dict, restorable: dict) -> d
         return empty_figure("Cursors against time", "No committed update or heartbeat yet.")
     layout = base_layout("Committed, fetched and restorable cursors")
     layout["yaxis"]["title"] = {"text": "position"}
-    return {"data": data, "layout": layout}
+    return time_figure({"data": data, "layout": layout}, window)
 
 
 def restart_positions_figure(restarts: list[dict]) -> dict:
@@ -446,11 +485,15 @@ def interval_figure(costs: dict) -> dict:
     data = [{"type": "bar", "orientation": "h", "y": labels,
              "x": [None if v is None else round(v / div, 2) for v in values],
              "text": ["unknown" if v is None else f"{v / div:,.1f} {unit}" for v in values],
-             "textposition": "auto", "marker": {"color": ["#1a7f37", "#0969da"]},
+             "textposition": "outside", "cliponaxis": False,
+             "marker": {"color": ["#1a7f37", "#0969da"]},
              "showlegend": False, "hoverinfo": "skip"}]
-    layout = base_layout("Checkpoint interval: Young against in use", height=200)
+    layout = base_layout("Checkpoint interval: Young against in use", height=220)
     layout["xaxis"]["title"] = {"text": unit}
-    layout["margin"]["l"] = 110
+    # room right of the longest bar for its label, and the category labels never cut
+    layout["xaxis"]["range"] = [0, max(v or 0 for v in values) / div * 1.45 or 1]
+    layout["yaxis"]["automargin"] = True
+    layout["margin"]["l"] = 16
     return {"data": data, "layout": layout}
 
 
@@ -538,9 +581,9 @@ def build_run_figures(run, now: datetime | None = None) -> dict:
     restarts = result.get("restarts") or []
     return {
         "generations": generations_figure(gen_rows, attempts, window),
-        "tslrc": tslrc_figure(xs, ys, float(contract_of(run)["max_checkpoint_age_s"])),
+        "tslrc": tslrc_figure(xs, ys, float(contract_of(run)["max_checkpoint_age_s"]), window),
         "cursors": cursors_figure(committed, fetched,
-                                  _restorable_series(gen_rows)),
+                                  _restorable_series(gen_rows), window),
         "restart_positions": restart_positions_figure(restarts),
         "restart_seconds": restart_seconds_figure(restarts),
         "strata": strata_figure(result.get("strata") or []),

@@ -25,8 +25,9 @@ from recoverydash.alerts.rules import contract_of
 from recoverydash.recovery.figures import (checkpoint_stale, logger_rewind_update,
                                            seconds_since_last_restorable)
 from recoverydash.recovery.restarts import cursor_gaps
-from recoverydash.runs.models import (Analysis, ApiToken, AuditWindow, Attempt, Generation,
-                                      Project, Run)
+from recoverydash.recovery.windows import first_window_comparison
+from recoverydash.runs.models import (Analysis, ApiToken, AuditWindow, Attempt, Event,
+                                      Generation, LedgerRow, Project, Run)
 
 HEALTH_ORDER = {"failing": 0, "at_risk": 1, "ok": 2, "ended": 3}
 HEALTH_WORDS = {"failing": "Failing", "at_risk": "At risk", "ok": "OK", "ended": "Ended",
@@ -306,12 +307,29 @@ class GenerationDetail:
         return json.dumps(self.generation.manifest, indent=2, sort_keys=True)
 
 
+def _components_by_uri(manifest: dict, reports) -> dict:
+    """``{uri: [component, ...]}`` for objects that name several components (the Object
+    extension ``components``, docs/ingest-v1.md#shard_written), from the manifest and the shard
+    reports; objects naming one component are absent."""
+    out: dict = {}
+    lists = [manifest.get("objects") or []] + [r.object_list or [] for r in reports]
+    for items in lists:
+        for item in items:
+            if isinstance(item, dict) and isinstance(item.get("components"), list) \
+                    and item.get("uri") and item["uri"] not in out:
+                names = [str(c) for c in item["components"] if c]
+                if len(names) > 1:
+                    out[item["uri"]] = names
+    return out
+
+
 def generation_detail(run, generation_id: str) -> GenerationDetail:
     """The generation page: required shards (from the manifest, else ``checkpoint_started``),
     required components (manifest components, else the run contract's ``required_components``),
     and per shard x component the verification result of its object (``CheckpointObject``):
     ``ok``, a reason code (docs/definitions.md#generation-status), ``pending`` or ``absent`` (no
-    object listed). Http404 for an unknown generation."""
+    object listed). An object that names several components (``components``) counts in each of
+    their cells and carries them as ``components``. Http404 for an unknown generation."""
     gen = Generation.objects.filter(run=run, generation_id=generation_id).first()
     if gen is None:
         raise Http404("no such generation")
@@ -321,9 +339,13 @@ def generation_detail(run, generation_id: str) -> GenerationDetail:
                       or contract_of(run)["required_components"])
     objects = list(gen.checkpoint_objects.order_by("shard", "component", "uri"))
     reports = {s.shard: s for s in gen.shards.all()}
+    carried = _components_by_uri(manifest, reports.values())
     by_cell: dict = {}
     for o in objects:
-        by_cell.setdefault((o.shard, o.component), []).append(o.check_status)
+        # an object naming several components (a Lightning .ckpt) fills each of their cells
+        o.components = carried.get(o.uri) or [o.component]
+        for comp in o.components:
+            by_cell.setdefault((o.shard, comp), []).append(o.check_status)
     shards = []
     for name in required + sorted(set(reports) - set(required)):
         cells = {}
@@ -356,6 +378,8 @@ class RestartDetail:
     before: dict           # {"attempt", "updates": [...], "rows": [{"rank","slot","cells":[...]}]}
     after: dict
     predecessor: int | None
+    windows: dict = field(default_factory=dict)   # recovery.windows.first_window_comparison
+    failed_attempt: int | None = None               # k-1, whose windows past U are expected
 
 
 def cursor_comparison(expected: list, resume: list) -> list[dict]:
@@ -417,10 +441,73 @@ def restart_detail(run, attempt: int, summary_restarts: list | None = None) -> R
                        .values_list("attempt", flat=True).first())
     before = _audit_table(run, predecessor, Q(update__lte=u), "-update", 2)
     after = _audit_table(run, attempt, Q(update__gt=u), "update", 2)
+    failed = (Attempt.objects.filter(run=run, attempt__lt=attempt).order_by("-attempt")
+              .values_list("attempt", flat=True).first())
+    windows = first_windows(run, item, predecessor, failed, attempt, before["updates"],
+                            after["updates"])
     return RestartDetail(restart=item,
                          cursors=cursor_comparison(item.get("expected_cursor"),
                                                    item.get("resume_cursor")),
-                         before=before, after=after, predecessor=predecessor)
+                         before=before, after=after, predecessor=predecessor,
+                         windows=windows, failed_attempt=failed)
+
+
+def _epochs(run, attempt: int, updates: list) -> dict:
+    """``{(update, rank): epoch}`` where the rank's ledger row of that update consumed one epoch
+    only (else the epoch is unknown and absent)."""
+    out = {}
+    for upd, rank, spans in (LedgerRow.objects.filter(run=run, attempt=attempt,
+                                                      update__in=updates)
+                             .values_list("update", "rank", "spans")):
+        epochs = {s.get("epoch") for s in spans or [] if isinstance(s, dict)}
+        if len(epochs) == 1:
+            out[(upd, rank)] = epochs.pop()
+    return out
+
+
+def _windows(run, attempt: int | None, q) -> list:
+    if attempt is None:
+        return []
+    rows = list(AuditWindow.objects.filter(run=run, attempt=attempt).filter(q)
+                .values_list("update", "rank", "accum_slot", "sample_ids"))
+    epochs = _epochs(run, attempt, sorted({r[0] for r in rows}))
+    return [{"update": upd, "rank": rank, "slot": slot, "ids": ids or [],
+             "epoch": epochs.get((upd, rank))} for upd, rank, slot, ids in rows]
+
+
+def _digests(run, attempt: int | None, updates: list) -> dict:
+    """``{(update, rank): ids_digest}`` of the attempt's ``update_committed`` events."""
+    if attempt is None or not updates:
+        return {}
+    out = {}
+    for body in (Event.objects.filter(run=run, type="update_committed", attempt=attempt,
+                                      body__update__in=updates)
+                 .values_list("body", flat=True)):
+        digest = body.get("ids_digest")
+        if digest:
+            rank = body.get("rank")
+            out[(int(body["update"]), -1 if rank is None else int(rank))] = digest
+    return out
+
+
+def first_windows(run, item: dict, lineage_attempt: int | None, failed: int | None,
+                  attempt: int, before_updates: list, after_updates: list) -> dict:
+    """The expected first window after the resume beside the observed one
+    (``recovery.windows.first_window_comparison``, docs/definitions.md#first-window-after-a-restart):
+    the lineage's windows at or below U (attempt ``lineage_attempt``, the one that wrote the
+    restored generation) for the updates the before-table shows, the failed predecessor's
+    (``failed``) for the first two updates past U, and the resumed attempt's for the updates the
+    after-table shows; ``ids_digest`` of both for the same updates."""
+    u = int(item.get("resumed_update") or 0)
+    before = _windows(run, lineage_attempt, Q(update__in=before_updates))
+    expected = _windows(run, failed, Q(update__gt=u, update__lte=u + 2))
+    observed = _windows(run, attempt, Q(update__in=after_updates))
+    updates = sorted(set(after_updates) | set(range(u + 1, u + 3)))
+    same = (item.get("world_size_before") is None or item.get("world_size_after") is None
+            or item.get("world_size_before") == item.get("world_size_after"))
+    return first_window_comparison(u, before, expected, observed, same_world_size=same,
+                                   digests_before=_digests(run, failed, updates),
+                                   digests_after=_digests(run, attempt, updates))
 
 
 # --- alerts, tokens, webhooks ---------------------------------------------------------------------

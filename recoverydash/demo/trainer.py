@@ -178,9 +178,11 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
     slot_ids: list[list[int]] = []  # sample identities per accumulation slot of this update
 
     def audited(u: int) -> bool:
-        """Readable identities (``audit_window``) for the update a checkpoint holds last and the
-        first updates after a resume."""
-        return u % cfg["ckpt_every"] == 0 or (cfg.get("resume") and u <= resumed_at + 2)
+        """Readable identities (``audit_window``) for the update a checkpoint holds last, the two
+        after it (what a resume from that checkpoint must deliver again: the restart page's
+        expected window) and the first updates after a resume."""
+        return (u % cfg["ckpt_every"] in (0, 1, 2)
+                or bool(cfg.get("resume") and u <= resumed_at + 2))
 
     try:
         for epoch in range(first_epoch, cfg["epochs"]):

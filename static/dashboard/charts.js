@@ -1,33 +1,189 @@
 /* Draw the run page's Plotly figures from the JSON the server embedded (already downsampled),
- * and redraw them from charts.json when live.js reports a new analysis version. */
+ * and redraw them from charts.json when live.js reports a new analysis version.
+ *
+ * One time range for every time chart (figures with time_axis): the range picker (last 1 h /
+ * 6 h / 24 h / all, remembered per browser) and a zoom or pan in any time chart set it for all of
+ * them. Each time chart's y axis is scaled to the points inside the range; the TSLRC limit line
+ * is drawn only when it lies inside that y range, else a note names it.
+ * Titles are drawn in the page (h3), not by Plotly, so the mode bar never covers them; on a
+ * phone the mode bar is hidden (the range picker zooms). */
 (function () {
   "use strict";
   var script = document.currentScript;
   var chartsUrl = script && script.dataset.chartsUrl;
-  var config = {responsive: true, displaylogo: false,
-                modeBarButtonsToRemove: ["lasso2d", "select2d", "toImage"]};
-  function draw(payload, first) {
-    var figures = (payload && payload.figures) || {};
-    document.querySelectorAll(".plot[data-figure]").forEach(function (el) {
-      var fig = figures[el.dataset.figure];
-      if (!fig) return;
-      var layout = Object.assign({}, fig.layout, {autosize: true});
-      if (window.innerWidth < 640) {
-        layout.margin = Object.assign({}, layout.margin, {l: 44, r: 8});
-        layout.title = Object.assign({}, layout.title, {font: {size: 13}});
-        layout.legend = Object.assign({}, layout.legend, {y: -0.32});
-        layout.height = (layout.height || 320) + 40;
+  var RANGE_KEY = "rd:range";
+  var HOURS = {"1h": 1, "6h": 6, "24h": 24};
+  var state = {figures: {}, range: null, choice: "all", syncing: false};
+
+  function phone() { return window.innerWidth < 640; }
+  function config() {
+    return {responsive: true, displaylogo: false, displayModeBar: phone() ? false : "hover",
+            modeBarButtonsToRemove: ["lasso2d", "select2d", "toImage", "autoScale2d"]};
+  }
+  function ms(x) { return typeof x === "number" ? x : Date.parse(x); }
+  function iso(t) { return new Date(t).toISOString(); }
+
+  /* The whole run: the union of the time charts' server ranges (first event to now or end). */
+  function fullRange() {
+    var lo = null, hi = null;
+    Object.keys(state.figures).forEach(function (name) {
+      var fig = state.figures[name];
+      var r = fig.time_axis && fig.layout.xaxis && fig.layout.xaxis.range;
+      if (!r) return;
+      lo = lo === null ? ms(r[0]) : Math.min(lo, ms(r[0]));
+      hi = hi === null ? ms(r[1]) : Math.max(hi, ms(r[1]));
+    });
+    return lo === null ? null : [lo, hi];
+  }
+  function chosenRange(choice) {
+    var all = fullRange();
+    if (!all || !HOURS[choice]) return all;
+    return [Math.max(all[0], all[1] - HOURS[choice] * 3600e3), all[1]];
+  }
+
+  /* y range [0, top] of the points of fig's traces (limit line excluded) inside [x0, x1]. */
+  function yRange(fig, range) {
+    var top = 0, bottom = 0, any = false;
+    fig.data.forEach(function (t) {
+      if (t.meta === "limit" || !t.x || !t.y) return;
+      for (var i = 0; i < t.x.length; i++) {
+        var y = t.y[i];
+        if (y === null || y === undefined) continue;
+        var x = ms(t.x[i]);
+        if (range && (x < range[0] || x > range[1])) continue;
+        any = true;
+        if (y > top) top = y;
+        if (y < bottom) bottom = y;
       }
-      (first ? Plotly.newPlot : Plotly.react)(el, fig.data, layout, config);
+    });
+    if (!any) return null;
+    return [bottom, top > 0 ? top * 1.08 : 1];
+  }
+
+  /* Layout changes for fig under the shared range: x range, y range, limit line in view or not. */
+  function rangeUpdate(fig, range) {
+    var upd = {}, y = yRange(fig, range);
+    if (range) upd["xaxis.range"] = [iso(range[0]), iso(range[1])];
+    if (y) upd["yaxis.range"] = y;
+    if (fig.limit) {
+      var inView = !y || fig.limit.y <= y[1];
+      upd.annotations = inView ? [] : [fig.limit.note];
+      upd.limitVisible = inView;
+    }
+    return upd;
+  }
+  function applyRange(el, fig, range) {
+    var upd = rangeUpdate(fig, range);
+    if (fig.limit) {
+      var idx = fig.data.map(function (t, i) { return t.meta === "limit" ? i : -1; })
+        .filter(function (i) { return i >= 0; });
+      if (idx.length) Plotly.restyle(el, {visible: upd.limitVisible}, idx);
+      delete upd.limitVisible;
+    }
+    return Plotly.relayout(el, upd);
+  }
+
+  function setRange(range, choice, from) {
+    state.range = range;
+    state.choice = choice;
+    document.querySelectorAll("[data-range]").forEach(function (b) {
+      b.setAttribute("aria-pressed", b.dataset.range === choice ? "true" : "false");
+    });
+    var note = document.getElementById("range-note");
+    if (note) note.textContent = choice === "zoom" && range
+      ? "Zoomed: " + iso(range[0]).slice(0, 19).replace("T", " ") + " to " +
+        iso(range[1]).slice(0, 19).replace("T", " ") + " UTC" : "";
+    state.syncing = true;
+    var jobs = [];
+    document.querySelectorAll(".plot[data-figure]").forEach(function (el) {
+      var fig = state.figures[el.dataset.figure];
+      if (!fig || !fig.time_axis || el === from && choice !== "zoom") return;
+      jobs.push(applyRange(el, fig, range));
+    });
+    Promise.all(jobs).then(function () { state.syncing = false; },
+                           function () { state.syncing = false; });
+  }
+
+  function onRelayout(el, ev) {
+    if (state.syncing || !ev) return;
+    if (ev["xaxis.autorange"]) { setRange(chosenRange("all"), "all"); return; }
+    var r0 = ev["xaxis.range[0]"], r1 = ev["xaxis.range[1]"];
+    if (ev["xaxis.range"]) { r0 = ev["xaxis.range"][0]; r1 = ev["xaxis.range"][1]; }
+    if (r0 === undefined || r1 === undefined) return;
+    setRange([ms(String(r0).replace(" ", "T") + (String(r0).indexOf("Z") < 0 ? "Z" : "")),
+              ms(String(r1).replace(" ", "T") + (String(r1).indexOf("Z") < 0 ? "Z" : ""))],
+             "zoom", el);
+  }
+
+  function title(el, text) {
+    var h = el.previousElementSibling;
+    if (!h || !h.classList.contains("chart-title")) {
+      h = document.createElement("h3");
+      h.className = "chart-title";
+      el.parentNode.insertBefore(h, el);
+    }
+    h.textContent = text || "";
+  }
+
+  function layoutFor(fig) {
+    var layout = Object.assign({}, fig.layout, {autosize: true});
+    layout.title = {text: ""};
+    layout.margin = Object.assign({}, layout.margin, {t: 12});
+    layout.xaxis = Object.assign({}, layout.xaxis, {automargin: true});
+    layout.yaxis = Object.assign({}, layout.yaxis, {automargin: true});
+    if (phone()) {
+      layout.margin = Object.assign({}, layout.margin, {l: 8, r: 8});
+      layout.legend = Object.assign({}, layout.legend, {y: -0.3, font: {size: 11}});
+      layout.height = (layout.height || 320) + 60;
+      layout.xaxis.nticks = 4;
+    }
+    if (fig.time_axis) {
+      var range = state.range || chosenRange(state.choice);
+      var upd = rangeUpdate(fig, range);
+      if (upd["xaxis.range"]) layout.xaxis.range = upd["xaxis.range"];
+      if (upd["yaxis.range"]) layout.yaxis.range = upd["yaxis.range"];
+      if (upd.annotations !== undefined) {
+        layout.annotations = upd.annotations;
+        fig.data.forEach(function (t) { if (t.meta === "limit") t.visible = upd.limitVisible; });
+      }
+    }
+    return layout;
+  }
+
+  function draw(payload, first) {
+    state.figures = (payload && payload.figures) || {};
+    if (state.choice !== "zoom") state.range = chosenRange(state.choice);
+    document.querySelectorAll(".plot[data-figure]").forEach(function (el) {
+      var fig = state.figures[el.dataset.figure];
+      if (!fig) return;
+      title(el, fig.layout.title && fig.layout.title.text);
+      (first ? Plotly.newPlot : Plotly.react)(el, fig.data, layoutFor(fig), config())
+        .then(function () {
+          if (first && fig.time_axis) el.on("plotly_relayout", function (ev) { onRelayout(el, ev); });
+        });
       el.classList.toggle("is-empty", !!fig.empty);
     });
   }
+
+  var saved = null;
+  try { saved = window.localStorage.getItem(RANGE_KEY); } catch (e) { saved = null; }
+  if (saved && (HOURS[saved] || saved === "all")) state.choice = saved;
+  document.querySelectorAll("[data-range]").forEach(function (b) {
+    b.addEventListener("click", function () {
+      try { window.localStorage.setItem(RANGE_KEY, b.dataset.range); } catch (e) { /* private */ }
+      setRange(chosenRange(b.dataset.range), b.dataset.range);
+    });
+  });
   var embedded = document.getElementById("figures-data");
-  if (embedded && window.Plotly) draw(JSON.parse(embedded.textContent), true);
+  if (embedded && window.Plotly) {
+    draw(JSON.parse(embedded.textContent), true);
+    setRange(state.choice === "zoom" ? state.range : chosenRange(state.choice), state.choice);
+  }
   document.addEventListener("rd:version", function () {
     if (!chartsUrl) return;
     fetch(chartsUrl, {credentials: "same-origin"})
       .then(function (r) { return r.ok ? r.json() : null; })
       .then(function (payload) { if (payload) draw(payload, false); });
   });
+  window.rdCharts = state;  // for tests and the console: the shared range and the figures
 })();

@@ -108,3 +108,49 @@ def as_datetime(value):
         return parse(value)
     except (TypeError, ValueError):
         return None
+
+
+@register.filter
+def marked(ids, marks):
+    """``[(id, mark), ...]``: sample identities beside their marks of
+    ``recovery.windows.first_window_comparison`` (replayed, expected, other / seen, moved,
+    skipped), for the restart page's first-window table."""
+    return list(zip(ids or [], marks or []))
+
+
+@register.filter
+def ago(moment, now=None):
+    """How long ago ``moment`` (a datetime, RFC 3339 text or POSIX seconds) was, for people:
+    "just now" under a minute (also for a moment slightly in the future: clocks differ), else
+    Django's ``timesince`` and "ago" ("3 minutes ago", "2 hours, 5 minutes ago"). Empty for
+    None."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from django.utils.timesince import timesince
+
+    moment = as_datetime(moment)
+    if moment is None:
+        return ""
+    now = as_datetime(now) or timezone.now()
+    if now - moment < timedelta(seconds=60):
+        return "just now"
+    return f"{timesince(moment, now)} ago"
+
+
+@register.filter
+def ts(moment, fmt: str = "Y-m-d H:i:s"):
+    """``moment`` as ``<time class="ts" datetime="RFC 3339">… UTC</time>`` in the format ``fmt``
+    (Django's ``date`` format); static/dashboard/time.js adds the browser's local time beside it
+    when the reader chose so. A dash for None."""
+    from django.utils.dateformat import format as date_format
+
+    moment = as_datetime(moment)
+    if moment is None:
+        return "—"
+    from datetime import timezone as tz
+
+    utc = moment.astimezone(tz.utc)
+    return format_html('<time class="ts" datetime="{}" data-date="{}">{} UTC</time>',
+                       utc.isoformat(), "1" if "Y" in fmt or "d" in fmt else "0",
+                       date_format(utc, fmt))
