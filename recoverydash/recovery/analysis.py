@@ -1,4 +1,4 @@
-"""The whole analysis of a run: :func:`analyze` and :func:`restore_plan` (spec section 5).
+"""The whole analysis of a run: :func:`analyze` and :func:`restore_plan` (docs/ingest-v1.md#5-reading-the-analysis).
 
 Every figure is computed by a function named after it (:mod:`.figures`, :mod:`.costs`,
 :mod:`.restarts`, :mod:`.counting`, :mod:`.generations`), each reading the run through one

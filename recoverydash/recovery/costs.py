@@ -1,5 +1,5 @@
 """Cost of recovery (docs/definitions.md#goodput, #mtbf, #save-cost, #young-interval,
-#observed-interval; seed 004's teaching run).
+#observed-interval).
 
 All durations are wall seconds. ``goodput`` is a share in [0, 1]. :func:`costs` assembles the
 run's :class:`Costs` from the functions below, each named after its figure. A duration taken

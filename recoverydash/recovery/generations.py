@@ -78,9 +78,9 @@ def shard_missing(gen: GenerationRecord, manifest: dict) -> Reason | None:
 def component_missing(manifest: dict, required_components) -> Reason | None:
     """Components of the contract's ``required_components`` or of the manifest's ``components``
     with no object; and a component carried by more than half of the required shards (at least
-    two) that some required shard lacks (seed 004: one optimizer shard missing). An object that
+    two) that some required shard lacks (one optimizer shard missing). An object that
     holds several components (a Lightning ``.ckpt``) names them all in ``components`` (an
-    extension of spec 4's Object) and carries each of them."""
+    extension of docs/ingest-v1.md#objects-and-shards) and carries each of them."""
     objects = manifest.get("objects") or []
 
     def held(o: dict) -> list:

@@ -201,7 +201,7 @@ class RunInput:
     @classmethod
     def from_events(cls, events: Iterable[dict], object_checks: dict | None = None,
                     run_id: str | None = None) -> "RunInput":
-        """Build a RunInput from wire events (spec section 4), in any order.
+        """Build a RunInput from wire events (docs/ingest-v1.md#4-event-types), in any order.
 
         ``object_checks`` ({uri: status}) is attached to every generation whose objects it names.
         Events of unknown types are ignored. Raises KeyError/ValueError on an event lacking a

@@ -18,7 +18,7 @@ from typing import Iterable
 
 from pyroaring import BitMap64
 
-#: Upper bound (exclusive) of a position, spec section 3.
+#: Upper bound (exclusive) of a position, docs/ingest-v1.md#3-positions-spans-and-cursors.
 POSITION_LIMIT = 2 ** 63
 #: Longest reach ``stop - start`` of one wire range the core accepts (2**30 positions). A range is
 #: kept as geometry, but counting builds roaring bitmaps, which need one container per 2**16

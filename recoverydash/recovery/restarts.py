@@ -1,5 +1,5 @@
-"""Restart figures (spec section 5 ``restarts``; docs/definitions.md#expected-cursor through
-#recovery-seconds and #verdict; seed 003).
+"""Restart figures (docs/ingest-v1.md#recovery ``restarts``; docs/definitions.md#expected-cursor
+through #recovery-seconds and #verdict; the worked example there).
 
 A restart is attempt k resuming generation g at update U, with predecessor attempt k-1 (the
 highest attempt number below k). Notation used by every docstring here:

@@ -1,5 +1,5 @@
 """Each run-level figure and chart series of the core, pinned with exact values from the core's
-output (seed 003's run: 64 positions per update, generation g1250 at update 1,250 committed at
+output (the run of docs/definitions.md#worked-example: 64 positions per update, generation g1250 at update 1,250 committed at
 t = 1,255 s, attempt 0 fails at 1,300 s, attempt 1 resumes g1250 and commits 1,251..1,260 at
 2,000..2,009 s; analysed at 2,100 s). docs/definitions.md names each figure."""
 from __future__ import annotations
