@@ -78,11 +78,9 @@ def evaluate_all_alerts() -> None:
 @shared_task(name="workers.tasks.deliver_due", **RETRY)
 def deliver_due() -> None:
     """Create deliveries for new flips and send every delivery whose attempt is due."""
-    from recoverydash.alerts.delivery import deliver, due_deliveries, process_flips
+    from recoverydash.alerts.delivery import deliver_due as send_due
 
-    process_flips()
-    for pk in due_deliveries():
-        deliver(pk)
+    send_due()
 
 
 @shared_task(name="workers.tasks.discover_manifests", **RETRY)

@@ -89,31 +89,44 @@ def process_flips(limit: int = 500) -> list[int]:
     """Create deliveries for unprocessed flips; returns the new delivery primary keys.
 
     Each flip is claimed with ``UPDATE ... WHERE processed_at IS NULL``: only the worker whose
-    update changed one row goes on, so two workers never notify the same flip twice.
+    update changed one row goes on, so two workers never notify the same flip twice. A flip
+    whose deliveries cannot be made (any error) is logged and left unclaimed for the next pass;
+    the flips after it are processed all the same.
     """
     created: list[int] = []
     pending = list(AlertFlip.objects.filter(processed_at__isnull=True)
                    .order_by("pk").values_list("pk", flat=True)[:limit])
     for flip_pk in pending:
-        with transaction.atomic():
-            claimed = AlertFlip.objects.filter(pk=flip_pk, processed_at__isnull=True).update(
-                processed_at=timezone.now())
-            if not claimed:
+        try:  # one flip's failure must not stop the others' notifications
+            created.extend(_process_flip(flip_pk))
+        except Exception:
+            log.exception("alert flip %s: deliveries not created; tried again next pass", flip_pk)
+    return created
+
+
+def _process_flip(flip_pk: int) -> list[int]:
+    """Claim flip ``flip_pk`` and create its deliveries, in one transaction; returns their
+    primary keys (none when another worker claimed it or it notifies nobody)."""
+    created: list[int] = []
+    with transaction.atomic():
+        claimed = AlertFlip.objects.filter(pk=flip_pk, processed_at__isnull=True).update(
+            processed_at=timezone.now())
+        if not claimed:
+            return created
+        flip = AlertFlip.objects.select_related("alert__run__project",
+                                                "alert__run__analysis").get(pk=flip_pk)
+        if not flip.notify:
+            return created
+        payload = flip_payload(flip)
+        endpoints = WebhookEndpoint.objects.filter(project=flip.alert.run.project,
+                                                   enabled=True)
+        for endpoint in endpoints:
+            if not endpoint.wants(flip.alert.severity):
                 continue
-            flip = AlertFlip.objects.select_related("alert__run__project",
-                                                    "alert__run__analysis").get(pk=flip_pk)
-            if not flip.notify:
-                continue
-            payload = flip_payload(flip)
-            endpoints = WebhookEndpoint.objects.filter(project=flip.alert.run.project,
-                                                       enabled=True)
-            for endpoint in endpoints:
-                if not endpoint.wants(flip.alert.severity):
-                    continue
-                delivery, made = Delivery.objects.get_or_create(
-                    flip=flip, endpoint=endpoint, defaults={"payload": payload})
-                if made:
-                    created.append(delivery.pk)
+            delivery, made = Delivery.objects.get_or_create(
+                flip=flip, endpoint=endpoint, defaults={"payload": payload})
+            if made:
+                created.append(delivery.pk)
     return created
 
 
@@ -227,6 +240,20 @@ def send_test(endpoint_pk: int, webhook_id: str) -> str:
         ok, message = True, f"the receiver answered HTTP {code}"
     finish_test(endpoint_pk, webhook_id, ok, message)
     return "delivered" if ok else "failed"
+
+
+def deliver_due() -> int:
+    """Periodic: create the deliveries of new flips, then send every delivery that is due.
+    One delivery that fails unexpectedly (its claim expires and a later pass sends it) is
+    logged and the others are sent; returns how many were tried."""
+    process_flips()
+    due = due_deliveries()
+    for pk in due:
+        try:
+            deliver(pk)
+        except Exception:
+            log.exception("webhook delivery %s: not sent; tried again when its claim expires", pk)
+    return len(due)
 
 
 def due_deliveries(limit: int = 200) -> list[int]:
