@@ -366,6 +366,8 @@ class _Projection:
         self._flush_attempts()
         self._flush_ledger()
         if self.heartbeats:
+            for beat in self.heartbeats:  # the batch's seq: the worker folds beats above its own
+                beat.seq = self.by_pk[beat.run_id].ingest_seq
             Heartbeat.objects.bulk_create(self.heartbeats, batch_size=500)
         if self.audit:
             AuditWindow.objects.bulk_create(self.audit, batch_size=500)

@@ -102,9 +102,15 @@ Choices where the documents are silent
 Incremental contract
 --------------------
 ``Ledger.absorb`` accepts any new ledger records, in any order, including re-sent or extra
-reports of an ``(attempt, update, rank)`` already absorbed (united, as the spec says). Everything
-else (attempts, generations, heartbeats, restores, object checks) is small and is passed whole to
-:func:`analyze` each time. There is no case where the caller must rebuild the ledger from the rows.
+reports of an ``(attempt, update, rank)`` already absorbed (united, as the spec says). Heartbeats
+fold into the same state: ``Ledger.beats.absorb`` (``heartbeats.HeartbeatFold``) keeps only what
+the figures read (the furthest read cursor per attempt, stratum, epoch and order, the last
+heartbeat per attempt and rank, the fetched chart's points), so absorbing them in batches equals
+absorbing them at once. Heartbeats given in ``RunInput.heartbeats`` are folded on top of the
+ledger's fold by :func:`analyze`. Everything else (attempts, generations, restores, object checks)
+is passed whole to :func:`analyze` each time. A state loaded from an older format
+(``Ledger.state_format`` below ``ledger.STATE_FORMAT``) holds no heartbeats: a caller folding them
+incrementally rebuilds it from its rows.
 """
 from __future__ import annotations
 
@@ -122,7 +128,7 @@ _EXPORTS = {
     "AttemptRecord": "inputs", "GenerationRecord": "inputs", "HeartbeatRecord": "inputs",
     "LedgerRecord": "inputs", "RestoreRecord": "inputs", "RunInput": "inputs",
     "ShardRecord": "inputs", "format_time": "inputs", "parse_time": "inputs",
-    "Ledger": "ledger", "Lineage": "lineage", "Segment": "lineage", "StratumCount": "counting",
+    "Ledger": "ledger", "HeartbeatFold": "heartbeats", "Lineage": "lineage", "Segment": "lineage", "StratumCount": "counting",
     "RunView": "view",
     "identity_position": "positions",
     "Restart": "restarts",

@@ -131,7 +131,7 @@ def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None) -
                              verdicts)
     analysis.charts = {
         "committed_cursor": committed_frontier(view.ledger, attempts, view.resumes),
-        "fetched": fetched_cursor(run.heartbeats, attempts),
+        "fetched": fetched_cursor(view.beats, attempts),
         "tslrc": tslrc_sawtooth([(v.update, v.committed_at) for v in on_lineage], first_event,
                                 now if analysis.ended_at is None
                                 else min(now, analysis.ended_at)),

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from .heartbeats import CHART_POINTS
 from .inputs import AttemptRecord, format_time, parse_time
 from .lineage import cursor_of
 
-#: Points per attempt in the committed frontier and fetched cursor series.
-CHART_POINTS = 200
+#: CHART_POINTS (from :mod:`.heartbeats`): points per attempt in the committed frontier series,
+#: and between it and twice it in the fetched cursor series.
 #: Attempt end reasons after which the run is over (health ``ended``).
 ENDED_REASONS = ("completed", "cancelled")
 
@@ -212,22 +213,19 @@ def committed_frontier(ledger, attempts, resumes) -> list:
     return out
 
 
-def fetched_cursor(heartbeats: list, attempts: dict) -> list:
+def fetched_cursor(beats, attempts: dict) -> list:
     """docs/definitions.md#recomputed (read cursors, everything below them was read from the
-    source, committed or not), per attempt in time order: the heartbeats' ``fetched`` cursors,
-    every n-th beyond :data:`CHART_POINTS`, then the ``attempt_ended`` ``fetched`` at the end.
-    ``attempts``: ``{number: AttemptRecord}``. Returns ``[{"attempt", "points": [{"time":
-    RFC 3339, "rank", "update", "fetched": [Cursor]}]}]`` (rank None at the end)."""
-    by_attempt: dict = {}
-    for beat in sorted(heartbeats, key=lambda b: b.time):
-        by_attempt.setdefault(beat.attempt, []).append(beat)
+    source, committed or not), per attempt in time order: the heartbeats' ``fetched`` cursors
+    kept by the heartbeat fold (``beats``, a :class:`.heartbeats.HeartbeatFold`: every
+    ``stride``-th heartbeat in the order absorbed, between :data:`CHART_POINTS` and twice that
+    many), then the ``attempt_ended`` ``fetched`` at the end. ``attempts``: ``{number:
+    AttemptRecord}``. Returns ``[{"attempt", "points": [{"time": RFC 3339, "rank", "update",
+    "fetched": [Cursor]}]}]`` (rank None at the end)."""
     out = []
-    for number in sorted(set(by_attempt) | {n for n, a in attempts.items()
-                                            if a.end_fetched and a.ended_at is not None}):
-        beats = by_attempt.get(number, [])
-        stride = max(1, len(beats) // CHART_POINTS)
-        points = [{"time": format_time(b.time), "rank": b.rank, "update": b.update,
-                   "fetched": b.fetched} for b in beats[::stride]]
+    for number in sorted(set(beats.attempts) | {n for n, a in attempts.items()
+                                                 if a.end_fetched and a.ended_at is not None}):
+        points = [{"time": format_time(t), "rank": rank, "update": update, "fetched": fetched}
+                  for t, rank, update, fetched in beats.chart_points(number)]
         record = attempts.get(number)
         if record is not None and record.end_fetched and record.ended_at is not None:
             points.append({"time": format_time(record.ended_at), "rank": None,

@@ -42,6 +42,7 @@ from operator import attrgetter
 from pyroaring import BitMap, BitMap64
 
 from .counting import KeyCount
+from .heartbeats import HeartbeatFold
 from .positions import (MAX_RANGE_LENGTH, POSITION_LIMIT, add_group, identity_position,
                         range_positions, span_key, wire_range)
 
@@ -57,7 +58,11 @@ UPDATE_LIMIT = 2 ** 63
 TIME_SHIFT = 6
 TIME_MASK = (1 << TIME_SHIFT) - 1
 _EMPTY_CHUNK = array("d", [math.inf]) * (1 << TIME_SHIFT)
-_FORMAT = 3
+#: Format of :meth:`Ledger.to_bytes`. 4 adds the heartbeat fold (:mod:`.heartbeats`): a state of
+#: an older format loads (``state_format`` says which) but holds no heartbeats, so the worker
+#: rebuilds it from the rows.
+_FORMAT = 4
+STATE_FORMAT = _FORMAT
 
 
 @dataclass
@@ -119,6 +124,10 @@ class Ledger:
         #: strata of sample ids of which some id is not an int in [0, 2**63) (hashed to a
         #: position): their ids are no dataset indices, so [0, epoch_length) means nothing there
         self.hashed_strata: set[str] = set()
+        #: the run's heartbeats, folded (read cursors, last beat per rank, chart points)
+        self.beats = HeartbeatFold()
+        #: the format this state was loaded from (:data:`STATE_FORMAT` when built here)
+        self.state_format = _FORMAT
         self._segments: dict = {}
 
     @classmethod
@@ -553,21 +562,23 @@ class Ledger:
             }
         doc = {"format": _FORMAT, "keys": [list(k) for k in keys],
                "id_strata": sorted(self.id_strata), "hashed_strata": sorted(self.hashed_strata),
-               "attempts": attempts}
+               "attempts": attempts, "heartbeats": self.beats.to_doc()}
         return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 1)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "Ledger":
-        """Load a state written by :meth:`to_bytes` (or by format 2, the same without
-        ``hashed_strata``, or format 1: 32-bit update bitmaps and one dense array of times).
-        Raises ValueError on another format, and on a format 1 or 2 state holding sample-id
+        """Load a state written by :meth:`to_bytes` (or by format 3, the same without the
+        heartbeat fold, format 2, also without ``hashed_strata``, or format 1: 32-bit update
+        bitmaps and one dense array of times). ``state_format`` of the result names the format
+        read: below :data:`STATE_FORMAT` the heartbeat fold is empty, and a caller that absorbs
+        heartbeats incrementally must rebuild the state from its rows (the worker does). Raises ValueError on another format, and on a format 1 or 2 state holding sample-id
         strata: it does not say whether their ids were ints, so the caller rebuilds the state
         from the ledger rows (the worker does)."""
         doc = json.loads(zlib.decompress(data))
         version = doc.get("format")
-        if version not in (1, 2, _FORMAT):
+        if version not in (1, 2, 3, _FORMAT):
             raise ValueError(f"unknown ledger state format {version!r}")
-        if version < _FORMAT and doc["id_strata"]:
+        if version < 3 and doc["id_strata"]:
             raise ValueError(f"ledger state format {version} holds sample-id strata but not "
                              f"which have non-integer ids; rebuild it from the ledger rows")
 
@@ -582,6 +593,9 @@ class Ledger:
         ledger = cls()
         ledger.id_strata = set(doc["id_strata"])
         ledger.hashed_strata = set(doc.get("hashed_strata") or ())
+        ledger.state_format = version
+        if version >= 4:
+            ledger.beats = HeartbeatFold.from_doc(doc["heartbeats"])
         for number, item in doc["attempts"].items():
             state = ledger.attempt(int(number))
             for rank, kid, slot, u0, u1, a, adv, m, s, is_open in item["runs"]:

@@ -29,9 +29,15 @@ class RunView:
     def __init__(self, run: RunInput, ledger: Ledger) -> None:
         self.run = run
         self.ledger = ledger
+        #: the run's heartbeats folded (:class:`.heartbeats.HeartbeatFold`): the ledger's fold,
+        #: plus ``run.heartbeats`` when the input carries heartbeats of its own
+        self.beats = ledger.beats
+        if run.heartbeats:
+            self.beats = ledger.beats.copy()
+            self.beats.absorb(run.heartbeats)
         attempts = {a.attempt: a for a in run.attempts}
         seen = set(ledger.attempts) | {g.attempt for g in run.generations} \
-            | {h.attempt for h in run.heartbeats}
+            | set(self.beats.attempts)
         for number in seen - set(attempts):
             attempts[number] = AttemptRecord(attempt=number)
         self.attempts: dict[int, AttemptRecord] = dict(sorted(attempts.items()))
@@ -41,7 +47,6 @@ class RunView:
         self._lineages: dict = {}
         self._counts: dict = {}
         self._lengths: dict = {}
-        self._fetched: dict | None = None
 
     @property
     def id_strata(self) -> set:
@@ -112,12 +117,9 @@ class RunView:
                    for seg in lineage.segments)
 
     def fetched(self, attempt: int) -> list:
-        """Attempt ``attempt``'s read cursors: every heartbeat's ``fetched``, then
+        """Attempt ``attempt``'s read cursors: its heartbeats' furthest ``fetched`` per
+        ``(stratum, epoch, order)`` (:meth:`.heartbeats.HeartbeatFold.fetched`), then
         ``attempt_ended``'s (docs/definitions.md#recomputed)."""
-        if self._fetched is None:
-            self._fetched = {}
-            for beat in self.run.heartbeats:
-                self._fetched.setdefault(beat.attempt, []).extend(beat.fetched)
         record = self.attempts.get(attempt)
-        return self._fetched.get(attempt, []) + list(
+        return self.beats.fetched(attempt) + list(
             (record.end_fetched if record is not None else None) or [])

@@ -23,6 +23,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from recoverydash import recovery
+from recoverydash.recovery.ledger import STATE_FORMAT
 from recoverydash.runs.models import (GLOBAL_RANK, Analysis, Attempt, CheckpointObject,
                                       Generation, Heartbeat, LedgerRow, Run, ShardReport)
 from recoverydash.runs.queue import ANALYZE_RUN, enqueue
@@ -57,14 +58,6 @@ def load_attempts(run: Run) -> tuple[list, list]:
     return attempts, restores
 
 
-def ledger_records(rows) -> list:
-    """LedgerRecord per LedgerRow (rank -1, the coordinator's global view, becomes None)."""
-    return [recovery.LedgerRecord(attempt=r.attempt, update=r.update,
-                                  rank=None if r.rank == GLOBAL_RANK else r.rank,
-                                  time=r.time.timestamp(), spans=r.spans)
-            for r in rows]
-
-
 def load_generations(run: Run) -> list:
     """GenerationRecord per Generation row, with its shard reports and storage results."""
     shards: dict[int, dict] = {}
@@ -92,16 +85,49 @@ def load_generations(run: Run) -> list:
 
 
 def load_input(run: Run) -> "recovery.RunInput":
-    """The core's ``RunInput`` for a run, read from its typed tables, without the ledger: the
-    ledger reaches the core through the incremental ``Ledger`` state (``analyze_with_result``)."""
+    """The core's ``RunInput`` for a run, read from its typed tables, without the ledger and the
+    heartbeats: both reach the core through the incremental ``Ledger`` state
+    (``analyze_with_result``, ``absorb_new``)."""
     attempts, restores = load_attempts(run)
-    heartbeats = [recovery.HeartbeatRecord(attempt=h.attempt, rank=h.rank, time=h.time.timestamp(),
-                                           update=h.update, fetched=h.fetched)
-                  for h in Heartbeat.objects.filter(run=run).order_by("time")]
     return recovery.RunInput(
-        run_id=run.run_id, attempts=attempts, ledger=[], heartbeats=heartbeats,
+        run_id=run.run_id, attempts=attempts, ledger=[], heartbeats=[],
         generations=load_generations(run), restores=restores, contract=run.contract or None,
         first_event_at=_ts(run.first_event_at))
+
+
+CHUNK = 5000
+
+
+def absorb_new(run: Run, ledger: "recovery.Ledger", since: int, upto: int) -> tuple[int, int]:
+    """Fold into ``ledger`` the run's ledger rows whose ``last_seq`` and heartbeats whose ``seq``
+    lie in ``(since, upto]`` (``since`` -1: every row), read by seq through their ``(run, seq)``
+    indexes in chunks of :data:`CHUNK`, never the whole table. Ledger rows in ``(attempt,
+    update, rank)`` order (the core's fast path), heartbeats in ``(seq, id)`` order (the order
+    the heartbeat fold is defined over, so batches fold like one). Returns ``(ledger rows,
+    heartbeats)`` absorbed. Raises what the core raises on a malformed value."""
+    rows = (LedgerRow.objects.filter(run=run, last_seq__gt=since, last_seq__lte=upto)
+            .order_by("attempt", "update", "rank")
+            .values_list("attempt", "update", "rank", "time", "spans").iterator(chunk_size=CHUNK))
+    n_rows = n_beats = 0
+    batch = []
+    for attempt, update, rank, when, spans in rows:
+        batch.append(recovery.LedgerRecord(attempt=attempt, update=update,
+                                           rank=None if rank == GLOBAL_RANK else rank,
+                                           time=when.timestamp(), spans=spans))
+        if len(batch) >= CHUNK:
+            n_rows += ledger.absorb(batch)
+            batch = []
+    if batch:
+        n_rows += ledger.absorb(batch)
+    beats = (Heartbeat.objects.filter(run=run, seq__gt=since, seq__lte=upto)
+             .order_by("seq", "pk")
+             .values_list("attempt", "rank", "time", "update", "fetched")
+             .iterator(chunk_size=CHUNK))
+    record = recovery.HeartbeatRecord
+    n_beats = ledger.beats.absorb(record(attempt=a, rank=r, time=t.timestamp(), update=u,
+                                         fetched=f or [])
+                                  for a, r, t, u, f in beats)
+    return n_rows, n_beats
 
 
 def _store_generation_statuses(run: Run, result: dict) -> None:
@@ -135,10 +161,11 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
     """Bring the run's stored analysis up to date; returns the row and the core's RunAnalysis.
 
     Incremental: the ledger state kept in ``Analysis.state`` absorbs only ledger rows whose
-    ``last_seq`` is above the seq the state reflects (a row that gained a piece is absorbed again;
-    the core unites reports of one rank for one update). Attempts, generations, heartbeats and
-    restores are small and read whole. The work runs outside any transaction (readers and ingest
-    are never blocked by it); the result is written in a short transaction that locks the row and
+    ``last_seq`` and heartbeats whose ``seq`` are above the seq the state reflects
+    (:func:`absorb_new`; a row that gained a piece is absorbed again; the core unites reports of
+    one rank for one update). A state of another format than ``ledger.STATE_FORMAT`` is rebuilt
+    from every row. Attempts, generations and restores are read whole. The work runs outside any
+    transaction (readers and ingest are never blocked by it); the result is written in a short transaction that locks the row and
     keeps whichever of two concurrent analyses reflects more events.
 
     Raises AnalysisFailed (after storing the error) when the core refuses the inputs.
@@ -150,25 +177,22 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
     # under the run's row lock, in the same transaction that raises the seq).
     target_seq = Run.objects.filter(pk=run.pk).values_list("ingest_seq", flat=True).get()
     ledger = None
-    if analysis.state and analysis.error_seq < analysis.ingest_seq:
+    if analysis.state:
+        # The stored state is that of the last analysis that succeeded (a refused one stores
+        # none), so it is continued after a refusal too.
         try:
             ledger = recovery.Ledger.from_bytes(bytes(analysis.state))
         except ValueError:
             log.warning("run %s: stored ledger state unreadable; rebuilding", run.pk)
+        if ledger is not None and ledger.state_format != STATE_FORMAT:
+            log.info("run %s: ledger state of format %s, not %s; rebuilding", run.pk,
+                     ledger.state_format, STATE_FORMAT)
+            ledger = None
     since = analysis.ingest_seq if ledger is not None else -1
     try:
         if ledger is None:
             ledger = recovery.Ledger()
-        rows = (LedgerRow.objects.filter(run=run, last_seq__gt=since, last_seq__lte=target_seq)
-                .order_by("attempt", "update", "rank").iterator(chunk_size=5000))
-        batch = []
-        for row in rows:
-            batch.append(row)
-            if len(batch) >= 5000:
-                ledger.absorb(ledger_records(batch))
-                batch = []
-        if batch:
-            ledger.absorb(ledger_records(batch))
+        absorb_new(run, ledger, since, target_seq)
         run.refresh_from_db()
         outcome = recovery.analyze(load_input(run), now, ledger=ledger)
         result = outcome.to_dict()

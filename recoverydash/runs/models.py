@@ -317,8 +317,10 @@ class LedgerRow(models.Model):
 
 
 class Heartbeat(models.Model):
-    """A liveness report with the read cursor (docs/ingest-v1.md#heartbeat): charts fetched
-    cursors."""
+    """A liveness report with the read cursor (docs/ingest-v1.md#heartbeat). ``seq`` is the
+    ingest seq of the batch that brought it (like ``LedgerRow.last_seq``): the analysis folds
+    the heartbeats above the seq its state reflects into that state
+    (``recovery.heartbeats.HeartbeatFold``), never the whole table."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="heartbeats")
     attempt = models.IntegerField()
@@ -326,9 +328,11 @@ class Heartbeat(models.Model):
     time = models.DateTimeField()
     update = models.BigIntegerField()
     fetched = models.JSONField(default=list, blank=True)
+    seq = models.BigIntegerField(default=0)
 
     class Meta:
-        indexes = [models.Index(fields=["run", "attempt", "time"], name="heartbeat_run_time")]
+        indexes = [models.Index(fields=["run", "attempt", "time"], name="heartbeat_run_time"),
+                   models.Index(fields=["run", "seq"], name="heartbeat_run_seq")]
 
 
 class Generation(models.Model):

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from recovery_oracle import Model
 from recovery_runs import runs
-from recoverydash.recovery import Ledger, analyze
+from recoverydash.recovery import Ledger, RunInput, analyze
 
 NOW = 10_000.0
 SETTINGS = settings(max_examples=int(__import__("os").environ.get("RECOVERY_EXAMPLES", "300")), deadline=None,
@@ -80,6 +80,31 @@ def test_it_gives_the_same_analysis_incrementally_as_in_full(run, rnd, chunks):
         state.absorb(records[lo:hi])
         analyze(run, NOW, ledger=state)
     assert analyze(run, NOW, ledger=state).to_dict() == full
+
+
+@SETTINGS
+@given(runs(), st.randoms(use_true_random=False), st.integers(1, 6))
+def test_it_gives_the_same_analysis_with_heartbeats_folded_in_batches_as_in_full(run, rnd, chunks):
+    """The worker's path: ledger records and heartbeats both reach the core only through the
+    stored state, each absorbed in batches (state stored and loaded between them); the result
+    equals the analysis of the whole input, heartbeat-derived fields (recomputed, the fetched
+    chart) included."""
+    full = analyze(run, NOW).to_dict()
+    records, beats = list(run.ledger), list(run.heartbeats)
+    rnd.shuffle(records)
+    record_cuts = sorted(rnd.randint(0, len(records)) for _ in range(chunks - 1))
+    beat_cuts = sorted(rnd.randint(0, len(beats)) for _ in range(chunks - 1))
+    bare = RunInput(run_id=run.run_id, attempts=run.attempts, ledger=[], heartbeats=[],
+                    generations=run.generations, restores=run.restores, contract=run.contract,
+                    first_event_at=run.first_event_at)
+    state = Ledger()
+    for (lo, hi), (blo, bhi) in zip(zip([0] + record_cuts, record_cuts + [len(records)]),
+                                    zip([0] + beat_cuts, beat_cuts + [len(beats)])):
+        state = Ledger.from_bytes(state.to_bytes())
+        state.absorb(records[lo:hi])
+        state.beats.absorb(beats[blo:bhi])
+        analyze(bare, NOW, ledger=state)
+    assert analyze(bare, NOW, ledger=state).to_dict() == full
 
 
 def test_the_property_generator_produces_restarts_of_every_kind():

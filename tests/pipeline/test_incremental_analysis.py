@@ -1,0 +1,111 @@
+"""The worker's analysis is incremental and exact: a run ingested in batches and analysed after
+each equals the analysis rebuilt from every row, field by field, heartbeat-derived fields
+(recomputed, the fetched chart) included; an analysis with nothing new reads no row twice."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone as tz
+
+import pytest
+
+from recoverydash import recovery
+from recoverydash.ingest.actions import ingest_batch
+from recoverydash.runs import analysis as bridge
+from recoverydash.runs.models import Analysis, Heartbeat, LedgerRow, Run
+
+pytestmark = pytest.mark.django_db
+
+S2 = "s2_resume_at_read_cursor_omission"
+NOW = datetime(2026, 11, 1, 1, 0, tzinfo=tz.utc).timestamp()
+
+
+def with_heartbeats(events, count=700):
+    """The scenario plus ``count`` heartbeats of attempt 0 from its 8 ranks (more than twice the
+    chart's points, so the fold's stride doubles), read cursors below the final one."""
+    run_id, start = events[0]["run_id"], datetime(2026, 11, 1, 0, 0, 6, tzinfo=tz.utc)
+    beats = [{"event_id": f"{run_id}-hb{i}", "type": "heartbeat", "run_id": run_id,
+              "attempt": 0, "rank": i % 8, "time": (start + timedelta(seconds=1.7 * i)).isoformat(),
+              "update": i, "fetched": [{"stratum": "main", "epoch": 0, "position": 64 * i + 8}]}
+             for i in range(count)]
+    out, step = [], max(1, len(events) // count)
+    for i, ev in enumerate(events):  # interleaved, as a trainer sends them
+        out.append(ev)
+        if i % step == 0 and beats:
+            out.append(beats.pop(0))
+    return out + beats
+
+
+def full_input(run: Run) -> "recovery.RunInput":
+    """Every row of the run read whole, the way the analysis read it before the fold."""
+    run_input = bridge.load_input(run)
+    run_input.heartbeats = [recovery.HeartbeatRecord(h.attempt, h.rank, h.time.timestamp(),
+                                                     h.update, h.fetched)
+                            for h in Heartbeat.objects.filter(run=run).order_by("seq", "pk")]
+    run_input.ledger = [recovery.LedgerRecord(r.attempt, r.update,
+                                              None if r.rank == -1 else r.rank,
+                                              r.time.timestamp(), r.spans)
+                        for r in LedgerRow.objects.filter(run=run)]
+    return run_input
+
+
+def test_it_folds_batches_into_the_same_analysis_as_a_rebuild_from_every_row(
+        project, scenario_loader, tmp_path, declare_location):
+    declare_location(project, tmp_path)
+    events, _ = scenario_loader(S2, str(tmp_path))
+    events = with_heartbeats(events)
+    cuts = [0, 1, 37, 300, 301, 900, 1500, len(events)]
+    for lo, hi in zip(cuts, cuts[1:]):
+        ingest_batch(project, events[lo:hi])
+        bridge.analyze(Run.objects.get(run_id=events[0]["run_id"]), now=NOW)
+    run = Run.objects.get(run_id=events[0]["run_id"])
+    incremental = Analysis.objects.get(run=run).result
+
+    Analysis.objects.filter(run=run).update(state=None, ingest_seq=0)
+    rebuilt = bridge.analyze(run, now=NOW).result
+    whole = recovery.analyze(full_input(run), NOW).to_dict()
+    for name in whole:
+        assert incremental[name] == rebuilt[name] == whole[name], name
+    restart = incremental["restarts"][0]
+    assert (restart["verdict"], restart["omitted"], restart["replayed"]) == ("omission", 48, 0)
+    points = incremental["charts"]["fetched"][0]["points"]
+    assert recovery.figures.CHART_POINTS <= len(points) - 1 <= 2 * recovery.figures.CHART_POINTS
+    assert points[-1]["fetched"] == [{"stratum": "main", "epoch": 0, "position": 80_048}]
+
+
+def test_it_reads_only_rows_above_the_absorbed_seq(project, scenario_loader, tmp_path):
+    events, _ = scenario_loader(S2, str(tmp_path))
+    events = with_heartbeats(events, count=100)
+    ingest_batch(project, events[:1000])
+    run = Run.objects.get(run_id=events[0]["run_id"])
+    bridge.analyze(run, now=NOW)
+    seq = Analysis.objects.get(run=run).ingest_seq
+    state = recovery.Ledger.from_bytes(bytes(Analysis.objects.get(run=run).state))
+    assert bridge.absorb_new(run, state, seq, seq) == (0, 0)
+    ingest_batch(project, events[1000:])
+    new_rows = LedgerRow.objects.filter(run=run, last_seq__gt=seq).count()
+    new_beats = Heartbeat.objects.filter(run=run, seq__gt=seq).count()
+    assert new_rows and new_beats
+    run.refresh_from_db()
+    assert bridge.absorb_new(run, state, seq, run.ingest_seq) == (new_rows, new_beats)
+    assert set(Heartbeat.objects.filter(run=run).values_list("seq", flat=True)) == {seq, run.ingest_seq}
+
+
+def test_it_rebuilds_a_state_of_an_older_format_from_every_row(project, scenario_loader, tmp_path):
+    import json
+    import zlib
+
+    events, _ = scenario_loader(S2, str(tmp_path))
+    ingest_batch(project, events)
+    run = Run.objects.get(run_id=events[0]["run_id"])
+    expected = bridge.analyze(run, now=NOW).result
+    doc = json.loads(zlib.decompress(bytes(Analysis.objects.get(run=run).state)))
+    doc["format"] = 3
+    del doc["heartbeats"]  # a format 3 state: no heartbeats folded
+    Analysis.objects.filter(run=run).update(state=zlib.compress(json.dumps(doc).encode()))
+    ingest_batch(project, [{"event_id": "late-hb", "type": "heartbeat", "run_id": run.run_id,
+                            "attempt": 1, "time": "2026-11-01T00:40:00Z", "update": 1260}])
+    again = bridge.analyze(run, now=NOW).result
+    assert again["restarts"] == expected["restarts"]
+    assert again["charts"]["fetched"][0] == expected["charts"]["fetched"][0]  # attempt 0's beat
+    assert [p["update"] for p in again["charts"]["fetched"][1]["points"]] == [1260]
+    assert recovery.Ledger.from_bytes(bytes(Analysis.objects.get(run=run).state)).state_format == 4

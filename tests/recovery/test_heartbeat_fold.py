@@ -1,0 +1,77 @@
+"""The heartbeat fold (recovery.heartbeats.HeartbeatFold): what the analysis keeps of heartbeats,
+with exact values, and that batches fold like one."""
+from __future__ import annotations
+
+from recoverydash.recovery import HeartbeatFold, HeartbeatRecord, Ledger
+from recoverydash.recovery.heartbeats import CHART_POINTS
+
+
+def beat(i, attempt=0, rank=0, fetched=None):
+    return HeartbeatRecord(attempt, rank, 1000.0 + i, i, fetched if fetched is not None else
+                           [{"stratum": "main", "epoch": 0, "position": 64 * i}])
+
+
+def test_it_keeps_the_furthest_read_cursor_per_stratum_epoch_and_order():
+    fold = HeartbeatFold()
+    fold.absorb([
+        beat(0, fetched=[{"stratum": "main", "epoch": 0, "position": 96},
+                         {"stratum": "main", "epoch": 1, "position": 8}]),
+        beat(1, rank=1, fetched=[{"stratum": "main", "epoch": 0, "position": 64},
+                                 {"stratum": "main", "epoch": 0, "position": 40, "order": "s1"}]),
+        beat(2, attempt=1, fetched=[{"stratum": "main", "epoch": 0, "position": 5}]),
+    ])
+    assert sorted(fold.fetched(0), key=lambda c: (c["epoch"], "order" in c)) == [
+        {"stratum": "main", "epoch": 0, "position": 96},
+        {"stratum": "main", "epoch": 0, "position": 40, "order": "s1"},
+        {"stratum": "main", "epoch": 1, "position": 8}]
+    assert fold.fetched(1) == [{"stratum": "main", "epoch": 0, "position": 5}]
+    assert fold.fetched(7) == []
+
+
+def test_it_keeps_the_last_heartbeat_of_every_rank_by_time():
+    fold = HeartbeatFold()
+    fold.absorb([beat(5, rank=0), beat(3, rank=0), beat(4, rank=1), beat(6, rank=None)])
+    assert fold.last_heartbeat(0) == {0: (1005.0, 5), 1: (1004.0, 4), None: (1006.0, 6)}
+    assert fold.last_heartbeat(1) == {}
+
+
+def test_it_keeps_every_stride_th_heartbeat_doubling_the_stride_past_twice_the_chart_points():
+    fold = HeartbeatFold()
+    fold.absorb(beat(i) for i in range(2 * CHART_POINTS))
+    assert [p[2] for p in fold.chart_points(0)] == list(range(2 * CHART_POINTS))
+    fold.absorb([beat(2 * CHART_POINTS)])  # one more: stride 2, the even ones
+    assert [p[2] for p in fold.chart_points(0)] == list(range(0, 2 * CHART_POINTS + 1, 2))
+    fold.absorb(beat(i) for i in range(2 * CHART_POINTS + 1, 10_000))
+    kept = [p[2] for p in fold.chart_points(0)]
+    assert kept == list(range(0, 10_000, 32))  # 10,000 beats: stride 32, 313 points
+    assert CHART_POINTS <= len(kept) <= 2 * CHART_POINTS
+
+
+def test_it_folds_batches_stored_and_loaded_between_them_like_one_batch():
+    beats = [beat(i, attempt=i // 3000, rank=i % 64,
+                  fetched=[{"stratum": "main", "epoch": i // 1000, "position": 7 * i}])
+             for i in range(9000)]
+    whole = Ledger()
+    whole.beats.absorb(beats)
+    state = Ledger()
+    for lo in range(0, 9000, 1234):
+        state = Ledger.from_bytes(state.to_bytes())
+        state.beats.absorb(beats[lo:lo + 1234])
+    assert state.beats.to_doc() == whole.beats.to_doc()
+    assert Ledger.from_bytes(state.to_bytes()).to_bytes() == whole.to_bytes()
+    assert state.beats.last_heartbeat(2)[8999 % 64] == (1000.0 + 8999, 8999)
+
+
+def test_a_state_of_format_3_loads_without_heartbeats_and_says_its_format():
+    import json
+    import zlib
+
+    ledger = Ledger()
+    ledger.beats.absorb([beat(1)])
+    doc = json.loads(zlib.decompress(ledger.to_bytes()))
+    assert doc["format"] == 4
+    doc["format"] = 3
+    del doc["heartbeats"]
+    old = Ledger.from_bytes(zlib.compress(json.dumps(doc).encode()))
+    assert old.state_format == 3 and old.beats.attempts == {}
+    assert Ledger.from_bytes(ledger.to_bytes()).state_format == 4
