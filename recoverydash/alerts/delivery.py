@@ -70,15 +70,24 @@ def run_url(run) -> str:
 
 def flip_payload(flip: AlertFlip) -> dict:
     """The body of a flip (docs/ingest-v1.md#6-alert-webhooks): version, status, alert (an
-    ``alerts`` item of docs/ingest-v1.md#recovery, plus its ``subject``), run (with its
-    ``project``) and the dedup key."""
+    ``alerts`` item of docs/ingest-v1.md#recovery, plus its ``subject``, ``subjects``, ``url``
+    and the project's ``runbook_url`` for the rule or null) as it was at that flip
+    (``AlertFlip.snapshot``), run (with its ``project``) and the dedup key."""
+    from django.urls import reverse
+
+    from recoverydash.alerts.models import RuleRunbook
+
     alert = flip.alert
     run = alert.run
     health = getattr(getattr(run, "analysis", None), "health", None) or "ok"
+    snapshot = dict(flip.snapshot or alert.snapshot())
+    snapshot["url"] = settings.SITE_URL + reverse("alert_detail", args=[alert.pk])
+    snapshot["runbook_url"] = (RuleRunbook.objects.filter(project=run.project, rule=alert.rule)
+                               .values_list("url", flat=True).first())
     return {
         "version": "1",
         "status": flip.new_state,
-        "alert": {**alert.to_dict(), "subject": alert.subject},
+        "alert": snapshot,
         "run": {"run_id": run.run_id, "project": run.project.name, "health": health,
                 "url": run_url(run)},
         "dedup_key": alert.dedup_key,
@@ -121,7 +130,7 @@ def _process_flip(flip_pk: int) -> list[int]:
         endpoints = WebhookEndpoint.objects.filter(project=flip.alert.run.project,
                                                    enabled=True)
         for endpoint in endpoints:
-            if not endpoint.wants(flip.alert.severity):
+            if not endpoint.wants(payload["alert"]["severity"]):
                 continue
             delivery, made = Delivery.objects.get_or_create(
                 flip=flip, endpoint=endpoint, defaults={"payload": payload})

@@ -23,18 +23,25 @@ STATES = ("firing", "acknowledged", "resolved")
 
 
 class Alert(models.Model):
-    """One episode of an alert condition on a run (docs/definitions.md#alert-rules).
+    """One episode of an alert rule on a run (docs/definitions.md#alert-rules), grouping every
+    subject the rule holds for.
 
-    ``dedup_key`` is ``run:rule:subject`` and stable across episodes; at most one alert per run and
-    key is open (firing or acknowledged) at a time, enforced by a partial unique constraint. The
-    run is part of the constraint because two projects may use the same ``run_id``
-    (docs/ingest-v1.md#authentication).
+    ``dedup_key`` is ``run:rule:`` (``rules.group_key``; ``run:rule:subject`` for alerts stored
+    before alerts grouped their subjects) and stable across episodes and while subjects are added: at
+    most one alert per run and key is open (firing or acknowledged) at a time, enforced by a
+    partial unique constraint. The run is part of the constraint because two projects may use
+    the same ``run_id`` (docs/ingest-v1.md#authentication).
+    ``subjects``: what the rule holds for, in natural order, each
+    ``{"subject", "kind", "severity", "summary"}`` (``kind`` ``generation``, ``restart`` or
+    ``run``; the subject of a restart is its attempt number); ``subject`` is the first one,
+    fixed when the alert opened (receivers' labels stay the same as subjects are added).
     ``silenced_until`` mutes notifications (not the state) until that time.
     """
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="alerts")
     rule = models.CharField(max_length=48)
     subject = models.CharField(max_length=300, blank=True, default="")
+    subjects = models.JSONField(default=list, blank=True)
     dedup_key = models.CharField(max_length=600)
     severity = models.CharField(max_length=16, choices=[(s, s) for s in SEVERITIES])
     state = models.CharField(max_length=16, choices=[(s, s) for s in STATES], default="firing")
@@ -71,6 +78,13 @@ class Alert(models.Model):
             "summary": self.summary,
         }
 
+    def snapshot(self) -> dict:
+        """The alert as it is now, as a webhook body carries it: ``to_dict()`` plus ``subject``
+        and ``subjects`` (the subject strings). Stored on each flip (``AlertFlip.snapshot``) so a
+        delivery sent later says what was true at that flip."""
+        return {**self.to_dict(), "subject": self.subject,
+                "subjects": [s["subject"] for s in self.subjects or []]}
+
     def is_silenced(self, now=None) -> bool:
         return bool(self.silenced_until and self.silenced_until > (now or timezone.now()))
 
@@ -97,7 +111,8 @@ class Alert(models.Model):
             alert.save()
             flip = AlertFlip.objects.create(alert=alert, old_state=old_state,
                                             new_state=new_state, reason=reason, created_at=now,
-                                            notify=not alert.is_silenced(now))
+                                            notify=not alert.is_silenced(now),
+                                            snapshot=alert.snapshot())
             self.__dict__.update({k: getattr(alert, k) for k in
                                   ("state", "acknowledged_at", "acknowledged_by",
                                    "resolved_at", "resolved_by")})
@@ -106,7 +121,10 @@ class Alert(models.Model):
 
 class AlertFlip(models.Model):
     """A state change of an alert (``old_state`` empty when it opened). ``processed_at`` is set
-    once its deliveries have been created; ``notify`` is False when the alert was silenced."""
+    once its deliveries have been created; ``notify`` is False when the alert was silenced.
+    ``snapshot`` is the alert as it was at this flip (``Alert.snapshot``): its deliveries carry
+    it, whatever happened to the alert before they were created (None for flips stored before
+    snapshots: those are sent as the alert is)."""
 
     alert = models.ForeignKey(Alert, on_delete=models.CASCADE, related_name="flips")
     old_state = models.CharField(max_length=16, blank=True, default="")
@@ -115,9 +133,23 @@ class AlertFlip(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     notify = models.BooleanField(default=True)
     processed_at = models.DateTimeField(null=True, blank=True)
+    snapshot = models.JSONField(null=True, blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["processed_at"], name="flip_processed")]
+
+
+class RuleRunbook(models.Model):
+    """A project's runbook for one alert rule: the page an on-call person opens next. Shown
+    with every alert of the rule and carried in its webhook bodies (``runbook_url``)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runbooks")
+    rule = models.CharField(max_length=48)
+    url = models.URLField(max_length=2000)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "rule"],
+                                               name="uniq_runbook_rule")]
 
 
 def new_webhook_secret() -> str:

@@ -13,8 +13,18 @@ Two kinds of rule:
   restart: the fact never clears, so the alert stays until a person resolves it, and is never
   opened twice for the same restart.
 
+Conditions hold per subject (a generation, a restart); the alerts group them: one open alert per
+(run, rule) lists every subject (``Alert.subjects``), so five rejected generations are one alert
+"5 generations rejected: stale_state", under one dedup key ``run:rule:`` (``group_key``) that
+receivers keep as subjects are added. A state rule's alert resolves when no subject holds any more; an event rule's
+alert takes new subjects (a later restart) while open, and a later episode opens with the new
+subjects only.
+
 A condition that holds on consecutive evaluations does not flip anything (no flapping, no
 repeated notifications).
+
+A new rule is one ``conditions`` branch and one ``RULES`` entry (a rule missing from ``RULES`` is
+a state rule about the run, its subjects listed generically).
 """
 
 from __future__ import annotations
@@ -31,25 +41,94 @@ from recoverydash.alerts.models import Alert, AlertFlip
 from recoverydash.recovery.contract import DEFAULT_CONTRACT, effective_contract
 from recoverydash.recovery.figures import checkpoint_stale, seconds_since_last_restorable
 
-__all__ = ["DEFAULT_CONTRACT", "EVENT_RULES", "Condition", "conditions", "contract_of",
-           "duration", "evaluate_run"]
+__all__ = ["DEFAULT_CONTRACT", "EVENT_RULES", "RULES", "Condition", "Rule", "conditions",
+           "contract_of", "duration", "evaluate_run", "group_summary", "rule_info"]
 
-EVENT_RULES = ("restart_replay", "restart_omission", "resumed_from_unrestorable",
-               "dataset_version_changed", "world_size_changed")
+
+@dataclass(frozen=True)
+class Rule:
+    """What the alerts need to know of a rule besides its condition.
+
+    ``sticky``: an event rule (the fact never clears; resolved by a person); ``subject``: what
+    its subjects are, ``generation`` (a generation id), ``restart`` (an attempt number), ``rank``
+    or ``run`` (the subject is ""); ``many``: the grouped summary when several subjects hold,
+    formatted with ``n`` (how many), ``details`` (``: `` + the conditions' details, or "") and
+    ``subjects`` (the first few subjects)."""
+
+    sticky: bool = False
+    subject: str = "run"
+    many: str = "{n} subjects hold{details} ({subjects})"
+
+
+#: Every rule of docs/definitions.md#alert-rules. Adding a rule: an entry here and a branch in
+#: ``conditions``.
+RULES: dict[str, Rule] = {
+    "checkpoint_stale": Rule(),
+    "run_silent": Rule(),
+    "no_restorable_generation": Rule(),
+    "generation_rejected": Rule(subject="generation",
+                                many="{n} generations rejected{details} ({subjects})"),
+    "restart_replay": Rule(True, "restart",
+                           "{n} restarts replayed more than the contract allows "
+                           "(attempts {subjects})"),
+    "restart_omission": Rule(True, "restart",
+                             "{n} restarts skipped more than the contract allows "
+                             "(attempts {subjects})"),
+    "resumed_from_unrestorable": Rule(True, "restart",
+                                      "{n} restarts resumed from a state that is not restorable "
+                                      "(attempts {subjects})"),
+    "dataset_version_changed": Rule(True, "restart",
+                                    "{n} restarts changed the dataset version "
+                                    "(attempts {subjects})"),
+    "world_size_changed": Rule(True, "restart",
+                               "{n} restarts changed the world size (attempts {subjects})"),
+}
+
+EVENT_RULES = tuple(name for name, r in RULES.items() if r.sticky)
+
+
+def rule_info(rule: str) -> Rule:
+    """The ``RULES`` entry of ``rule``; a state rule about the run for a rule not listed."""
+    return RULES.get(rule) or Rule()
 
 
 @dataclass(frozen=True)
 class Condition:
-    """A rule that holds for a subject (a generation id, an attempt number, or "" for the run)."""
+    """A rule that holds for a subject (a generation id, an attempt number, or "" for the run).
+    ``detail``: the short words a grouped summary lists (a generation's reason codes)."""
 
     rule: str
     subject: str
     severity: str
     summary: str
+    detail: str = ""
 
     @property
     def sticky(self) -> bool:
-        return self.rule in EVENT_RULES
+        return rule_info(self.rule).sticky
+
+
+def natural_key(subject: str) -> tuple:
+    """Sort key of a subject with its digits compared as numbers: g20 before g100, attempt 3
+    before attempt 12."""
+    import re
+
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part)
+                 for part in re.split(r"(\d+)", subject) if part)
+
+
+def group_summary(rule: str, items: list[dict]) -> str:
+    """The summary of an alert grouping ``items`` (``Alert.subjects`` entries, natural order):
+    the condition's own summary for one subject, else the rule's ``many`` text, e.g.
+    "5 generations rejected: stale_state (g20, g30, g40, g50, g60)"."""
+    if len(items) == 1:
+        return items[0]["summary"]
+    details = sorted({d.strip() for i in items for d in (i.get("detail") or "").split(",")
+                      if d.strip()})
+    shown = [i["subject"] for i in items[:8]] + (["…"] if len(items) > 8 else [])
+    return rule_info(rule).many.format(n=len(items),
+                                       details=": " + ", ".join(details) if details else "",
+                                       subjects=", ".join(shown))
 
 
 def contract_of(run) -> dict:
@@ -122,7 +201,7 @@ def conditions(result: dict, contract: dict, *, now: datetime, first_event_at: d
         codes = ", ".join(sorted({r["code"] for r in g.get("reasons", [])})) or "no reason given"
         found.append(Condition("generation_rejected", g["generation_id"], "warning",
                                f"Generation {g['generation_id']} (update {g['update']:,}) is "
-                               f"rejected: {codes}."))
+                               f"rejected: {codes}.", detail=codes))
     for r in result.get("restarts", []):
         attempt = str(r["attempt"])
         codes = {f["code"] for f in r.get("findings", [])}
@@ -154,9 +233,27 @@ def conditions(result: dict, contract: dict, *, now: datetime, first_event_at: d
     return sorted(found, key=lambda c: (c.rule, c.subject))
 
 
+def group_key(run, rule: str) -> str:
+    """The dedup key of the run's alert of ``rule``: ``run_id:rule:`` (the form a run-level rule
+    always had, so those keys did not change when alerts grouped their subjects), the same for
+    every episode and however many subjects it lists."""
+    return f"{run.run_id}:{rule}:"
+
+
+def _worst(items: list[dict]) -> str:
+    from recoverydash.alerts.models import SEVERITIES
+
+    return max((i["severity"] for i in items), key=SEVERITIES.index)
+
+
 def evaluate_run(run, now: datetime | None = None) -> list[AlertFlip]:
     """Open, keep or resolve the run's alerts from its stored analysis; returns the new flips.
 
+    The conditions (``conditions``) are grouped per rule into one alert of key ``group_key``
+    listing its subjects (``Alert.subjects``, natural order; severity the worst of them,
+    summary ``group_summary``). An open alert follows its rule's subjects: a state rule's list
+    is what holds now and the alert resolves when nothing holds; an event rule's list only grows
+    (each restart is told once: a subject of an earlier alert of the rule never opens another).
     One transaction with the run's open alerts locked (``select_for_update``), so two evaluators
     of the same run cannot open the same alert twice.
     """
@@ -168,36 +265,65 @@ def evaluate_run(run, now: datetime | None = None) -> list[AlertFlip]:
     holding = conditions(analysis.result, contract_of(run), now=now,
                          first_event_at=run.first_event_at, last_received_at=run.last_received_at,
                          ended=ended)
+    groups: dict[str, list[Condition]] = {}
+    for c in holding:
+        groups.setdefault(c.rule, []).append(c)
     flips: list[AlertFlip] = []
     with transaction.atomic():
-        open_alerts = {a.dedup_key: a for a in
-                       Alert.objects.select_for_update().filter(run=run).exclude(state="resolved")}
-        sticky_seen = set(Alert.objects.filter(run=run, rule__in=EVENT_RULES)
-                          .values_list("dedup_key", flat=True))
-        wanted = {}
-        for c in holding:
-            wanted[f"{run.run_id}:{c.rule}:{c.subject}"] = c
-        for key, c in wanted.items():
-            alert = open_alerts.get(key)
+        open_alerts, legacy = {}, []
+        for a in (Alert.objects.select_for_update().filter(run=run).exclude(state="resolved")
+                  .order_by("opened_at", "pk")):
+            if a.dedup_key == group_key(run, a.rule):
+                open_alerts[a.rule] = a
+            else:
+                legacy.append(a)  # one alert per subject, stored before alerts grouped
+        told: set[tuple[str, str]] = set()  # (rule, subject) of every event-rule alert so far
+        for rule, subject, subjects in (Alert.objects.filter(run=run, rule__in=EVENT_RULES)
+                                        .values_list("rule", "subject", "subjects")):
+            told.add((rule, subject))
+            told.update((rule, s["subject"]) for s in subjects or [])
+        for rule, found in groups.items():
+            info = rule_info(rule)
+            alert = open_alerts.get(rule)
+            items = [{"subject": c.subject, "kind": info.subject, "severity": c.severity,
+                      "summary": c.summary, "detail": c.detail} for c in found]
+            if info.sticky:
+                kept = list(alert.subjects or []) if alert is not None else []
+                have = {i["subject"] for i in kept}
+                fresh = [i for i in items if i["subject"] not in have
+                         and (rule, i["subject"]) not in told]
+                current = {i["subject"]: i for i in items}
+                # an event's words may be refined by a later analysis; its subject stays
+                items = [current.get(i["subject"], i) for i in kept] + fresh
+                if alert is None and not fresh:
+                    continue  # already told; a person resolved it
+            items.sort(key=lambda i: natural_key(i["subject"]))
+            summary, severity = group_summary(rule, items), _worst(items)
             if alert is not None:
-                if alert.summary != c.summary or alert.severity != c.severity:
-                    alert.summary, alert.severity = c.summary, c.severity
+                alert.summary, alert.severity, alert.subjects = summary, severity, items
                 alert.last_seen_at = now
-                alert.save(update_fields=["summary", "severity", "last_seen_at"])
+                alert.save(update_fields=["summary", "severity", "subjects", "last_seen_at"])
                 continue
-            if c.sticky and key in sticky_seen:
-                continue  # already told; a person resolved it
-            alert = Alert.objects.create(run=run, rule=c.rule, subject=c.subject, dedup_key=key,
-                                         severity=c.severity, summary=c.summary, opened_at=now,
+            alert = Alert.objects.create(run=run, rule=rule, subject=items[0]["subject"],
+                                         subjects=items, dedup_key=group_key(run, rule),
+                                         severity=severity, summary=summary, opened_at=now,
                                          last_seen_at=now)
             flips.append(AlertFlip.objects.create(alert=alert, old_state="", new_state="firing",
-                                                  reason=c.summary, created_at=now))
-        for key, alert in open_alerts.items():
-            if key in wanted:
+                                                  reason=summary, created_at=now,
+                                                  snapshot=alert.snapshot()))
+        for rule, alert in open_alerts.items():
+            if rule in groups:
                 continue
-            if alert.rule in EVENT_RULES and not ended:
+            if rule_info(rule).sticky and not ended:
                 continue  # facts of the past stay until a person resolves them
             flip = alert.change_state("resolved", reason="the condition cleared")
+            if flip:
+                flips.append(flip)
+        for alert in legacy:
+            if rule_info(alert.rule).sticky and not ended:
+                continue  # its subject is told; a person resolves it
+            flip = alert.change_state("resolved", reason="the condition cleared" if alert.rule
+                                      not in groups else "grouped into one alert per rule")
             if flip:
                 flips.append(flip)
     return flips

@@ -13,7 +13,8 @@ Labels: ``alertname`` (the rule), ``severity``, ``project``, ``run_id`` and, whe
 ``subject`` (a generation id or an attempt number). Annotations: ``summary``, ``state``
 (``firing``, ``acknowledged`` or ``resolved``: Alertmanager knows no acknowledgement, so an
 acknowledged alert is sent as still ``firing`` with ``state: acknowledged``, as Alertmanager
-itself repeats a firing alert), ``dedup_key``, ``alert_id`` and ``run_url``. ``endsAt`` is
+itself repeats a firing alert), ``dedup_key``, ``alert_id``, ``run_url``, and when there are
+``subjects`` (every subject the grouped alert lists, comma-separated) and ``runbook_url``. ``endsAt`` is
 Alertmanager's zero time (``0001-01-01T00:00:00Z``) while the alert fires. ``fingerprint`` is the
 first 16 hex digits of the sha256 of the alert's dedup key: the same on every flip, also when the
 severity changed in between. Alertmanager signs nothing; these bodies also carry the Standard
@@ -53,6 +54,10 @@ class AlertmanagerTransport(StandardWebhookTransport):
         dedup = payload.get("dedup_key") or alert["id"]
         annotations = {"summary": alert["summary"], "state": alert.get("state", payload["status"]),
                        "dedup_key": dedup, "alert_id": alert["id"], "run_url": run["url"]}
+        if alert.get("subjects"):
+            annotations["subjects"] = ", ".join(str(s) for s in alert["subjects"])
+        if alert.get("runbook_url"):
+            annotations["runbook_url"] = str(alert["runbook_url"])
         status = "resolved" if payload["status"] == "resolved" else "firing"
         item = {"status": status, "labels": labels, "annotations": annotations,
                 "startsAt": rfc3339(alert.get("opened_at")),

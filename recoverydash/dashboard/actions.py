@@ -15,6 +15,38 @@ from recoverydash.runs.contracts import CONTRACT_FIELDS, save_contract
 from recoverydash.runs.models import ApiToken
 
 
+BULK_ACTIONS = ("acknowledge", "resolve", "silence")
+
+
+def bulk(alerts: list[Alert], action: str, username: str, seconds: int = 0) -> int:
+    """Apply one of ``BULK_ACTIONS`` to each of ``alerts`` (``acknowledge``, ``resolve``, or
+    ``silence`` for ``seconds``); returns how many changed (an alert already in that state, or
+    resolved, does not count). Each alert flips in its own transaction, as if done one by one.
+    ValueError for another action."""
+    if action not in BULK_ACTIONS:
+        raise ValueError(f"action must be one of {BULK_ACTIONS}, got {action!r}")
+    changed = 0
+    for alert in alerts:
+        if action == "acknowledge":
+            changed += acknowledge(alert, username) is not None
+        elif action == "resolve":
+            changed += resolve(alert, username) is not None
+        elif alert.state != "resolved":
+            silence(alert, username, seconds)
+            changed += 1
+    return changed
+
+
+def save_runbook(project, rule: str, url: str) -> None:
+    """Set (or with ``url`` "" remove) ``project``'s runbook URL of alert rule ``rule``."""
+    from recoverydash.alerts.models import RuleRunbook
+
+    if url:
+        RuleRunbook.objects.update_or_create(project=project, rule=rule, defaults={"url": url})
+    else:
+        RuleRunbook.objects.filter(project=project, rule=rule).delete()
+
+
 def create_token(project, name: str, scopes: list[str]) -> tuple[ApiToken, str]:
     """Issue an API token of ``project``; returns the row and the raw token, which is shown once
     and never stored (``ApiToken.issue``)."""

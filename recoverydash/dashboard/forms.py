@@ -14,9 +14,19 @@ HEALTH_CHOICES = [("", "any health"), ("failing", "failing"), ("at_risk", "at ri
 
 
 class FleetFilterForm(forms.Form):
+    """The fleet's filters, view, sort and page, all in the URL's query string (a link or a
+    reload shows the same list)."""
+
     project = forms.TypedChoiceField(required=False, coerce=int, empty_value=None)
     health = forms.ChoiceField(required=False, choices=HEALTH_CHOICES)
     q = forms.CharField(required=False, max_length=128, label="run_id contains")
+    view = forms.ChoiceField(required=False, choices=[("attention", "needs attention"),
+                                                      ("all", "all runs")])
+    sort = forms.CharField(required=False, max_length=20)
+    page = forms.IntegerField(required=False, min_value=1, max_value=10**6)
+
+    #: what narrows the list (a "clear filters" link is shown when any is set)
+    NARROWING = ("project", "health", "q")
 
     def __init__(self, *args, projects=(), **kwargs):
         super().__init__(*args, **kwargs)
@@ -32,6 +42,41 @@ class FleetFilterForm(forms.Form):
 
 class SilenceForm(forms.Form):
     seconds = forms.TypedChoiceField(choices=SILENCE_CHOICES, coerce=int, label="Silence for")
+
+
+class BulkAlertForm(forms.Form):
+    """Several alerts and one action (``actions.BULK_ACTIONS``); ``seconds`` only for silence."""
+
+    ids = forms.TypedMultipleChoiceField(coerce=int, choices=[], label="Alerts")
+    action = forms.ChoiceField(choices=[("acknowledge", "Acknowledge"), ("resolve", "Resolve"),
+                                        ("silence", "Silence")])
+    seconds = forms.TypedChoiceField(choices=SILENCE_CHOICES, coerce=int, required=False,
+                                     empty_value=None, label="Silence for")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # any integer is accepted here; access is checked per alert (queries.alerts_for)
+        self.fields["ids"].valid_value = lambda value: str(value).isdigit()
+
+    def clean(self):
+        data = super().clean()
+        if data.get("action") == "silence" and not data.get("seconds"):
+            self.add_error("seconds", "Choose how long to silence the alerts for.")
+        return data
+
+
+class RunbookForm(forms.Form):
+    """The runbook URL of one alert rule (empty: remove it)."""
+
+    rule = forms.ChoiceField(choices=[])
+    url = forms.URLField(max_length=2000, required=False, assume_scheme="https",
+                         label="Runbook URL")
+
+    def __init__(self, *args, **kwargs):
+        from recoverydash.alerts.rules import RULES
+
+        super().__init__(*args, **kwargs)
+        self.fields["rule"].choices = [(r, r) for r in RULES]
 
 
 class TokenForm(forms.Form):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timezone as dt_timezone
 
-from django.db.models import Count, Q
+from django.db.models import Count, Max, Q
 from django.db.models.fields.json import KeyTransform
 from django.http import Http404
 from django.utils import timezone
@@ -129,6 +129,13 @@ class FleetRow:
     last_restart: dict | None               # the last of ``restarts``
     computed_at: datetime | None
     pending: bool
+    critical_alerts: int = 0
+    warning_alerts: int = 0
+    last_event_at: datetime | None = None   # the last event received (server clock)
+    attempt: int | None = None              # the newest attempt number
+    attempt_state: str = "running"          # running / silent / ended (``_attempt_state``)
+    ratio: float = 0.0                      # docs/definitions.md#at-risk-ratio
+    drill: bool = False
 
     @property
     def over_limit(self) -> bool:
@@ -143,57 +150,181 @@ class FleetRow:
 
     @property
     def age_share(self) -> float:
-        """TSLRC as a share of the limit (1.0 = at the limit), for sorting and the bar."""
-        if self.seconds_since_restorable is None or self.limit_s <= 0:
-            return 0.0
-        return self.seconds_since_restorable / self.limit_s
+        """The core's at-risk ratio (docs/definitions.md#at-risk-ratio), for the bar."""
+        from recoverydash.recovery.attention import at_risk_ratio
+
+        return at_risk_ratio(self.seconds_since_restorable, self.limit_s)
+
+
+FLEET_PAGE_SIZE = 50
+#: ``?sort=`` of the fleet: column -> what it orders by (``-`` prefix: the other way round).
+FLEET_SORTS = ("attention", "run", "health", "age", "alerts", "last_event", "attempt")
+FLEET_VIEWS = ("attention", "all")
+ATTEMPT_STATES = ("running", "silent", "ended")
+
+
+def drill_field() -> str | None:
+    """The name of the Run field that marks an exercise run (``is_drill``), or None while the
+    model has none: drills are kept out of the attention order and the "needs attention" view
+    (docs/definitions.md#attention-order) as soon as the field exists."""
+    names = {f.name for f in Run._meta.get_fields()}
+    return next((n for n in ("is_drill", "drill") if n in names), None)
+
+
+@dataclass
+class FleetPage:
+    """One page of the fleet: its rows, the sort and view used, and where it is in the list."""
+
+    rows: list
+    total: int          # runs matching the filters and view
+    all_runs: int       # runs matching the filters in any view
+    page: int
+    pages: int
+    sort: str
+    view: str
+
+    @property
+    def first_index(self) -> int:
+        return (self.page - 1) * FLEET_PAGE_SIZE + 1 if self.total else 0
+
+    @property
+    def last_index(self) -> int:
+        return min(self.page * FLEET_PAGE_SIZE, self.total)
+
+
+def _attempt_state(ended_at, last_received_at, now) -> str:
+    """``ended`` when the newest attempt sent attempt_ended, ``silent`` when nothing was received
+    for ``RECOVERYDASH_RUN_SILENT_S`` (the ``run_silent`` rule's limit), else ``running``."""
+    from django.conf import settings
+
+    if ended_at is not None:
+        return "ended"
+    if last_received_at is None or \
+            (now - last_received_at).total_seconds() > settings.RECOVERYDASH_RUN_SILENT_S:
+        return "silent"
+    return "running"
 
 
 def fleet(user, *, project: int | None = None, health: str = "", q: str = "",
-          now: datetime | None = None) -> list[FleetRow]:
-    """Every run ``user`` may see, worst first: failing, at risk, ok, ended, then not analysed;
-    within a health, the run furthest past its checkpoint-age limit first.
+          view: str = "attention", sort: str = "attention", page: int = 1,
+          now: datetime | None = None) -> FleetPage:
+    """One page (``FLEET_PAGE_SIZE`` rows) of the runs ``user`` may see.
 
-    Filters: ``project`` (pk), ``health`` (docs/definitions.md#health, or ``unknown`` for runs
-    without an analysis yet), ``q`` (case-insensitive substring of run_id). Reads only the small
-    keys of each stored analysis.
+    Order ``sort`` (``FLEET_SORTS``, ``-`` prefix reverses): ``attention`` is the core's
+    ``recovery.attention.attention_key`` (docs/definitions.md#attention-order: open critical
+    alerts, open warnings, the at-risk ratio, health; then run id). ``view`` ``attention`` keeps
+    the runs ``needs_attention`` holds, ``all`` every run. Filters: ``project`` (pk), ``health``
+    (docs/definitions.md#health, or ``unknown`` for runs without an analysis yet), ``q``
+    (case-insensitive substring of run_id).
+
+    A fixed number of queries whatever the number of runs: one light row per run (its clock
+    keys of the stored analysis, contract limit, last event), one count of open alerts by run
+    and severity, then the page's rows in full (newest attempt by subquery). Unknown ``sort`` or
+    ``view`` fall back to the defaults; ``page`` is clamped to the pages there are.
     """
+    from django.db.models import OuterRef, Subquery
+
+    from recoverydash.recovery.attention import (HEALTH_RANK, at_risk_ratio, attention_key,
+                                                 needs_attention)
+    from recoverydash.recovery.contract import DEFAULT_CONTRACT
+
     now = now or timezone.now()
-    runs = Run.objects.select_related("project").filter(project__in=visible_projects(user))
+    desc = sort.startswith("-")
+    key_name = sort.lstrip("-")
+    if key_name not in FLEET_SORTS:
+        key_name, desc = "attention", False
+    view = view if view in FLEET_VIEWS else "attention"
+    runs = Run.objects.filter(project__in=visible_projects(user))
     if project:
         runs = runs.filter(project_id=project)
     if q:
         runs = runs.filter(run_id__icontains=q.strip())
-    runs = runs.annotate(open_alerts=Count("alerts", filter=~Q(alerts__state="resolved")))
-    runs = list(runs)
-    analyses = {
-        row["run_id"]: row for row in Analysis.objects.filter(run__in=[r.pk for r in runs]).values(
-            "run_id", "computed_at", "ingest_seq", "health",
-            updates_at_risk=KeyTransform("updates_at_risk", "result"),
-            restarts=KeyTransform("restarts", "result"),
-            **{k: KeyTransform(k, "result") for k in CLOCK_KEYS})
+    drill = drill_field()
+    last_attempt = Attempt.objects.filter(run=OuterRef("pk")).order_by("-attempt")
+    light = runs.values_list(
+        "pk", "run_id", "first_event_at", "last_received_at", "analysis__health",
+        KeyTransform("max_checkpoint_age_s", "contract"),
+        KeyTransform("committed_at", KeyTransform("last_restorable", "analysis__result")),
+        KeyTransform("first_event_at", "analysis__result"),
+        KeyTransform("ended_at", "analysis__result"),
+        Subquery(last_attempt.values("ended_at")[:1]),
+        Subquery(last_attempt.values("attempt")[:1]),
+        *([drill] if drill else []))
+    counts: dict = {}
+    for run_pk, severity, n in (Alert.objects.filter(run__in=runs).exclude(state="resolved")
+                                .values_list("run_id", "severity").annotate(n=Count("pk"))
+                                .values_list("run_id", "severity", "n")):
+        counts.setdefault(run_pk, {})[severity] = n
+    default_limit = float(DEFAULT_CONTRACT["max_checkpoint_age_s"])
+    items = []
+    all_runs = 0
+    for (pk, run_id, first_event_at, last_received_at, health_word, limit, committed_at,
+         first_at, ended_at, attempt_ended_at, attempt_no, *flag) in light:
+        word = health_word or "unknown"
+        if health and word != health:
+            continue
+        all_runs += 1
+        limit_s = float(limit) if isinstance(limit, (int, float)) else default_limit
+        seconds = (seconds_since_last_restorable(
+            {"last_restorable": {"committed_at": committed_at} if committed_at else None,
+             "first_event_at": first_at, "ended_at": ended_at}, now, first_event_at)
+            if health_word else None)
+        ratio = at_risk_ratio(seconds, limit_s)
+        by_sev = counts.get(pk, {})
+        crit, warn = by_sev.get("critical", 0), by_sev.get("warning", 0)
+        is_drill = bool(flag and flag[0])
+        if view == "attention" and not needs_attention(critical=crit, warning=warn, ratio=ratio,
+                                                       health=word, drill=is_drill):
+            continue
+        state = _attempt_state(attempt_ended_at, last_received_at, now) \
+            if attempt_no is not None else "silent"
+        items.append((pk, run_id, word, seconds, limit_s, ratio, crit, warn,
+                      sum(by_sev.values()), last_received_at, state, is_drill))
+    epoch = datetime.min.replace(tzinfo=dt_timezone.utc)
+    keys = {
+        "attention": lambda i: attention_key(critical=i[6], warning=i[7], ratio=i[5],
+                                             health=i[2], drill=i[11]) + (i[1],),
+        "run": lambda i: (i[1],),
+        "health": lambda i: (HEALTH_RANK.get(i[2], len(HEALTH_RANK)), i[1]),
+        "age": lambda i: (-i[5], i[1]),
+        "alerts": lambda i: (-i[8], -i[6], i[1]),
+        # most recent first; never heard from last
+        "last_event": lambda i: (i[9] is None, -((i[9] or epoch) - epoch).total_seconds(), i[1]),
+        "attempt": lambda i: (ATTEMPT_STATES.index(i[10]), i[1]),
     }
+    items.sort(key=keys[key_name], reverse=desc)
+    total = len(items)
+    pages = max(1, -(-total // FLEET_PAGE_SIZE))
+    page = min(max(int(page or 1), 1), pages)
+    chosen = items[(page - 1) * FLEET_PAGE_SIZE: page * FLEET_PAGE_SIZE]
+    full = {r.pk: r for r in Run.objects.select_related("project")
+            .filter(pk__in=[i[0] for i in chosen])}
+    analyses = {
+        row["run_id"]: row for row in Analysis.objects.filter(run__in=list(full)).values(
+            "run_id", "computed_at", "ingest_seq",
+            updates_at_risk=KeyTransform("updates_at_risk", "result"),
+            last_restorable=KeyTransform("last_restorable", "result"),
+            restarts=KeyTransform("restarts", "result"))
+    }
+    latest = dict(Attempt.objects.filter(run__in=list(full)).values("run_id")
+                  .annotate(n=Max("attempt")).values_list("run_id", "n"))
     rows = []
-    for run in runs:
-        a = analyses.get(run.pk)
-        row = FleetRow(
-            run=run,
-            health=a["health"] if a else "unknown",
-            seconds_since_restorable=seconds_since_last_restorable(
-                {k: a[k] for k in CLOCK_KEYS}, now, run.first_event_at) if a else None,
-            limit_s=_limit_of(run),
+    for (pk, run_id, word, seconds, limit_s, ratio, crit, warn, n_open, last_received_at,
+         state, is_drill) in chosen:
+        run, a = full[pk], analyses.get(pk)
+        restarts = (a or {}).get("restarts") or []
+        rows.append(FleetRow(
+            run=run, health=word, seconds_since_restorable=seconds, limit_s=limit_s,
             last_restorable=a["last_restorable"] if a else None,
             updates_at_risk=a["updates_at_risk"] if a else None,
-            open_alerts=run.open_alerts,
-            last_restart=(a["restarts"] or [None])[-1] if a and a["restarts"] else None,
+            open_alerts=n_open, critical_alerts=crit, warning_alerts=warn,
+            last_restart=restarts[-1] if restarts else None,
             computed_at=a["computed_at"] if a else None,
             pending=(run.ingest_seq > a["ingest_seq"]) if a else run.ingest_seq > 0,
-        )
-        if health and row.health != health:
-            continue
-        rows.append(row)
-    rows.sort(key=lambda r: (HEALTH_ORDER.get(r.health, 4), -r.age_share, r.run.run_id))
-    return rows
+            last_event_at=last_received_at, attempt=latest.get(pk), attempt_state=state,
+            ratio=ratio, drill=is_drill))
+    return FleetPage(rows=rows, total=total, all_runs=all_runs, page=page, pages=pages,
+                     sort=("-" if desc else "") + key_name, view=view)
 
 
 # --- run page -------------------------------------------------------------------------------------
@@ -512,20 +643,71 @@ def first_windows(run, item: dict, lineage_attempt: int | None, failed: int | No
 
 # --- alerts, tokens, webhooks ---------------------------------------------------------------------
 
-ALERT_LISTS = {"open": ["firing"], "acknowledged": ["acknowledged"], "resolved": ["resolved"]}
+#: The alert page's tabs: ``open`` is everything not resolved (firing and acknowledged together,
+#: so an acknowledged alert can be silenced or resolved where it was acknowledged).
+ALERT_LISTS = {"open": ["firing", "acknowledged"], "firing": ["firing"],
+               "acknowledged": ["acknowledged"], "resolved": ["resolved"]}
+
+
+def attach_runbooks(alerts: list) -> list:
+    """Set ``runbook_url`` on each alert: its project's runbook for its rule
+    (``RuleRunbook``) or None; one query for the whole list."""
+    from recoverydash.alerts.models import RuleRunbook
+
+    projects = {a.run.project_id for a in alerts}
+    books = {(p, r): u for p, r, u in RuleRunbook.objects.filter(project_id__in=projects)
+             .values_list("project_id", "rule", "url")} if projects else {}
+    for a in alerts:
+        a.runbook_url = books.get((a.run.project_id, a.rule))
+    return alerts
 
 
 def alert_list(user, which: str = "open", project: int | None = None, limit: int = 200):
-    """Alerts of the runs ``user`` may see: ``open`` (firing), ``acknowledged`` or ``resolved``,
-    newest first, with counts of each list."""
+    """Alerts of the runs ``user`` may see, in the list ``which`` of ``ALERT_LISTS``: open ones
+    critical first then newest, resolved ones newest resolved first; with the count of each list
+    and each alert's ``runbook_url``."""
     base = Alert.objects.select_related("run__project").filter(
         run__project__in=visible_projects(user))
     if project:
         base = base.filter(run__project_id=project)
-    counts = {name: base.filter(state__in=states).count() for name, states in ALERT_LISTS.items()}
+    by_state = dict(base.values_list("state").annotate(n=Count("pk")).values_list("state", "n"))
+    counts = {name: sum(by_state.get(s, 0) for s in states)
+              for name, states in ALERT_LISTS.items()}
     states = ALERT_LISTS.get(which, ALERT_LISTS["open"])
-    order = "-resolved_at" if which == "resolved" else "-opened_at"
-    return list(base.filter(state__in=states).order_by(order)[:limit]), counts
+    rows = base.filter(state__in=states)
+    if which == "resolved":
+        rows = rows.order_by("-resolved_at", "-pk")
+    else:
+        from django.db.models import Case, IntegerField, Value, When
+
+        rows = rows.annotate(sev=Case(When(severity="critical", then=Value(0)),
+                                      When(severity="warning", then=Value(1)),
+                                      default=Value(2), output_field=IntegerField())
+                             ).order_by("sev", "-opened_at", "-pk")
+    return attach_runbooks(list(rows[:limit])), counts
+
+
+@dataclass
+class AlertDetail:
+    """An alert, its flips oldest first (each with its deliveries) and its runbook."""
+
+    alert: Alert
+    flips: list
+
+
+def alert_detail(alert: Alert) -> AlertDetail:
+    """The alert page: the timeline of its flips (``AlertFlip``: old and new state, when, why,
+    and what each delivery of it did), oldest first."""
+    flips = list(alert.flips.order_by("created_at", "pk")
+                 .prefetch_related("deliveries__endpoint"))
+    attach_runbooks([alert])
+    return AlertDetail(alert=alert, flips=flips)
+
+
+def alerts_for(user, pks: list[int]) -> list[Alert]:
+    """The alerts among ``pks`` of runs ``user`` may see (others are silently left out)."""
+    return list(Alert.objects.select_related("run__project")
+                .filter(pk__in=pks, run__project__in=visible_projects(user)).order_by("pk"))
 
 
 @dataclass
@@ -535,10 +717,14 @@ class ProjectSettings:
     webhooks: list
     deliveries: list
     runs: int
+    runbooks: dict = field(default_factory=dict)
 
 
 def project_settings(project) -> ProjectSettings:
-    """The project page: live and revoked tokens, webhook endpoints, the last 20 deliveries."""
+    """The project page: live and revoked tokens, webhook endpoints, the last 20 deliveries,
+    and the runbook of each alert rule (``runbooks``: rule -> URL)."""
+    from recoverydash.alerts.models import RuleRunbook
+
     return ProjectSettings(
         project=project,
         tokens=list(ApiToken.objects.filter(project=project).order_by("revoked_at", "-created_at")),
@@ -546,6 +732,8 @@ def project_settings(project) -> ProjectSettings:
         deliveries=list(Delivery.objects.select_related("endpoint", "flip__alert__run")
                         .filter(endpoint__project=project).order_by("-created_at")[:20]),
         runs=Run.objects.filter(project=project).count(),
+        runbooks=dict(RuleRunbook.objects.filter(project=project).order_by("rule")
+                      .values_list("rule", "url")),
     )
 
 

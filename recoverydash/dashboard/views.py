@@ -14,8 +14,8 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from recoverydash.dashboard import actions, charts, queries
-from recoverydash.dashboard.forms import (ContractForm, FleetFilterForm, SilenceForm, TokenForm,
-                                          WebhookForm)
+from recoverydash.dashboard.forms import (BulkAlertForm, ContractForm, FleetFilterForm,
+                                          RunbookForm, SilenceForm, TokenForm, WebhookForm)
 from recoverydash.storage.confirm import confirm_last_restorable
 
 LIVE = "live"
@@ -41,10 +41,14 @@ def _back(request, fallback: str) -> HttpResponseRedirect:
 def fleet(request):
     projects = list(queries.visible_projects(request.user).order_by("name"))
     form = FleetFilterForm(request.GET or None, projects=projects)
-    rows = queries.fleet(request.user, **form.filters())
+    filters = form.filters()
+    fleet_page = queries.fleet(request.user, **filters)
+    narrowed = {k: v for k, v in filters.items() if k in FleetFilterForm.NARROWING}
     return _page(request, "dashboard/fleet.html",
-                 {"rows": rows, "form": form, "projects": projects, "now": timezone.now(),
-                  "filtered": bool(form.filters())})
+                 {"f": fleet_page, "rows": fleet_page.rows, "form": form, "projects": projects,
+                  "now": timezone.now(), "filtered": bool(narrowed),
+                  "query": {**narrowed, "view": fleet_page.view, "sort": fleet_page.sort},
+                  "sorts": queries.FLEET_SORTS})
 
 
 @login_required
@@ -106,6 +110,31 @@ def alerts(request):
 
 
 @login_required
+def alert_detail(request, pk: int):
+    alert = queries.alert_for(request.user, pk)
+    return render(request, "dashboard/alert.html",
+                  {"d": queries.alert_detail(alert), "a": alert, "silence_form": SilenceForm(),
+                   "now": timezone.now()})
+
+
+@login_required
+@require_POST
+def alert_bulk(request):
+    form = BulkAlertForm(request.POST)
+    if not form.is_valid():
+        for errors in form.errors.values():
+            messages.error(request, " ".join(errors))
+        return _back(request, reverse("alerts"))
+    data = form.cleaned_data
+    chosen = queries.alerts_for(request.user, data["ids"])
+    changed = actions.bulk(chosen, data["action"], request.user.get_username(),
+                           data.get("seconds") or 0)
+    verb = {"acknowledge": "acknowledged", "resolve": "resolved", "silence": "silenced"}
+    messages.success(request, f"{changed} of {len(chosen)} alert(s) {verb[data['action']]}.")
+    return _back(request, reverse("alerts"))
+
+
+@login_required
 @require_POST
 def alert_action(request, pk: int, action: str):
     alert = queries.alert_for(request.user, pk)
@@ -142,6 +171,7 @@ def projects(request):
 def _project_page(request, project, **extra):
     settings_ = queries.project_settings(project)
     context = {"p": settings_, "token_form": TokenForm(), "webhook_form": WebhookForm(),
+               "runbook_form": RunbookForm(),
                "api_url": request.build_absolute_uri("/api/v1/"),
                # the endpoint list refreshes itself while a test notification is on its way
                "testing": any(w.test_status == "pending" for w in settings_.webhooks)}
@@ -149,9 +179,20 @@ def _project_page(request, project, **extra):
     return _page(request, "dashboard/project.html", context)
 
 
+NEW_TOKEN_KEY = "new_token"
+
+
 @login_required
 def project_detail(request, pk: int):
     project = queries.project_for(request.user, pk)
+    # The token created just before the redirect: shown on this one answer, then gone from the
+    # session (a reload shows the list, never a second token nor the first one again).
+    created = request.session.pop(NEW_TOKEN_KEY, None)
+    if created and created.get("project") == project.pk:
+        row = project.tokens.filter(pk=created["pk"]).first()
+        response = _project_page(request, project, new_token=created["raw"], new_token_row=row)
+        response["Cache-Control"] = "no-store"
+        return response
     return _project_page(request, project)
 
 
@@ -164,10 +205,23 @@ def token_create(request, pk: int):
         return _project_page(request, project, token_form=form)
     row, raw = actions.create_token(project, form.cleaned_data["name"],
                                     form.cleaned_data["scopes"])
-    # Rendered, not redirected: the raw token is in this one answer and nowhere else.
-    response = _project_page(request, project, new_token=raw, new_token_row=row)
-    response["Cache-Control"] = "no-store"
-    return response
+    # POST-redirect-GET: the raw token waits in the server-side session for the next page view
+    # only (project_detail pops it), so reloading that page creates nothing.
+    request.session[NEW_TOKEN_KEY] = {"project": project.pk, "pk": row.pk, "raw": raw}
+    return redirect(reverse("project", args=[project.pk]) + "#new-token")
+
+
+@login_required
+@require_POST
+def runbook_save(request, pk: int):
+    project = queries.project_for(request.user, pk)
+    form = RunbookForm(request.POST)
+    if not form.is_valid():
+        return _project_page(request, project, runbook_form=form)
+    actions.save_runbook(project, form.cleaned_data["rule"], form.cleaned_data["url"])
+    messages.success(request, f"Runbook of {form.cleaned_data['rule']} "
+                              f"{'saved' if form.cleaned_data['url'] else 'removed'}.")
+    return redirect(reverse("project", args=[project.pk]) + "#runbooks")
 
 
 @login_required

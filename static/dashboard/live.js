@@ -1,6 +1,7 @@
 /* Live refresh: every 10 s, fetch the page's live region (?fragment=live) and swap it in.
  * When the analysis version in the region changes, announce it (charts.js redraws).
- * Pauses while the tab is hidden and while someone is using a control inside the region. */
+ * Pauses while the tab is hidden, while someone is using a control inside the region, and while
+ * rows are ticked for a bulk action (input[data-hold]). */
 (function () {
   "use strict";
   var PERIOD_MS = 10000;
@@ -18,6 +19,8 @@
     if (busy || document.hidden) return;
     var active = document.activeElement;
     if (active && region.contains(active) && /SELECT|INPUT|TEXTAREA/.test(active.tagName)) return;
+    // a selection for a bulk action is kept until it is used or cleared
+    if (region.querySelector("input[data-hold]:checked")) return;
     busy = true;
     fetch(url, {credentials: "same-origin", headers: {"X-Requested-With": "fetch"}})
       .then(function (r) {

@@ -81,11 +81,16 @@ def test_fleet_filters_by_project_health_and_run_id(client, known_run, owner, ot
     quiet = Run.objects.create(project=other_project, run_id="quiet-run")
     Analysis.objects.create(run=quiet, health="ok", result={"health": "ok"})
     client.force_login(owner)
-    rows = client.get("/").context["rows"]
-    assert [r.run.run_id for r in rows] == ["s2-omission", "quiet-run"]  # failing first
-    assert [r.run.run_id for r in client.get("/", {"health": "ok"}).context["rows"]] == ["quiet-run"]
-    assert [r.run.run_id for r in client.get("/", {"q": "OMISS"}).context["rows"]] == ["s2-omission"]
-    only = client.get("/", {"project": other_project.pk}).context["rows"]
+    # the default view holds the runs needing attention; ?view=all every run, failing first
+    assert [r.run.run_id for r in client.get("/").context["rows"]] == ["s2-omission"]
+    rows = client.get("/", {"view": "all"}).context["rows"]
+    assert [r.run.run_id for r in rows] == ["s2-omission", "quiet-run"]
+    everything = {"view": "all"}
+    assert [r.run.run_id for r in client.get("/", {**everything, "health": "ok"})
+            .context["rows"]] == ["quiet-run"]
+    assert [r.run.run_id for r in client.get("/", {**everything, "q": "OMISS"})
+            .context["rows"]] == ["s2-omission"]
+    only = client.get("/", {**everything, "project": other_project.pk}).context["rows"]
     assert [r.run.run_id for r in only] == ["quiet-run"]
-    empty = client.get("/", {"q": "nothing-like-this"})
+    empty = client.get("/", {**everything, "q": "nothing-like-this"})
     assert b"No run matches these filters" in empty.content

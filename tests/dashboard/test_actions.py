@@ -68,16 +68,21 @@ def test_alert_actions_need_post_and_a_csrf_token(client, owner, known_run):
     assert alert.state == "firing"
 
 
-def test_creating_a_token_shows_the_raw_token_once(owner_client, project):
+def test_it_creates_a_token_post_redirect_get_and_shows_it_once(owner_client, project):
     url = reverse("token_create", args=[project.pk])
-    response = owner_client.post(url, {"name": "trainer", "scopes": ["ingest"]})
+    posted = owner_client.post(url, {"name": "trainer", "scopes": ["ingest"]})
+    assert posted.status_code == 302
+    assert posted["Location"] == reverse("project", args=[project.pk]) + "#new-token"
+    response = owner_client.get(reverse("project", args=[project.pk]))
     raw = response.context["new_token"]
     assert raw.startswith("rdt_") and raw in response.content.decode()
+    assert 'data-copy="#new-token"' in response.content.decode()
     assert response["Cache-Control"] == "no-store"
     row = ApiToken.authenticate(raw)
     assert row.project == project and row.scopes == ["ingest"] and row.name == "trainer"
     again = owner_client.get(reverse("project", args=[project.pk])).content.decode()
-    assert raw not in again and row.prefix in again
+    assert raw not in again and row.prefix in again  # a reload: shown no more, nothing created
+    assert ApiToken.objects.filter(project=project).count() == 1
 
 
 def test_revoking_a_token_makes_it_unusable(owner_client, project):

@@ -3,8 +3,11 @@ carry a word and a symbol (never colour alone)."""
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from django import template
 from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 
 from recoverydash.alerts.rules import duration as _duration
 from recoverydash.dashboard.queries import HEALTH_WORDS
@@ -154,3 +157,55 @@ def ts(moment, fmt: str = "Y-m-d H:i:s"):
     return format_html('<time class="ts" datetime="{}" data-date="{}">{} UTC</time>',
                        utc.isoformat(), "1" if "Y" in fmt or "d" in fmt else "0",
                        date_format(utc, fmt))
+
+ICONS = ("info", "bell-off", "copy")
+
+
+@lru_cache(maxsize=None)
+def _icon_svg(name: str) -> str:
+    from django.contrib.staticfiles import finders
+
+    path = finders.find(f"dashboard/icons/{name}.svg")
+    if not path:
+        raise template.TemplateSyntaxError(f"no icon dashboard/icons/{name}.svg")
+    with open(path, encoding="utf-8") as f:
+        svg = f.read().strip()
+    return svg.replace("<svg ", '<svg class="icon" aria-hidden="true" focusable="false" ', 1)
+
+
+@register.simple_tag
+def icon(name: str):
+    """An icon of static/dashboard/icons/ inlined as SVG (``ICONS``): drawn with the page's
+    text colour and size, so it shows whatever fonts the browser has (an emoji or a circled
+    letter of a font the machine lacks draws an empty box). Decorative: the words beside it say
+    what it means. TemplateSyntaxError for an icon that is not shipped."""
+    if name not in ICONS:
+        raise template.TemplateSyntaxError(f"unknown icon {name!r} (one of {ICONS})")
+    return mark_safe(_icon_svg(name))  # noqa: S308 - our own static file
+
+
+@register.simple_tag
+def query_with(query: dict, **changes) -> str:
+    """``?a=1&b=2``: the page's query ``query`` with ``changes`` applied (a value of None or ""
+    drops the key); the page goes back to 1 unless ``page`` is among the changes."""
+    from urllib.parse import urlencode
+
+    merged = {k: v for k, v in dict(query or {}).items() if k != "page"}
+    merged.update(changes)
+    return "?" + urlencode({k: v for k, v in merged.items() if v not in (None, "")})
+
+
+@register.simple_tag(takes_context=True)
+def sort_link(context, column: str, label: str):
+    """A column header that sorts the fleet by ``column`` (queries.FLEET_SORTS): the first click
+    sorts its natural way, a click on the current sort reverses it; ``aria-sort`` says which."""
+    query = context.get("query") or {}
+    current = str(query.get("sort") or "attention")
+    active = current.lstrip("-") == column
+    reverse = active and not current.startswith("-")
+    target = ("-" if reverse else "") + column
+    arrow = ("▼" if not current.startswith("-") else "▲") if active else ""
+    return format_html('<a class="sort" href="{}" data-sort="{}"{}>{}{}</a>',
+                       query_with(query, sort=target), column,
+                       mark_safe(' aria-current="true"') if active else "", label,
+                       format_html(' <span aria-hidden="true">{}</span>', arrow) if arrow else "")
