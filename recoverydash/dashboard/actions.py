@@ -18,7 +18,7 @@ from recoverydash.runs.models import ApiToken
 BULK_ACTIONS = ("acknowledge", "resolve", "silence")
 
 
-def bulk(alerts: list[Alert], action: str, username: str, seconds: int = 0) -> int:
+def bulk(alerts: list, action: str, username: str, seconds: int = 0) -> int:
     """Apply one of ``BULK_ACTIONS`` to each of ``alerts`` (``acknowledge``, ``resolve``, or
     ``silence`` for ``seconds``); returns how many changed (an alert already in that state, or
     resolved, does not count). Each alert flips in its own transaction, as if done one by one.
