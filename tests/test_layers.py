@@ -41,6 +41,10 @@ PURE_MODULES = {"recoverydash.storage.objects": "storage.objects",
 # uses them.
 TRAINER_SIDE = {"sdk", "integrations", "formats"}
 TRAINER_SIDE_USED_BY = TRAINER_SIDE | {"demo"}
+# The format adapters are pure readers of a folder (no server library, like storage.objects):
+# the server's adoption of another tool's checkpoints (ingest.adoption) and the check of an
+# adopt location's format (storage.locations) use them too.
+FORMATS_USED_BY = TRAINER_SIDE_USED_BY | {"ingest", "storage"}
 # Libraries of the server: neither layer 0 nor the trainer side may reach one.
 SERVER_LIBRARIES = {"django", "ninja", "celery", "kombu", "plotly", "psycopg", "psycopg2",
                     "redis", "pydantic", "dj_database_url", "whitenoise", "gunicorn",
@@ -215,8 +219,56 @@ def test_it_keeps_the_trainer_side_to_itself_and_the_pure_layer():
              if app_of(a) in TRAINER_SIDE and app_of(b) not in TRAINER_SIDE
              and LAYERS.get(app_of(b)) != 0]
     assert wrong == []
-    users = {app_of(a) for a, b, _ in project_edges() if app_of(b) in TRAINER_SIDE}
+    users = {app_of(a) for a, b, _ in project_edges()
+             if app_of(b) in TRAINER_SIDE - {"formats"}}
     assert users <= TRAINER_SIDE_USED_BY
+    users = {app_of(a) for a, b, _ in project_edges() if app_of(b) == "formats"}
+    assert users <= FORMATS_USED_BY
+
+
+def private_uses(name: str) -> list[tuple[str, int]]:
+    """``(module._name, line)`` for every private name (one leading underscore, not a dunder) of
+    another project module that module ``name`` uses: ``from m import _x`` or ``m._x`` on a
+    module imported as ``m``."""
+    tree = ast.parse(MODULES[name].read_text(), str(MODULES[name]))
+    package = name if is_package(name) else name.rpartition(".")[0]
+    aliases, out = {}, []
+
+    def private(attr: str) -> bool:
+        return attr.startswith("_") and not attr.startswith("__")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            for a in node.names:
+                full = f"{base}.{a.name}"
+                if full in MODULES:
+                    aliases[a.asname or a.name] = full
+                elif base in MODULES and base != name and private(a.name):
+                    out.append((full, node.lineno))
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name in MODULES and a.asname:
+                    aliases[a.asname] = a.name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id in aliases and private(node.attr) \
+                and aliases[node.value.id] != name:
+            out.append((f"{aliases[node.value.id]}.{node.attr}", node.lineno))
+    return out
+
+
+def test_it_uses_no_private_name_of_the_pure_layer_from_another_module():
+    """What the trainer side and the server share of layer 0 (storage.objects, storage.paths)
+    is its public functions: a private helper used from outside is made public first."""
+    wrong = [f"{where(n, line)} uses {target}" for n in MODULES
+             for target, line in private_uses(n)
+             if app_of(resolve(target.rpartition(".")[0])) in ("storage.objects",)
+             and app_of(n) != "storage.objects"]
+    assert wrong == []
 
 
 def reachable(start: list[str]) -> dict[str, tuple[str, int]]:

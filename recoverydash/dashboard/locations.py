@@ -22,7 +22,7 @@ from django.views.decorators.http import require_POST
 from recoverydash.dashboard import queries
 from recoverydash.runs.models import CheckpointObject
 from recoverydash.storage.locations import clean_location, declare_location
-from recoverydash.storage.models import StorageLocation
+from recoverydash.storage.models import KIND_MANIFESTS, StorageLocation
 
 OPERATOR_ONLY = "needs a staff account: it acts with the server's own {what}"
 
@@ -47,7 +47,12 @@ class LocationForm(forms.ModelForm):
                   "endpoint_url": "Endpoint URL (S3-compatible stores)",
                   "access_key_id": "Access key ID", "external_id": "External ID",
                   "use_ambient_credentials": "Use the server's own credentials",
-                  "discover": "List for manifests", "enabled": "Enabled"}
+                  "discover": "List for manifests", "enabled": "Enabled",
+                  "format": "Format of adopted checkpoints"}
+        help_texts = {"format": "kind adopt: auto (detected), dcp, hf, lightning, deepspeed, "
+                                "megatron or orbax; empty for recoverydash manifests",
+                      "run_id": "kind adopt: the run its generations join (default: adopted- "
+                                "and the folder's name)"}
 
     def __init__(self, *args, user=None, project=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -58,13 +63,15 @@ class LocationForm(forms.ModelForm):
         if self.errors:
             return data
         probe = StorageLocation(project=self.project,
+                                kind=data.get("kind") or KIND_MANIFESTS,
                                 **{f: data.get(f) or "" for f in
                                    ("url", "trainer_url", "endpoint_url", "access_key_id",
-                                    "secret_access_key", "role_arn")})
+                                    "secret_access_key", "role_arn", "format")})
         if not data.get("secret_access_key") and data.get("access_key_id"):
             probe.secret_access_key = self._stored_secret(probe)
         clean_location(probe)  # ValidationError naming the field
         data["url"], data["trainer_url"] = probe.url, probe.trainer_url
+        data["format"] = probe.format
         data["secret_access_key"] = probe.secret_access_key
         if not getattr(self.user, "is_staff", False):
             if probe.url.startswith("file://"):
@@ -94,6 +101,7 @@ class LocationsPage:
     locations: list
     outside: int            # objects stored as object_outside_locations
     outside_examples: list  # a few of their URIs, as the manifests name them
+    adopted: dict = None    # location pk -> (run id, Run or None) of adopt locations
 
 
 def locations_page(project) -> LocationsPage:
@@ -106,7 +114,22 @@ def locations_page(project) -> LocationsPage:
         locations=sorted(StorageLocation.objects.filter(project=project),
                          key=lambda loc: (-len(loc.url), loc.url)),
         outside=outside.count(),
-        outside_examples=list(outside.order_by("-pk").values_list("uri", flat=True)[:5]))
+        outside_examples=list(outside.order_by("-pk").values_list("uri", flat=True)[:5]),
+        adopted=adopted_runs(project))
+
+
+def adopted_runs(project) -> dict:
+    """``{location pk: (run id, Run or None)}`` for the project's adopt locations: the run their
+    generations join (``recoverydash.ingest.adoption.adopted_run_id``), None until the first
+    listing made it."""
+    from recoverydash.ingest.adoption import adopted_run_id
+    from recoverydash.runs.models import Run
+    from recoverydash.storage.models import KIND_ADOPT
+
+    ids = {loc.pk: adopted_run_id(loc)
+           for loc in StorageLocation.objects.filter(project=project, kind=KIND_ADOPT)}
+    runs = {r.run_id: r for r in Run.objects.filter(project=project, run_id__in=ids.values())}
+    return {pk: (rid, runs.get(rid)) for pk, rid in ids.items()}
 
 
 def _render(request, project, form=None, status=200):

@@ -38,9 +38,10 @@ class Tree:
         p = storage.parse_uri(root)
         self.scheme = p.scheme
         self._s3 = s3_client
+        self._links: set = set()
         if p.scheme == "file":
             self._path = p.path
-            self.files = _list_local(p.path)
+            self.files = _list_local(p.path, self._links)
         elif p.scheme == "s3":
             self._bucket, self._prefix = p.bucket, p.key.strip("/")
             if self._s3 is None:
@@ -49,6 +50,20 @@ class Tree:
         else:
             raise PermanentStorageError(f"cannot list {root!r}: only folders and s3:// prefixes")
         self._children: dict[str, list[str]] | None = None
+
+    @property
+    def links(self) -> set:
+        """Relative paths of the listed files that are symbolic links (local folders only; a
+        link's Entry is its target's size and time). A server reading someone's folder resolves
+        these before opening them (``recoverydash.ingest.adoption.confine``)."""
+        return self._links
+
+    def drop(self, rels) -> None:
+        """Forget files of the listing (never to be read): they are then absent to adapters."""
+        for rel in rels:
+            self.files.pop(rel, None)
+            self._links.discard(rel)
+        self._children = None
 
     # --- names -------------------------------------------------------------------------------
 
@@ -124,8 +139,9 @@ class Tree:
                     progress(len(chunk))
 
 
-def _list_local(root: str) -> dict[str, Entry]:
-    """Files under a local folder (symbolic links followed for files, not for folders)."""
+def _list_local(root: str, links: set | None = None) -> dict[str, Entry]:
+    """Files under a local folder (symbolic links followed for files, not for folders; the
+    relative paths of file links are added to ``links``)."""
     out: dict[str, Entry] = {}
     if not os.path.isdir(root):
         if os.path.isfile(root):  # a single file named as the location
@@ -148,6 +164,8 @@ def _list_local(root: str) -> dict[str, Entry]:
                         continue  # removed while listing, or a dangling link
                     if statmod.S_ISREG(st.st_mode):
                         out[name] = Entry(st.st_size, st.st_mtime)
+                        if links is not None and d.is_symlink():  # from the entry: no syscall
+                            links.add(name)
     except PermissionError as e:
         raise PermanentStorageError(f"list {root}: {e}") from e
     except OSError as e:
@@ -166,9 +184,9 @@ def _list_s3(client, bucket: str, prefix: str) -> dict[str, Entry]:
         try:
             page = client.list_objects_v2(**kw)
         except Exception as e:
-            if storage._is_missing(e):
+            if storage.is_missing(e):
                 return out
-            raise storage._s3_error(e, f"LIST s3://{bucket}/{base}") from e
+            raise storage.s3_error(e, f"LIST s3://{bucket}/{base}") from e
         for obj in page.get("Contents", ()):
             rel = obj["Key"][len(base):]
             if rel and not rel.endswith("/"):
@@ -212,9 +230,9 @@ class S3RangeReader(io.RawIOBase):
             finally:
                 body.close()
         except Exception as e:
-            if storage._is_missing(e):
+            if storage.is_missing(e):
                 raise PermanentStorageError(f"no object s3://{self._b}/{self._k}") from e
-            raise storage._s3_error(e, f"GET s3://{self._b}/{self._k}") from e
+            raise storage.s3_error(e, f"GET s3://{self._b}/{self._k}") from e
 
     def read(self, n: int = -1) -> bytes:
         if self._pos >= self._size:

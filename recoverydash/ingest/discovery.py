@@ -24,7 +24,7 @@ from django.utils import timezone
 from recoverydash.ingest.actions import ingest_batch
 from recoverydash.runs.models import Generation
 from recoverydash.storage.locations import Locations, location_client
-from recoverydash.storage.models import KIND_MANIFESTS, SeenManifest, StorageLocation
+from recoverydash.storage.models import KIND_ADOPT, KIND_MANIFESTS, SeenManifest, StorageLocation
 from recoverydash.storage.objects import (
     PermanentStorageError,
     StorageError,
@@ -126,13 +126,19 @@ def discover_location(location: StorageLocation) -> int:
 
 
 def discover_all() -> int:
-    """Discover manifests in every enabled location of kind ``manifests`` with ``discover``
-    set; returns the number ingested. One location's failure (stored on it and logged) never
-    stops the others."""
+    """Discover manifests in every enabled location with ``discover`` set, and adopt the other
+    tools' checkpoints of those of kind ``adopt`` (``recoverydash.ingest.adoption``: our own
+    manifests first, then the generations the format's adapter builds); returns the number
+    ingested. One location's failure (stored on it and logged) never stops the others."""
+    from recoverydash.ingest.adoption import adopt_location
+
     total = 0
-    for loc in StorageLocation.objects.filter(enabled=True, discover=True, kind=KIND_MANIFESTS):
+    for loc in StorageLocation.objects.filter(enabled=True, discover=True,
+                                              kind__in=[KIND_MANIFESTS, KIND_ADOPT]):
         try:
             total += discover_location(loc)
+            if loc.kind == KIND_ADOPT:
+                total += adopt_location(loc)
         except Exception:  # each location on its own; the next listing tries again
             log.exception("storage location %s (project %s): discovery failed", loc.url,
                           loc.project_id)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .counting import epoch_tail
-from .inputs import AttemptRecord, GenerationRecord
+from .inputs import AttemptRecord, GenerationRecord, is_adopted
 from .lineage import cursor_keys
 
 #: Storage results that reject a generation (spec 5; ``object_outside_locations`` is ours: an
@@ -52,11 +52,17 @@ class GenerationVerdict:
     started_at: float | None = None
     committed_at: float | None = None
     manifest: dict | None = None
+    notes: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"generation_id": self.generation_id, "attempt": self.attempt,
-                "update": self.update, "status": self.status,
-                "reasons": [r.to_dict() for r in self.reasons]}
+        """Spec 5's generation entry; ``notes`` (what could not be judged, which changes no
+        status: :func:`adopted_notes`) only when there are any."""
+        out = {"generation_id": self.generation_id, "attempt": self.attempt,
+               "update": self.update, "status": self.status,
+               "reasons": [r.to_dict() for r in self.reasons]}
+        if self.notes:
+            out["notes"] = [n.to_dict() for n in self.notes]
+        return out
 
 
 def _short(items) -> str:
@@ -186,13 +192,53 @@ def expected_cursor_at(view, lineage, declared: list = ()) -> tuple[list, set]:
     return expected, complete
 
 
+def adopted_reasons(manifest: dict) -> list[Reason]:
+    """The reasons a format adapter found in another tool's folder (``adopted.reasons`` of the
+    manifest it built: ``shard_missing``, ``component_missing``, ``size_mismatch``,
+    ``update_mismatch`` ... under that format's completeness rule, docs/formats.md). They replace
+    :func:`shard_missing` and :func:`component_missing` for an adopted generation: those rules
+    read shards and components the way our own manifests record them, which an adapter's
+    reconstruction does not (a DCP file holds model and optimizer items of one rank; the
+    contract's ``data_progress`` component exists in no other tool's layout). Malformed entries
+    are ignored."""
+    adopted = manifest.get("adopted") or {}
+    return [Reason(r["code"], str(r.get("detail", ""))) for r in adopted.get("reasons") or []
+            if isinstance(r, dict) and isinstance(r.get("code"), str)]
+
+
+def adopted_notes(manifest: dict | None) -> list[Reason]:
+    """What cannot be judged of an adopted generation, said instead of assumed
+    (docs/definitions.md#data-position-unknown): ``data_position_unknown`` when its manifest
+    carries no data cursor (no other tool records one: the cursor comparison is skipped, so a
+    restart from it can be neither confirmed exact nor shown to replay or omit samples), and
+    ``dataset_version_unknown`` when it names no dataset version. Empty for our own manifests
+    and for adopted ones that carry both."""
+    if not is_adopted(manifest):
+        return []
+    out = []
+    fmt = manifest["adopted"].get("format") or "another tool"
+    if not (manifest.get("data_progress") or {}).get("cursor"):
+        out.append(Reason("data_position_unknown",
+                          f"data position unknown: the {fmt} checkpoint records no data cursor, "
+                          "so whether a restart from it continues the data stream is not "
+                          "known from the checkpoint"))
+    if manifest.get("dataset_version") in (None, "", "unknown"):
+        out.append(Reason("dataset_version_unknown",
+                          f"dataset version unknown: the {fmt} checkpoint records none"))
+    return out
+
+
 def evaluate_generations(view, required_components) -> list[GenerationVerdict]:
     """Status and reasons of every generation of ``view`` (:class:`~.view.RunView`; spec 5,
     docs/definitions.md#generation-status), sorted by (update, started time, id).
 
     The data cursor is compared with the frontier of the writer's lineage capped at the
     manifest's update, once the ledger holds that update (else the generation stays
-    ``committed``), under the epoch tail rule with the lineage's real global batch."""
+    ``committed``), under the epoch tail rule with the lineage's real global batch. An adopted
+    generation (a manifest a format adapter built from another tool's folder) is judged by its
+    adapter's reasons (:func:`adopted_reasons`) instead of the shard and component rules, and
+    when it carries no data cursor the comparison is skipped and the verdict's ``notes`` say
+    ``data_position_unknown`` (:func:`adopted_notes`): never assumed to agree."""
     generations = list(view.generations.values())
     attempts = view.attempts
     newest_attempt = max(attempts) if attempts else None
@@ -206,7 +252,7 @@ def evaluate_generations(view, required_components) -> list[GenerationVerdict]:
     digests: dict = {}
     for gen in generations:
         manifest = gen.manifest()
-        if manifest is None or len(gen.manifests) > 1:
+        if manifest is None or gen.conflicting() > 1:
             continue
         for obj in manifest.get("objects") or []:
             if obj.get("component") in STATE_COMPONENTS and obj.get("sha256"):
@@ -233,18 +279,25 @@ def evaluate_generations(view, required_components) -> list[GenerationVerdict]:
             else:
                 verdict.status = "pending"
             continue
-        if len(gen.manifests) > 1:
+        if gen.conflicting() > 1:
             verdict.status = "rejected"
             verdict.reasons.append(Reason("manifest_conflict",
-                                          f"{len(gen.manifests)} different committed manifests"))
+                                          f"{gen.conflicting()} different committed manifests"))
             continue
-        hard = [r for r in (schema_unsupported(manifest), shard_missing(gen, manifest),
-                            component_missing(manifest, required_components),
+        verdict.notes = adopted_notes(manifest)
+        unknown = {n.code for n in verdict.notes}
+        if is_adopted(manifest):
+            structural = adopted_reasons(manifest)
+        else:
+            structural = [shard_missing(gen, manifest),
+                          component_missing(manifest, required_components)]
+        hard = [r for r in (schema_unsupported(manifest), *structural,
                             update_mismatch(gen, manifest), world_size_mismatch(manifest, writer),
-                            dataset_version_mismatch(manifest, writer)) if r is not None]
+                            None if "dataset_version_unknown" in unknown
+                            else dataset_version_mismatch(manifest, writer)) if r is not None]
         waiting = False
         update = manifest.get("update")
-        if isinstance(update, int):
+        if isinstance(update, int) and "data_position_unknown" not in unknown:
             lineage = view.lineage(gen.attempt, update)
             if view.reaches(lineage, update):
                 declared = [c for c in (manifest.get("data_progress") or {}).get("cursor") or []

@@ -146,8 +146,21 @@ class GenerationRecord:
     object_checks: dict = field(default_factory=dict)
 
     def manifest(self) -> dict | None:
-        """The first committed manifest, or None."""
+        """The committed manifest the generation is judged by, or None: the first one, except
+        that a trainer's own manifest wins over one a format adapter built from the folder
+        (``adopted``, docs/formats.md#adopted-folders-on-the-server): the trainer's record says
+        what was written, the adapter's only what a listing could see."""
+        own = [m for m in self.manifests if not is_adopted(m)]
+        if own:
+            return own[0]
         return self.manifests[0] if self.manifests else None
+
+    def conflicting(self) -> int:
+        """How many different committed manifests disagree about this generation (2 or more is
+        a ``manifest_conflict``): the trainer's own ones when there are any, else the adopted
+        ones. An adopted manifest beside one trainer's manifest is no conflict."""
+        own = [m for m in self.manifests if not is_adopted(m)]
+        return len(own) if own else len(self.manifests)
 
     def state_update(self) -> int | None:
         """The update the generation's state represents: the manifest's, else the started one."""
@@ -165,6 +178,12 @@ class GenerationRecord:
             except (TypeError, ValueError):
                 pass
         return self.committed_at
+
+
+def is_adopted(manifest) -> bool:
+    """True for a manifest a format adapter built from another tool's checkpoint folder (its
+    ``adopted`` extension, docs/formats.md#adopted-folders-on-the-server)."""
+    return isinstance(manifest, dict) and isinstance(manifest.get("adopted"), dict)
 
 
 @dataclass

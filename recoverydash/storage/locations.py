@@ -11,7 +11,8 @@ credentials only with ``use_ambient_credentials``).
 
 ``check_location`` is the rule for declaring one (the dashboard form, ``manage.py
 add_location``, the admin): an absolute ``file://`` folder that is not the root, a system folder
-or a folder holding the server's own files, or an ``s3://bucket[/prefix]``.
+or a folder holding the server's own files, or an ``s3://bucket[/prefix]``; a location of kind
+``adopt`` names a known format or ``auto`` (``check_kind``).
 """
 
 from __future__ import annotations
@@ -79,11 +80,32 @@ def check_location(location: StorageLocation) -> tuple[str, str]:
                 raise LocationRefused("url", f"{url} may not be a storage location: it is {why}")
         if location.access_key_id or location.secret_access_key or location.role_arn:
             raise LocationRefused("access_key_id", "keys and roles are for s3:// locations")
+    check_kind(location.kind, location.format)
     if bool(location.access_key_id) != bool(location.secret_access_key):
         raise LocationRefused("secret_access_key", "give both the access key id and the secret")
     if location.endpoint_url and not location.endpoint_url.startswith(("http://", "https://")):
         raise LocationRefused("endpoint_url", "the endpoint must be an http(s):// URL")
     return url, trainer
+
+
+def check_kind(kind: str, fmt: str) -> None:
+    """A location of kind ``adopt`` names the format of the checkpoints it holds: one of
+    ``recoverydash.formats.ADAPTERS`` (``dcp``, ``hf``, ``lightning``, ``deepspeed``,
+    ``megatron``, ``orbax``), or ``auto`` / empty to detect it at each listing; a ``manifests``
+    location names none. Raises LocationRefused (field ``format`` or ``kind``)."""
+    from recoverydash.formats import ADAPTERS
+    from recoverydash.storage.models import KIND_ADOPT, KIND_MANIFESTS
+
+    if kind not in (KIND_ADOPT, KIND_MANIFESTS):
+        raise LocationRefused("kind", f"kind must be {KIND_MANIFESTS} or {KIND_ADOPT}, got "
+                                      f"{kind!r}")
+    if kind == KIND_ADOPT and fmt not in ("", "auto", *ADAPTERS):
+        raise LocationRefused("format", f"format must be auto or one of "
+                                        f"{', '.join(ADAPTERS)}, got {fmt!r}")
+    if kind == KIND_MANIFESTS and fmt:
+        raise LocationRefused("format", "a format is for adopt locations (checkpoints of "
+                                        f"another tool); a manifests location names none, "
+                                        f"got {fmt!r}")
 
 
 @dataclass(frozen=True)

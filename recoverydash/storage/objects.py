@@ -207,7 +207,7 @@ def make_s3_client(endpoint_url: str | None = None, region: str | None = None,
                 kw["ExternalId"] = external_id
             creds = session.client("sts", **sts_kw).assume_role(**kw)["Credentials"]
         except Exception as e:
-            raise _s3_error(e, f"AssumeRole {role_arn}") from e
+            raise s3_error(e, f"AssumeRole {role_arn}") from e
         session = boto3.session.Session(aws_access_key_id=creds["AccessKeyId"],
                                         aws_secret_access_key=creds["SecretAccessKey"],
                                         aws_session_token=creds["SessionToken"],
@@ -223,8 +223,12 @@ _TRANSIENT_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTim
 _MISSING_CODES = {"404", "NoSuchKey", "NotFound", "NoSuchBucket"}
 
 
-def _s3_error(e: Exception, what: str) -> StorageError:
-    """Map a botocore exception to Transient/Permanent (missing objects are handled by callers)."""
+def s3_error(e: Exception, what: str) -> StorageError:
+    """The StorageError for a botocore exception raised while doing ``what`` (a sentence such as
+    ``GET s3://b/k``): TransientStorageError for throttling, 5xx, 408/429, timeouts and connection
+    failures (worth retrying), PermanentStorageError for other client errors and missing or
+    invalid credentials. Missing objects are the caller's to handle first (:func:`is_missing`).
+    Public: the format adapters' S3 listing and ranged reads use it too."""
     try:
         from botocore import exceptions as bx
     except ImportError:  # pragma: no cover
@@ -245,7 +249,9 @@ def _s3_error(e: Exception, what: str) -> StorageError:
     return TransientStorageError(f"{what}: {type(e).__name__}: {e}")
 
 
-def _is_missing(e: Exception) -> bool:
+def is_missing(e: Exception) -> bool:
+    """True when a botocore exception says the object, key or bucket does not exist (a 404 or
+    ``NoSuchKey`` / ``NotFound`` / ``NoSuchBucket``); False for anything else."""
     try:
         from botocore.exceptions import ClientError
     except ImportError:  # pragma: no cover
@@ -420,9 +426,9 @@ def _verify_s3(client, bucket: str, key: str, size: int, sha256: str | None,
     try:
         head = client.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
     except Exception as e:  # botocore raises many types; classified below
-        if _is_missing(e):
+        if is_missing(e):
             return ObjectCheck("object_missing", f"no object at {where}")
-        raise _s3_error(e, f"HEAD {where}") from e
+        raise s3_error(e, f"HEAD {where}") from e
     observed_size = int(head.get("ContentLength", -1))
     if observed_size != size:
         return ObjectCheck("size_mismatch", f"the object's size differs from the manifest's "
@@ -452,9 +458,9 @@ def _verify_s3(client, bucket: str, key: str, size: int, sha256: str | None,
     except _TimeUp:
         return _time_up(size)
     except Exception as e:
-        if _is_missing(e):
+        if is_missing(e):
             return ObjectCheck("object_missing", f"object vanished while reading: {where}")
-        raise _s3_error(e, f"GET {where}") from e
+        raise s3_error(e, f"GET {where}") from e
     if n != size:
         return ObjectCheck("size_mismatch", "the object changed while it was read (its size "
                                             f"differs from the manifest's {size} bytes)", n)
@@ -501,9 +507,9 @@ def _list_s3_manifests(client, bucket: str, prefix: str) -> Iterator[str]:
         try:
             page = client.list_objects_v2(**kw)
         except Exception as e:
-            if _is_missing(e):
+            if is_missing(e):
                 return
-            raise _s3_error(e, f"LIST s3://{bucket}/{prefix}") from e
+            raise s3_error(e, f"LIST s3://{bucket}/{prefix}") from e
         for obj in page.get("Contents", ()):
             rest = obj["Key"][len(prefix):]
             parts = rest.split("/")
@@ -562,11 +568,11 @@ def read_bytes(uri: str, *, s3_client=None, max_bytes: int = SMALL_OBJECT_MAX_BY
             finally:
                 body.close()
         except Exception as e:
-            if _is_missing(e):
+            if is_missing(e):
                 raise PermanentStorageError(f"no object at {uri}") from e
             if getattr(e, "response", {}).get("Error", {}).get("Code") == "InvalidRange":
                 return b""  # an empty object: no byte 0 to start a range at
-            raise _s3_error(e, f"GET {uri}") from e
+            raise s3_error(e, f"GET {uri}") from e
     else:
         raise PermanentStorageError(f"cannot read {uri!r}: only s3:// and file:// URIs")
     if len(data) > max_bytes:
@@ -669,7 +675,7 @@ def _put_s3_once(client, bucket: str, key: str, data: bytes, uri: str) -> str:
             if _same_manifest(existing, data):
                 return uri
             raise ManifestConflictError(f"a different manifest is already published at {uri}") from e
-        raise _s3_error(e, f"PUT {uri}") from e
+        raise s3_error(e, f"PUT {uri}") from e
 
 
 def put_object(uri: str, data: bytes, *, s3_client=None) -> tuple[int, str]:
@@ -700,7 +706,7 @@ def put_object(uri: str, data: bytes, *, s3_client=None) -> tuple[int, str]:
             client.put_object(Bucket=p.bucket, Key=p.key, Body=data, ChecksumAlgorithm="SHA256",
                               ChecksumSHA256=base64.b64encode(bytes.fromhex(digest)).decode())
         except Exception as e:
-            raise _s3_error(e, f"PUT {uri}") from e
+            raise s3_error(e, f"PUT {uri}") from e
         return len(data), digest
     raise PermanentStorageError(f"cannot write {uri!r}: only s3:// and file://")
 
@@ -743,7 +749,7 @@ def upload_file(uri: str, path: str, *, s3_client=None, sha256: str | None = Non
     except OSError:
         raise
     except Exception as e:
-        raise _s3_error(e, f"PUT {uri}") from e
+        raise s3_error(e, f"PUT {uri}") from e
     return size, sha256
 
 
@@ -780,9 +786,9 @@ def download_file(uri: str, path: str, *, s3_client=None) -> tuple[int, str]:
     except OSError:
         raise
     except Exception as e:
-        if _is_missing(e):
+        if is_missing(e):
             raise PermanentStorageError(f"no object at {uri}") from e
-        raise _s3_error(e, f"GET {uri}") from e
+        raise s3_error(e, f"GET {uri}") from e
     return n, h.hexdigest()
 
 
@@ -797,7 +803,7 @@ def object_exists(uri: str, *, s3_client=None) -> bool:
             _s3(s3_client).head_object(Bucket=p.bucket, Key=p.key)
             return True
         except Exception as e:
-            if _is_missing(e):
+            if is_missing(e):
                 return False
-            raise _s3_error(e, f"HEAD {uri}") from e
+            raise s3_error(e, f"HEAD {uri}") from e
     raise PermanentStorageError(f"cannot look up {uri!r}: only s3:// and file:// URIs")
