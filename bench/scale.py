@@ -1,0 +1,312 @@
+#!/usr/bin/env python
+"""The worker's analysis at scale: a 64-rank run, with the heartbeats the SDK sends (issue 13).
+
+A run of 64 data-parallel ranks, one update every 2 s, each rank reporting one strided span per
+update (``update_committed``) and a heartbeat every 30 s (the SDK's ``heartbeat_interval``
+default: 64 / 15 = 4.3 heartbeats per update). For each level of absorbed updates
+(``BENCH_LEVELS``, default ``10000,100000``; add ``1000000`` where the machine can):
+
+1. the history up to the level is written as rows: the first ``BENCH_INGESTED`` updates
+   (default 1,000) through the real ingest path (``ingest.actions.ingest_batch`` with the SDK's
+   batches of 1,000 events: validation, canonical JSON and hash, COPY, projection), the rest
+   COPYed in the same shape (events with their canonical body and hash, ledger rows, heartbeats
+   stamped with their seq), because ingesting 6.4M events takes this 2-core machine longer than
+   a benchmark should; the stored state is the worker's own (``runs.analysis.analyze`` absorbs
+   the ingested part; the COPYed part is absorbed by the core in chunks of 1,000 updates, as a
+   worker following the run would have);
+2. in a fresh process (its peak RSS is the worker's): the analysis with nothing new, then 1,000
+   new updates (64,000 events and their heartbeats) through ingest, then the analysis of them;
+3. bytes per rank-update in PostgreSQL (every table of the run's rows, indexes included), and
+   the web side's CPU per event (``ingest_batch`` process time: events/s per web core).
+
+Then the projection for 1,024 and 16,384 ranks, arithmetic shown. Targets (printed, not asserted):
+analysis of 1,000 new updates < 1 s and flat within 2x across levels, nothing new < 100 ms, peak
+RSS < 500 MB.
+
+Run: ``.venv/bin/python bench/scale.py`` (DATABASE_URL defaults to the local PostgreSQL; a
+throwaway database is created and dropped).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "recoverydash.settings")
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/benchscale")
+os.environ.setdefault("CELERY_BROKER_URL", "memory://")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.conf import settings  # noqa: E402
+from django.db import connection  # noqa: E402
+
+WORLD = 64
+PER_RANK = 8
+GBS = WORLD * PER_RANK
+SECONDS_PER_UPDATE = 2.0
+HEARTBEAT_S = 30.0
+BEAT_EVERY = int(HEARTBEAT_S / SECONDS_PER_UPDATE)  # updates between a rank's heartbeats
+NEW = 1000
+LEVELS = [int(x) for x in os.environ.get("BENCH_LEVELS", "10000,100000").split(",")]
+INGESTED = int(os.environ.get("BENCH_INGESTED", "1000"))
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+RUN_ID = "scale"
+
+
+def at(update: int) -> datetime:
+    return T0 + timedelta(seconds=SECONDS_PER_UPDATE * update)
+
+
+def update_events(update: int) -> list[dict]:
+    """One update's wire events: 64 ``update_committed`` and the heartbeats due (rank r beats at
+    updates u with (u + r) % 15 == 0, so the ranks' beats are spread like real clocks')."""
+    base = (update - 1) * GBS
+    when = at(update).isoformat()
+    out = [{"event_id": f"u{update}-{rank}", "type": "update_committed", "run_id": RUN_ID,
+            "attempt": 0, "time": when, "rank": rank, "update": update, "samples": PER_RANK,
+            "spans": [{"stratum": "main", "epoch": 0,
+                       "ranges": [[base + rank, base + GBS, WORLD]]}]}
+           for rank in range(WORLD)]
+    out += [{"event_id": f"h{update}-{rank}", "type": "heartbeat", "run_id": RUN_ID,
+             "attempt": 0, "time": when, "rank": rank, "update": update,
+             "fetched": [{"stratum": "main", "epoch": 0, "position": update * GBS + 2 * GBS}]}
+            for rank in range(WORLD) if (update + rank) % BEAT_EVERY == 0]
+    return out
+
+
+def start_event() -> dict:
+    return {"event_id": "start", "type": "attempt_started", "run_id": RUN_ID, "attempt": 0,
+            "time": T0.isoformat(), "world_size": WORLD, "dataset_version": "ds",
+            "global_batch_size": GBS, "micro_batch_size": PER_RANK, "grad_accum_steps": 1}
+
+
+def ingest_updates(project, first: int, last: int) -> tuple[int, float]:
+    """Updates ``first..last`` through ``ingest_batch`` in the SDK's batches of 1,000 events;
+    returns (events, process CPU seconds of the web side)."""
+    from recoverydash.ingest.actions import ingest_batch
+
+    events, cpu = 0, 0.0
+    pending: list = []
+    for update in range(first, last + 1):
+        pending += update_events(update)
+        while len(pending) >= 1000 or (update == last and pending):
+            batch, pending = pending[:1000], pending[1000:]
+            c0 = time.process_time()
+            ingest_batch(project, batch)
+            cpu += time.process_time() - c0
+            events += len(batch)
+    return events, cpu
+
+
+def copy_history(run, first: int, last: int, ledger) -> None:
+    """Updates ``first..last`` as the rows ingest writes, COPYed, one seq per 1,000 updates; the
+    core absorbs the same records into ``ledger`` chunk by chunk."""
+    from recoverydash import recovery
+    from recoverydash.runs.models import Event, Heartbeat, LedgerRow, Run
+
+    now = datetime.now(timezone.utc)
+    seq = run.ingest_seq
+    for lo in range(first, last + 1, 1000):
+        hi = min(last, lo + 999)
+        seq += 1
+        events, ledger_rows, beats, records, beat_records = [], [], [], [], []
+        for update in range(lo, hi + 1):
+            for ev in update_events(update):
+                canonical = json.dumps(ev, sort_keys=True, separators=(",", ":"))
+                events.append((run.pk, ev["event_id"], ev["type"], 0, ev["rank"], ev["time"],
+                               now, seq, hashlib.sha256(canonical.encode()).hexdigest(),
+                               canonical))
+                if ev["type"] == "update_committed":
+                    spans = json.dumps(ev["spans"])
+                    ledger_rows.append((run.pk, 0, update, ev["rank"], ev["time"], spans,
+                                        PER_RANK, None, seq, seq))
+                    records.append(recovery.LedgerRecord(0, update, ev["rank"],
+                                                         at(update).timestamp(), ev["spans"]))
+                else:
+                    beats.append((run.pk, 0, ev["rank"], ev["time"], update,
+                                  json.dumps(ev["fetched"]), seq))
+                    beat_records.append(recovery.HeartbeatRecord(
+                        0, ev["rank"], at(update).timestamp(), update, ev["fetched"]))
+        with connection.cursor() as cursor:
+            for model, columns, rows in (
+                    (Event, ("run_id", "event_id", "type", "attempt", "rank", "time",
+                             "received_at", "batch_seq", "content_hash", "body"), events),
+                    (LedgerRow, ("run_id", "attempt", "update", "rank", "time", "spans",
+                                 "samples", "tokens", "first_seq", "last_seq"), ledger_rows),
+                    (Heartbeat, ("run_id", "attempt", "rank", "time", "update", "fetched",
+                                 "seq"), beats)):
+                sql = f'COPY "{model._meta.db_table}" ({", ".join(columns)}) FROM STDIN'
+                with cursor.cursor.copy(sql) as copy:
+                    for row in rows:
+                        copy.write_row(row)
+        ledger.absorb(records)
+        ledger.beats.absorb(beat_records)
+    Run.objects.filter(pk=run.pk).update(ingest_seq=seq, last_received_at=now)
+
+
+RUN_TABLES = ("runs_event", "runs_ledgerrow", "runs_heartbeat", "runs_attempt", "runs_analysis")
+
+
+def database_bytes() -> int:
+    """Bytes of the run's tables in PostgreSQL, indexes and TOAST included."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT sum(pg_total_relation_size(t::regclass)) FROM unnest(%s::text[]) t",
+                       [list(RUN_TABLES)])
+        return int(cursor.fetchone()[0])
+
+
+def build(level: int) -> dict:
+    """A fresh run with ``level`` absorbed updates; returns what was measured while building."""
+    from recoverydash import recovery
+    from recoverydash.runs import analysis as bridge
+    from recoverydash.runs.models import Analysis, Project, Run
+
+    Project.objects.all().delete()
+    project = Project.objects.create(name=f"scale{level}")
+    from recoverydash.ingest.actions import ingest_batch
+
+    ingest_batch(project, [start_event()])
+    base = database_bytes()
+    ingested = min(INGESTED, level)
+    events, cpu = ingest_updates(project, 1, ingested)
+    ingested_bytes = database_bytes() - base
+    run = Run.objects.get(project=project, run_id=RUN_ID)
+    bridge.analyze(run)
+    analysis = Analysis.objects.get(run=run)
+    ledger = recovery.Ledger.from_bytes(bytes(analysis.state))
+    if level > ingested:
+        copy_history(run, ingested + 1, level, ledger)
+        run.refresh_from_db()
+        Analysis.objects.filter(pk=analysis.pk).update(state=ledger.to_bytes(),
+                                                       ingest_seq=run.ingest_seq)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    return {"run_pk": run.pk, "project_pk": project.pk, "ingest_events": events,
+            "ingest_cpu": cpu, "ingested_rank_updates": ingested * WORLD,
+            "ingested_bytes": ingested_bytes, "bytes": database_bytes() - base}
+
+
+def measure(run_pk: int, project_pk: int, level: int) -> dict:
+    """In a fresh process: the analysis with nothing new (median of 3), 1,000 new updates
+    through ingest, their analysis; the process's peak RSS."""
+    from recoverydash.runs import analysis as bridge
+    from recoverydash.runs.models import Project, Run
+
+    run = Run.objects.get(pk=run_pk)
+    project = Project.objects.get(pk=project_pk)
+    none = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        bridge.analyze(run)
+        none.append(time.perf_counter() - t0)
+    before = database_bytes()
+    events, cpu = ingest_updates(project, level + 1, level + NEW)
+    new_bytes = database_bytes() - before
+    run.refresh_from_db()
+    t0 = time.perf_counter()
+    if os.environ.get("BENCH_PROFILE"):  # where the time goes, on stderr
+        import cProfile
+        import pstats
+
+        profile = cProfile.Profile()
+        profile.runcall(bridge.analyze, run)
+        pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(30)
+    else:
+        bridge.analyze(run)
+    new = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    bridge.analyze(run)
+    none_after = time.perf_counter() - t0
+    return {"none_s": statistics.median(none), "new_s": new, "none_after_s": none_after,
+            "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "events": events, "cpu": cpu, "new_bytes": new_bytes}
+
+
+def main() -> None:
+    from django.test.utils import setup_test_environment
+
+    if len(sys.argv) == 5 and sys.argv[1] == "--measure":
+        connection.settings_dict["NAME"] = sys.argv[4]
+        print(json.dumps(measure(int(sys.argv[2]), int(sys.argv[3]), LEVELS[0])))
+        return
+    setup_test_environment()
+    old_name = connection.settings_dict["NAME"]
+    connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    name = connection.settings_dict["NAME"]
+    rows = []
+    try:
+        for level in LEVELS:
+            t0 = time.perf_counter()
+            built = build(level)
+            build_s = time.perf_counter() - t0
+            env = dict(os.environ, BENCH_LEVELS=str(level))
+            out = subprocess.run([sys.executable, __file__, "--measure", str(built["run_pk"]),
+                                  str(built["project_pk"]), name],
+                                 env=env, capture_output=True, text=True)
+            if out.returncode or os.environ.get("BENCH_PROFILE"):
+                print(out.stderr[-20000:], file=sys.stderr)
+            out.check_returncode()
+            measured = json.loads(out.stdout.strip().splitlines()[-1])
+            rows.append((level, built, measured))
+            print(f"{level:>9,} absorbed updates (built in {build_s:.0f} s): analysis of 1,000 new "
+                  f"updates {measured['new_s']:.3f} s, nothing new {measured['none_s'] * 1e3:.1f} ms"
+                  f" (after: {measured['none_after_s'] * 1e3:.1f} ms), worker peak RSS "
+                  f"{measured['rss_mb']:.0f} MB", flush=True)
+    finally:
+        connection.creation.destroy_test_db(old_name, verbosity=0)
+    report(rows)
+
+
+def report(rows) -> None:
+    level, built, m = rows[-1]
+    per_core = (m["events"] + built["ingest_events"]) / (m["cpu"] + built["ingest_cpu"])
+    rank_updates = NEW * WORLD
+    ingested_b = m["new_bytes"] / rank_updates
+    print()
+    print(f"run: {WORLD} ranks, an update every {SECONDS_PER_UPDATE:g} s, a heartbeat per rank "
+          f"every {HEARTBEAT_S:g} s ({WORLD / BEAT_EVERY:.2f} per update); levels "
+          f"{', '.join(f'{r[0]:,}' for r in rows)} (the first {INGESTED:,} updates and every "
+          f"measured 1,000 through ingest, the rest COPYed in ingest's shape)")
+    news = [r[2]["new_s"] for r in rows]
+    print(f"analysis of 1,000 new updates: {', '.join(f'{x:.3f} s' for x in news)} "
+          f"(target < 1 s, flat within 2x: max/min {max(news) / min(news):.2f}x)")
+    nones = ", ".join(f"{r[2]['none_s'] * 1e3:.1f} ms" for r in rows)
+    rss = ", ".join(f"{r[2]['rss_mb']:.0f} MB" for r in rows)
+    print(f"analysis with nothing new: {nones} (target < 100 ms)")
+    print(f"worker peak RSS: {rss} (target < 500 MB)")
+    total = [r[1]["bytes"] / (r[0] * WORLD) for r in rows]
+    print(f"bytes per rank-update in PostgreSQL as ingested (1,000 new updates, every table and "
+          f"index): {ingested_b:.0f} B; whole run: {', '.join(f'{b:.0f} B' for b in total)}")
+    print(f"web side: {per_core:,.0f} events/s per core (ingest_batch process CPU, PostgreSQL's "
+          f"own CPU not included)")
+    print()
+    per_update = WORLD + WORLD / BEAT_EVERY
+    for ranks, period in ((1024, 2.0), (16384, 5.0)):
+        events_s = ranks / period + ranks / HEARTBEAT_S
+        cores = events_s / per_core
+        day = 86400 / period
+        tb_month = ranks * day * 30 * ingested_b / 1e12
+        analysis_s = m["new_s"] * ranks / WORLD
+        print(f"{ranks:,} ranks, an update every {period:g} s: events/s = {ranks:,}/{period:g} + "
+              f"{ranks:,}/{HEARTBEAT_S:g} = {events_s:,.0f}; web cores = {events_s:,.0f} / "
+              f"{per_core:,.0f} = {cores:.1f}; storage = {ranks:,} x {day:,.0f} updates/day x 30 x "
+              f"{ingested_b:.0f} B = {tb_month:.2f} TB/month as ingested; analysis of 1,000 new "
+              f"updates ~ {m['new_s']:.3f} s x {ranks:,}/{WORLD} = {analysis_s:.1f} s (rows scale "
+              f"with ranks; {1000 * period:,.0f} s of training)")
+    print(f"(per update: {per_update:.1f} events at {WORLD} ranks)")
+
+
+if __name__ == "__main__":
+    main()
