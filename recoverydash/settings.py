@@ -312,6 +312,9 @@ RECOVERYDASH_REDIS_URL = os.environ.get(
 
 # --- Analysis, storage, alerts -------------------------------------------------------------------
 RECOVERYDASH_ANALYSIS_DEBOUNCE_S = envfloat("RECOVERYDASH_ANALYSIS_DEBOUNCE_S", 1.0)
+# An update some rank's part of which never arrived counts (and decides a restart whose first
+# update it is) once its first report is this old (docs/definitions.md#updates-counted-once-complete)
+RECOVERYDASH_SETTLE_S = envfloat("RECOVERYDASH_SETTLE_S", 300.0)
 RECOVERYDASH_FULL_HASH_MAX_BYTES = envint("RECOVERYDASH_FULL_HASH_MAX_BYTES", 256 * 1024 * 1024)
 # A committed generation with objects unchecked and no check started for this long is verified
 # again (a worker killed mid-verification, a task the broker lost).

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+from django.db import transaction
 from django.utils import timezone
 
 from recoverydash.alerts.delivery import process_flips
@@ -24,20 +25,33 @@ log = logging.getLogger(__name__)
 
 def analyze_and_alert(run_pk: int) -> Analysis | None:
     """The ``analyze_run`` task: the run's queued analysis (``runs.analysis.analyze_queued``),
-    then, when it succeeded, its alert rules and the delivery of what flipped. Returns the
-    Analysis row, or None (run gone, or inputs refused: nothing is evaluated then)."""
-    analysis = analyze_queued(run_pk)
-    if analysis is not None:
-        notify(analysis.run)
-    return analysis
+    whose alert rules are evaluated in the transaction that stores it (:func:`evaluate_stored`),
+    and the delivery of what flipped once that commits. Returns the Analysis row, or None (run
+    gone, or inputs refused: nothing is evaluated then)."""
+    return analyze_queued(run_pk)
+
+
+def evaluate_stored(sender, run: Run, analysis: Analysis, **kwargs) -> None:
+    """Receiver of ``runs.analysis.analysis_stored``: evaluate the run's alert rules inside the
+    transaction that stores ``analysis`` (so ``pending_analysis`` turns false only together
+    with the alerts of that analysis, docs/ingest-v1.md#recovery), and enqueue the deliveries
+    of the new flips once it commits."""
+    fresh = Run.objects.select_related("project").get(pk=run.pk)
+    fresh.analysis = analysis
+    if evaluate_run(fresh):
+        transaction.on_commit(_deliver)
+
+
+def _deliver() -> None:
+    for pk in process_flips():
+        enqueue(DELIVER_WEBHOOK, pk)
 
 
 def notify(run: Run) -> None:
     """Evaluate the run's alert rules and enqueue a webhook delivery for each new flip."""
     run = Run.objects.select_related("analysis", "project").get(pk=run.pk)
     if evaluate_run(run):
-        for pk in process_flips():
-            enqueue(DELIVER_WEBHOOK, pk)
+        _deliver()
 
 
 def evaluate_all(limit: int = 2000, refresh_after_s: float = 60.0) -> int:

@@ -37,6 +37,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from recoverydash.alerts.models import Alert, AlertFlip
+from recoverydash.runs.models import Analysis
 # The contract defaults and every figure a rule compares are defined once, in the core.
 from recoverydash.recovery.contract import DEFAULT_CONTRACT, effective_contract
 from recoverydash.recovery.figures import checkpoint_stale, seconds_since_last_restorable
@@ -254,22 +255,27 @@ def evaluate_run(run, now: datetime | None = None) -> list[AlertFlip]:
     summary ``group_summary``). An open alert follows its rule's subjects: a state rule's list
     is what holds now and the alert resolves when nothing holds; an event rule's list only grows
     (each restart is told once: a subject of an earlier alert of the rule never opens another).
-    One transaction with the run's open alerts locked (``select_for_update``), so two evaluators
-    of the same run cannot open the same alert twice.
+    One transaction that first locks the run's Analysis row (``select_for_update``) and reads
+    the stored result under that lock: evaluations of one run are serialised (two evaluators
+    raced on the open-alert constraint when the run had no open alert to lock), and each
+    evaluates the newest stored analysis. The analysis itself stores its result under the same
+    lock and evaluates in that transaction (``alerts.evaluation.evaluate_stored``).
     """
     now = now or timezone.now()
-    analysis = getattr(run, "analysis", None)
-    if analysis is None:
+    if getattr(run, "analysis", None) is None:
         return []
-    ended = analysis.result.get("health") == "ended"
-    holding = conditions(analysis.result, contract_of(run), now=now,
-                         first_event_at=run.first_event_at, last_received_at=run.last_received_at,
-                         ended=ended)
-    groups: dict[str, list[Condition]] = {}
-    for c in holding:
-        groups.setdefault(c.rule, []).append(c)
     flips: list[AlertFlip] = []
     with transaction.atomic():
+        analysis = Analysis.objects.select_for_update().filter(run_id=run.pk).first()
+        if analysis is None:
+            return []
+        ended = analysis.result.get("health") == "ended"
+        holding = conditions(analysis.result, contract_of(run), now=now,
+                             first_event_at=run.first_event_at,
+                             last_received_at=run.last_received_at, ended=ended)
+        groups: dict[str, list[Condition]] = {}
+        for c in holding:
+            groups.setdefault(c.rule, []).append(c)
         open_alerts, legacy = {}, []
         for a in (Alert.objects.select_for_update().filter(run=run).exclude(state="resolved")
                   .order_by("opened_at", "pk")):

@@ -430,6 +430,9 @@ class GenerationDetail:
     objects: list         # CheckpointObject rows
     reasons: list         # [{"code", "detail"}]
     problems: int = 0     # objects whose check is not ok
+    #: notes of the stored analysis that change no status (``optimizer_stateless``,
+    #: ``data_position_unknown``, ...)
+    notes: list = field(default_factory=list)
 
     @property
     def manifest_json(self) -> str:
@@ -492,9 +495,14 @@ def generation_detail(run, generation_id: str) -> GenerationDetail:
         shards.append({"shard": name, "required": name in required,
                        "reported": report is not None,
                        "update": report.update if report else None, "components": cells})
+    analysis = getattr(run, "analysis", None)
+    stored = next((g for g in ((analysis.result or {}).get("generations") or []
+                               if analysis is not None else [])
+                   if g.get("generation_id") == generation_id), {})
     return GenerationDetail(generation=gen, shards=shards, components=components, objects=objects,
                             reasons=list(gen.reasons or []),
-                            problems=sum(1 for o in objects if o.check_status != "ok"))
+                            problems=sum(1 for o in objects if o.check_status != "ok"),
+                            notes=list(stored.get("notes") or []))
 
 
 # --- restart page ---------------------------------------------------------------------------------

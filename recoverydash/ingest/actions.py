@@ -287,6 +287,9 @@ class _Projection:
         self.audit: list[AuditWindow] = []
         self.generation_events: list[ValidEvent] = []
         self.committed_generation_pks: set[int] = set()
+        #: (run pk, attempt) whose first attempt_started is in this batch (another rank's later
+        #: copy of it does not count: it must not undo a contract edited meanwhile)
+        self.first_started: set[tuple[int, int]] = set()
 
     def attempt(self, run: Run, number: int) -> Attempt:
         key = (run.pk, number)
@@ -334,7 +337,10 @@ class _Projection:
             declared = _declared_start(m, body)
             if att.started_at is not None and _declared_of(att) != declared:
                 raise AttemptConflict(ev.index, _reuse_message(m, _declared_of(att), declared))
-            att.started_at = m.time
+            if att.started_at is None:
+                self.first_started.add((run.pk, m.attempt))
+            # every rank sends one: the attempt started with the earliest of them
+            att.started_at = m.time if att.started_at is None else min(att.started_at, m.time)
             att.world_size = m.world_size
             att.dataset_version = m.dataset_version
             att.global_batch_size = m.global_batch_size
@@ -561,10 +567,17 @@ def _update_runs(runs: dict[str, Run], events: Sequence[ValidEvent], touched: se
         run.first_event_at = first if run.first_event_at is None else min(run.first_event_at, first)
         run.last_event_at = last if run.last_event_at is None else max(run.last_event_at, last)
         run.last_received_at = now
-        # The latest contract wins: the one of the highest attempt that declared one.
+        # A contract declared by an attempt_started of this batch replaces the run's contract
+        # when that attempt is the highest that declared one; otherwise the run's contract
+        # (perhaps edited in the dashboard) stays (docs/ingest-v1.md#attempt_started).
+        fields = ["event_count", "first_event_at", "last_event_at", "last_received_at",
+                  "ingest_seq", "strata"]
+        announced = {number for (pk, number) in projection.first_started if pk == run.pk}
         declared = [a for (pk, _), a in projection.attempts.items()
                     if pk == run.pk and a.contract is not None]
-        if declared:
-            run.contract = max(declared, key=lambda a: a.attempt).contract
-        run.save(update_fields=["event_count", "first_event_at", "last_event_at",
-                                "last_received_at", "ingest_seq", "contract", "strata"])
+        if announced and declared:
+            newest = max(declared, key=lambda a: a.attempt)
+            if newest.attempt in announced:
+                run.contract = newest.contract
+                fields.append("contract")
+        run.save(update_fields=fields)

@@ -18,7 +18,7 @@ from .inputs import RunInput, format_time
 from .ledger import Ledger
 from .lineage import Lineage
 from .restarts import Restart, analyse_restart
-from .view import RunView
+from .view import DEFAULT_SETTLE_SECONDS, RunView
 
 
 @dataclass
@@ -73,19 +73,23 @@ class RunAnalysis:
         }
 
 
-def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None) -> RunAnalysis:
+def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None,
+            settle_seconds: float = DEFAULT_SETTLE_SECONDS) -> RunAnalysis:
     """Analyse a run at time ``now`` (POSIX seconds; the core never reads the clock).
 
     ``run``: a RunInput, or a :class:`~.view.RunView` already built over a ledger. ``ledger``:
     the run's compact ledger state (e.g. loaded with ``Ledger.from_bytes`` and fed with
     ``Ledger.absorb``); when given, ``run.ledger`` is ignored, else it is built from
     ``run.ledger``. Every figure reads the run through one RunView (lineages, counts, frontiers,
-    epoch lengths, global batches), built once here. Returns a RunAnalysis; raises ValueError on
-    a malformed span range."""
+    epoch lengths, global batches), built once here. ``settle_seconds``: how old (at ``now``) an
+    update's first report must be for it to count although a rank's part of it never arrived
+    (docs/definitions.md#updates-counted-once-complete). Returns a RunAnalysis; raises
+    ValueError on a malformed span range."""
     if isinstance(run, RunView):
         view = run
     else:
-        view = RunView(run, ledger if ledger is not None else Ledger.from_records(run.ledger))
+        view = RunView(run, ledger if ledger is not None else Ledger.from_records(run.ledger),
+                       now, settle_seconds)
     run, attempts = view.run, view.attempts
     contract = run.effective_contract()
     first_event = run.first_event_at
@@ -105,7 +109,7 @@ def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None) -
     restarts: list[Restart] = [analyse_restart(view, number, before, status.get)
                                for before, number in zip(numbers, numbers[1:])]
     live_lineage = view.lineage(live)
-    strata = count_strata(view, live_lineage)
+    strata = count_strata(view, view.settled(live_lineage))
     on_lineage = restorable_on(verdicts, live_lineage)
     last = last_restorable(verdicts, live_lineage)
     live_ids = {v.generation_id for v in on_lineage}

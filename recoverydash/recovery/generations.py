@@ -4,8 +4,9 @@
 A generation is ``restorable`` when it is committed by exactly one manifest of a supported schema,
 every required shard and component is present, all parts are at the manifest's update, the world
 size and dataset version agree with the attempt that wrote it, its data progress cursor equals the
-ledger's frontier at its update, no model or optimizer object repeats an older generation's digest,
-and the storage verifier found every object ``ok``.
+ledger's frontier at its update, no model object repeats an older generation's digest (nor an
+optimizer object, unless the optimizer never changed: ``optimizer_stateless``, a finding), and the
+storage verifier found every object ``ok``.
 
 Statuses: ``pending`` (no manifest yet), ``abandoned`` (never committed and superseded by a later
 generation or its attempt is over; reason ``never_committed``), ``rejected`` (a reason below),
@@ -228,6 +229,80 @@ def adopted_notes(manifest: dict | None) -> list[Reason]:
     return out
 
 
+def state_repeats(generations) -> dict:
+    """docs/definitions.md#stale-state-and-stateless-optimizers: per generation id, ``(stale,
+    stateless)``: the sentences of its ``stale_state`` reason (empty: none), and the finding
+    ``optimizer_stateless`` (or None), from the sha256 of its ``model`` and ``optimizer``
+    objects compared with those of generations at lower updates (single-manifest generations
+    with an int update; others are not compared).
+
+    * a model object repeating a digest of a lower update's generation: the save wrote old
+      model state (``stale_state``);
+    * an optimizer object repeating one, while the generations below had not all written the
+      same optimizer bytes (the optimizer's state had changed between them): ``stale_state``;
+    * an optimizer object repeating one while every generation below wrote exactly the same
+      optimizer digests (unchanged since the first save: a stateless optimizer, plain SGD
+      without momentum, writes the same bytes every time): no rejection; the finding
+      ``optimizer_stateless`` on the first such generation only (reported once).
+
+    One pass in update order (generations of one update are compared with lower updates
+    only)."""
+    rows = []
+    for gen in generations:
+        manifest = gen.manifest()
+        update = manifest.get("update") if manifest is not None else None
+        if manifest is None or gen.conflicting() > 1 or type(update) is not int:
+            continue
+        objects = [o for o in manifest.get("objects") or []
+                   if o.get("component") in STATE_COMPONENTS and o.get("sha256")]
+        rows.append((update, gen.generation_id, objects))
+    rows.sort(key=lambda r: (r[0], r[1]))
+    first_seen: dict = {}   # (component, sha256) -> (update, generation id), lower updates
+    optimizer_sets: set = set()
+    told = False
+    out: dict = {}
+    i = 0
+    while i < len(rows):
+        j = i
+        while j < len(rows) and rows[j][0] == rows[i][0]:
+            j += 1
+        group = rows[i:j]
+        changed = len(optimizer_sets) > 1
+        for update, gid, objects in group:
+            stale, stateless = [], None
+            for obj in objects:
+                component = obj.get("component")
+                older = first_seen.get((component, obj["sha256"]))
+                if older is None:
+                    continue
+                u, og = older
+                if component == "optimizer" and not changed:
+                    if not told and stateless is None:
+                        stateless = Reason("optimizer_stateless", (
+                            f"optimizer object {obj.get('uri')} has the same bytes (sha256) as in "
+                            f"generation {og} (update {u}), and the optimizer's objects have not "
+                            f"changed since the first save: a stateless optimizer (plain SGD "
+                            f"without momentum) writes the same bytes at every save; this is "
+                            f"no stale state and rejects nothing"))
+                    continue
+                what = "model state" if component == "model" else \
+                    "optimizer state (it had changed between earlier generations)"
+                stale.append(f"{component} object {obj.get('uri')} repeats the sha256 of "
+                             f"generation {og} (update {u}): this save wrote the {what} of "
+                             f"update {u} again, not that of update {update}")
+            if stateless is not None:
+                told = True
+            out[gid] = (stale, stateless)
+        for update, gid, objects in group:
+            for obj in objects:
+                first_seen.setdefault((obj.get("component"), obj["sha256"]), (update, gid))
+            found = frozenset(o["sha256"] for o in objects if o.get("component") == "optimizer")
+            if found:
+                optimizer_sets.add(found)
+        i = j
+    return out
+
+
 def evaluate_generations(view, required_components) -> list[GenerationVerdict]:
     """Status and reasons of every generation of ``view`` (:class:`~.view.RunView`; spec 5,
     docs/definitions.md#generation-status), sorted by (update, started time, id).
@@ -249,28 +324,21 @@ def evaluate_generations(view, required_components) -> list[GenerationVerdict]:
                 return value
         return float("-inf")
 
-    digests: dict = {}
-    for gen in generations:
-        manifest = gen.manifest()
-        if manifest is None or gen.conflicting() > 1:
-            continue
-        for obj in manifest.get("objects") or []:
-            if obj.get("component") in STATE_COMPONENTS and obj.get("sha256"):
-                digests.setdefault(obj["sha256"], set()).add(
-                    (gen.state_update(), gen.generation_id))
+    repeats = state_repeats(generations)
 
     out = []
     for gen in generations:
-        writer = attempts.get(gen.attempt)
+        by = view.writers.get(gen.generation_id, gen.attempt)
+        writer = attempts.get(by)
         manifest = gen.manifest()
-        verdict = GenerationVerdict(gen.generation_id, gen.attempt, gen.state_update(), "",
+        verdict = GenerationVerdict(gen.generation_id, by, gen.state_update(), "",
                                     started_at=gen.started_at, committed_at=gen.commit_time(),
                                     manifest=manifest)
         out.append(verdict)
         if manifest is None:
             superseded = any(when(o) > when(gen) for o in generations if o is not gen)
             over = writer is not None and writer.ended_at is not None \
-                or (newest_attempt is not None and newest_attempt > gen.attempt)
+                or (newest_attempt is not None and newest_attempt > by)
             if superseded or over:
                 verdict.status = "abandoned"
                 verdict.reasons.append(Reason(
@@ -298,7 +366,7 @@ def evaluate_generations(view, required_components) -> list[GenerationVerdict]:
         waiting = False
         update = manifest.get("update")
         if isinstance(update, int) and "data_position_unknown" not in unknown:
-            lineage = view.lineage(gen.attempt, update)
+            lineage = view.lineage(by, update)
             if view.reaches(lineage, update):
                 declared = [c for c in (manifest.get("data_progress") or {}).get("cursor") or []
                             if c.get("stratum") not in view.id_strata]
@@ -308,15 +376,12 @@ def evaluate_generations(view, required_components) -> list[GenerationVerdict]:
                     hard.append(Reason("data_cursor_mismatch", "; ".join(problems)))
             else:
                 waiting = True
-        stale = []
-        for obj in manifest.get("objects") or []:
-            if obj.get("component") in STATE_COMPONENTS and obj.get("sha256"):
-                older = [gid for (u, gid) in digests.get(obj["sha256"], ())
-                         if u is not None and update is not None and u < update]
-                if older:
-                    stale.append(f"{obj.get('uri')} repeats {older[0]}")
+        stale, stateless = repeats.get(gen.generation_id, ([], None))
         if stale:
-            hard.append(Reason("stale_state", _short(stale)))
+            hard.append(Reason("stale_state", "; ".join(stale[:3]) + (
+                f"; and {len(stale) - 3} more objects" if len(stale) > 3 else "")))
+        if stateless is not None:
+            verdict.notes.append(stateless)
         soft = []
         unchecked = False
         by_code: dict = {}

@@ -95,6 +95,50 @@ class AttemptLedger:
             return None
         return chunk[update & TIME_MASK]
 
+    def complete_top(self, world_size: int | None) -> int | None:
+        """The highest update every rank's part of which is in: reported by a coordinator
+        (rank None), or by ``world_size`` distinct data-parallel ranks (docs/definitions.md#
+        updates-counted-once-complete). None when no update is complete; the highest update
+        when ``world_size`` is unknown (every report counts as complete then)."""
+        if not self.updates:
+            return None
+        top = self.updates.max()
+        if not world_size:
+            return top
+        coordinator = self.absorbed.get(COORDINATOR_RANK)
+        best = coordinator.max() if coordinator else None
+        ranks = [bm for rank, bm in self.absorbed.items() if rank >= 0 and bm]
+        if len(ranks) < world_size:
+            return best
+        # the common case: the newest update or one just below it is complete
+        for update in range(top, max(-1, top - 8), -1):
+            if best is not None and update <= best:
+                return best
+            if sum(1 for bm in ranks if update in bm) >= world_size:
+                return update
+        if len(ranks) == world_size:
+            both = ranks[0]
+            for bm in ranks[1:]:
+                both = both & bm
+            found = both.max() if both else None
+        else:  # more rank numbers than the world size: count per update, newest first
+            updates = self.updates
+            found = next((updates[i] for i in range(len(updates) - 1, -1, -1)
+                          if sum(1 for bm in ranks if updates[i] in bm) >= world_size), None)
+        if best is None or (found is not None and found > best):
+            return found
+        return best
+
+    def reported_by(self, when: float) -> int | None:
+        """The highest update whose earliest report time is at or before ``when`` (POSIX
+        seconds), None if none."""
+        for index in sorted(self.times, reverse=True):
+            chunk = self.times[index]
+            if min(chunk) <= when:
+                slot = max(i for i, t in enumerate(chunk) if t <= when)
+                return (index << TIME_SHIFT) | slot
+        return None
+
     def groups(self) -> dict:
         """Runs grouped by key and geometry: ``{key: [(u0, u1, adv, m, s, starts, nruns)]}``,
         ``starts`` sorted and distinct, ``nruns`` the number of runs (ranks) in the group."""

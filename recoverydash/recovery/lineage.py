@@ -72,10 +72,42 @@ class Lineage:
         return Lineage(self.segments[1:], self.pretracked, self.root, self.unknown_root)
 
 
+def generation_writer(gen: GenerationRecord, attempts, ledger=None) -> int:
+    """The attempt that wrote generation ``gen`` (docs/definitions.md#writer-of-a-generation):
+
+    1. the manifest's own ``attempt`` (the SDK writes it; discovery reads it from storage), when
+       it names a known attempt;
+    2. else the attempt that reported ``checkpoint_started`` or a ``shard_written`` for it (only
+       the writer saves);
+    3. else (the generation is known only from a ``checkpoint_committed``, e.g. a manifest found
+       and reported by the next launch) the newest attempt at or below the reporting one whose
+       ledger holds the generation's update: the attempt that committed that update. When none
+       does, the reporting attempt.
+
+    ``attempts``: the known attempt numbers (a container); ``ledger``: the run's
+    :class:`~.ledger.Ledger` (None: rule 3 falls back to the reporting attempt)."""
+    manifest = gen.manifest()
+    named = manifest.get("attempt") if manifest is not None else None
+    if type(named) is int and named in attempts:
+        return named
+    if gen.started_at is not None or gen.shards or ledger is None:
+        return gen.attempt
+    update = gen.state_update()
+    if type(update) is not int or update <= 0:
+        return gen.attempt
+    holders = [number for number, state in ledger.attempts.items()
+               if number <= gen.attempt and update in state.updates]
+    return max(holders) if holders else gen.attempt
+
+
 def resolve_resumes(attempts: dict[int, AttemptRecord],
-                    generations: dict[str, GenerationRecord]) -> dict[int, Resume]:
+                    generations: dict[str, GenerationRecord],
+                    writers: dict | None = None) -> dict[int, Resume]:
     """How every attempt started (docs/definitions.md#lineage). An attempt with no AttemptRecord is fresh
-    when it is the first one, else untracked (its start is unknown)."""
+    when it is the first one, else untracked (its start is unknown). ``writers``: ``{generation_id:
+    attempt}`` (:func:`generation_writer`); a generation absent from it was written by the
+    attempt that reported it."""
+    writers = writers or {}
     out: dict[int, Resume] = {}
     first = min(attempts) if attempts else 0
     for number, record in attempts.items():
@@ -88,10 +120,11 @@ def resolve_resumes(attempts: dict[int, AttemptRecord],
         cursor = tuple(source.get("cursor") or ())
         gid = source.get("generation_id")
         gen = generations.get(gid) if gid is not None else None
-        if gen is not None and gen.attempt < number:
+        writer = None if gen is None else writers.get(gid, gen.attempt)
+        if gen is not None and writer < number:
             update = gen.state_update()
             out[number] = Resume(number, "generation", declared if update is None else update,
-                                 gid, gen.attempt, declared, cursor)
+                                 gid, writer, declared, cursor)
         else:
             out[number] = Resume(number, "untracked", declared, gid, None, declared, cursor)
     return out

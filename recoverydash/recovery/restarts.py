@@ -235,12 +235,13 @@ def recomputed(own: dict, before: dict, rolled_back: dict, fetched: list) -> int
     return total
 
 
-def lost_updates(last_update_before: int, update: int, tied: bool = True) -> int:
-    """Last update k-1 committed minus U (never below 0). 0 when k cannot be tied to k-1
-    (``tied`` False: k resumed from an untracked or unknown state, so nothing says that its U
-    counts k-1's updates; the finding ``resumed_from_unknown`` says so, and ``lost_seconds`` is
-    None)."""
-    return max(0, last_update_before - update) if tied else 0
+def lost_updates(last_update_before: int, update: int) -> int:
+    """docs/definitions.md#lost-updates: last update k-1 committed minus U (never below 0), also
+    when k resumed from an untracked or unknown state: k-1's last committed update and the U k
+    declares are both known, so the difference is too (refinement
+    docs/definitions.md#lost-updates-from-an-untracked-state; ``lost_seconds`` stays None there,
+    as no commit time of U is known)."""
+    return max(0, last_update_before - update)
 
 
 def lost_seconds(commit_time_of_u: float | None, failure_time: float | None) -> float | None:
@@ -277,6 +278,28 @@ def first_update_complete(state, update: int, world_size: int | None) -> bool:
         return True
     ranks = sum(1 for rank, updates in absorbed.items() if rank >= 0 and update in updates)
     return ranks >= world_size
+
+
+def incomplete_first_update(ledger, attempt: int, update: int,
+                            world_size: int) -> tuple[list, int]:
+    """docs/definitions.md#incomplete-first-update: for a first update of ``attempt`` that some
+    data-parallel ranks never reported, ``(missing ranks, room)``: the ranks of
+    ``range(world_size)`` with no report of ``update``, and how many positions their part may
+    hold: the number of missing ranks times the present ranks' mean share of the update
+    (consumed positions, rounded up). A gap before k's start that the missing part may hold
+    is no omission proven; the restart's omitted counts only what lies beyond ``room``."""
+    absorbed = ledger.attempts[attempt].absorbed
+    present = [rank for rank, updates in absorbed.items() if rank >= 0 and update in updates]
+    missing = [rank for rank in range(world_size) if rank not in present]
+    count = max(len(missing), world_size - len(present), 0)
+    consumed = sum(c.consumed for c in ledger.segment(attempt, update - 1, update).values())
+    share = -(-consumed // len(present)) if present else 0
+    return missing, count * share
+
+
+def _short_ranks(ranks: list) -> str:
+    shown = ", ".join(str(r) for r in ranks[:8])
+    return shown + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
 
 
 def verdict(replay_count: int, omission_count: int, committed: bool, known: bool) -> str:
@@ -331,6 +354,24 @@ def analyse_restart(view, number: int, before: int, status_of) -> Restart:
     omission_count = omitted(own, counts_before, starts, view, before_lineage,
                              view.floors(lineage), view.untracked_ids(lineage))
     findings = []
+    state = ledger.attempts.get(k)
+    committed = ledger.updates_in(k, own_segment.after, None) > 0
+    first_commit = None
+    if committed:
+        first_update = next(iter(state.updates.iter_equal_or_larger(own_segment.after + 1)))
+        first_commit = ledger.update_time(k, first_update)
+        if not first_update_complete(state, first_update, record.world_size):
+            committed = view.is_settled(k, first_update)
+            if committed:
+                missing, room = incomplete_first_update(ledger, k, first_update,
+                                                        record.world_size)
+                findings.append(Finding("incomplete_first_update", (
+                    f"rank {_short_ranks(missing)} of {record.world_size} never reported "
+                    f"update {first_update}, k's first; decided from the reports that are in "
+                    f"(later updates complete, or the first reports {view.settle_seconds:g} s "
+                    f"old): up to {room} positions their part may hold are not counted as "
+                    f"omitted")))
+                omission_count = max(0, omission_count - room)
     if replay_count:
         findings.append(Finding("replay", f"{replay_count} positions committed at or below "
                                           f"update {update} consumed again"))
@@ -357,7 +398,6 @@ def analyse_restart(view, number: int, before: int, status_of) -> Restart:
     mismatches = []
     if resume.kind == "generation" and resume.declared_update != update:
         mismatches.append(f"declared update {resume.declared_update}, generation {update}")
-    state = ledger.attempts.get(k)
     if state is not None and state.updates and state.updates.min() != update + 1:
         mismatches.append(f"first committed update {state.updates.min()}, expected {update + 1}")
     if mismatches:
@@ -372,12 +412,6 @@ def analyse_restart(view, number: int, before: int, status_of) -> Restart:
         last = update
     holder = [seg for seg in before_lineage.segments if seg.holds(update)]
     commit_u = ledger.update_time(holder[0].attempt, update) if holder else None
-    committed = ledger.updates_in(k, own_segment.after, None) > 0
-    first_commit = None
-    if committed:
-        first_update = next(iter(state.updates.iter_equal_or_larger(own_segment.after + 1)))
-        first_commit = ledger.update_time(k, first_update)
-        committed = first_update_complete(state, first_update, record.world_size)
     failure = before_record.failure_time()
     lost, skew = clamp_duration(lost_seconds(commit_u, failure),
                                 f"attempt {p} failed before update {update} was committed")
@@ -392,7 +426,9 @@ def analyse_restart(view, number: int, before: int, status_of) -> Restart:
         resume_cursor=resume_cursor(resume, starts),
         replayed=replay_count, omitted=omission_count,
         recomputed=recomputed(own, counts_before, rolled, view.fetched(p)),
-        lost_updates=lost_updates(last, update, resume.kind != "untracked"),
+        # no attempt_started: no U was declared, so nothing says what was lost
+        lost_updates=lost_updates(last, update) if resume.kind != "untracked"
+        or resume.declared_update is not None else 0,
         lost_seconds=lost,
         recovery_seconds=recovery,
         verdict=verdict(replay_count, omission_count, committed, resume.kind != "untracked"),

@@ -9,8 +9,14 @@ from __future__ import annotations
 
 from .inputs import AttemptRecord, RunInput
 from .ledger import Ledger
-from .lineage import Lineage, lineage_counts, lineage_floors, lineage_frontier, lineage_of, \
+from .lineage import Lineage, Segment, generation_writer, lineage_counts, lineage_floors, lineage_frontier, lineage_of, \
     resolve_resumes, untracked_id_keys
+
+
+#: Seconds after its first report at which an update counts as settled even though some
+#: rank's part of it never arrived (docs/definitions.md#updates-counted-once-complete); the
+#: server passes ``RECOVERYDASH_SETTLE_S``.
+DEFAULT_SETTLE_SECONDS = 300.0
 
 
 class RunView:
@@ -18,7 +24,8 @@ class RunView:
 
     Attributes: ``run`` (RunInput), ``ledger`` (Ledger), ``attempts`` (``{number:
     AttemptRecord}`` sorted by number, including attempts known only from their reports),
-    ``generations`` (``{generation_id: GenerationRecord}``), ``resumes`` (``{number: Resume}``,
+    ``generations`` (``{generation_id: GenerationRecord}``), ``writers`` (``{generation_id:
+    attempt}``, :func:`.lineage.generation_writer`), ``resumes`` (``{number: Resume}``,
     :func:`.lineage.resolve_resumes`), ``live`` (the newest attempt's number, None without
     attempts), ``id_strata`` (strata reported as sample ids).
 
@@ -26,7 +33,8 @@ class RunView:
     :meth:`untracked_ids`, :meth:`epoch_length`, :meth:`global_batch`, :meth:`reaches`,
     :meth:`fetched`."""
 
-    def __init__(self, run: RunInput, ledger: Ledger) -> None:
+    def __init__(self, run: RunInput, ledger: Ledger, now: float | None = None,
+                 settle_seconds: float = DEFAULT_SETTLE_SECONDS) -> None:
         self.run = run
         self.ledger = ledger
         #: the run's heartbeats folded (:class:`.heartbeats.HeartbeatFold`): the ledger's fold,
@@ -35,6 +43,10 @@ class RunView:
         if run.heartbeats:
             self.beats = ledger.beats.copy()
             self.beats.absorb(run.heartbeats)
+        #: the analysis time (POSIX seconds; None: no update settles by age) and the settle delay
+        self.now = now
+        self.settle_seconds = settle_seconds
+        self._settled: dict = {}
         attempts = {a.attempt: a for a in run.attempts}
         seen = set(ledger.attempts) | {g.attempt for g in run.generations} \
             | set(self.beats.attempts)
@@ -42,7 +54,10 @@ class RunView:
             attempts[number] = AttemptRecord(attempt=number)
         self.attempts: dict[int, AttemptRecord] = dict(sorted(attempts.items()))
         self.generations = {g.generation_id: g for g in run.generations}
-        self.resumes = resolve_resumes(self.attempts, self.generations)
+        #: ``{generation_id: attempt}``: who wrote each generation (:func:`.lineage.generation_writer`)
+        self.writers = {gid: generation_writer(g, self.attempts, ledger)
+                        for gid, g in self.generations.items()}
+        self.resumes = resolve_resumes(self.attempts, self.generations, self.writers)
         self.live = max(self.attempts) if self.attempts else None
         self._lineages: dict = {}
         self._counts: dict = {}
@@ -60,6 +75,54 @@ class RunView:
         if found is None:
             found = self._lineages[handle] = lineage_of(attempt, self.resumes, cap)
         return found
+
+    def settled_upto(self, attempt: int) -> int | None:
+        """docs/definitions.md#updates-counted-once-complete: the highest update of ``attempt``
+        at or below which every update is *settled*, None when all of them are. An update is
+        settled when it is complete (a coordinator's report, or reports of ``world_size``
+        distinct data-parallel ranks; any report when the world size is unknown), when a later
+        update of the attempt is complete (the missing part is not coming), when its first
+        report is ``settle_seconds`` old at ``now``, or when the attempt is over (it ended, or a
+        newer attempt exists). Only the newest updates of a running attempt can be unsettled."""
+        if attempt in self._settled:
+            return self._settled[attempt]
+        record = self.attempts.get(attempt)
+        state = self.ledger.attempts.get(attempt)
+        top = None
+        if record is not None and state is not None and state.updates \
+                and record.world_size and record.ended_at is None and attempt == self.live:
+            newest = state.updates.max()
+            top = state.complete_top(record.world_size)
+            if (top is None or top < newest) and self.now is not None:
+                aged = state.reported_by(self.now - self.settle_seconds)
+                if aged is not None and (top is None or aged > top):
+                    top = aged
+            if top is not None and top >= newest:
+                top = None
+            elif top is None:
+                top = -1
+        self._settled[attempt] = top
+        return top
+
+    def is_settled(self, attempt: int, update: int) -> bool:
+        """Whether ``update`` of ``attempt`` is settled (:meth:`settled_upto`)."""
+        top = self.settled_upto(attempt)
+        return top is None or update <= top
+
+    def settled(self, lineage: Lineage) -> Lineage:
+        """``lineage`` without the updates that are not settled (:meth:`settled_upto`): what the
+        counting counts. The same object when every update is settled."""
+        segments = []
+        changed = False
+        for seg in lineage.segments:
+            top = self.settled_upto(seg.attempt)
+            if top is not None and (seg.upto is None or top < seg.upto):
+                seg = Segment(seg.attempt, seg.after, max(top, seg.after))
+                changed = True
+            segments.append(seg)
+        if not changed:
+            return lineage
+        return Lineage(tuple(segments), lineage.pretracked, lineage.root, lineage.unknown_root)
 
     def counts(self, lineage: Lineage) -> dict:
         """``{key: KeyCount}`` of ``lineage`` (:func:`.lineage.lineage_counts`), cached; callers
@@ -109,12 +172,13 @@ class RunView:
         return root.global_batch() if root is not None else None
 
     def reaches(self, lineage: Lineage, update: int) -> bool:
-        """Whether the ledger holds ``update`` of ``lineage`` (its top segment's start counts:
-        a resume at U needs no report of U), so a data cursor at ``update`` can be compared."""
+        """Whether the ledger holds ``update`` of ``lineage``, settled (:meth:`settled_upto`:
+        every rank's part in), so a data cursor at ``update`` can be compared (its top
+        segment's start counts: a resume at U needs no report of U)."""
         if update == lineage.segments[-1].after:
             return True
         return any(seg.holds(update) and update in self.ledger.attempt(seg.attempt).updates
-                   for seg in lineage.segments)
+                   and self.is_settled(seg.attempt, update) for seg in lineage.segments)
 
     def fetched(self, attempt: int) -> list:
         """Attempt ``attempt``'s read cursors: its heartbeats' furthest ``fetched`` per

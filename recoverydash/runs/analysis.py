@@ -21,6 +21,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q
+from django.dispatch import Signal
 from django.utils import timezone
 
 from recoverydash import recovery
@@ -30,6 +31,11 @@ from recoverydash.runs.models import (GLOBAL_RANK, Analysis, Attempt, Checkpoint
 from recoverydash.runs.queue import ANALYZE_RUN, enqueue
 
 log = logging.getLogger(__name__)
+
+#: Sent inside the transaction that stores an analysis (``run``, ``analysis`` keyword
+#: arguments), before it commits; the alerts app evaluates its rules there. An exception of a
+#: receiver rolls the analysis back (the sweep analyses the run again).
+analysis_stored = Signal()
 
 CHECKED = ("ok", "object_missing", "size_mismatch", "digest_mismatch", "storage_unverified",
            "object_outside_locations")
@@ -236,7 +242,8 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
             ledger = recovery.Ledger()
         absorb_new(run, ledger, since, target_seq)
         run.refresh_from_db()
-        outcome = recovery.analyze(load_input(run), now, ledger=ledger)
+        outcome = recovery.analyze(load_input(run), now, ledger=ledger,
+                                   settle_seconds=settings.RECOVERYDASH_SETTLE_S)
         result = outcome.to_dict()
         state = ledger.to_bytes()
     except _INPUT_ERRORS as exc:
@@ -259,6 +266,10 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
         analysis.error, analysis.error_at, analysis.error_seq = "", None, -1
         analysis.save()
         _store_generation_statuses(run, result)
+        # Receivers (the alert rules, ``alerts.evaluation.evaluate_stored``) run in this
+        # transaction, under the Analysis row's lock: readers see the new ingest_seq (and
+        # ``pending_analysis`` false) only together with the alerts of this analysis.
+        analysis_stored.send(sender=Analysis, run=run, analysis=analysis)
     return analysis, outcome
 
 

@@ -117,6 +117,25 @@ def test_it_copies_the_latest_attempts_contract_to_the_run(client, ingest_token)
     assert Run.objects.get().contract == {"max_omission_samples": 5}
 
 
+def test_it_keeps_a_contract_edited_in_the_dashboard_until_a_later_attempt_declares_one(
+        client, ingest_token):
+    from recoverydash.dashboard.actions import save_contract
+    start = dict(world_size=2, dataset_version="v")
+    post(client, ingest_token, [event("attempt_started", "s1r0", attempt=1, rank=0,
+                                      contract={"max_replay_samples": 1}, **start)])
+    save_contract(Run.objects.get(), {"max_replay_samples": 64})
+    # more events of attempt 1, among them rank 1's copy of its attempt_started
+    post(client, ingest_token, [update("u", 1, attempt=1),
+                                event("attempt_started", "s1r1", attempt=1, rank=1,
+                                      contract={"max_replay_samples": 1}, **start),
+                                event("attempt_started", "s0", attempt=0,
+                                      contract={"max_replay_samples": 0}, **start)])
+    assert Run.objects.get().contract == {"max_replay_samples": 64}
+    post(client, ingest_token, [event("attempt_started", "s2", attempt=2,
+                                      contract={"max_omission_samples": 5}, **start)])
+    assert Run.objects.get().contract == {"max_omission_samples": 5}
+
+
 def test_it_keeps_the_furthest_fetched_cursor_per_stratum_and_epoch(client, ingest_token):
     def hb(eid, *cursors):
         return event("heartbeat", eid, update=1, rank=0, fetched=[

@@ -62,11 +62,27 @@ class Model:
         declared = source.get("update") or 0
         gid = source.get("generation_id")
         gen = self.generations.get(gid)
-        if gen is not None and gen.attempt < k:
+        writer = self.writer(gen) if gen is not None else None
+        if gen is not None and writer < k:
             u = gen.manifests[0]["update"] if gen.manifests else gen.update
-            return ("generation", declared if u is None else u, gen.attempt, declared,
+            return ("generation", declared if u is None else u, writer, declared,
                     source.get("cursor") or [], gid)
         return ("untracked", declared, None, declared, source.get("cursor") or [], gid)
+
+    def writer(self, gen):
+        """Refinement (writer of a generation): the manifest's attempt, else the attempt that
+        started or wrote a shard of it, else the newest attempt at or below the reporting one
+        that committed the generation's update."""
+        named = gen.manifests[0].get("attempt") if gen.manifests else None
+        if type(named) is int and named in self.attempts:
+            return named
+        if gen.started_at is not None or gen.shards:
+            return gen.attempt
+        u = gen.manifests[0]["update"] if gen.manifests else gen.update
+        if type(u) is not int or u <= 0:
+            return gen.attempt
+        holders = [a for a, us in self.updates.items() if a <= gen.attempt and u in us]
+        return max(holders) if holders else gen.attempt
 
     def lineage(self, k, cap=None):
         """[(attempt, after, upto)] newest first, and the pre-tracking cursors."""
@@ -384,7 +400,7 @@ class Model:
         return {"attempt": k, "resumed_from": gid, "resumed_update": U,
                 "expected_cursor": self.cursor(parent), "resume_cursor": resume_cursor,
                 "replayed": replayed, "omitted": omitted, "recomputed": recomputed,
-                "lost_updates": 0 if kind == "untracked" else max(0, last - U),
+                "lost_updates": 0 if kind == "untracked" and declared is None else max(0, last - U),
                 "verdict": verdict, "codes": codes}
 
     def restarts(self):

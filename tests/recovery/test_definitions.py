@@ -343,14 +343,16 @@ def unknown_start_run(resumed_from=None, started=False):
 ])
 def test_an_unknown_lineage_root_is_charged_with_no_omission(resumed_from, started):
     """docs/definitions.md#unknown-lineage-root: behind where an unknown root starts, nothing is
-    known: attempt 1 starting at 40 is unverified, with no omission (restart nor strata) and no lost
-    updates against attempt 0, which it cannot be tied to."""
+    known: attempt 1 starting at 40 is unverified, with no omission (restart nor strata); its lost
+    updates are attempt 0's last update (10) minus the U it declares (0), none without an
+    attempt_started (docs/definitions.md#lost-updates-from-an-untracked-state)."""
     analysis = analyze(unknown_start_run(resumed_from, started), now=200.0)
     restart = analysis.restarts[0]
     codes = {f.code for f in restart.findings}
     assert restart.verdict == "unverified"
     assert "resumed_from_unknown" in codes and not codes & {"omission", "replay"}
-    assert (restart.omitted, restart.replayed, restart.lost_updates) == (0, 0, 0)
+    assert (restart.omitted, restart.replayed) == (0, 0)
+    assert restart.lost_updates == (10 if started else 0)
     assert restart.lost_seconds is None
     row = analysis.strata[0]
     assert (row.consumed, row.duplicates, row.omissions) == (20, 0, 0)
