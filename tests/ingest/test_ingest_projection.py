@@ -119,7 +119,7 @@ def test_it_copies_the_latest_attempts_contract_to_the_run(client, ingest_token)
 
 def test_it_keeps_a_contract_edited_in_the_dashboard_until_a_later_attempt_declares_one(
         client, ingest_token):
-    from recoverydash.dashboard.actions import save_contract
+    from recoverydash.runs.contracts import save_contract
     start = dict(world_size=2, dataset_version="v")
     post(client, ingest_token, [event("attempt_started", "s1r0", attempt=1, rank=0,
                                       contract={"max_replay_samples": 1}, **start)])
