@@ -69,10 +69,19 @@ def sweep_runs() -> None:
 
 @shared_task(name="workers.tasks.evaluate_all_alerts", **RETRY)
 def evaluate_all_alerts() -> None:
-    """Evaluate time-based alert rules of every analysed run and send what flipped."""
+    """Evaluate time-based alert rules of every analysed run not ended: one
+    ``evaluate_alerts_chunk`` task per chunk of runs, every run reached each cycle."""
     from recoverydash.alerts.evaluation import evaluate_all
 
     evaluate_all()
+
+
+@shared_task(name="workers.tasks.evaluate_alerts_chunk", **RETRY)
+def evaluate_alerts_chunk(run_pks: list[int], refresh_pks: list[int]) -> None:
+    """Evaluate the alert rules of a chunk of runs (analysing ``refresh_pks`` again first)."""
+    from recoverydash.alerts.evaluation import evaluate_chunk
+
+    evaluate_chunk(run_pks, refresh_pks)
 
 
 @shared_task(name="workers.tasks.deliver_due", **RETRY)

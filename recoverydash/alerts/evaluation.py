@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -18,7 +19,7 @@ from recoverydash.alerts.delivery import process_flips
 from recoverydash.alerts.rules import evaluate_run
 from recoverydash.runs.analysis import AnalysisFailed, analyze, analyze_queued
 from recoverydash.runs.models import Analysis, Run
-from recoverydash.runs.queue import DELIVER_WEBHOOK, enqueue
+from recoverydash.runs.queue import DELIVER_WEBHOOK, EVALUATE_ALERTS_CHUNK, enqueue
 
 log = logging.getLogger(__name__)
 
@@ -54,18 +55,48 @@ def notify(run: Run) -> None:
         _deliver()
 
 
-def evaluate_all(limit: int = 2000, refresh_after_s: float = 60.0) -> int:
+def evaluate_all(chunk: int = 200, refresh_after_s: float = 60.0,
+                 refresh_budget: int = 500) -> int:
     """Periodic: evaluate the alert rules of every run that has not ended (the time-based ones,
-    ``checkpoint_stale`` and ``run_silent``, change without new events). A run whose analysis is
-    older than ``refresh_after_s`` seconds is analysed again first, so its stored health and
-    seconds-since figures follow the clock. At most ``limit`` runs; returns the number of runs
-    evaluated."""
+    ``checkpoint_stale`` and ``run_silent``, change without new events), fanned out in chunks of
+    ``chunk`` runs in primary-key order (one ``evaluate_alerts_chunk`` task each), so every run
+    is reached every cycle whatever the number of runs; nothing is sliced off.
+
+    A run whose analysis is older than ``refresh_after_s`` seconds is analysed again first, so
+    its stored health and seconds-since figures follow the clock; at most ``refresh_budget``
+    per cycle, the oldest analyses first (the rules themselves compare the stored figures with
+    the clock, so a run waiting for its refresh still gets its time-based alerts).
+
+    Returns the number of runs evaluated here (``CELERY_TASK_ALWAYS_EAGER``: the chunks run in
+    this process) or handed to the workers."""
     stale = timezone.now() - timedelta(seconds=refresh_after_s)
+    live = (Analysis.objects.exclude(health="ended"))
+    refresh = set(live.filter(computed_at__lt=stale).order_by("computed_at", "run_id")
+                  .values_list("run_id", flat=True)[:refresh_budget])
+    count, after = 0, 0
+    while True:
+        pks = list(live.filter(run_id__gt=after).order_by("run_id")
+                   .values_list("run_id", flat=True)[:chunk])
+        if not pks:
+            return count
+        after = pks[-1]
+        again = [pk for pk in pks if pk in refresh]
+        if settings.CELERY_TASK_ALWAYS_EAGER:
+            count += evaluate_chunk(pks, again)
+        elif enqueue(EVALUATE_ALERTS_CHUNK, pks, again):
+            count += len(pks)
+
+
+def evaluate_chunk(pks: list[int], refresh: list[int] = ()) -> int:
+    """The ``evaluate_alerts_chunk`` task: evaluate the alert rules of runs ``pks`` (run primary
+    keys), analysing those in ``refresh`` again first unless their inputs were refused since.
+    One run's failure never stops the others. Returns how many were evaluated."""
+    refresh = set(refresh)
     count = 0
-    for run in (Run.objects.select_related("analysis", "project")
-                .filter(analysis__isnull=False).exclude(analysis__health="ended")[:limit]):
+    for run in Run.objects.select_related("analysis", "project").filter(pk__in=pks) \
+            .order_by("pk"):
         try:  # one run's failure must not stop the others' alerts
-            if run.analysis.computed_at < stale and run.analysis.error_seq < run.ingest_seq:
+            if run.pk in refresh and run.analysis.error_seq < run.ingest_seq:
                 analyze(run)
             notify(run)
             count += 1

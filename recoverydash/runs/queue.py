@@ -27,7 +27,12 @@ DELIVER_WEBHOOK = "workers.tasks.deliver_webhook"
 SEND_TEST_WEBHOOK = "workers.tasks.send_test_webhook"
 """Send the test notification a person asked for (args: endpoint pk, webhook id)."""
 
-TASK_NAMES = (ANALYZE_RUN, VERIFY_GENERATION, DELIVER_WEBHOOK, SEND_TEST_WEBHOOK)
+EVALUATE_ALERTS_CHUNK = "workers.tasks.evaluate_alerts_chunk"
+"""Evaluate the alert rules of a chunk of runs (args: run pks, the pks to analyse again
+first), fanned out by the periodic ``evaluate_all_alerts``."""
+
+TASK_NAMES = (ANALYZE_RUN, VERIFY_GENERATION, DELIVER_WEBHOOK, SEND_TEST_WEBHOOK,
+              EVALUATE_ALERTS_CHUNK)
 
 
 def enqueue(task_name: str, *args, countdown: float = 0.0) -> bool:
