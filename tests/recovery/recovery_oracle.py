@@ -18,8 +18,9 @@ def position_of(identity):
 
 
 class Model:
-    def __init__(self, run):
+    def __init__(self, run, now=None, settle=300.0):
         self.run = run
+        self.now, self.settle = now, settle
         self.attempts = {a.attempt: a for a in run.attempts}
         for rec in run.ledger:
             self.attempts.setdefault(rec.attempt, None)
@@ -68,6 +69,30 @@ class Model:
             return ("generation", declared if u is None else u, writer, declared,
                     source.get("cursor") or [], gid)
         return ("untracked", declared, None, declared, source.get("cursor") or [], gid)
+
+    def complete(self, a, u):
+        """Refinement (updates counted once complete): a coordinator's report or world_size
+        distinct data-parallel ranks (any report when the world size is unknown)."""
+        ranks = {r for (aa, uu, r) in self.reports if aa == a and uu == u}
+        size = getattr(self.attempts.get(a), "world_size", None)
+        return None in ranks or not size or len(ranks) >= size
+
+    def settled_top(self, a):
+        """None: every update of ``a`` settled; else the highest settled one (-1: none)."""
+        record = self.attempts.get(a)
+        ups = self.updates.get(a, set())
+        if record is None or not record.world_size or record.ended_at is not None \
+                or a != max(self.attempts) or not ups:
+            return None
+        tops = [u for u in ups if self.complete(a, u)]
+        if self.now is not None:
+            tops += [u for u in ups if self.times[(a, u)] <= self.now - self.settle]
+        top = max(tops, default=-1)
+        return None if top >= max(ups) else top
+
+    def settled(self, a, u):
+        top = self.settled_top(a)
+        return top is None or u <= top
 
     def writer(self, gen):
         """Refinement (writer of a generation): the manifest's attempt, else the attempt that
@@ -206,6 +231,13 @@ class Model:
     # ------------------------------------------------------------------ counting
     def strata(self, k):
         segments, pre = self.lineage(k)
+        capped = []
+        for a, after, upto in segments:  # refinement: only settled updates count
+            top = self.settled_top(a)
+            if top is not None and (upto is None or top < upto):
+                upto = max(top, after)
+            capped.append((a, after, upto))
+        segments = capped
         counts = self.multiset(segments, pre)
         floors = self.floors(k)
         untracked = self.untracked_ids(k)
@@ -365,9 +397,19 @@ class Model:
         committed = any(u > U for u in self.updates.get(k, ()))
         if committed:  # the first update counts once every rank's part of it is in
             first = min(u for u in self.updates[k] if u > U)
-            ranks = {r for (a, u, r) in self.reports if a == k and u == first}
-            size = getattr(self.attempts.get(k), "world_size", None)
-            committed = None in ranks or not size or len(ranks) >= size
+            if not self.complete(k, first):
+                # refinement: decided once settled, omitted beyond the missing part's room
+                committed = self.settled(k, first)
+                if committed:
+                    size = self.attempts[k].world_size
+                    present = {r for (a, u, r) in self.reports if a == k and u == first
+                               and r is not None and r >= 0}
+                    missing = max(len([r for r in range(size) if r not in present]),
+                                  size - len(present))
+                    consumed = sum(len(p) for (a, u, r), keyed in self.reports.items()
+                                   if a == k and u == first for p in keyed.values())
+                    share = -(-consumed // len(present)) if present else 0
+                    omitted = max(0, omitted - missing * share)
         if not committed or kind == "untracked":
             verdict = "unverified"
         elif replayed and omitted:

@@ -77,7 +77,8 @@ def runs(draw, max_attempts=6, max_updates=8):
         attempts.append(attempt)
         t += 1.0
         last = U
-        for update in range(U + 1, U + 1 + draw(st.integers(0, max_updates))):
+        count = draw(st.integers(0, max_updates))
+        for update in range(U + 1, U + 1 + count):
             t += 1.0
             reports = {r: [] for r in range(W)}
             for s in strata:
@@ -106,7 +107,13 @@ def runs(draw, max_attempts=6, max_updates=8):
                 if draw(st.integers(0, 6)) == 0 and s != id_stratum:
                     victim = draw(st.integers(0, W - 1))
                     reports[victim].append(dict(base, ranges=[[pos, pos + 2]]))
+            # a rank's part of an attempt's first update, or of its last, that never arrives
+            lost = draw(st.integers(0, W - 1)) if W > 1 and (
+                update == U + 1 or update == U + count) \
+                and draw(st.integers(0, 4)) == 0 else None
             for r, spans in reports.items():
+                if r == lost:
+                    continue
                 ledger.append(LedgerRecord(k, update, r, t, spans))
                 if draw(st.integers(0, 8)) == 0:
                     ledger.append(LedgerRecord(k, update, r, t + 0.1, list(spans[:1])))

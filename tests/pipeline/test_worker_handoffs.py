@@ -1,6 +1,8 @@
-"""docs/ingest-v1.md#recovery: ``pending_analysis`` turns false only together with the alerts of
-that analysis (they are evaluated in the transaction that stores it), and evaluations of one run
-are serialised on its Analysis row (two of them raced on the open-alert constraint)."""
+"""Hand-offs around the worker's analysis. docs/ingest-v1.md#recovery: ``pending_analysis`` turns
+false only together with the alerts of that analysis (they are evaluated in the transaction that
+stores it), and evaluations of one run are serialised on its Analysis row (two of them raced on
+the open-alert constraint). And what ingest stores reaches the core as the trainer meant it (the
+writer of a generation reported by a later attempt)."""
 
 from __future__ import annotations
 
@@ -75,3 +77,40 @@ def test_it_serialises_concurrent_evaluations_of_one_run(project):
     assert errors == []
     assert Alert.objects.filter(run=run, rule="checkpoint_stale").count() == 1
     assert Analysis.objects.filter(run=run).count() == 1
+
+
+@pytest.mark.django_db
+def test_it_ties_a_restart_to_a_generation_whose_commit_the_next_launch_reported(project):
+    """Through ingest and the worker's analysis: attempt 1 reports the checkpoint_committed of
+    g2 (a manifest it found; attempt 0 died before reporting it) and resumes it. The writer is
+    attempt 0, which committed update 2 (docs/definitions.md#writer-of-a-generation)."""
+    t = timezone.now() - timedelta(minutes=5)
+
+    def at(s):
+        return (t + timedelta(seconds=s)).isoformat()
+
+    def upd(attempt, u, s):
+        return {"event_id": f"u{attempt}-{u}", "type": "update_committed", "run_id": "w",
+                "attempt": attempt, "rank": 0, "time": at(s), "update": u,
+                "spans": [{"stratum": "m", "epoch": 0, "ranges": [[8 * (u - 1), 8 * u]]}]}
+
+    start = {"type": "attempt_started", "run_id": "w", "world_size": 1, "dataset_version": "v"}
+    manifest = {"schema_revision": 1, "generation_id": "g2", "update": 2, "world_size": 1,
+                "required_shards": [], "components": [], "objects": [],
+                "data_progress": {"cursor": [{"stratum": "m", "epoch": 0, "position": 16}]},
+                "dataset_version": "v", "committed_at": at(3)}
+    ingest_batch(project, [dict(start, event_id="s0", attempt=0, time=at(0))]
+                 + [upd(0, u, u) for u in (1, 2, 3)])
+    ingest_batch(project, [
+        dict(start, event_id="s1", attempt=1, time=at(10), resumed_from={
+            "generation_id": "g2", "update": 2, "cursor": manifest["data_progress"]["cursor"]}),
+        {"event_id": "c2", "type": "checkpoint_committed", "run_id": "w", "attempt": 1,
+         "time": at(11), "manifest": manifest}] + [upd(1, u, 10 + u) for u in (3, 4)])
+    run = Run.objects.get(run_id="w")
+    bridge.analyze(run)
+    result = Analysis.objects.get(run=run).result
+    (restart,) = result["restarts"]
+    assert (restart["verdict"], restart["resumed_from"], restart["lost_updates"]) == \
+        ("exact", "g2", 1)
+    assert "resumed_from_unknown" not in {f["code"] for f in restart["findings"]}
+    assert [(g["generation_id"], g["attempt"]) for g in result["generations"]] == [("g2", 0)]
