@@ -72,15 +72,18 @@ def train(args: argparse.Namespace) -> None:
         msd, osd = get_state_dict(model, opt)
         small = rd.load_generation(location, plan["generation_id"],
                                    state={"model": msd, "optimizer": osd}, client=client)
-        set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
-        sched.load_state_dict(small["scheduler"])
-        update, resumed = plan["update"], rd.resumed_from(plan)
-        rec.load_state_dict(small["data_progress"])  # the loader resumes at the saved cursor
+        # small.generation_id is what was loaded: a generation whose files fail the manifest is
+        # reported (restore_failed) and the next restorable one loaded instead.
+        if small.generation_id:
+            set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
+            sched.load_state_dict(small["scheduler"])
+            update, resumed = small.update, small.resumed_from
+            rec.load_state_dict(small["data_progress"])  # the loader resumes at the saved cursor
     rec.start(resumed_from=resumed, global_batch_size=args.micro * args.accum * world,
               micro_batch_size=args.micro, grad_accum_steps=args.accum)
     if rank == 0:
         print(f"attempt {client.attempt}: "
-              + (f"resumed {plan['generation_id']} at update {update} ({plan['source']})"
+              + (f"resumed {resumed['generation_id']} at update {update} ({plan['source']})"
                  if resumed else "fresh start"), flush=True)
 
     epoch, micro = sampler.epoch, 0

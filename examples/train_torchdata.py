@@ -64,15 +64,16 @@ def train(args: argparse.Namespace) -> None:
         msd, osd = get_state_dict(model, opt)
         small = rd.load_generation(args.location, plan["generation_id"],
                                    state={"model": msd, "optimizer": osd}, client=client)
-        set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
-        sched.load_state_dict(small["scheduler"])
-        update, resumed = plan["update"], rd.resumed_from(plan)
-        if args.restore_loader:
-            rec.load_state_dict(small["data_progress"])  # the loader's state: one call
+        if small.generation_id:  # what was loaded (a damaged generation is skipped)
+            set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
+            sched.load_state_dict(small["scheduler"])
+            update, resumed = small.update, small.resumed_from
+            if args.restore_loader:
+                rec.load_state_dict(small["data_progress"])  # the loader's state: one call
     rec.start(resumed_from=resumed, global_batch_size=args.micro * args.accum * world,
               micro_batch_size=args.micro, grad_accum_steps=args.accum)
     if rank == 0:
-        print(f"attempt {client.attempt}: " + (f"resumed {plan['generation_id']} at update "
+        print(f"attempt {client.attempt}: " + (f"resumed {resumed['generation_id']} at update "
                                                f"{update}" if resumed else "fresh start"),
               flush=True)
     micro = 0

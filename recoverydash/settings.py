@@ -332,6 +332,8 @@ RECOVERYDASH_RESTORE_RECHECK_S = envfloat("RECOVERYDASH_RESTORE_RECHECK_S", 2.0)
 # The run page re-checks its restorable generation when it was last verified longer ago.
 RECOVERYDASH_PAGE_RECHECK_S = envfloat("RECOVERYDASH_PAGE_RECHECK_S", 60.0)
 RECOVERYDASH_RUN_SILENT_S = envfloat("RECOVERYDASH_RUN_SILENT_S", 900.0, 1.0)
+# Floor of rank_silent (docs/definitions.md#silence): one rank silent this long at least.
+RECOVERYDASH_RANK_SILENT_FLOOR_S = envfloat("RECOVERYDASH_RANK_SILENT_FLOOR_S", 120.0, 1.0)
 RECOVERYDASH_WEBHOOK_ALLOW_PRIVATE = envbool("RECOVERYDASH_WEBHOOK_ALLOW_PRIVATE", False)
 # Total seconds one webhook delivery may take (resolving, connecting, TLS, sending, reading),
 # and the most of a receiver's answer that is read (the rest is never downloaded).

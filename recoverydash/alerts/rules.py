@@ -9,7 +9,7 @@ Two kinds of rule:
   ``run_silent``) describe the run now: they resolve themselves when the condition clears, and a
   later episode opens a new alert under the same dedup key;
 - *event* rules (``restart_replay``, ``restart_omission``, ``resumed_from_unrestorable``,
-  ``dataset_version_changed``, ``world_size_changed``) describe something that happened at a
+  ``dataset_version_changed``, ``world_size_changed``, ``restore_failed``) describe something that happened at a
   restart: the fact never clears, so the alert stays until a person resolves it, and is never
   opened twice for the same restart.
 
@@ -40,7 +40,17 @@ from recoverydash.alerts.models import Alert, AlertFlip
 from recoverydash.runs.models import Analysis
 # The contract defaults and every figure a rule compares are defined once, in the core.
 from recoverydash.recovery.contract import DEFAULT_CONTRACT, effective_contract
-from recoverydash.recovery.figures import checkpoint_stale, seconds_since_last_restorable
+from recoverydash.recovery.figures import (
+    RANK_SILENT_INTERVALS,
+    RUN_SILENT_INTERVALS,
+    attempt_silent,
+    checkpoint_stale,
+    median_update_interval,
+    reporter_ages,
+    seconds_since_last_restorable,
+    silence_limit,
+    silent_reporters,
+)
 
 __all__ = ["DEFAULT_CONTRACT", "EVENT_RULES", "RULES", "Condition", "Rule", "conditions",
            "contract_of", "duration", "evaluate_run", "group_summary", "rule_info"]
@@ -83,6 +93,12 @@ RULES: dict[str, Rule] = {
                                     "(attempts {subjects})"),
     "world_size_changed": Rule(True, "restart",
                                "{n} restarts changed the world size (attempts {subjects})"),
+    # subjects "attempt:generation" (docs/ingest-v1.md#restore_failed)
+    "restore_failed": Rule(True, "restore", "{n} restores failed{details} ({subjects})"),
+    # subjects the reporters ("<rank>", "c") of the newest attempt (docs/definitions.md#silence)
+    "rank_silent": Rule(subject="rank",
+                        many="{n} ranks stopped reporting while the others keep going "
+                             "(ranks {subjects})"),
 }
 
 EVENT_RULES = tuple(name for name, r in RULES.items() if r.sticky)
@@ -153,17 +169,83 @@ def duration(seconds: float) -> str:
     return f"{secs}s"
 
 
+def restore_failed_conditions(failures: list[dict]) -> list[Condition]:
+    """One ``restore_failed`` condition per attempt and generation that failed to restore
+    (docs/ingest-v1.md#restore_failed). ``failures``: ``{"attempt", "generation_id", "reason",
+    "message", "restored"}`` per reported failure, ``restored`` the generation the attempt restored
+    after it ("" when none: critical, the attempt did not resume what it meant to; else a warning,
+    it fell back to an older generation)."""
+    out: dict[str, Condition] = {}
+    for f in failures:
+        subject = f"{f['attempt']}:{f['generation_id']}"
+        restored = f.get("restored") or ""
+        if restored and restored != f["generation_id"]:
+            severity, then = "warning", f"it restored {restored} instead"
+        else:
+            severity, then = "critical", "it restored nothing"
+        message = (f.get("message") or "")[:300]
+        out.setdefault(subject, Condition(
+            "restore_failed", subject, severity,
+            f"Attempt {f['attempt']} could not restore {f['generation_id']} ({f['reason']}"
+            + (f": {message}" if message else "") + f"); {then}.", detail=f["reason"]))
+    return list(out.values())
+
+
+def silence_conditions(silence: dict | None) -> list[Condition]:
+    """``run_silent`` and ``rank_silent`` of the newest attempt (docs/definitions.md#silence).
+
+    ``silence``: ``{"attempt": int | None, "ended": bool (the attempt sent attempt_ended),
+    "median": the core's median_update_interval of the attempt (seconds) or None, "ages": the
+    core's reporter_ages {reporter: seconds}}``, or None (nothing to say). The limits are the
+    core's ``silence_limit`` with the floors RECOVERYDASH_RUN_SILENT_S and
+    RECOVERYDASH_RANK_SILENT_FLOOR_S. ``rank_silent`` only while the attempt has not ended."""
+    if not silence or not silence.get("ages"):
+        return []
+    out = []
+    ages, median = silence["ages"], silence.get("median")
+    run_floor = float(settings.RECOVERYDASH_RUN_SILENT_S)
+    quiet = attempt_silent(ages, median, run_floor)
+    who = f"attempt {silence['attempt']}" if silence.get("attempt") is not None else "the run"
+    if quiet is not None:
+        limit = silence_limit(median, RUN_SILENT_INTERVALS, run_floor)
+        basis = (f"{RUN_SILENT_INTERVALS} × its median update interval of {duration(median)}, "
+                 f"at least {duration(run_floor)}" if median is not None else "no update "
+                 "interval known yet")
+        found = Condition("run_silent", "", "warning",
+                          f"No event from {who} for {duration(quiet)} (limit {duration(limit)}: "
+                          f"{basis}) while the run has not ended.")
+        out.append(found)
+    elif not silence.get("ended"):
+        rank_floor = float(settings.RECOVERYDASH_RANK_SILENT_FLOOR_S)
+        stopped = silent_reporters(ages, median, rank_floor)
+        limit = silence_limit(median, RANK_SILENT_INTERVALS, rank_floor)
+        for k in sorted(stopped, key=natural_key):
+            name = f"Rank {k}" if k.isdigit() else "The reporter without a rank"
+            out.append(Condition(
+                "rank_silent", k, "warning",
+                f"{name} of {who} sent nothing for {duration(stopped[k])} while "
+                f"{len(ages) - len(stopped)} other reporter(s) keep reporting (limit "
+                f"{duration(limit)}: {RANK_SILENT_INTERVALS} × the median update interval, at "
+                f"least {duration(rank_floor)}). A dead rank usually hangs the job.",
+                detail=who))
+    return out
+
+
 def conditions(result: dict, contract: dict, *, now: datetime, first_event_at: datetime | None,
-               last_received_at: datetime | None, ended: bool) -> list[Condition]:
+               last_received_at: datetime | None, ended: bool,
+               restore_failures: list[dict] | None = None,
+               silence: dict | None = None) -> list[Condition]:
     """Every alert condition that holds for a run now (rule names of
     docs/definitions.md#alert-rules).
 
     ``result``: the recovery core's ``to_dict()``; ``contract``: see ``contract_of``; times are
     aware datetimes (``first_event_at`` is used only for a stored result that predates the core's
     ``first_event_at``). The age compared is the core's ``seconds_since_last_restorable`` and the
-    comparison its ``checkpoint_stale``. Returns conditions sorted by rule and subject.
+    comparison its ``checkpoint_stale``. ``restore_failures``: see ``restore_failed_conditions``;
+    ``silence``: see ``silence_conditions`` (None: the run's ``last_received_at`` alone).
+    Returns conditions sorted by rule and subject.
     """
-    found: list[Condition] = []
+    found: list[Condition] = restore_failed_conditions(restore_failures or [])
     max_age = float(contract["max_checkpoint_age_s"])
     generations = result.get("generations", [])
     restorable_updates = [g["update"] for g in generations if g["status"] == "restorable"]
@@ -177,12 +259,10 @@ def conditions(result: dict, contract: dict, *, now: datetime, first_event_at: d
                 "checkpoint_stale", "", "critical" if age > 2 * max_age else "warning",
                 f"No restorable checkpoint for {duration(age)} (limit {duration(max_age)}); "
                 f"{where}."))
-        silent_after = settings.RECOVERYDASH_RUN_SILENT_S
-        if last_received_at and (now - last_received_at).total_seconds() > silent_after:
-            found.append(Condition(
-                "run_silent", "", "warning",
-                f"No event received for {duration((now - last_received_at).total_seconds())} "
-                f"(limit {duration(silent_after)}) while the run has not ended."))
+        if silence is None and last_received_at:  # no attempt row: the run's last event
+            silence = {"attempt": None, "ended": False, "median": None,
+                       "ages": {"run": max(0.0, (now - last_received_at).total_seconds())}}
+        found += silence_conditions(silence)
     finished = [g for g in generations if g["status"] in ("restorable", "rejected")]
     if finished and not last:
         elsewhere = [g["generation_id"] for g in generations if g["status"] == "restorable"]
@@ -247,6 +327,43 @@ def _worst(items: list[dict]) -> str:
     return max((i["severity"] for i in items), key=SEVERITIES.index)
 
 
+def restore_failures_of(run) -> list[dict]:
+    """The run's reported restore failures (``Attempt.restore_failures``) in the shape
+    ``restore_failed_conditions`` takes."""
+    out = []
+    for a in run.attempts.only("attempt", "restore_failures", "restore_generation_id") \
+            .order_by("attempt"):
+        for f in a.restore_failures or []:
+            out.append({"attempt": a.attempt, "generation_id": f["generation_id"],
+                        "reason": f["reason"], "message": f.get("message") or "",
+                        "restored": a.restore_generation_id})
+    return out
+
+
+#: Updates read for the median update interval of the live attempt (the newest ones).
+MEDIAN_WINDOW_UPDATES = 100
+
+
+def silence_of(run, now: datetime) -> dict | None:
+    """What ``silence_conditions`` needs of the run's newest attempt: its reporters' ages (the
+    core's ``reporter_ages`` of ``Attempt.rank_seen_at`` at ``now``) and the core's
+    ``median_update_interval`` of its newest ``MEDIAN_WINDOW_UPDATES`` committed updates (each at
+    the time of its last rank's report). None without an attempt that reported."""
+    from django.db.models import Max
+
+    from recoverydash.runs.models import LedgerRow
+
+    live = run.attempts.order_by("-attempt").first()
+    if live is None or not live.rank_seen_at:
+        return None
+    times = (LedgerRow.objects.filter(run=run, attempt=live.attempt,
+                                      update__gt=live.last_update - MEDIAN_WINDOW_UPDATES - 1)
+             .values("update").annotate(t=Max("time")).values_list("update", "t"))
+    return {"attempt": live.attempt, "ended": live.ended_at is not None,
+            "median": median_update_interval([(u, t.timestamp()) for u, t in times]),
+            "ages": reporter_ages(live.rank_seen_at, now)}
+
+
 def evaluate_run(run, now: datetime | None = None) -> list[AlertFlip]:
     """Open, keep or resolve the run's alerts from its stored analysis; returns the new flips.
 
@@ -272,7 +389,9 @@ def evaluate_run(run, now: datetime | None = None) -> list[AlertFlip]:
         ended = analysis.result.get("health") == "ended"
         holding = conditions(analysis.result, contract_of(run), now=now,
                              first_event_at=run.first_event_at,
-                             last_received_at=run.last_received_at, ended=ended)
+                             last_received_at=run.last_received_at, ended=ended,
+                             restore_failures=restore_failures_of(run),
+                             silence=silence_of(run, now))
         groups: dict[str, list[Condition]] = {}
         for c in holding:
             groups.setdefault(c.rule, []).append(c)

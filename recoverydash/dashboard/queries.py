@@ -21,7 +21,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from recoverydash.alerts.models import Alert, Delivery, WebhookEndpoint
-from recoverydash.alerts.rules import contract_of
+from recoverydash.alerts.rules import contract_of, silence_of
 from recoverydash.recovery.figures import (checkpoint_stale, logger_rewind_update,
                                            seconds_since_last_restorable)
 from recoverydash.recovery.restarts import cursor_gaps
@@ -139,8 +139,10 @@ class FleetRow:
 
     @property
     def over_limit(self) -> bool:
-        """The core's ``checkpoint_stale`` (the alert rule's comparison)."""
-        return checkpoint_stale(self.seconds_since_restorable, self.limit_s)
+        """The core's ``checkpoint_stale`` (the alert rule's comparison; never for an ended
+        run)."""
+        return checkpoint_stale(self.seconds_since_restorable, self.limit_s,
+                                ended=self.health == "ended")
 
     @property
     def logger_rewind_update(self) -> int | None:
@@ -352,15 +354,54 @@ class RunSummary:
     recent_generations: list = field(default_factory=list)
     attempts: list = field(default_factory=list)
     alerts: list = field(default_factory=list)
+    silence: dict | None = None   # alerts.rules.silence_of the newest attempt at the page's now
+
+    @property
+    def ended_at(self):
+        """When the run ended (the core's ``run_ended_at``, stored as ``ended_at``), None while
+        it has not."""
+        return (self.analysis or {}).get("r_ended_at") if self.health == "ended" else None
+
+    @property
+    def reporters(self) -> list:
+        """Per reporter of the newest attempt while it runs: ``{"name": "rank 3" | "no rank",
+        "age": seconds since its last event (the core's reporter_ages), "silent": bool (the
+        core's silent_reporters / attempt_silent, the rank_silent and run_silent rules' own
+        test)}``, ranks in order. Empty once the attempt ended."""
+        from django.conf import settings
+
+        from recoverydash.recovery.figures import attempt_silent, silent_reporters
+
+        sil = self.silence
+        if not sil or sil.get("ended") or self.health == "ended":
+            return []
+        ages, median = sil["ages"], sil.get("median")
+        silent = set(silent_reporters(ages, median, settings.RECOVERYDASH_RANK_SILENT_FLOOR_S))
+        if attempt_silent(ages, median, settings.RECOVERYDASH_RUN_SILENT_S) is not None:
+            silent = set(ages)
+        keys = sorted(ages, key=lambda k: (not k.isdigit(), int(k) if k.isdigit() else 0))
+        return [{"name": f"rank {k}" if k.isdigit() else "no rank", "age": ages[k],
+                 "silent": k in silent} for k in keys]
 
     @property
     def last_restart(self) -> dict | None:
         return self.restarts[-1] if self.restarts else None
 
     @property
+    def failed_restore(self):
+        """The newest attempt whose restore failed with nothing restored after it
+        (docs/ingest-v1.md#restore_failed) when it is newer than the last restart analysed (an
+        attempt that died loading shows here, not the older restart's verdict), else None."""
+        after = (self.last_restart or {}).get("attempt", -1)
+        failed = [a for a in self.attempts if a.restore_failed and a.attempt > after]
+        return failed[-1] if failed else None
+
+    @property
     def over_limit(self) -> bool:
-        """The core's ``checkpoint_stale`` (the alert rule's comparison)."""
-        return checkpoint_stale(self.seconds_since_restorable, self.limit_s)
+        """The core's ``checkpoint_stale`` (the alert rule's comparison; never for an ended
+        run)."""
+        return checkpoint_stale(self.seconds_since_restorable, self.limit_s,
+                                ended=self.health == "ended")
 
     @property
     def logger_rewind_update(self) -> int | None:
@@ -409,6 +450,7 @@ def run_summary(run, now: datetime | None = None) -> RunSummary:
     summary.recent_generations = list(gens.order_by("-update", "-pk")[:12])
     summary.attempts = list(Attempt.objects.filter(run=run).order_by("attempt"))
     summary.alerts = list(run.alerts.exclude(state="resolved").order_by("-opened_at")[:20])
+    summary.silence = silence_of(run, now)
     return summary
 
 

@@ -156,10 +156,12 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
         small = load_generation(cfg["location"], sel.generation_id,
                                 state={"model": msd, "optimizer": osd}, client=client,
                                 **io_kw)
+        if small.generation_id is None:
+            raise RuntimeError("nothing restorable")
         set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
         sched.load_state_dict(small["scheduler"])
-        update = sel.update
-        cursor = [dict(c) for c in sel.cursor]
+        update = small.update
+        cursor = [dict(c) for c in small.cursor]
         if cfg["resume"] == "read_cursor":      # the bug: the loader's own (read) position
             with open(cfg["loader_state"]) as f:
                 cursor = json.load(f)["fetched"]
@@ -168,7 +170,7 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
             cursor = [{**c, "position": max(0, c["position"] - gb)} for c in cursor]
         if cfg["resume"] != "not_restored":  # the bug: nothing tells the loader where it was
             positions.resume_at(cursor)
-        start_from = resumed_from({"generation_id": sel.generation_id, "update": update,
+        start_from = resumed_from({"generation_id": small.generation_id, "update": update,
                                    "cursor": cursor})
     rec.start(resumed_from=start_from, global_batch_size=cfg["micro"] * accum * world,
               micro_batch_size=cfg["micro"], grad_accum_steps=accum)

@@ -91,7 +91,7 @@ def ingest_batch(token: ApiToken | Project, events: Sequence[ValidEvent | dict])
             _stamp(runs, fresh)
             _insert_events(runs, fresh, now)
         touched = {ev.model.run_id for ev in fresh}
-        projection = _Projection(runs)
+        projection = _Projection(runs, now)
         for ev in fresh:
             projection.add(ev)
         projection.flush()
@@ -276,8 +276,10 @@ _LEDGER_COLUMNS = ("run_id", "attempt", "update", "rank", "time", "spans", "samp
 class _Projection:
     """Projects new events into the typed tables, batching writes; call :meth:`flush` once."""
 
-    def __init__(self, runs: dict[str, Run]):
+    def __init__(self, runs: dict[str, Run], now=None):
         self.runs = runs
+        self.now = now
+        self.seen: set[tuple[int, int, int | None]] = set()
         self.by_pk = {r.pk: r for r in runs.values()}
         self.attempts: dict[tuple[int, int], Attempt] = {
             (a.run_id, a.attempt): a for a in Attempt.objects.filter(run__in=list(self.by_pk))}
@@ -305,6 +307,9 @@ class _Projection:
         att = self.attempt(run, m.attempt)
         if att.last_event_at is None or m.time > att.last_event_at:
             att.last_event_at = m.time
+        if self.now is not None and (run.pk, m.attempt, m.rank) not in self.seen:
+            self.seen.add((run.pk, m.attempt, m.rank))
+            att.note_rank_seen(m.rank, self.now)
         kind = m.type
         if kind == "update_committed":
             key = (run.pk, m.attempt, m.update, GLOBAL_RANK if m.rank is None else m.rank)
@@ -360,6 +365,8 @@ class _Projection:
             att.restore_generation_id = m.generation_id
             att.restore_seconds = float(m.seconds)
             att.restored_at = m.time
+        elif kind == "restore_failed":
+            att.note_restore_failure(m.generation_id, m.reason, m.message or "", m.time, m.rank)
         elif kind == "audit_window":
             self.audit.append(AuditWindow(run=run, attempt=m.attempt, update=m.update,
                                           rank=m.rank, accum_slot=m.accum_slot,

@@ -97,7 +97,8 @@ class RecoveryOut(Schema):
     pending_analysis: bool = Field(description="true while ingested events are not yet "
                                                "reflected below")
     analysis_computed_at: Optional[str] = Field(None, description="when the analysis ran")
-    health: Literal["ok", "at_risk", "failing", "ended"]
+    health: Literal["ok", "at_risk", "failing", "ended", "unknown"] = Field(
+        description="docs/definitions.md#health; unknown while no analysis of the run exists")
     last_restorable: Optional[LastRestorableOut]
     seconds_since_last_restorable: Optional[float] = Field(
         description="now minus committed_at of the newest restorable generation of the live "
@@ -164,7 +165,7 @@ def recovery_view(run: Run) -> dict:
         "run_id": run.run_id,
         "pending_analysis": analysis is None or analysis.ingest_seq < run.ingest_seq,
         "analysis_computed_at": analysis.computed_at.isoformat() if analysis else None,
-        "health": result.get("health", "ok"),
+        "health": result.get("health") or "unknown",
         "last_restorable": result.get("last_restorable"),
         "seconds_since_last_restorable": seconds_since_last_restorable(
             result, now, run.first_event_at),

@@ -353,6 +353,17 @@ class RestoreCompleted(EventBase):
     seconds: NonNegNumber
 
 
+# Extension (docs/ingest-v1.md#restore_failed): a restore that did not complete.
+RESTORE_FAILURE_REASONS = ("object_damaged", "load_error", "nothing_restorable")
+
+
+class RestoreFailed(EventBase):
+    type: Literal["restore_failed"]
+    generation_id: Ident
+    reason: Literal["object_damaged", "load_error", "nothing_restorable"]
+    message: Optional[Annotated[str, Strict(), Field(max_length=2000)]] = None
+
+
 class AttemptEnded(EventBase):
     type: Literal["attempt_ended"]
     reason: Literal["completed", "failed", "preempted", "cancelled"]
@@ -370,7 +381,7 @@ class AuditWindow(EventBase):
 
 
 EVENT_MODELS = (AttemptStarted, UpdateCommitted, Heartbeat, CheckpointStarted, ShardWritten,
-                CheckpointCommitted, RestoreCompleted, AttemptEnded, AuditWindow)
+                CheckpointCommitted, RestoreCompleted, RestoreFailed, AttemptEnded, AuditWindow)
 EVENT_TYPES = tuple(m.model_fields["type"].annotation.__args__[0] for m in EVENT_MODELS)
 
 AnyEvent = Annotated[Union[EVENT_MODELS], Field(discriminator="type")]  # type: ignore[valid-type]

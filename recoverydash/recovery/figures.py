@@ -6,7 +6,8 @@ Times are POSIX seconds (UTC) unless a docstring says otherwise.
 
 Figures: :func:`last_restorable`, :func:`seconds_since_last_restorable`,
 :func:`checkpoint_stale`, :func:`updates_at_risk`, :func:`health`, :func:`run_ended_at`,
-:func:`logger_rewind_update`.
+:func:`logger_rewind_update`, :func:`median_update_interval`, :func:`reporter_ages`,
+:func:`silence_limit`, :func:`silent_reporters`, :func:`attempt_silent`.
 Chart series: :func:`tslrc_sawtooth`, :func:`committed_frontier`, :func:`fetched_cursor`.
 Per-restart figures are in :mod:`.restarts`, per-stratum counts in :mod:`.counting`, costs in
 :mod:`.costs`, generation statuses in :mod:`.generations`.
@@ -102,12 +103,88 @@ def seconds_since_last_restorable(analysis, now, first_event_at=None) -> float |
     return max(0.0, end - since)
 
 
-def checkpoint_stale(seconds: float | None, max_checkpoint_age_s: float) -> bool:
+def checkpoint_stale(seconds: float | None, max_checkpoint_age_s: float,
+                     ended: bool = False) -> bool:
     """docs/definitions.md#seconds-since-last-restorable: the seconds since the last restorable
     generation (:func:`seconds_since_last_restorable`) exceed the contract's
     ``max_checkpoint_age_s`` (seconds; a limit of 0 makes every second stale). False when the
-    seconds are unknown."""
-    return seconds is not None and seconds > float(max_checkpoint_age_s)
+    seconds are unknown, and for a run that ended (``ended``: health ``ended``, see
+    :func:`run_ended_at`): nothing more can be lost, so it never ages into staleness."""
+    return not ended and seconds is not None and seconds > float(max_checkpoint_age_s)
+
+
+#: ``run_silent``: the attempt is silent after this many median update intervals ...
+RUN_SILENT_INTERVALS = 3
+#: ... and never before this many seconds (the floor; RECOVERYDASH_RUN_SILENT_S overrides it).
+RUN_SILENT_FLOOR_S = 900.0
+#: ``rank_silent``: one reporter is silent after this many median update intervals ...
+RANK_SILENT_INTERVALS = 5
+#: ... and never before this many seconds (RECOVERYDASH_RANK_SILENT_FLOOR_S overrides it).
+RANK_SILENT_FLOOR_S = 120.0
+
+
+def median_update_interval(update_times) -> float | None:
+    """docs/definitions.md#median-update-interval, in seconds: the median, over consecutive
+    committed updates of one attempt in update order, of the time between them divided by how
+    many updates they are apart (a gap of 3 updates in 30 s is 10 s per update); a negative
+    difference (clocks of two machines) counts as 0.
+
+    ``update_times``: ``{update: time}`` or ``[(update, time)]`` (POSIX seconds; the time an
+    update was committed). None with fewer than two updates."""
+    pairs = sorted(update_times.items() if isinstance(update_times, Mapping) else update_times)
+    steps = []
+    for (u0, t0), (u1, t1) in zip(pairs, pairs[1:]):
+        if u1 > u0:
+            steps.append(max(0.0, (t1 - t0) / (u1 - u0)))
+    if not steps:
+        return None
+    steps.sort()
+    mid = len(steps) // 2
+    return steps[mid] if len(steps) % 2 else (steps[mid - 1] + steps[mid]) / 2
+
+
+def reporter_ages(seen_at: Mapping, now) -> dict:
+    """docs/definitions.md#last-event-age: per reporter of an attempt (``"<rank>"``, or ``"c"``
+    for events without a rank), seconds from the last event the server received from it to
+    ``now``, never below 0. ``seen_at``: ``{reporter: time}`` (POSIX seconds, RFC 3339 or aware
+    datetimes, the server's receive clock); ``now`` likewise. Keys keep their order."""
+    end = parse_time(now)
+    return {k: max(0.0, end - parse_time(t)) for k, t in seen_at.items() if t is not None}
+
+
+def silence_limit(median_interval: float | None, intervals: float, floor_s: float) -> float:
+    """docs/definitions.md#silence: seconds of silence after which an attempt (``run_silent``)
+    or one of its reporters (``rank_silent``) counts as silent: ``intervals`` times the
+    :func:`median_update_interval`, never below ``floor_s`` (the floor alone when the median is
+    unknown)."""
+    if median_interval is None:
+        return float(floor_s)
+    return max(float(floor_s), intervals * float(median_interval))
+
+
+def attempt_silent(ages: Mapping, median_interval: float | None,
+                   floor_s: float = RUN_SILENT_FLOOR_S) -> float | None:
+    """docs/definitions.md#silence: the seconds the whole attempt has been silent (the youngest
+    of its reporters' :func:`reporter_ages`) when above ``silence_limit(median_interval,
+    RUN_SILENT_INTERVALS, floor_s)``, else None (also None with no reporter)."""
+    if not ages:
+        return None
+    youngest = min(ages.values())
+    limit = silence_limit(median_interval, RUN_SILENT_INTERVALS, floor_s)
+    return youngest if youngest > limit else None
+
+
+def silent_reporters(ages: Mapping, median_interval: float | None,
+                     floor_s: float = RANK_SILENT_FLOOR_S) -> dict:
+    """docs/definitions.md#silence: the reporters of an attempt that stopped while others keep
+    reporting: ``{reporter: age}`` for each whose age is above ``silence_limit(median_interval,
+    RANK_SILENT_INTERVALS, floor_s)`` while some reporter's is not. Empty when every reporter is
+    silent (that is :func:`attempt_silent`) or none is."""
+    limit = silence_limit(median_interval, RANK_SILENT_INTERVALS, floor_s)
+    silent = {k: a for k, a in ages.items() if a > limit}
+    if not silent or len(silent) == len(ages):
+        return {}
+    return silent
 
 
 def updates_at_risk(ledger, lineage, last) -> int:

@@ -220,9 +220,48 @@ class Attempt(models.Model):
     # sdk_quarantined, sdk_lost_updates; docs/ingest-v1.md#heartbeat), per reporting rank:
     # {"<rank or c>": {"dropped": int, "quarantined": int, "updates": [first, last] | None}}.
     sdk_losses = models.JSONField(default=dict, blank=True)
+    # Restores that did not complete (docs/ingest-v1.md#restore_failed), in the order reported:
+    # [{"generation_id", "reason", "message", "time": RFC 3339, "rank": int | None}].
+    restore_failures = models.JSONField(default=list, blank=True)
+    # When the server last received an event of each reporter of this attempt (its clock, not
+    # the trainer's): {"<rank>" or "c" (no rank): RFC 3339}; figures.reporter_ages reads it.
+    rank_seen_at = models.JSONField(default=dict, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "attempt"], name="uniq_attempt")]
+
+    def note_rank_seen(self, rank: int | None, received_at) -> None:
+        """Record that an event of ``rank`` (None: a reporter without a rank) arrived at
+        ``received_at`` (an aware datetime; only a later time replaces the kept one)."""
+        key = "c" if rank is None else str(rank)
+        value = received_at.isoformat()
+        kept = (self.rank_seen_at or {}).get(key)
+        if kept is None or kept < value:
+            self.rank_seen_at = {**(self.rank_seen_at or {}), key: value}
+
+    def note_restore_failure(self, generation_id: str, reason: str, message: str, time,
+                             rank: int | None) -> None:
+        """Record one ``restore_failed`` (the same generation, reason and rank once: a
+        resend of the event changes nothing)."""
+        entry = {"generation_id": generation_id, "reason": reason, "message": message,
+                 "time": time.isoformat(), "rank": rank}
+        same = [f for f in self.restore_failures or []
+                if (f["generation_id"], f["reason"], f.get("rank")) == (generation_id, reason, rank)]
+        if not same:
+            self.restore_failures = [*(self.restore_failures or []), entry]
+
+    @property
+    def restore_failed(self) -> bool:
+        """True when a restore failed and no later ``restore_completed`` of this attempt came:
+        the attempt did not restore anything it meant to."""
+        failures = self.restore_failures or []
+        if not failures:
+            return False
+        if self.restored_at is None:
+            return True
+        from datetime import datetime
+
+        return max(datetime.fromisoformat(f["time"]) for f in failures) > self.restored_at
 
     def note_sdk_losses(self, rank: int | None, dropped: int | None, quarantined: int | None,
                         updates: list | None) -> bool:

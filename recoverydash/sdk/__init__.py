@@ -42,8 +42,11 @@ or damaged object rejects its generation.
 
 Needs only the base install (``pip install recoverydash``: pyroaring), no Django, no Celery;
 ``[s3]`` adds boto3 for ``s3://`` locations; torch is imported only by the torch helpers.
-Nothing here raises into or blocks the training loop (``load_generation`` excepted: a restore that
-fails must stop the job). Command line: ``python -m recoverydash.sdk check LOCATION`` (storage only:
+Nothing here raises into or blocks the training loop. ``load_generation`` checks every object
+against the manifest before loading; a generation that fails is reported (``restore_failed``) and
+the next restorable one is loaded instead (its ``.generation_id`` / ``.update`` /
+``.resumed_from`` say which); it raises ``RestoreError`` only when a load had begun writing into
+the state and nothing was left to load. Command line: ``python -m recoverydash.sdk check LOCATION`` (storage only:
 the data ledger, hence ``data_cursor_mismatch`` and ``stale_state``, needs the server).
 """
 
@@ -52,6 +55,8 @@ from recoverydash.sdk.checkpoint import (
     DEFAULT_REQUIRED_COMPONENTS,
     GenerationCheck,
     PublishResult,
+    RestoreError,
+    Restored,
     Selection,
     load_generation,
     make_generation_id,
@@ -111,6 +116,8 @@ __all__ = [
     "ObservedRecorder",
     "PositionSampler",
     "PublishResult",
+    "RestoreError",
+    "Restored",
     "Selection",
     "SkipFirst",
     "TransientStorageError",

@@ -66,8 +66,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from recoverydash.recovery.contract import DEFAULT_REQUIRED_COMPONENTS as _CORE_COMPONENTS
-from recoverydash.sdk.client import Client, now_rfc3339
+from recoverydash.sdk.client import Client, get_client, now_rfc3339
 from recoverydash.storage import objects as storage
+from recoverydash.storage import paths
 from recoverydash.storage.objects import (
     DEFAULT_FULL_HASH_MAX_BYTES,
     StorageError,
@@ -896,49 +897,240 @@ def _manifest_attempt(location: str | None, generation_id: str | None, s3_client
 
 # --- loading ----------------------------------------------------------------------------------------
 
+class Restored(dict):
+    """What ``load_generation`` loaded: this rank's per-rank components as a dict
+    (``{component: value}``, ``data_progress`` among them), and as attributes
+    ``generation_id`` (the generation loaded, None when nothing could be), ``update`` (its update,
+    0 for none), ``cursor`` (its manifest's data cursor), ``attempt`` (the attempt that wrote it,
+    from its manifest) and ``skipped`` (``[{"generation_id", "reason", "message"}]``: the
+    candidates that failed before it, newest first)."""
+
+    def __init__(self, values=(), *, generation_id=None, update=0, cursor=(), attempt=None,
+                 skipped=()):
+        super().__init__(values)
+        self.generation_id = generation_id
+        self.update = int(update or 0)
+        self.cursor = list(cursor or [])
+        self.attempt = attempt
+        self.skipped = list(skipped)
+
+    @property
+    def resumed_from(self) -> dict | None:
+        """The ``resumed_from`` object of ``attempt_started`` for what was loaded (None: a fresh
+        start)."""
+        if self.generation_id is None:
+            return None
+        return {"generation_id": self.generation_id, "update": self.update,
+                "cursor": list(self.cursor)}
+
+
+class RestoreError(RuntimeError):
+    """No candidate could be loaded after a load had begun writing into ``state`` (the state may
+    be partly overwritten, so a fresh start from it would be wrong)."""
+
+
 def load_generation(location: str, generation_id: str, *, state: dict[str, Any],
                     client: Client | None = None, restore_rng: bool = True,
-                    group=None, s3_client=None, staging_dir: str | None = None) -> dict:
-    """Load a generation written by ``save_generation`` (every rank calls it).
+                    group=None, s3_client=None, staging_dir: str | None = None,
+                    full_hash_max_bytes: int = DEFAULT_FULL_HASH_MAX_BYTES,
+                    fallback: bool = True) -> Restored:
+    """Load a generation written by ``save_generation`` (every rank calls it), or, when it
+    fails, the next restorable one.
 
-    location: a folder or an ``s3://bucket/prefix``. From S3, each rank reads the generation's
-    manifest and downloads into a local staging folder (a fresh temporary folder, under
+    location: a folder or an ``s3://bucket/prefix``. Before anything reaches DCP, every object of
+    the generation's manifest is checked against it: on a folder, the file under the generation
+    folder (size, and sha256 where the manifest has one, for objects of at most
+    ``full_hash_max_bytes``; the objects are split between the ranks and the results agreed); from
+    S3, each rank downloads into a local staging folder (a fresh temporary folder, under
     ``staging_dir`` when given, removed afterwards) every object of the DCP components in
-    ``state`` and its own (or rank 0's) per-rank files, checking each download's size and sha256
-    against the manifest, then loads from there as from a folder.
+    ``state`` and its own (or rank 0's) per-rank files, checking each download's size and sha256.
+
+    A candidate whose check fails (``object_damaged``) or whose loading raises (``load_error``)
+    is reported as ``restore_failed`` (docs/ingest-v1.md#restore_failed, by rank 0, flushed
+    within 5 s) and, with ``fallback``, the next candidate is tried: the newest generation
+    ``select_restorable`` finds restorable in storage at or below the failed one's update
+    (rank 0 chooses, every rank follows).
 
     state: the DCP components to load in place, e.g. ``{"model": model_sd, "optimizer":
-    optim_sd}`` (then apply them with ``set_state_dict`` / ``load_state_dict``). Returns this
-    rank's per-rank components: ``{component: value}`` for each ``rank<r>.pt`` (falling back to
-    ``rank0`` when the world size grew), and ``data_progress`` (a dict). Restores the RNG states
-    when ``restore_rng``. Reports ``restore_completed`` with the seconds it took.
-    Raises whatever DCP, torch.load or the download raise: a restore that fails must stop the
-    job."""
-    import torch
+    optim_sd}`` (then apply them with ``set_state_dict`` / ``load_state_dict``). Returns a
+    ``Restored``: this rank's per-rank components (``{component: value}`` for each
+    ``rank<r>.pt``, falling back to ``rank0`` when the world size grew, and ``data_progress``)
+    with the generation actually loaded as ``.generation_id`` / ``.update`` /
+    ``.resumed_from`` (use those, not the plan's, for ``attempt_started``). Restores the RNG
+    states when ``restore_rng``. Reports ``restore_completed`` with the seconds it took.
 
+    When no candidate is left: with ``state`` untouched (every failure was found before
+    loading), an empty ``Restored`` with ``generation_id`` None (a fresh start) after a
+    ``restore_failed`` with reason ``nothing_restorable``; after a load had begun, RestoreError.
+    Never raises otherwise."""
     t0 = time.monotonic()
-    location = resolve_location(location)
-    _, rank, _ = _dist_info(group)
-    if not _is_s3(location):
-        out = _load_dir(os.path.join(_local_path(location), generation_id), state, rank, group)
+    _, rank, world = _dist_info(group)
+    client = client if client is not None else get_client()
+    skipped: list[dict] = []
+    tried: set[str] = set()
+    touched = False
+    try:
+        location = resolve_location(location)
+    except StorageError as e:
+        _report_failure(client, rank, generation_id, "load_error", f"location: {e}")
+        raise RestoreError(f"cannot resolve the location {location!r}: {e}") from e
+    candidate: str | None = generation_id
+    while candidate is not None:
+        tried.add(candidate)
+        manifest = _read_manifest_quietly(location, candidate, s3_client)
+        reason, message = None, ""
+        if not _is_s3(location):
+            problems = _agreed_problems(
+                _local_problems(location, candidate, manifest, rank, world, full_hash_max_bytes),
+                group)
+            if problems:
+                reason, message = "object_damaged", "; ".join(problems[:5])
+        if reason is None:
+            try:
+                out = _load_candidate(location, candidate, state, rank, group, s3_client,
+                                      staging_dir)
+                error = ""
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as e:  # noqa: BLE001 - DCP's CheckpointException is one
+                out, error = None, f"{type(e).__name__}: {e}"[:1000]
+            errors = _agreed_problems([error] if error else [], group)
+            if errors:
+                reason = "object_damaged" if "StorageError" in errors[0] else "load_error"
+                message = "; ".join(errors[:3])
+                touched = touched or reason == "load_error"  # DCP may have written into state
+        if reason is None:
+            break
+        log.error("recoverydash: restoring %s failed (%s): %s", candidate, reason, message)
+        skipped.append({"generation_id": candidate, "reason": reason, "message": message})
+        _report_failure(client, rank, candidate, reason, message)
+        candidate = _next_candidate(location, manifest, tried, world, s3_client, group) \
+            if fallback else None
     else:
-        if s3_client is None:
-            s3_client = storage.make_s3_client()
-        staged = _staging(staging_dir, generation_id, rank, "load")
-        try:
-            _download_generation(location, generation_id, set(state), rank, staged, s3_client)
-            out = _load_dir(staged, state, rank, group)
-        finally:
-            shutil.rmtree(staged, ignore_errors=True)
+        last = skipped[-1]["generation_id"] if skipped else generation_id
+        if touched:
+            raise RestoreError(f"no generation could be loaded: {skipped}")
+        _report_failure(client, rank, last, "nothing_restorable",
+                        f"no restorable generation left after {[s['generation_id'] for s in skipped]}")
+        return Restored(skipped=skipped)
     if restore_rng and isinstance(out.get("rng"), dict):
+        import torch
+
         rng = out["rng"]
         torch.set_rng_state(rng["torch"])
         random.setstate(rng["python"])
         if "cuda" in rng and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
     if client is not None and rank == 0:
-        client.restore_completed(generation_id, round(time.monotonic() - t0, 3))
+        client.restore_completed(candidate, round(time.monotonic() - t0, 3))
+    manifest = manifest or {}
+    attempt = manifest.get("attempt")
+    return Restored(out, generation_id=candidate, update=manifest.get("update") or 0,
+                    cursor=(manifest.get("data_progress") or {}).get("cursor") or [],
+                    attempt=attempt if isinstance(attempt, int) and not isinstance(attempt, bool)
+                    else None, skipped=skipped)
+
+
+def _load_candidate(location: str, generation_id: str, state: dict, rank: int, group, s3_client,
+                    staging_dir: str | None) -> dict:
+    if not _is_s3(location):
+        return _load_dir(os.path.join(_local_path(location), generation_id), state, rank, group)
+    if s3_client is None:
+        s3_client = storage.make_s3_client()
+    staged = _staging(staging_dir, generation_id, rank, "load")
+    try:
+        _download_generation(location, generation_id, set(state), rank, staged, s3_client)
+        return _load_dir(staged, state, rank, group)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+
+
+def _read_manifest_quietly(location: str, generation_id: str, s3_client) -> dict | None:
+    try:
+        return storage.read_manifest(storage.manifest_uri(location, generation_id),
+                                     s3_client=s3_client)
+    except Exception:  # noqa: BLE001 - said by the check that follows
+        return None
+
+
+def _local_problems(location: str, generation_id: str, manifest: dict | None, rank: int,
+                    world: int, full_hash_max_bytes: int) -> list[str]:
+    """What is wrong with this rank's share (every ``world``-th object) of a folder generation's
+    objects, checked where ``load_generation`` reads them: under ``<location>/<generation_id>``
+    (an object URI relative to the generation folder, absolute under the manifest's
+    ``base_uri`` or ``<location>/<generation_id>``, or absolute with a ``/<generation_id>/`` in
+    it, as in a moved or copied folder, is looked up there: those are the files DCP reads;
+    another absolute URI is checked as it stands). One line per failing object."""
+    if manifest is None:
+        return [f"no readable manifest for {generation_id} under {location}"] if rank == 0 else []
+    folder = os.path.join(_local_path(location), generation_id)
+    bases = [b for b in (manifest.get("base_uri"), storage.join_uri(location, generation_id),
+                         storage.join_uri(manifest["location"], generation_id)
+                         if isinstance(manifest.get("location"), str) else None) if b]
+    out = []
+    for i, obj in enumerate(manifest.get("objects") or []):
+        if i % world != rank:
+            continue
+        uri = str(obj.get("uri") or "")
+        try:
+            rel = uri if paths.is_relative(uri) else next(
+                (r for b in bases if (r := paths.rest_under(paths.canonical(uri),
+                                                            paths.canonical(b))) is not None),
+                None)
+            marker = f"/{generation_id}/"
+            if rel is None and marker in uri:  # a moved or copied folder: the same layout here
+                rel = uri[uri.index(marker) + len(marker):]
+            where = storage.file_uri(os.path.join(folder, *rel.split("/"))) if rel else uri
+            check = storage.verify_object(where, int(obj.get("size", -1)), obj.get("sha256"),
+                                          full_hash_max_bytes=full_hash_max_bytes)
+        except Exception as e:  # noqa: BLE001 - an object that cannot be checked is not loaded
+            out.append(f"{uri}: {e}")
+            continue
+        if check.status not in ("ok", "storage_unverified"):
+            out.append(f"{uri}: {check.status} ({check.detail})")
     return out
+
+
+def _agreed_problems(mine: list[str], group) -> list[str]:
+    """Every rank's problem lines (in rank order); without torch.distributed, ``mine``."""
+    dist_on, _, world = _dist_info(group)
+    if not dist_on or world == 1:
+        return list(mine)
+    return [line for lines in _all_gather_json(list(mine), group) for line in lines]
+
+
+def _next_candidate(location: str, failed: dict | None, tried: set, world: int, s3_client,
+                    group) -> str | None:
+    """The newest generation storage finds restorable at or below ``failed``'s update and not
+    tried yet (rank 0 decides; every rank gets its answer), or None."""
+    dist_on, rank, _ = _dist_info(group)
+    chosen = None
+    if rank == 0:
+        ceiling = (failed or {}).get("update")
+        try:
+            sel = select_restorable(location, world_size=world if dist_on else None,
+                                    s3_client=s3_client, verify_all=True)
+            ok = [g for g in sel.generations if g.status == "restorable"
+                  and g.generation_id not in tried
+                  and (not isinstance(ceiling, int) or (g.update or 0) <= ceiling)]
+            chosen = ok[0].generation_id if ok else None
+        except Exception as e:  # noqa: BLE001 - nothing to fall back to
+            log.error("recoverydash: cannot list the generations of %s: %r", location, e)
+    if dist_on:
+        chosen = _all_gather_json(chosen, group)[0]
+    return chosen
+
+
+def _report_failure(client: Client | None, rank: int, generation_id: str, reason: str,
+                    message: str) -> None:
+    """``restore_failed`` from rank 0, flushed (the job may die next)."""
+    if client is None or rank != 0:
+        return
+    try:
+        client.restore_failed(generation_id, reason, message)
+        client.flush(5)
+    except Exception:  # noqa: BLE001 - never raise from reporting
+        log.debug("recoverydash: restore_failed not sent", exc_info=True)
 
 
 def _download_generation(location: str, generation_id: str, dcp_components: set, rank: int,

@@ -550,6 +550,17 @@ class Client:
               **extra}
         return self._emit_typed(ev, f"g:{generation_id}:restored")
 
+    def restore_failed(self, generation_id: str, reason: str, message: str = "",
+                       **extra) -> bool:
+        """``restore_failed`` (docs/ingest-v1.md#restore_failed, an extension): loading
+        ``generation_id`` did not complete. reason: ``object_damaged`` (an object's size or
+        sha256 differs from the manifest), ``load_error`` (loading raised) or
+        ``nothing_restorable`` (no candidate was left). May be sent before ``attempt_started``:
+        the attempt then shows with its failure."""
+        ev = {"type": "restore_failed", "generation_id": generation_id, "reason": reason,
+              "message": (message or "")[:2000] or None, **extra}
+        return self._emit_typed(ev, f"g:{generation_id}:restore_failed:{reason}")
+
     def attempt_ended(self, reason: str, update: int, *, fetched: list[dict] | None = None,
                       message: str | None = None, **extra) -> bool:
         """reason: ``completed``, ``failed``, ``preempted`` or ``cancelled``."""

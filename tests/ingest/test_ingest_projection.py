@@ -205,6 +205,33 @@ def test_it_records_restore_and_end_of_an_attempt(client, ingest_token):
     assert att.fetched == [{"stratum": "main", "epoch": 0, "position": 72}]
 
 
+def test_it_records_a_failed_restore_before_the_attempt_started(client, ingest_token):
+    post(client, ingest_token, [
+        event("restore_failed", "f1", attempt=2, generation_id="g60", reason="object_damaged",
+              message="model/__0_0.distcp: 512 bytes, manifest says 1024",
+              time="2026-11-01T00:00:05Z"),
+        event("restore_failed", "f1b", attempt=2, generation_id="g60", reason="object_damaged",
+              message="resent", time="2026-11-01T00:00:06Z")])
+    att = Attempt.objects.get()
+    assert att.started_at is None and att.restore_failed
+    assert att.restore_failures == [{
+        "generation_id": "g60", "reason": "object_damaged",
+        "message": "model/__0_0.distcp: 512 bytes, manifest says 1024",
+        "time": "2026-11-01T00:00:05+00:00", "rank": None}]
+    post(client, ingest_token, [event("restore_completed", "r", attempt=2, generation_id="g40",
+                                      seconds=3, time="2026-11-01T00:00:09Z")])
+    att.refresh_from_db()
+    assert att.restore_generation_id == "g40" and not att.restore_failed
+
+
+def test_it_refuses_a_restore_failed_without_a_known_reason(client, ingest_token):
+    r = post(client, ingest_token, [event("restore_failed", "f", generation_id="g1",
+                                          reason="oops")])
+    assert r.status_code == 400
+    assert "events[0].reason" in r.content.decode()
+    assert not Attempt.objects.exists()
+
+
 def test_it_stores_audit_windows(client, ingest_token):
     post(client, ingest_token, [event("audit_window", "aw", update=3, rank=1, accum_slot=2,
                                       sample_ids=["x", 7])])

@@ -1,0 +1,21 @@
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ('runs', '0005_storage_confinement'),
+    ]
+
+    operations = [
+        migrations.AddField(
+            model_name='attempt',
+            name='rank_seen_at',
+            field=models.JSONField(blank=True, default=dict),
+        ),
+        migrations.AddField(
+            model_name='attempt',
+            name='restore_failures',
+            field=models.JSONField(blank=True, default=list),
+        ),
+    ]
