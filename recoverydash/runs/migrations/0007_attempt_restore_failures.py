@@ -4,7 +4,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0005_storage_confinement'),
+        ('runs', '0006_heartbeat_seq'),
     ]
 
     operations = [
