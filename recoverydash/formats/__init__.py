@@ -68,7 +68,7 @@ class Check:
 def detect(tree: Tree) -> str | None:
     """The format whose layout the root matches best (``recoverydash`` when it holds our
     manifests), or None."""
-    if any(rel.endswith("/" + MANIFEST_NAME) and rel.count("/") == 1 for rel in tree.files):
+    if any(f"{n}/{MANIFEST_NAME}" in tree.files for n in tree.children()):
         return "recoverydash"
     scores = {name: m.detect(tree) for name, m in ADAPTERS.items()}
     best = max(scores, key=lambda n: scores[n])

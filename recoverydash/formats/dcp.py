@@ -16,6 +16,8 @@ data_progress, ``train_state*`` -> train_state, ``rng*`` -> rng, anything else -
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
+from typing import NamedTuple
 
 from recoverydash.formats.base import Generation, number_in
 from recoverydash.formats.readers import UnreadableFile, read_dcp_metadata
@@ -46,6 +48,86 @@ def component_of(fqn: str) -> str:
         if len(_HEADS) < 4096:
             _HEADS[head] = got
     return got
+
+
+class Summary(NamedTuple):
+    """What a check needs of one ``.metadata``: ``files``, one ``(relative_path, end, shard,
+    component)`` per file its storage items live in, sorted by path (``end``: the furthest
+    ``offset + length`` of its items, the bytes the file must hold; ``shard``: ``rank<r>`` of
+    ``__<r>_<n>.distcp``; ``component``: the component with the most bytes in it), and
+    ``components``, those of every state dict key."""
+
+    files: tuple
+    components: frozenset
+    shards: tuple = ()      # rank0 and every file's shard, by rank number
+    listed: frozenset = frozenset()  # the files' relative paths
+    #: ``(path from the tree's root, shard, component, end)`` per file, then the .metadata's
+    #: own, ready for :meth:`~recoverydash.formats.base.Generation.add_declared`
+    declared: tuple = ()
+
+
+MAX_CACHED_FILES = 1 << 20
+"""Files summarised in the in-process cache of :func:`summary_of` at most (oldest dropped)."""
+_SUMMARIES: OrderedDict = OrderedDict()
+_cached_files = 0
+
+
+def summarise(md) -> Summary:
+    """The :class:`Summary` of a decoded ``.metadata`` (``readers.DcpMetadata``)."""
+    ends: dict[str, int] = {}
+    weight: dict[str, dict[str, int]] = {}
+    for fqn, rel, offset, length in md.items:
+        end = offset + length
+        if end > ends.get(rel, -1):
+            ends[rel] = end
+        c = component_of(fqn)
+        w = weight.get(rel)
+        if w is None:
+            w = weight[rel] = {}
+        w[c] = w.get(c, 0) + length
+    files = []
+    for rel, end in sorted(ends.items()):
+        m = _DISTCP.fullmatch(rel.rsplit("/", 1)[-1])
+        heaviest = max(weight[rel].items(), key=lambda kv: kv[1])[0]
+        files.append((rel, end, f"rank{int(m.group(1))}" if m else "rank0", heaviest))
+    shards = sorted({f[2] for f in files} | {"rank0"}, key=lambda s: int(s[4:]))
+    return Summary(tuple(files), frozenset(component_of(fqn) for fqn in md.fqns),
+                   tuple(shards), frozenset(ends))
+
+
+def summary_of(tree: Tree, marker: str) -> Summary:
+    """The :class:`Summary` of the ``.metadata`` at ``marker`` (relative to the tree's root).
+
+    Decoded once per file version: the summary is kept in process, keyed by the file's URI,
+    size and modification time as listed, so a server listing the same folder every minute (and
+    a check run again) reads and decodes only the ``.metadata`` files that are new or changed.
+    At most :data:`MAX_CACHED_FILES` files are summarised in the cache. Raises UnreadableFile,
+    StorageError."""
+    global _cached_files
+    entry = tree.files[marker]
+    key = (tree.uri(marker), marker, entry.size, entry.mtime)
+    got = _SUMMARIES.get(key)
+    if got is not None:
+        _SUMMARIES.move_to_end(key)
+        return got
+    got = summarise(read_dcp_metadata(tree.read(marker)))
+    prefix = marker[:-len(METADATA)]
+    got = got._replace(declared=tuple((prefix + rel, shard, c, end)
+                                      for rel, end, shard, c in got.files)
+                       + ((marker, "rank0", "model", None),))
+    _SUMMARIES[key] = got
+    _cached_files += len(got.files) + 1
+    while _cached_files > MAX_CACHED_FILES and _SUMMARIES:
+        _, old = _SUMMARIES.popitem(last=False)
+        _cached_files -= len(old.files) + 1
+    return got
+
+
+def clear_cache() -> None:
+    """Forget every cached summary (a benchmark's cold run, tests)."""
+    global _cached_files
+    _SUMMARIES.clear()
+    _cached_files = 0
 
 
 def is_dcp_folder(tree: Tree, folder: str) -> bool:
@@ -88,8 +170,9 @@ def check_folder(tree: Tree, folder: str, generation_id: str, *, fmt: str = NAME
         gen = Generation(fmt, generation_id, folder, update=update_of(generation_id),
                          required_components=list(REQUIRED))
     marker = prefix + METADATA
-    distcp = sorted(n for n in tree.children(folder) if _DISTCP.fullmatch(n))
+    names = tree.children(folder)
     if marker not in tree.files:
+        distcp = [n for n in names if _DISTCP.fullmatch(n)]
         ranks = sorted({int(_DISTCP.fullmatch(n).group(1)) for n in distcp})
         if own:
             gen.uncommitted = (f"no .metadata in {folder or '.'}: {len(distcp)} .distcp file(s) "
@@ -104,35 +187,25 @@ def check_folder(tree: Tree, folder: str, generation_id: str, *, fmt: str = NAME
     if own:
         gen.commit(tree, marker)
     try:
-        md = read_dcp_metadata(tree.read(marker))
+        summary = summary_of(tree, marker)
     except UnreadableFile as e:
         gen.problem(e.code, f"{marker}: {e.detail}")
         return gen
     except StorageError as e:
         gen.problem("storage_unverified", f"{marker}: {e}")
         return gen
-    ends: dict[str, int] = {}
-    weight: dict[str, dict[str, int]] = {}
-    for item in md.items:
-        end = item.offset + item.length
-        if end > ends.get(item.relative_path, -1):
-            ends[item.relative_path] = end
-        c = component or component_of(item.fqn)
-        w = weight.setdefault(item.relative_path, {})
-        w[c] = w.get(c, 0) + item.length
-    for c in {component or component_of(fqn) for fqn in md.fqns}:
+    for c in ({component} if component else summary.components):
         gen.carries(c)
-    ranks = set()
-    for rel, end in sorted(ends.items()):
-        m = _DISTCP.fullmatch(rel.rsplit("/", 1)[-1])
-        shard = f"rank{int(m.group(1))}" if m else "rank0"
-        ranks.add(shard)
-        heaviest = max(weight[rel].items(), key=lambda kv: kv[1])[0]
-        gen.add(tree, prefix + rel, shard, heaviest, declared_size=end)
-    gen.add(tree, marker, "rank0", component or "model")
+    if component is None:
+        gen.add_declared(tree, summary.declared)
+    else:
+        gen.add_declared(tree, [(rel, shard, component, end)
+                                for rel, shard, _, end in summary.declared[:-1]]
+                         + [(marker, "rank0", component, None)])
     if own:
-        gen.required_shards = sorted(ranks | {"rank0"}, key=lambda s: int(s[4:]))
-    unlisted = [n for n in distcp if n not in ends]
+        gen.required_shards = list(summary.shards)
+    listed = summary.listed
+    unlisted = [n for n in names if n not in listed and n != METADATA and _DISTCP.fullmatch(n)]
     if unlisted:
         gen.notes.append(f"{len(unlisted)} .distcp file(s) the metadata does not list (ignored "
                          f"by a load): {', '.join(unlisted[:3])}")

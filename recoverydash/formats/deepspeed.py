@@ -39,7 +39,10 @@ _OPTIM = re.compile(r"((?:bf16_|fp16_)?)zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_s
 
 
 def _is_tag_folder(tree: Tree, folder: str) -> bool:
-    return any(_MODEL.fullmatch(n) or _OPTIM.fullmatch(n) for n in tree.children(folder))
+    names = tree.children(folder)
+    if "_states.pt" not in "\n".join(names):  # one C scan of the folder's names
+        return False
+    return any(_MODEL.fullmatch(n) or _OPTIM.fullmatch(n) for n in names)
 
 
 def detect(tree: Tree) -> int:

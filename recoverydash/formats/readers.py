@@ -98,6 +98,20 @@ class _Plain(Refused):
         self.__dict__["args"] = args
 
 
+class _TupleState(list, Refused):
+    """The stand-in for torch classes whose pickled state is a tuple (they define
+    ``__getstate__``: DCP's ``TensorProperties``): BUILD appends the state to the list, a C call
+    (``list.append``), so the thousands of them in a ``.metadata`` cost no Python frame."""
+
+    __setstate__ = list.append
+
+    def __hash__(self):  # an identity, like the object it stands for
+        return id(self)
+
+    def field(self, name: str, default=None):
+        return default
+
+
 _REFUSED_TYPES: dict[str, type] = {}
 #: torch classes whose pickled state is not a dict (they define ``__getstate__``).
 _TUPLE_STATE = {"torch.distributed.checkpoint.metadata.TensorProperties"}
@@ -106,9 +120,9 @@ _TUPLE_STATE = {"torch.distributed.checkpoint.metadata.TensorProperties"}
 def _refused_type(name: str) -> type:
     t = _REFUSED_TYPES.get(name)
     if t is None:
-        plain = (name.startswith(("torch.distributed.checkpoint.", "pathlib."))
-                 or name == "torch.Size") and name not in _TUPLE_STATE
-        t = type("Refused", (_Plain if plain else _General,), {"name": name})
+        base = _TupleState if name in _TUPLE_STATE else _Plain if name.startswith(
+            ("torch.distributed.checkpoint.", "pathlib.")) or name == "torch.Size" else _General
+        t = type("Refused", (base,), {"name": name})
         _REFUSED_TYPES[name] = t
     return t
 
@@ -199,6 +213,12 @@ _TORCH_WHITELIST = {
     ("builtins", "list"): list,
     ("builtins", "dict"): dict,
     ("__builtin__", "set"): set,
+    # Reduced by a C builtin, so a .metadata's many sizes and tensor properties run no Python
+    # frame: torch.Size((64, 64)) is the tuple (64, 64), a layout its name, a DCP memory
+    # format encoding its number.
+    ("torch", "Size"): tuple,
+    ("torch.serialization", "_get_layout"): str,
+    ("torch.distributed.checkpoint.metadata", "_MEM_FORMAT_ENCODING"): int,
 }
 
 _DTYPE_NAMES = {

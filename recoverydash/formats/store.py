@@ -39,9 +39,11 @@ class Tree:
         self.scheme = p.scheme
         self._s3 = s3_client
         self._links: set = set()
+        self._children: dict[str, list[str]] | None = None
         if p.scheme == "file":
             self._path = p.path
-            self.files = _list_local(p.path, self._links)
+            self._children = {}
+            self.files = _list_local(p.path, self._links, self._children)
         elif p.scheme == "s3":
             self._bucket, self._prefix = p.bucket, p.key.strip("/")
             if self._s3 is None:
@@ -49,7 +51,6 @@ class Tree:
             self.files = _list_s3(self._s3, self._bucket, self._prefix)
         else:
             raise PermanentStorageError(f"cannot list {root!r}: only folders and s3:// prefixes")
-        self._children: dict[str, list[str]] | None = None
 
     @property
     def links(self) -> set:
@@ -63,16 +64,24 @@ class Tree:
         for rel in rels:
             self.files.pop(rel, None)
             self._links.discard(rel)
-        self._children = None
+        self._children = None  # rebuilt from the files that remain
 
     # --- names -------------------------------------------------------------------------------
 
     def uri(self, rel: str) -> str:
-        """The ``file://`` or ``s3://`` URI of a relative path."""
+        """The ``file://`` or ``s3://`` URI of a relative path (``base_uri + rel`` when ``rel``
+        is not empty)."""
+        if not rel:
+            return self.base_uri.rstrip("/") if self.scheme == "file" else \
+                f"s3://{self._bucket}/{self._prefix}"
+        return self.base_uri + rel
+
+    @property
+    def base_uri(self) -> str:
+        """The URI every file's relative path is appended to (ends with ``/``)."""
         if self.scheme == "file":
-            return f"file://{self._path.rstrip('/')}/{rel}"
-        key = "/".join(s for s in (self._prefix, rel) if s)
-        return f"s3://{self._bucket}/{key}"
+            return f"file://{self._path.rstrip('/')}/"
+        return f"s3://{self._bucket}/{self._prefix}/" if self._prefix else f"s3://{self._bucket}/"
 
     def children(self, folder: str = "") -> list[str]:
         """Names directly under ``folder`` (files and sub-folders), sorted; ``""`` is the root."""
@@ -83,7 +92,12 @@ class Tree:
                 for depth in range(len(parts)):
                     kids.setdefault("/".join(parts[:depth]), set()).add(parts[depth])
             self._children = {k: sorted(v) for k, v in kids.items()}
-        return self._children.get(folder.strip("/"), [])
+        got = self._children.get(folder.strip("/") if folder else "")
+        if got is None:
+            return []
+        if type(got) is not list:  # as listed: sorted once, when first asked for
+            got = self._children[folder.strip("/")] = sorted(got)
+        return got
 
     def under(self, folder: str) -> dict[str, Entry]:
         """Files below ``folder`` (any depth), keyed by their path relative to ``folder``."""
@@ -139,37 +153,58 @@ class Tree:
                     progress(len(chunk))
 
 
-def _list_local(root: str, links: set | None = None) -> dict[str, Entry]:
+def _list_local(root: str, links: set | None = None,
+                children: dict | None = None) -> dict[str, Entry]:
     """Files under a local folder (symbolic links followed for files, not for folders; the
-    relative paths of file links are added to ``links``)."""
+    relative paths of file links are added to ``links``). ``children`` gets, per folder
+    (relative, ``""`` the root), the names directly in it as listed (unsorted tuples of files
+    and sub-folders that hold files or are empty). One ``os.scandir`` per folder and one
+    ``stat`` per file, from the directory entries: nothing is asked twice."""
     out: dict[str, Entry] = {}
     if not os.path.isdir(root):
         if os.path.isfile(root):  # a single file named as the location
             st = os.stat(root)
-            return {os.path.basename(root): Entry(st.st_size, st.st_mtime)}
+            name = os.path.basename(root)
+            if children is not None:
+                children[""] = (name,)
+            return {name: Entry(st.st_size, st.st_mtime)}
         return out
+    new = tuple.__new__
+    regular = statmod.S_IFREG
     stack = [("", root)]
+    folders = []  # (rel, file names, sub-folder names), parents before their sub-folders
     try:
         while stack:
             rel, path = stack.pop()
+            prefix = rel + "/" if rel else ""
+            names, subs = [], []
             with os.scandir(path) as it:
                 for d in it:
-                    name = f"{rel}/{d.name}" if rel else d.name
+                    name = d.name
                     try:
                         if d.is_dir(follow_symlinks=False):
-                            stack.append((name, d.path))
+                            stack.append((prefix + name, d.path))
+                            subs.append(name)
                             continue
                         st = d.stat()  # follows a link to its file (Lightning's last.ckpt)
                     except FileNotFoundError:
                         continue  # removed while listing, or a dangling link
-                    if statmod.S_ISREG(st.st_mode):
-                        out[name] = Entry(st.st_size, st.st_mtime)
+                    if st.st_mode & 0o170000 == regular:
+                        out[prefix + name] = new(Entry, (st.st_size, st.st_mtime))
+                        names.append(name)
                         if links is not None and d.is_symlink():  # from the entry: no syscall
-                            links.add(name)
+                            links.add(prefix + name)
+            folders.append((rel, names, subs))
     except PermissionError as e:
         raise PermanentStorageError(f"list {root}: {e}") from e
     except OSError as e:
         raise TransientStorageError(f"list {root}: {e}") from e
+    if children is not None:  # a folder with no file below it is not a child (as on S3)
+        for rel, names, subs in reversed(folders):
+            prefix = rel + "/" if rel else ""
+            names.extend(s for s in subs if prefix + s in children)
+            if names or not rel:
+                children[rel] = tuple(names)  # unsorted: Tree.children sorts when asked
     return out
 
 
