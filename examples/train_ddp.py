@@ -63,6 +63,8 @@ def train(args: argparse.Namespace) -> None:
                             world_size=world, dataset_version=DATASET) if rank == 0 else None]
     dist.broadcast_object_list(plan)
     plan = plan[0]
+    if args.restore:  # a person's choice over the plan's; load_generation still checks it
+        plan = {**plan, "generation_id": args.restore, "source": "given"}
     # The sender; its attempt number is new for every launch (rank 0 decides, all ranks agree).
     client = rd.init(args.url, args.token, args.run_id, location=location, restored=plan)
     rec = rd.ObservedRecorder(client, dataset_version=DATASET)
@@ -141,6 +143,9 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--save-every", type=int, default=50, help="updates between checkpoints")
     p.add_argument("--crash-at-update", type=int, default=None,
                    help="die (os._exit(3)) right after this update, for demonstrations")
+    p.add_argument("--restore", default=None,
+                   help="load this generation instead of the restore plan's (its files are "
+                        "still checked: a damaged one is reported and an older one loaded)")
     p.add_argument("--samples", type=int, default=4096, help="dataset size")
     p.add_argument("--micro", type=int, default=8, help="microbatch size per rank")
     p.add_argument("--accum", type=int, default=4, help="microbatches per optimizer update")
