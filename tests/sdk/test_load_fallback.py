@@ -155,3 +155,30 @@ def test_it_falls_back_when_loading_raises_and_raises_when_nothing_is_left(two_g
     assert [(e[0], e[1], e[2]) for e in events.sent] == [
         ("restore_failed", "g60", "load_error"), ("restore_failed", "g40", "load_error")]
 
+
+
+def test_it_skips_a_damaged_s3_object_and_loads_the_previous_generation(s3_server, tmp_path):
+    _, s3 = s3_server
+    s3.create_bucket(Bucket="fallback")
+    loc = "s3://fallback/run"
+    for gen, update, weight in (("g40", 40, 4.0), ("g60", 60, 6.0)):
+        model = torch.nn.Linear(4, 1)
+        with torch.no_grad():
+            model.weight.fill_(weight)
+        assert save_generation(loc, gen, update, state={"model": model.state_dict()},
+                               rank_state={"scheduler": {"last_epoch": update}},
+                               required_components=["model", "scheduler", "rng"],
+                               s3_client=s3, staging_dir=str(tmp_path)) is not None
+    key = next(o["Key"] for o in s3.list_objects_v2(Bucket="fallback", Prefix="run/g60/model/")
+               ["Contents"] if o["Key"].endswith(".distcp"))
+    s3.put_object(Bucket="fallback", Key=key, Body=b"cut")  # replaced by a short object
+    events = Events()
+    model = torch.nn.Linear(4, 1)
+    sd = model.state_dict()
+    out = load_generation(loc, "g60", state={"model": sd}, client=events, restore_rng=False,
+                          s3_client=s3, staging_dir=str(tmp_path))
+    assert (out.generation_id, out.update, out["scheduler"]) == ("g40", 40, {"last_epoch": 40})
+    assert float(sd["weight"][0, 0]) == 4.0
+    assert events.sent[0][:3] == ("restore_failed", "g60", "object_damaged")
+    assert f"s3://fallback/{key}" in events.sent[0][3]
+    assert events.sent[1] == ("restore_completed", "g40")
