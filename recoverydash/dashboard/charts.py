@@ -181,10 +181,11 @@ def empty_figure(title: str, message: str) -> dict:
 # --- figure data from the tables ------------------------------------------------------------------
 
 def run_window(run, attempts: list, now: datetime) -> tuple[datetime | None, datetime | None]:
-    """Start (first event) and end of the run for time axes: now while an attempt is open, else
-    the last event."""
+    """Start (first event) and end of the run for time axes: now while the newest attempt is
+    open, else the last event (an earlier attempt that never reported its end was superseded by
+    the newest one: it keeps no ended run's axis running to now)."""
     start = run.first_event_at or (attempts[0].started_at if attempts else None)
-    open_attempt = any(a.ended_at is None for a in attempts) or not attempts
+    open_attempt = not attempts or attempts[-1].ended_at is None
     end = now if open_attempt else (run.last_event_at or now)
     return start, end
 

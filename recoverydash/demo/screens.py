@@ -22,12 +22,31 @@ def expected_words(scenario) -> list[str]:
     return words
 
 
+WIDTHS = ((1440, 900), (390, 844))  # a laptop and a phone
+
+
+def _shoot(page, folder: Path, name: str) -> list[str]:
+    """Full-page screenshots of the current page at each width of ``WIDTHS``:
+    ``<name>-1440.png`` and ``<name>-390.png``."""
+    paths = []
+    for width, height in WIDTHS:
+        page.set_viewport_size({"width": width, "height": height})
+        page.wait_for_timeout(500)  # Plotly's responsive relayout
+        path = folder / f"{name}-{width}.png"
+        page.screenshot(path=str(path), full_page=True)
+        paths.append(str(path))
+    page.set_viewport_size({"width": WIDTHS[0][0], "height": WIDTHS[0][1]})
+    return paths
+
+
 def capture(url: str, user: str, password: str, runs, pages: dict, folder: Path) -> list[dict]:
-    """Sign in, then screenshot the fleet page and each run's page and restart page at 1280 px.
+    """Sign in, then screenshot the fleet and alerts pages and each run's page and restart page
+    at 1440 px and 390 px (``<page>-<width>.png``; runs as ``run-<key>``, ``restart-<key>``).
 
     ``pages``: run_id -> run page URL. Returns one record per run with the screenshot paths and
-    the expected words missing from its pages (empty when the page tells the fault). Raises
-    RuntimeError when Playwright or Chromium is not available."""
+    what is missing from its pages (expected words, or a console error of the browser), empty
+    when the page tells the fault. Raises RuntimeError when Playwright or Chromium is not
+    available."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError as exc:  # the dev extra is not installed
@@ -38,38 +57,44 @@ def capture(url: str, user: str, password: str, runs, pages: dict, folder: Path)
     records = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page = browser.new_page(viewport={"width": WIDTHS[0][0], "height": WIDTHS[0][1]})
+        errors: list = []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(f"{url}/login/")
         page.fill("input[name=username]", user)
         page.fill("input[name=password]", password)
         page.click("button[type=submit], input[type=submit]")
         page.wait_for_load_state("networkidle")
-        page.goto(f"{url}/")
-        page.screenshot(path=str(folder / "fleet.png"), full_page=True)
+        shots = []
+        for name, path in (("fleet", "/"), ("alerts", "/alerts/")):
+            page.goto(f"{url}{path}")
+            page.wait_for_load_state("networkidle")
+            shots += _shoot(page, folder, name)
+        if errors:
+            records.append({"key": "*", "missing": [f"console error: {e}" for e in errors],
+                            "shots": shots})
         for s in runs:
+            errors.clear()
             link = pages.get(s.run_id)
             if not link:
                 records.append({"key": s.key, "missing": ["run page"], "shots": []})
                 continue
             page.goto(link)
             page.wait_for_load_state("networkidle")
-            shot = folder / f"run-{s.key}.png"
-            page.screenshot(path=str(shot), full_page=True)
-            page.screenshot(path=str(folder / f"run-{s.key}-top.png"))  # what one screen shows
             text = page.inner_text("body").lower()
-            shots = [str(shot)]
+            shots = _shoot(page, folder, f"run-{s.key}")
             missing = [w for w in expected_words(s) if w.lower() not in text]
             if s.restart:
                 page.goto(f"{link}restarts/1/")
                 page.wait_for_load_state("networkidle")
-                shot = folder / f"restart-{s.key}.png"
-                page.screenshot(path=str(shot), full_page=True)
-                shots.append(str(shot))
+                shots += _shoot(page, folder, f"restart-{s.key}")
                 restart_text = page.inner_text("body").lower()
                 for field in ("replayed", "omitted"):
                     value = s.restart.get(field)
                     if value is not None and f"{value}" not in restart_text:
                         missing.append(f"{field} {value} on the restart page")
+            missing += [f"console error: {e}" for e in errors]
             records.append({"key": s.key, "missing": missing, "shots": shots})
         browser.close()
     return records

@@ -18,7 +18,9 @@ Each observed identity is marked
 - ``replayed``: a window of the lineage at or below U holds it, in the same epoch (or either epoch
   is unknown): trained on before the checkpoint and again after the resume;
 - ``expected``: the expected window of the same ``(update, rank, slot)`` holds it;
-- ``other``: neither.
+- ``moved``: the expected window of another compared place holds it (delivered early or late, or
+  by another rank or slot);
+- ``other``: none of these.
 
 Each expected identity is marked ``seen`` (the observed window of the same place holds it),
 ``moved`` (another compared window of k holds it) or ``skipped`` (no compared window of k holds
@@ -69,8 +71,8 @@ def first_window_comparison(resumed_update: int, before: Iterable[Mapping],
     Returns a dict: ``resumed_update``; ``updates`` (the compared updates, ascending: those k sent
     a window for, and those k-1 sent one for when k sent any); ``rows``, one per compared
     ``(update, rank, slot)`` in that order, each ``{"update", "rank", "slot", "expected"
-    (list or None: unknown), "observed" (list or None: not sent), "observed_marks", "expected_marks"
-    (lists parallel to the ids), "same" (True when both are known and equal in order, False when
+    (list or None: unknown), "observed" (list or None: not sent), "observed_marks" (replayed,
+    expected, moved, other), "expected_marks" (seen, moved, skipped; lists parallel to the ids), "same" (True when both are known and equal in order, False when
     both are known and differ, None otherwise)}``; totals ``observed_ids``, ``expected_ids``,
     ``replayed_ids``, ``skipped_ids``, ``moved_ids``, ``in_place_ids`` (expected ids seen in place);
     ``expected_known`` (any expected window); ``world_size_changed``; ``digests``: one per
@@ -99,6 +101,10 @@ def first_window_comparison(resumed_update: int, before: Iterable[Mapping],
             return i in trained_any
         return i in trained.get(epoch, ()) or i in trained.get(None, ())
 
+    expected_anywhere = set()
+    for k in places:
+        if k in expected:
+            expected_anywhere.update(expected[k][0])
     delivered = set()
     for k in places:
         if k in seen:
@@ -114,7 +120,7 @@ def first_window_comparison(resumed_update: int, before: Iterable[Mapping],
         obs_marks = []
         for i in obs or ():
             mark = (REPLAYED if was_trained(i, obs_epoch) else
-                    EXPECTED if i in exp_set else OTHER)
+                    EXPECTED if i in exp_set else MOVED if i in expected_anywhere else OTHER)
             obs_marks.append(mark)
         exp_marks = [SEEN if i in obs_set else MOVED if i in delivered else SKIPPED
                      for i in exp or ()]

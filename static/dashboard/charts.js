@@ -20,7 +20,14 @@
     return {responsive: true, displaylogo: false, displayModeBar: phone() ? false : "hover",
             modeBarButtonsToRemove: ["lasso2d", "select2d", "toImage", "autoScale2d"]};
   }
-  function ms(x) { return typeof x === "number" ? x : Date.parse(x); }
+  /* A time of a date axis as epoch ms: RFC 3339 with a zone, or Plotly's zoned-less
+   * "YYYY-MM-DD HH:MM:SS.sss" (the axis is in UTC). */
+  function ms(x) {
+    if (typeof x === "number") return x;
+    var s = String(x);
+    if (/([zZ]|[+-]\d\d:?\d\d)$/.test(s)) return Date.parse(s);
+    return Date.parse(s.replace(" ", "T") + "Z");
+  }
   function iso(t) { return new Date(t).toISOString(); }
 
   /* The whole run: the union of the time charts' server ranges (first event to now or end). */
@@ -110,9 +117,7 @@
     var r0 = ev["xaxis.range[0]"], r1 = ev["xaxis.range[1]"];
     if (ev["xaxis.range"]) { r0 = ev["xaxis.range"][0]; r1 = ev["xaxis.range"][1]; }
     if (r0 === undefined || r1 === undefined) return;
-    setRange([ms(String(r0).replace(" ", "T") + (String(r0).indexOf("Z") < 0 ? "Z" : "")),
-              ms(String(r1).replace(" ", "T") + (String(r1).indexOf("Z") < 0 ? "Z" : ""))],
-             "zoom", el);
+    setRange([ms(r0), ms(r1)], "zoom", el);
   }
 
   function title(el, text) {
@@ -131,9 +136,13 @@
     layout.margin = Object.assign({}, layout.margin, {t: 12});
     layout.xaxis = Object.assign({}, layout.xaxis, {automargin: true});
     layout.yaxis = Object.assign({}, layout.yaxis, {automargin: true});
+    // the legend sits at the bottom of the chart's own box: Plotly makes room for it however
+    // many rows it wraps into, so it never covers the tick labels nor spills onto the next card
+    layout.legend = Object.assign({}, layout.legend, {orientation: "h", x: 0, xanchor: "left",
+                                                      y: 0, yanchor: "bottom", yref: "container"});
     if (phone()) {
       layout.margin = Object.assign({}, layout.margin, {l: 8, r: 8});
-      layout.legend = Object.assign({}, layout.legend, {y: -0.3, font: {size: 11}});
+      layout.legend.font = {size: 11};
       layout.height = (layout.height || 320) + 60;
       layout.xaxis.nticks = 4;
     }
@@ -150,7 +159,10 @@
     return layout;
   }
 
+  var lastPayload = null, drawnPhone = null;
   function draw(payload, first) {
+    lastPayload = payload;
+    drawnPhone = phone();
     state.figures = (payload && payload.figures) || {};
     if (state.choice !== "zoom") state.range = chosenRange(state.choice);
     document.querySelectorAll(".plot[data-figure]").forEach(function (el) {
@@ -179,6 +191,10 @@
     draw(JSON.parse(embedded.textContent), true);
     setRange(state.choice === "zoom" ? state.range : chosenRange(state.choice), state.choice);
   }
+  // crossing the phone breakpoint (a rotated phone, a resized window) lays the charts out again
+  window.addEventListener("resize", function () {
+    if (lastPayload && phone() !== drawnPhone) draw(lastPayload, false);
+  });
   document.addEventListener("rd:version", function () {
     if (!chartsUrl) return;
     fetch(chartsUrl, {credentials: "same-origin"})
@@ -186,4 +202,5 @@
       .then(function (payload) { if (payload) draw(payload, false); });
   });
   window.rdCharts = state;  // for tests and the console: the shared range and the figures
+  window.rdTime = ms;
 })();

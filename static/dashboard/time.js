@@ -36,7 +36,9 @@
       }
       span.textContent = " (" + localText(d, el.dataset.date === "1") + ")";
     });
+    var utcHere = new Date().getTimezoneOffset() === 0;
     document.querySelectorAll("[data-time-toggle]").forEach(function (b) {
+      b.hidden = utcHere;  // the browser's local time is UTC: nothing to show beside it
       b.textContent = on ? "hide local time" : "show local time beside UTC";
       b.setAttribute("aria-pressed", on ? "true" : "false");
     });

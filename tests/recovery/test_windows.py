@@ -40,7 +40,8 @@ def test_it_counts_skipped_and_moved_ids_of_a_resume_past_the_cursor():
     # rank 0 resumed two ids late; rank 1's first ids turned up on rank 0
     observed = [w(11, 0, 0, [10, 11, 12, 13]), w(11, 1, 0, [16, 17, 18, 19])]
     out = first_window_comparison(10, BEFORE, ROLLED_BACK, observed)
-    assert out["rows"][0]["observed_marks"] == ["expected", "expected", "other", "other"]
+    assert out["rows"][0]["observed_marks"] == ["expected", "expected", "moved", "moved"]
+    assert out["rows"][1]["observed_marks"] == ["other"] * 4
     assert out["rows"][0]["expected_marks"] == ["skipped", "skipped", "seen", "seen"]
     assert out["rows"][1]["expected_marks"] == ["moved", "moved", "skipped", "skipped"]
     assert (out["skipped_ids"], out["moved_ids"], out["in_place_ids"]) == (4, 2, 2)
