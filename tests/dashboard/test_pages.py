@@ -65,6 +65,21 @@ def test_generation_page_lists_shards_components_objects_and_reasons(owner_clien
     assert "object_missing" in bad and "no such file" in bad
 
 
+def test_generation_page_shows_the_notes_that_change_no_status(owner_client, known_run):
+    from recoverydash.runs.models import Analysis
+    analysis = Analysis.objects.get(run=known_run)
+    note = {"code": "optimizer_stateless",
+            "detail": "optimizer object file:///c/g1250/o has the same bytes (sha256) as in "
+                      "generation g1200 (update 1200)"}
+    for g in analysis.result["generations"]:
+        if g["generation_id"] == "g1250":
+            g["notes"] = [note]
+    analysis.save(update_fields=["result"])
+    html = owner_client.get(reverse("generation", args=[known_run.pk, "g1250"])).content.decode()
+    assert "Restorable: committed" in html and "Notes (they change no status)" in html
+    assert "optimizer_stateless" in html and "as in generation g1200 (update 1200)" in html
+
+
 def test_restart_page_shows_cursors_findings_and_audit_windows(owner_client, known_run):
     html = owner_client.get(reverse("restart", args=[known_run.pk, 1])).content.decode()
     assert "epoch 0 · position 80,000" in html and "epoch 0 · position 80,048" in html

@@ -136,6 +136,17 @@ def test_it_keeps_a_contract_edited_in_the_dashboard_until_a_later_attempt_decla
     assert Run.objects.get().contract == {"max_omission_samples": 5}
 
 
+def test_it_starts_an_attempt_at_the_earliest_of_its_ranks_attempt_started(client, ingest_token):
+    start = dict(attempt=1, world_size=2, dataset_version="v")
+    post(client, ingest_token, [event("attempt_started", "r1", rank=1,
+                                      time="2026-11-01T00:00:09Z", **start)])
+    post(client, ingest_token, [event("attempt_started", "r0", rank=0,
+                                      time="2026-11-01T00:00:04Z", **start)])
+    post(client, ingest_token, [event("attempt_started", "r2", rank=2,
+                                      time="2026-11-01T00:00:07Z", **start)])
+    assert Attempt.objects.get().started_at == datetime(2026, 11, 1, 0, 0, 4, tzinfo=timezone.utc)
+
+
 def test_it_keeps_the_furthest_fetched_cursor_per_stratum_and_epoch(client, ingest_token):
     def hb(eid, *cursors):
         return event("heartbeat", eid, update=1, rank=0, fetched=[
