@@ -155,7 +155,8 @@ class FleetRow:
         """The core's at-risk ratio (docs/definitions.md#at-risk-ratio), for the bar."""
         from recoverydash.recovery.attention import at_risk_ratio
 
-        return at_risk_ratio(self.seconds_since_restorable, self.limit_s)
+        return at_risk_ratio(self.seconds_since_restorable, self.limit_s,
+                             ended=self.health == "ended")
 
 
 FLEET_PAGE_SIZE = 50
@@ -271,7 +272,7 @@ def fleet(user, *, project: int | None = None, health: str = "", q: str = "",
             {"last_restorable": {"committed_at": committed_at} if committed_at else None,
              "first_event_at": first_at, "ended_at": ended_at}, now, first_event_at)
             if health_word else None)
-        ratio = at_risk_ratio(seconds, limit_s)
+        ratio = at_risk_ratio(seconds, limit_s, ended=word == "ended")
         by_sev = counts.get(pk, {})
         crit, warn = by_sev.get("critical", 0), by_sev.get("warning", 0)
         is_drill = bool(flag and flag[0])

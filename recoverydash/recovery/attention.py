@@ -7,12 +7,15 @@ from __future__ import annotations
 HEALTH_RANK = {"failing": 0, "at_risk": 1, "ok": 2, "ended": 3}
 
 
-def at_risk_ratio(seconds_since_restorable: float | None, max_checkpoint_age_s: float) -> float:
+def at_risk_ratio(seconds_since_restorable: float | None, max_checkpoint_age_s: float,
+                  ended: bool = False) -> float:
     """docs/definitions.md#at-risk-ratio: the seconds since the last restorable generation
     (``figures.seconds_since_last_restorable``) divided by the contract's
-    ``max_checkpoint_age_s``; 1.0 is at the limit. 0.0 when the seconds are unknown; with a limit
-    of 0 (every second stale) any positive age is ``inf`` and an age of 0 is 0.0."""
-    if seconds_since_restorable is None:
+    ``max_checkpoint_age_s``; 1.0 is at the limit. 0.0 when the seconds are unknown, and for a run
+    that ended (``ended``: health ``ended``; nothing more can be lost, as
+    ``figures.checkpoint_stale`` says); with a limit of 0 (every second stale) any positive age is
+    ``inf`` and an age of 0 is 0.0."""
+    if seconds_since_restorable is None or ended:
         return 0.0
     seconds = max(float(seconds_since_restorable), 0.0)
     limit = float(max_checkpoint_age_s)

@@ -68,3 +68,12 @@ def test_it_never_calls_an_ended_run_stale():
     assert checkpoint_stale(7200.0, 3600.0) is True
     assert checkpoint_stale(7200.0, 3600.0, ended=True) is False
     assert checkpoint_stale(None, 0.0) is False
+
+
+def test_it_puts_an_ended_run_at_no_risk_in_the_attention_order():
+    from recoverydash.recovery.attention import at_risk_ratio, needs_attention
+
+    assert at_risk_ratio(7200, 3600) == 2.0
+    assert at_risk_ratio(7200, 3600, ended=True) == 0.0
+    assert not needs_attention(critical=0, warning=0, ratio=at_risk_ratio(7200, 3600, ended=True),
+                               health="ended")
