@@ -4,7 +4,7 @@ from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from recoverydash.dashboard import docs, locations, views
+from recoverydash.dashboard import docs, drills, locations, views
 
 
 urlpatterns = [
@@ -22,6 +22,8 @@ urlpatterns = [
          name="generation"),
     path("runs/<int:pk>/restarts/<int:attempt>/", views.restart_detail, name="restart"),
     path("alerts/", views.alerts, name="alerts"),
+    path("drills/", drills.drills, name="drills_all"),
+    path("projects/<int:pk>/drills/", drills.drills, name="drills"),
     path("docs/<slug:name>/", docs.page, name="docs_page"),
     path("alerts/bulk/", views.alert_bulk, name="alert_bulk"),
     path("alerts/<int:pk>/", views.alert_detail, name="alert_detail"),

@@ -32,7 +32,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from recoverydash.runs.analysis import request_analysis
-from recoverydash.runs.models import (GLOBAL_RANK, ApiToken, Attempt, AuditWindow,
+from recoverydash.runs.models import (GLOBAL_RANK, ApiToken, Attempt, AuditWindow, DrillResult,
                                       CheckpointObject, Event, Generation, Heartbeat, LedgerRow,
                                       Project, Run, ShardReport)
 from recoverydash.runs.queue import VERIFY_GENERATION, enqueue
@@ -292,6 +292,8 @@ class _Projection:
         #: (run pk, attempt) whose first attempt_started is in this batch (another rank's later
         #: copy of it does not count: it must not undo a contract edited meanwhile)
         self.first_started: set[tuple[int, int]] = set()
+        self.drill_marks: dict[int, str] = {}
+        self.drill_results: list[ValidEvent] = []
 
     def attempt(self, run: Run, number: int) -> Attempt:
         key = (run.pk, number)
@@ -355,6 +357,8 @@ class _Projection:
             att.sampler = body.get("sampler") or {}
             att.resumed_from = body.get("resumed_from")
             att.contract = body.get("contract")
+            if m.drill is not None:
+                self.drill_marks[run.pk] = m.drill.drill_id
         elif kind == "attempt_ended":
             att.ended_at = m.time
             att.end_reason = m.reason
@@ -371,6 +375,9 @@ class _Projection:
             self.audit.append(AuditWindow(run=run, attempt=m.attempt, update=m.update,
                                           rank=m.rank, accum_slot=m.accum_slot,
                                           sample_ids=body["sample_ids"], time=m.time))
+        elif kind == "drill_result":
+            self.drill_marks[run.pk] = m.drill_id
+            self.drill_results.append(ev)
         else:  # checkpoint_started, shard_written, checkpoint_committed
             self.generation_events.append(ev)
 
@@ -386,6 +393,36 @@ class _Projection:
             AuditWindow.objects.bulk_create(self.audit, batch_size=500)
         for ev in self.generation_events:
             self._project_generation(ev)
+        for pk, drill_id in self.drill_marks.items():
+            run = self.by_pk[pk]
+            if run.drill_id != drill_id or not run.is_drill:
+                run.drill_id, run.is_drill = drill_id, True
+                Run.objects.filter(pk=pk).update(drill_id=drill_id, is_drill=True)
+        for ev in self.drill_results:
+            self._project_drill_result(ev)
+
+    def _project_drill_result(self, ev: ValidEvent) -> None:
+        """``drill_result`` -> DrillResult (the latest report of a run, drill and crash point
+        wins: a later event time, or the same time re-sent)."""
+        m, body = ev.model, ev.body
+        run = self.runs[m.run_id]
+        fields = {
+            "project_id": run.project_id, "config_digest": m.config_digest,
+            "attempt": m.attempt, "passed": m.passed,
+            "expected_generation": m.expected_generation or "",
+            "restored_generation": m.restored_generation or "", "verdict": m.verdict or "",
+            "replayed": m.replayed, "omitted": m.omitted, "recomputed": m.recomputed,
+            "first_divergence": body.get("first_divergence"), "state": body.get("state") or {},
+            "cost": body.get("cost") or {}, "failures": list(m.failures),
+            "control_run_id": m.control_run_id or "", "reported_at": m.time}
+        row = DrillResult.objects.filter(run=run, drill_id=m.drill_id, point=m.point).first()
+        if row is None:
+            DrillResult.objects.create(run=run, drill_id=m.drill_id, point=m.point, **fields)
+        elif m.time >= row.reported_at:
+            for k, v in fields.items():
+                setattr(row, k, v)
+            row.received_at = timezone.now()
+            row.save()
 
     def _flush_attempts(self) -> None:
         new = [self.attempts[k] for k in self.dirty_attempts if self.attempts[k].pk is None]

@@ -239,6 +239,9 @@ class RunOut(Schema):
     seconds_since_last_restorable: Optional[float] = Field(
         description="now minus committed_at of the last restorable generation; null when "
                     "unknown")
+    drill_id: Optional[str] = Field(
+        None, description="the failure drill this run belongs to (docs/ingest-v1.md#"
+                          "drill_result); null for an ordinary run")
 
 
 class RunsQuery(Schema):
@@ -260,7 +263,8 @@ def list_runs(request: HttpRequest, query: Query[RunsQuery]):
                     "first_event_at": run.first_event_at, "last_event_at": run.last_event_at,
                     "last_received_at": run.last_received_at, "event_count": run.event_count,
                     "attempts": run.n_attempts, "latest_attempt": run.max_attempt,
-                    "health": health, "seconds_since_last_restorable": seconds})
+                    "health": health, "seconds_since_last_restorable": seconds,
+                    "drill_id": run.drill_id or None})
     return Status(200, out)
 
 

@@ -22,10 +22,11 @@ from django.db import IntegrityError
 from django.utils import timezone
 
 from recoverydash.ingest.actions import ingest_batch
-from recoverydash.runs.models import Generation
+from recoverydash.runs.models import CheckpointObject, Generation
 from recoverydash.storage.locations import Locations, location_client
 from recoverydash.storage.models import KIND_ADOPT, KIND_MANIFESTS, SeenManifest, StorageLocation
 from recoverydash.storage.objects import (
+    MANIFEST_NAME,
     PermanentStorageError,
     StorageError,
     list_manifests,
@@ -143,3 +144,68 @@ def discover_all() -> int:
             log.exception("storage location %s (project %s): discovery failed", loc.url,
                           loc.project_id)
     return total
+
+
+PENDING_LOOKUPS = 20  # pending generations looked up per restore plan, newest first
+
+
+def committed_in_storage(run) -> int:
+    """The run's generations that were started and reported shards but whose commit the server
+    never received: is their manifest in storage now? Each is looked up beside its objects
+    (``<folder>/<generation_id>/recoverydash-manifest.json``, the folder taken from a reported
+    object's URI, under the project's storage locations only), the newest
+    ``PENDING_LOOKUPS`` of them; one found is ingested as discovery does (a
+    ``checkpoint_committed`` derived from its content). Returns how many were found. A
+    manifest that cannot be read, or names another generation, is left alone."""
+    confine = Locations(run.project_id)
+    found = 0
+    pending = (Generation.objects.filter(run=run, manifest__isnull=True)
+               .order_by("-update", "-pk")[:PENDING_LOOKUPS])
+    for gen in pending:
+        uri = (CheckpointObject.objects.filter(generation=gen).order_by("pk")
+               .values_list("uri", flat=True).first())
+        cut = uri.find(f"/{gen.generation_id}/") if uri else -1
+        if cut < 0:
+            continue
+        manifest_uri = f"{uri[:cut + 1 + len(gen.generation_id)]}/{MANIFEST_NAME}"
+        where = confine.resolve(manifest_uri)
+        if where.refused or where.unverifiable or where.location is None:
+            continue
+        try:
+            manifest = read_manifest(where.uri, s3_client=location_client(where.location))
+        except StorageError:
+            continue
+        if manifest.get("generation_id") != gen.generation_id:
+            continue
+        try:
+            result = ingest_batch(run.project, [manifest_event(manifest, run.run_id,
+                                                               manifest_uri)])
+        except Exception as exc:  # noqa: BLE001 - an invalid manifest is no commit marker
+            log.warning("manifest %s not ingested: %s", manifest_uri, exc)
+            continue
+        if result.accepted:
+            Generation.objects.filter(pk=gen.pk).update(
+                discovered=True, found_at=where.uri.rsplit("/", 1)[0])
+            found += 1
+    return found
+
+
+def restore_plan_discovered(run, world_size: int | None = None,
+                            dataset_version: str | None = None,
+                            config_digest: str | None = None):
+    """docs/ingest-v1.md#restore-plan, with the commits the server missed looked up first
+    (``committed_in_storage``), then ``storage.confirm.restore_plan_confirmed`` answers. A
+    coordinator that died after writing its manifest but before ``checkpoint_committed``
+    reached the server (a drill's ``after_commit``) left a committed generation that the
+    periodic listing may not have found yet, or never finds (a run's folder below a declared
+    location); the manifest in storage is the authority (section 7), so the plan names it.
+    Raises AnalysisFailed like ``plan_restore``."""
+    from recoverydash.storage.confirm import restore_plan_confirmed
+
+    try:
+        committed_in_storage(run)
+    except Exception:  # noqa: BLE001 - the plan from what is known beats no plan
+        log.warning("run %s: looking up uncommitted generations in storage failed", run.run_id,
+                    exc_info=True)
+    return restore_plan_confirmed(run, world_size=world_size, dataset_version=dataset_version,
+                                  config_digest=config_digest)

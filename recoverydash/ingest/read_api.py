@@ -193,12 +193,12 @@ def get_restore_plan(request: HttpRequest, run_id: str, query: Query[RestorePlan
     """200 with the newest restorable generation of the live lineage, its objects and data
     cursor, and warnings when the restart differs (``world_size_changed``, ...); 409
     ``no_restorable_generation`` listing the generations that are not restorable."""
-    from recoverydash.storage.confirm import restore_plan_confirmed
+    from recoverydash.ingest.discovery import restore_plan_discovered
 
     try:
-        plan = restore_plan_confirmed(run_for(request.auth, run_id), world_size=query.world_size,
-                                      dataset_version=query.dataset_version,
-                                      config_digest=query.config_digest)
+        plan = restore_plan_discovered(run_for(request.auth, run_id), world_size=query.world_size,
+                                       dataset_version=query.dataset_version,
+                                       config_digest=query.config_digest)
     except AnalysisFailed as exc:
         raise AnalysisUnavailable(f"the run's events cannot be analysed: {exc}") from None
     return Status(plan.status_code, plan.body)

@@ -53,6 +53,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PlainValidat
                       TypeAdapter, ValidationError, WithJsonSchema, model_validator)
 
 from recoverydash.recovery.contract import DEFAULT_CONTRACT
+from recoverydash.recovery.drills import CRASH_POINTS
 
 from .errors import MAX_ERRORS, BadRequest, ErrorItem, _MISSING, short
 
@@ -285,6 +286,14 @@ class Contract(_Wire):
     max_checkpoint_age_s: NonNegNumber = DEFAULT_CONTRACT["max_checkpoint_age_s"]
 
 
+class DrillMark(_Wire):
+    """Extension (docs/ingest-v1.md#drill_result): the attempt is a launch of a failure drill;
+    the run is marked as a drill (``Run.drill_id``), so the fleet can leave it out."""
+
+    drill_id: Ident
+    role: Annotated[str, Strict(), Field(max_length=64)] = ""
+
+
 class AttemptStarted(EventBase):
     type: Literal["attempt_started"]
     world_size: Pos31
@@ -296,6 +305,7 @@ class AttemptStarted(EventBase):
     sampler: Optional[Sampler] = None
     resumed_from: Optional[ResumedFrom] = None
     contract: Optional[Contract] = None
+    drill: Optional[DrillMark] = None  # extension: a drill's launch
 
 
 class UpdateCommitted(EventBase):
@@ -380,8 +390,57 @@ class AuditWindow(EventBase):
     sample_ids: Annotated[list[SampleId], Field(max_length=4096, fail_fast=True)]
 
 
+class DrillDivergence(_Wire):
+    """docs/definitions.md#drill: the first (update, rank, index) where the positions differ."""
+
+    update: Int63
+    rank: Int31
+    index: Int63
+    control: Optional[Annotated[list[Any], Field(max_length=3)]] = None
+    drill: Optional[Annotated[list[Any], Field(max_length=3)]] = None
+
+
+class DrillState(_Wire):
+    match: StrictBool
+    first_mismatch: Optional[Int63] = None
+    updates_compared: Int63 = 0
+    compare: Text500 = ""
+
+
+class DrillCost(_Wire):
+    lost_updates: Optional[Int63] = None
+    lost_seconds: Optional[NonNegNumber] = None
+    restore_seconds: Optional[NonNegNumber] = None
+    fast_forward_seconds: Optional[NonNegNumber] = None
+
+
+class DrillResult(EventBase):
+    """Extension (docs/ingest-v1.md#drill_result): one crash point of a failure drill, sent by
+    the drill runner on the drill run (``attempt``: its resumed launch)."""
+
+    type: Literal["drill_result"]
+    drill_id: Ident
+    config_digest: Name200
+    point: Literal[CRASH_POINTS]  # type: ignore[valid-type]
+    passed: StrictBool
+    expected_generation: Optional[Ident] = None
+    restored_generation: Optional[Ident] = None
+    verdict: Optional[Literal["exact", "replay", "omission", "replay_and_omission",
+                              "unverified"]] = None
+    replayed: Optional[Int63] = None
+    omitted: Optional[Int63] = None
+    recomputed: Optional[Int63] = None
+    first_divergence: Optional[DrillDivergence] = None
+    state: DrillState
+    cost: DrillCost = DrillCost()
+    failures: Annotated[list[Text500], Field(max_length=20)] = []
+    control_run_id: Optional[Annotated[str, Strict(), Field(
+        pattern=r"^[A-Za-z0-9._:-]{1,128}$")]] = None
+
+
 EVENT_MODELS = (AttemptStarted, UpdateCommitted, Heartbeat, CheckpointStarted, ShardWritten,
-                CheckpointCommitted, RestoreCompleted, RestoreFailed, AttemptEnded, AuditWindow)
+                CheckpointCommitted, RestoreCompleted, RestoreFailed, AttemptEnded, AuditWindow,
+                DrillResult)
 EVENT_TYPES = tuple(m.model_fields["type"].annotation.__args__[0] for m in EVENT_MODELS)
 
 AnyEvent = Annotated[Union[EVENT_MODELS], Field(discriminator="type")]  # type: ignore[valid-type]

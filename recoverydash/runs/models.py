@@ -136,6 +136,12 @@ class Run(models.Model):
     # run (docs/ingest-v1.md#3-positions-spans-and-cursors), and ingest refuses a batch that
     # mixes them (400).
     strata = models.JSONField(default=dict, blank=True)
+    # A launch of a failure drill (docs/ingest-v1.md#drill_result), set from attempt_started's
+    # ``drill`` mark or a drill_result: ``drill_id`` names the drill ("" for an ordinary run),
+    # ``is_drill`` is what the fleet's attention order leaves out (dashboard.queries.drill_field);
+    # every other page treats a drill run as an ordinary run.
+    drill_id = models.CharField(max_length=200, blank=True, default="", db_default="")
+    is_drill = models.BooleanField(default=False, db_default=False, db_index=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["project", "run_id"], name="uniq_run")]
@@ -182,6 +188,40 @@ class Event(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "event_id"], name="uniq_event")]
         indexes = [models.Index(fields=["run", "type", "attempt"], name="event_run_type")]
+
+
+class DrillResult(models.Model):
+    """One crash point of a failure drill as the drill runner reported it (``drill_result``,
+    docs/ingest-v1.md#drill_result; the figures: docs/definitions.md#drill). ``run`` is the
+    drill run (an ordinary run, ``run.drill_id`` set); the latest report of a (run, drill,
+    crash point) wins."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="drill_results")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="drill_results")
+    drill_id = models.CharField(max_length=200)
+    config_digest = models.CharField(max_length=200)
+    point = models.CharField(max_length=32)
+    attempt = models.IntegerField()
+    passed = models.BooleanField()
+    expected_generation = models.CharField(max_length=200, blank=True, default="")
+    restored_generation = models.CharField(max_length=200, blank=True, default="")
+    verdict = models.CharField(max_length=32, blank=True, default="")  # "": server not asked
+    replayed = models.BigIntegerField(null=True, blank=True)
+    omitted = models.BigIntegerField(null=True, blank=True)
+    recomputed = models.BigIntegerField(null=True, blank=True)
+    first_divergence = models.JSONField(null=True, blank=True)
+    state = models.JSONField(default=dict)
+    cost = models.JSONField(default=dict)
+    failures = models.JSONField(default=list)
+    control_run_id = models.CharField(max_length=128, blank=True, default="")
+    reported_at = models.DateTimeField()  # trainer clock (the event's time)
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "drill_id", "point"],
+                                               name="uniq_drill_result")]
+        indexes = [models.Index(fields=["project", "config_digest", "-reported_at"],
+                                name="drill_latest")]
 
 
 class Attempt(models.Model):

@@ -1,4 +1,6 @@
-"""Command line: ``python -m recoverydash.sdk check LOCATION [--format F] [--json] [--hash]``.
+"""Command line: ``python -m recoverydash.sdk check LOCATION [--format F] [--json] [--hash]``
+and ``python -m recoverydash.sdk drill [options] -- COMMAND`` (failure drills:
+``recoverydash.sdk.drill``).
 
 Lists the checkpoint generations under LOCATION (a folder, relative or absolute, ``file:///dir``
 or ``s3://bucket/prefix``): the newest restorable one first, then every generation newest first
@@ -59,6 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--endpoint-url", default=None, help="S3 endpoint (MinIO, moto...)")
     c.add_argument("--region", default=None, help="S3 region")
     c.add_argument("--json", action="store_true", help="print JSON instead of words")
+    from recoverydash.sdk import drill
+    drill.add_parser(sub)
     return p
 
 
@@ -68,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as e:  # argparse: usage errors exit 2, --help exits 0
         return int(e.code or 0)
+    if args.command == "drill":
+        from recoverydash.sdk import drill
+        return drill.main(args)
     if args.world_size is not None and args.world_size < 1:
         print("error: --world-size must be >= 1", file=sys.stderr)
         return 2

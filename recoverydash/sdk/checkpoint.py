@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from recoverydash.recovery.contract import DEFAULT_REQUIRED_COMPONENTS as _CORE_COMPONENTS
+from recoverydash.sdk import faults
 from recoverydash.sdk.client import Client, get_client, now_rfc3339
 from recoverydash.storage import objects as storage
 from recoverydash.storage import paths
@@ -270,6 +271,8 @@ def save_generation(location: str, generation_id: str, update: int, *,
     gen_uri = storage.join_uri(location, generation_id)
     if is_coord and client is not None:
         client.checkpoint_started(generation_id, update, shards, components)
+    faults.save_point("before_shards", generation_id, update, rank, client=client,
+                      coordinator=is_coord)
 
     # Never write into a published generation: its files are someone's restore point.
     try:
@@ -299,10 +302,15 @@ def save_generation(location: str, generation_id: str, update: int, *,
         for component, sd in state.items():
             folder = os.path.join(gen_dir, component)
             dcp.save({component: sd}, checkpoint_id=folder, process_group=group)
-            for name in _own_dcp_files(folder, rank, is_coord):
+            mine = _own_dcp_files(folder, rank, is_coord)
+            for name in mine:
                 target = storage.join_uri(gen_uri, component, name) if on_s3 else None
                 objects.append(_describe(os.path.join(folder, name), shard, component, update,
                                          upload_to=target, s3_client=s3_client))
+            if not on_s3:
+                faults.save_point("during_shard", generation_id, update, rank, client=client,
+                                  files=[os.path.join(folder, n) for n in mine
+                                         if n != ".metadata"], coordinator=is_coord)
         files: dict[str, tuple[str, bytes]] = {}
         for component, value in rank_state.items():
             buf = io.BytesIO()
@@ -318,6 +326,9 @@ def save_generation(location: str, generation_id: str, update: int, *,
             size, digest = storage.put_object(uri, data, s3_client=s3_client)
             objects.append({"uri": uri, "shard": shard, "component": component, "size": size,
                             "sha256": digest, "update": update})
+            if not on_s3:
+                faults.save_point("during_shard", generation_id, update, rank, client=client,
+                                  files=[_local_path(uri)], coordinator=is_coord)
     except Exception as e:
         ok = False
         log.warning("recoverydash: rank %d could not save generation %s: %r", rank, generation_id, e)
@@ -369,12 +380,17 @@ def save_generation(location: str, generation_id: str, update: int, *,
         manifest["run_id"] = client.run_id
         manifest["attempt"] = client.attempt
     published = False
+    faults.save_point("before_commit", generation_id, update, rank, client=client,
+                      coordinator=is_coord)
     if is_coord:
         try:
             storage.write_manifest_atomically(location, manifest, s3_client=s3_client)
             published = True
         except Exception as e:
             log.warning("recoverydash: manifest of %s not written: %r", generation_id, e)
+        if published:
+            faults.save_point("after_commit", generation_id, update, rank, client=client,
+                              coordinator=is_coord)
     if distributed:
         try:
             manifest = _all_gather_json(manifest if published else None, group)[coordinator]
@@ -1021,8 +1037,10 @@ def load_generation(location: str, generation_id: str, *, state: dict[str, Any],
         random.setstate(rng["python"])
         if "cuda" in rng and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
+    seconds = round(time.monotonic() - t0, 3)
+    faults.on_restore(candidate, seconds, rank)
     if client is not None and rank == 0:
-        client.restore_completed(candidate, round(time.monotonic() - t0, 3))
+        client.restore_completed(candidate, seconds)
     manifest = manifest or {}
     attempt = manifest.get("attempt")
     return Restored(out, generation_id=candidate, update=manifest.get("update") or 0,

@@ -493,7 +493,13 @@ class Client:
                         contract: dict | None = None, **extra) -> bool:
         """``attempt_started``. resumed_from: None (fresh start at update 0) or
         ``{"generation_id": str|None, "update": int, "cursor": [Cursor]}`` (see
-        ``ledger.resumed_from``)."""
+        ``ledger.resumed_from``). A launch of a failure drill (``$RECOVERYDASH_DRILL_ID``, set by
+        ``python -m recoverydash.sdk drill``) carries ``drill: {"drill_id", "role"}``
+        (docs/ingest-v1.md#drill_result), so the server marks the run as a drill."""
+        drill_id = os.environ.get("RECOVERYDASH_DRILL_ID")
+        if drill_id and "drill" not in extra:
+            extra["drill"] = {"drill_id": drill_id,
+                              "role": os.environ.get("RECOVERYDASH_DRILL_ROLE", "")[:64]}
         ev = {"type": "attempt_started", "world_size": world_size,
               "dataset_version": dataset_version, "resumed_from": resumed_from,
               "global_batch_size": global_batch_size, "micro_batch_size": micro_batch_size,

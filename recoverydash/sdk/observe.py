@@ -93,6 +93,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from recoverydash.sdk import faults
 from recoverydash.sdk.client import Client
 from recoverydash.sdk.ledger import (
     SAMPLER_ALGORITHM,
@@ -669,10 +670,12 @@ class _PositionIter:
         self.drawn = 0
         self._start(owner.epoch, None)
         owner.current = self
-        if owner._resume is not None and owner._resume[0] == self.iteration.epoch:
-            _, skip = owner._resume
-            owner._resume = None
-            self._skip(skip)
+        # The skip of a resume_at is made at the first draw, not here: a DataLoader with workers
+        # creates its sampler iterator twice (in _BaseDataLoaderIter.__init__ and again in
+        # _reset) and draws only from the second; a skip taken by the first was lost, and the
+        # resumed loader replayed the epoch from its start.
+        self._resume_pending = owner._resume if (
+            owner._resume is not None and owner._resume[0] == self.iteration.epoch) else None
 
     def _start(self, epoch: int, rng_state) -> None:
         """Begin the epoch's order (with the generator state ``rng_state`` restored first)."""
@@ -726,6 +729,11 @@ class _PositionIter:
         return self
 
     def _next_raw(self):
+        if self._resume_pending is not None:
+            pending, self._resume_pending = self._resume_pending, None
+            if self.owner._resume is pending:  # not yet taken by another iteration
+                self.owner._resume = None
+                self._skip(pending[1])
         if self._prefix:
             item = self._prefix.pop()
             if type(item) is DrawBatch:  # the rest of a batch cut by a skip: already drawn
@@ -765,6 +773,9 @@ class _PositionIter:
 
     def load_state_dict(self, sd: dict) -> None:
         owner = self.owner
+        if self._resume_pending is not None and owner._resume is self._resume_pending:
+            owner._resume = None  # the restored iterator state wins over a cursor
+        self._resume_pending = None
         epoch = int(sd.get("epoch", 0))
         if hasattr(owner._index_sampler, "set_epoch"):
             owner._index_sampler.set_epoch(epoch)
@@ -842,6 +853,7 @@ class ObservedRecorder(Reporter):
                           "unobserved_batches": 0, "committed_updates": 0,
                           "discarded_batches": 0}
         self._errors: set = set()
+        faults.install_digest_hook()
 
     # -- wiring --
 
@@ -923,6 +935,7 @@ class ObservedRecorder(Reporter):
                 return
             tag.recorded = self._pending
             self._pending.append(tag)
+            faults.on_record(self)
             self._counters["observed_batches"] += 1
             if self._start_fields is not None:
                 self._send_start(tag)
@@ -995,6 +1008,7 @@ class ObservedRecorder(Reporter):
                         frontier[it.stratum] = (e, top)
             ok = self.client._push(_ObservedReport(self, update, pending, suffix, epoch))
             self._heartbeat_due()
+            faults.on_commit(self, update, pending)
             return ok
         except Exception as e:
             self._log_once("commit", e)
@@ -1082,6 +1096,7 @@ class ObservedRecorder(Reporter):
             for s in self._samplers:
                 if id(s) not in restored:
                     s.resume_at(at)
+            faults.on_resume(self, at)
         except Exception as e:
             self._log_once("load_state_dict", e)
 

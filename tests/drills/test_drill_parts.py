@@ -1,0 +1,170 @@
+"""The drill's parts without launching a trainer: the fault variable, the comparison of
+sequences and states, the lineage, corrupting a committed generation, the printed table, and a
+loader with workers resuming at a cursor (the bug the read-cursor drill found)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from recoverydash.recovery import drills as core
+from recoverydash.sdk import drill, faults
+from recoverydash.sdk.faults import Fault
+
+
+def line(update, rank, positions, digest="d", attempt=0, fp=None):
+    return {"kind": "update", "update": update, "rank": rank, "attempt": attempt,
+            "consumed": [["main", 0, p] for p in positions], "digest": digest,
+            "fingerprint": fp or [[1.0, 2.0]], "t": float(update)}
+
+
+def test_it_parses_the_fault_variable_and_names_what_it_expected():
+    f = Fault.parse("during_shard@4/1")
+    assert (f.point, f.update, f.rank, str(f)) == ("during_shard", 4, 1, "during_shard@4/1")
+    assert Fault.parse("kill@5").rank is None
+    assert str(Fault.parse("before_commit@2/all")) == "before_commit@2/all"
+    with pytest.raises(ValueError, match=r"<point>@<update>\[/<rank>\|/all\]"):
+        Fault.parse("before_commit")
+    with pytest.raises(ValueError, match="unknown point 'sideways'"):
+        Fault.parse("sideways@3")
+
+
+def test_it_takes_the_resumed_launchs_updates_over_the_rolled_back_ones():
+    first = [line(1, 0, [0, 2]), line(2, 0, [4, 6]), line(3, 0, [8, 10], digest="lost")]
+    second = [line(3, 0, [8, 10], digest="again", attempt=1), line(4, 0, [12, 14], attempt=1)]
+    seq = drill.lineage(first, second)
+    assert sorted(seq) == [(1, 0), (2, 0), (3, 0), (4, 0)]
+    assert seq[(3, 0)]["digest"] == "again"
+
+
+def test_it_names_the_first_divergence_by_update_rank_and_index():
+    control = drill.updates_of([line(1, 0, [0, 2]), line(1, 1, [1, 3]), line(2, 0, [4, 6]),
+                                line(2, 1, [5, 7])])
+    same = dict(control)
+    assert core.first_divergence(control, same) is None
+    skipped = dict(control)
+    skipped[(2, 1)] = line(2, 1, [5, 9])
+    assert core.first_divergence(control, skipped) == {
+        "update": 2, "rank": 1, "index": 1, "control": ["main", 0, 7], "drill": ["main", 0, 9]}
+    missing = {k: v for k, v in control.items() if k != (2, 0)}
+    assert core.first_divergence(control, missing) == {
+        "update": 2, "rank": 0, "index": 0, "control": ["main", 0, 4], "drill": None}
+    assert drill.divergence_text(core.first_divergence(control, skipped)) == \
+        "u2 r1 #1: main:e0:7 vs main:e0:9"
+
+
+def test_it_compares_the_state_exactly_or_within_the_tolerance():
+    control = drill.updates_of([line(u, 0, [u], digest=f"d{u}", fp=[[float(u), 1.0]])
+                                for u in range(1, 6)])
+    resumed = drill.updates_of([line(u, 0, [u], digest=f"d{u}", fp=[[float(u), 1.0]])
+                                for u in range(3, 6)])
+    assert core.compare_state(control, resumed, 3, 5, None) == (True, None, 3)
+    resumed[(4, 0)] = line(4, 0, [4], digest="other", fp=[[4.0 + 1e-9, 1.0]])
+    assert core.compare_state(control, resumed, 3, 5, None) == (False, 4, 1)
+    assert core.compare_state(control, resumed, 3, 5, 1e-6) == (True, None, 3)
+    resumed[(4, 0)] = line(4, 0, [4], digest="other", fp=[[4.1, 1.0]])
+    assert core.compare_state(control, resumed, 3, 5, 1e-6) == (False, 4, 1)
+    assert core.compare_state(control, {}, 3, 5, None) == (False, 3, 0)
+
+
+def test_it_flips_one_byte_of_the_newest_generations_largest_object(tmp_path):
+    from recoverydash.storage import objects as storage
+
+    for update in (2, 4):
+        gen = tmp_path / f"g{update}"
+        gen.mkdir()
+        (gen / "big.bin").write_bytes(b"\x00" * 10)
+        (gen / "small.bin").write_bytes(b"\x01" * 2)
+        digest = storage.sha256_file(str(gen / "big.bin"))[0]
+        storage.write_manifest_atomically(str(tmp_path), {
+            "schema_revision": 1, "generation_id": f"g{update}", "update": update,
+            "objects": [{"uri": storage.file_uri(str(gen / "big.bin")), "size": 10,
+                         "sha256": digest, "shard": "rank0", "component": "model"},
+                        {"uri": storage.file_uri(str(gen / "small.bin")), "size": 2,
+                         "shard": "rank0", "component": "rng"}]})
+    done = drill.corrupt_newest(str(tmp_path))
+    assert done["generation_id"] == "g4" and done["offset"] == 5
+    assert (tmp_path / "g4" / "big.bin").read_bytes() == b"\x00" * 5 + b"\xff" + b"\x00" * 4
+    assert (tmp_path / "g2" / "big.bin").read_bytes() == b"\x00" * 10
+    assert [m["generation_id"] for m in drill.manifests(str(tmp_path))] == ["g4", "g2"]
+
+
+def test_it_prints_one_row_per_crash_point_and_says_why_a_drill_failed():
+    report = {"drill_id": "d1", "config_digest": "abc", "updates": 8, "at": 4, "kill": "all",
+              "state_compare": "exact: sha256 of the parameters", "control": {"run_id": "c"},
+              "passed": False, "drills": [
+                  {"point": "before_commit", "restored": "g2", "expected": "g2",
+                   "server": {"verdict": "omission", "replayed": 0, "omitted": 16,
+                              "recomputed": 16},
+                   "first_divergence": {"update": 3, "rank": 0, "index": 0,
+                                        "control": ["main", 0, 32], "drill": ["main", 0, 48]},
+                   "state": {"match": False, "first_mismatch": 3, "updates_compared": 0},
+                   "cost": {"restore_seconds": 0.25}, "passed": False,
+                   "failures": ["the consumed sequence diverges from the control's"]}]}
+    text = drill.table(report)
+    rows = text.splitlines()
+    assert rows[1].split() == ["crash", "point", "restored", "verdict", "r/o/c", "first",
+                               "divergence", "state", "restore", "s", "result"]
+    assert rows[3].split() == ["before_commit", "g2", "omission", "0/16/16", "u3", "r0", "#0:",
+                               "main:e0:32", "vs", "main:e0:48", "differs", "at", "u3", "0.250",
+                               "FAIL"]
+    assert rows[-2] == "before_commit: the consumed sequence diverges from the control's"
+    assert rows[-1] == "DRILL FAILED"
+
+
+def test_it_traces_nothing_and_injects_nothing_without_its_variables(monkeypatch, tmp_path):
+    monkeypatch.delenv(faults.TRACE_ENV, raising=False)
+    faults.trace("update", update=1)
+    assert faults.active_fault() is None
+    faults.save_point("before_commit", "g", 4, 0, coordinator=True)  # returns: no fault
+    monkeypatch.setenv(faults.TRACE_ENV, str(tmp_path))
+    faults.trace("restore", generation_id="g2", seconds=0.5, rank=0)
+    (f,) = list(tmp_path.iterdir())
+    (doc,) = [json.loads(x) for x in f.read_text().splitlines()]
+    assert {k: doc[k] for k in ("kind", "generation_id", "seconds", "rank")} == {
+        "kind": "restore", "generation_id": "g2", "seconds": 0.5, "rank": 0}
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2])
+def test_it_resumes_a_loader_with_workers_at_the_cursor(workers):
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DistributedSampler, TensorDataset
+
+    import recoverydash.sdk as rd
+    from recoverydash.integrations.pytorch import observed_loader
+    from recoverydash.sdk.observe import strip
+
+    rec = rd.ObservedRecorder(rd.Client(None, None, "x", attempt=0), rank=0, world_size=2)
+    data = TensorDataset(torch.arange(96.0).unsqueeze(1))
+    sampler = DistributedSampler(data, num_replicas=2, rank=0, shuffle=True, seed=0)
+    loader = observed_loader(rec, data, sampler=sampler, batch_size=4, num_workers=workers,
+                             **({"prefetch_factor": 2} if workers else {}))
+    rec.load_state_dict({"cursor": [{"stratum": "main", "epoch": 0, "position": 48}]})
+    first = [strip(b)[1].groups[0][1] for b in loader]
+    # a DataLoader with workers creates its sampler iterator twice: the skip is not lost
+    assert first[0] == range(48, 56, 2) and first[-1] == range(88, 96, 2) and len(first) == 6
+
+
+def test_it_expects_the_newest_committed_generation_but_not_a_corrupted_one():
+    ms = [{"generation_id": "g2", "update": 2, "committed_at": "a"},
+          {"generation_id": "g4", "update": 4, "committed_at": "b"}]
+    assert core.expected_generation(ms)["generation_id"] == "g4"
+    assert core.expected_generation(ms, corrupted="g4")["generation_id"] == "g2"
+    assert core.expected_generation(ms[:1], corrupted="g2") is None
+
+
+def test_it_lists_every_reason_a_drill_fails_its_contract():
+    ok = {"point": "before_commit", "crash": {"reached": True, "returncode": -9},
+          "resume": {"returncode": 0}, "restored": "g2", "expected": "g2",
+          "first_divergence": None, "state": {"match": True}, "server": {"verdict": "exact"}}
+    assert core.drill_failures(ok) == []
+    assert core.drill_failures({**ok, "server": None}) == []  # the server not asked
+    bad = {**ok, "crash": {"reached": False}, "restored": "g0",
+           "first_divergence": {"update": 3}, "state": {"match": False, "first_mismatch": 3},
+           "server": {"verdict": "omission"}}
+    assert core.drill_failures(bad) == [
+        "the crash point was not reached (no fault in the trace)",
+        "restored g0, the rules say g2", "the consumed sequence diverges from the control's",
+        "the state after the resume differs from the control's",
+        "the server's verdict is 'omission'"]
