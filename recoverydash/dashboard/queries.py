@@ -208,6 +208,22 @@ def _attempt_state(ended_at, last_received_at, now) -> str:
     return "running"
 
 
+def _attempt_states(items: list, now) -> dict:
+    """Set item[10] of each fleet item (``[pk, ..., last_received_at at 9, state at 10, ...]``)
+    to its newest attempt's state (``_attempt_state``; ``silent`` for a run with no attempt);
+    returns pk -> newest attempt number. One query for all of them."""
+    from django.db.models import OuterRef, Subquery
+
+    newest = Attempt.objects.filter(run=OuterRef("pk")).order_by("-attempt")
+    found = {pk: (n, ended) for pk, n, ended in Run.objects.filter(pk__in=[i[0] for i in items])
+             .values_list("pk", Subquery(newest.values("attempt")[:1]),
+                          Subquery(newest.values("ended_at")[:1]))}
+    for item in items:
+        n, ended = found.get(item[0], (None, None))
+        item[10] = _attempt_state(ended, item[9], now) if n is not None else "silent"
+    return {pk: n for pk, (n, _) in found.items()}
+
+
 def fleet(user, *, project: int | None = None, health: str = "", q: str = "",
           view: str = "attention", sort: str = "attention", page: int = 1,
           now: datetime | None = None) -> FleetPage:
@@ -220,9 +236,10 @@ def fleet(user, *, project: int | None = None, health: str = "", q: str = "",
     (docs/definitions.md#health, or ``unknown`` for runs without an analysis yet), ``q``
     (case-insensitive substring of run_id).
 
-    A fixed number of queries whatever the number of runs: one light row per run (its clock
-    keys of the stored analysis, contract limit, last event), one count of open alerts by run
-    and severity, then the page's rows in full (newest attempt by subquery). Unknown ``sort`` or
+    A fixed number of queries whatever the number of runs: one light row per run (health, the
+    stored analysis's ``clock``, contract limit, last event), one count of open alerts by run
+    and severity, then the page's rows in full with their newest attempt (for every run only
+    when sorting by attempt). Unknown ``sort`` or
     ``view`` fall back to the defaults; ``page`` is clamped to the pages there are.
     """
     from django.db.models import OuterRef, Subquery
@@ -243,15 +260,11 @@ def fleet(user, *, project: int | None = None, health: str = "", q: str = "",
     if q:
         runs = runs.filter(run_id__icontains=q.strip())
     drill = drill_field()
-    last_attempt = Attempt.objects.filter(run=OuterRef("pk")).order_by("-attempt")
+    # the last event's time only where the order needs it (a datetime costs more to load)
+    by_time = key_name in ("last_event", "attempt")
     light = runs.values_list(
-        "pk", "run_id", "first_event_at", "last_received_at", "analysis__health",
-        KeyTransform("max_checkpoint_age_s", "contract"),
-        KeyTransform("committed_at", KeyTransform("last_restorable", "analysis__result")),
-        KeyTransform("first_event_at", "analysis__result"),
-        KeyTransform("ended_at", "analysis__result"),
-        Subquery(last_attempt.values("ended_at")[:1]),
-        Subquery(last_attempt.values("attempt")[:1]),
+        "pk", "run_id", "analysis__health", KeyTransform("max_checkpoint_age_s", "contract"),
+        "analysis__clock", "last_received_at" if by_time else "ingest_seq",
         *([drill] if drill else []))
     counts: dict = {}
     for run_pk, severity, n in (Alert.objects.filter(run__in=runs).exclude(state="resolved")
@@ -261,17 +274,15 @@ def fleet(user, *, project: int | None = None, health: str = "", q: str = "",
     default_limit = float(DEFAULT_CONTRACT["max_checkpoint_age_s"])
     items = []
     all_runs = 0
-    for (pk, run_id, first_event_at, last_received_at, health_word, limit, committed_at,
-         first_at, ended_at, attempt_ended_at, attempt_no, *flag) in light:
+    now_s = now.timestamp()
+    for pk, run_id, health_word, limit, clock, received, *flag in light:
         word = health_word or "unknown"
         if health and word != health:
             continue
         all_runs += 1
         limit_s = float(limit) if isinstance(limit, (int, float)) else default_limit
-        seconds = (seconds_since_last_restorable(
-            {"last_restorable": {"committed_at": committed_at} if committed_at else None,
-             "first_event_at": first_at, "ended_at": ended_at}, now, first_event_at)
-            if health_word else None)
+        # the core's figure on the stored clock (runs.models.clock_of: POSIX seconds)
+        seconds = seconds_since_last_restorable(clock, now_s) if health_word and clock else None
         ratio = at_risk_ratio(seconds, limit_s, ended=word == "ended")
         by_sev = counts.get(pk, {})
         crit, warn = by_sev.get("critical", 0), by_sev.get("warning", 0)
@@ -279,10 +290,10 @@ def fleet(user, *, project: int | None = None, health: str = "", q: str = "",
         if view == "attention" and not needs_attention(critical=crit, warning=warn, ratio=ratio,
                                                        health=word, drill=is_drill):
             continue
-        state = _attempt_state(attempt_ended_at, last_received_at, now) \
-            if attempt_no is not None else "silent"
-        items.append((pk, run_id, word, seconds, limit_s, ratio, crit, warn,
-                      sum(by_sev.values()), last_received_at, state, is_drill))
+        items.append([pk, run_id, word, seconds, limit_s, ratio, crit, warn,
+                      sum(by_sev.values()), received if by_time else None, None, is_drill])
+    if key_name == "attempt":  # the attempt state of every listed run, in one query
+        _attempt_states(items, now)
     epoch = datetime.min.replace(tzinfo=dt_timezone.utc)
     keys = {
         "attention": lambda i: attention_key(critical=i[6], warning=i[7], ratio=i[5],
@@ -309,8 +320,11 @@ def fleet(user, *, project: int | None = None, health: str = "", q: str = "",
             last_restorable=KeyTransform("last_restorable", "result"),
             restarts=KeyTransform("restarts", "result"))
     }
-    latest = dict(Attempt.objects.filter(run__in=list(full)).values("run_id")
-                  .annotate(n=Max("attempt")).values_list("run_id", "n"))
+    for item in chosen:
+        item[9] = full[item[0]].last_received_at
+    latest = _attempt_states(chosen, now) if key_name != "attempt" else \
+        dict(Attempt.objects.filter(run__in=list(full)).values("run_id")
+             .annotate(n=Max("attempt")).values_list("run_id", "n"))
     rows = []
     for (pk, run_id, word, seconds, limit_s, ratio, crit, warn, n_open, last_received_at,
          state, is_drill) in chosen:
