@@ -96,3 +96,12 @@ def test_it_says_when_nothing_needs_attention(owner_client, project):
     make(project, "calm")
     html = owner_client.get("/").content.decode()
     assert "Nothing needs attention" in html and "?view=all" in html
+
+
+def test_it_keeps_drill_runs_out_of_the_attention_order(owner_client, fleet, project):
+    assert queries.drill_field() == "is_drill"
+    drill = make(project, "0-drill", alerts=["critical", "critical"], health="failing")
+    Run.objects.filter(pk=drill.pk).update(is_drill=True)
+    assert "0-drill" not in ids(owner_client.get("/"))
+    everything = ids(owner_client.get("/", {"view": "all"}))
+    assert everything[0] == "c-critical" and everything[-1] == "0-drill"

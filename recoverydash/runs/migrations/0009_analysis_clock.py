@@ -16,7 +16,7 @@ def fill_clock(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0007_attempt_restore_failures'),
+        ('runs', '0008_drills'),
     ]
 
     operations = [
