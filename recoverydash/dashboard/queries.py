@@ -367,6 +367,7 @@ class RunSummary:
     # that cannot be tied to them): shown when the live lineage has none
     restorable_elsewhere: list = field(default_factory=list)
     recent_generations: list = field(default_factory=list)
+    adopted: list = field(default_factory=list)     # adopt locations feeding this run
     attempts: list = field(default_factory=list)
     alerts: list = field(default_factory=list)
     silence: dict | None = None   # alerts.rules.silence_of the newest attempt at the page's now
@@ -466,7 +467,20 @@ def run_summary(run, now: datetime | None = None) -> RunSummary:
     summary.attempts = list(Attempt.objects.filter(run=run).order_by("attempt"))
     summary.alerts = list(run.alerts.exclude(state="resolved").order_by("-opened_at")[:20])
     summary.silence = silence_of(run, now)
+    summary.adopted = adopted_from(run)
     return summary
+
+
+def adopted_from(run) -> list:
+    """The project's adopt locations whose generations go to this run
+    (``recoverydash.ingest.adoption.adopted_run_id``): another tool's folders, listed by
+    discovery, docs/formats.md#adopted-folders-on-the-server."""
+    from recoverydash.ingest.adoption import adopted_run_id
+    from recoverydash.storage.models import KIND_ADOPT, StorageLocation
+
+    return [loc for loc in StorageLocation.objects.filter(project_id=run.project_id,
+                                                          kind=KIND_ADOPT).order_by("url")
+            if adopted_run_id(loc) == run.run_id]
 
 
 def run_live_version(run) -> str:

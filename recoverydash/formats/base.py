@@ -59,12 +59,15 @@ class FoundObject:
     mtime: float
     declared_size: int | None = None
     sha256: str | None = None
+    held: tuple = ()  # every component with state in the file, when it holds several
 
     def to_object(self, update: int | None) -> dict:
         """The spec 4 Object: ``size`` is the declared size where the structure declares one
         (so later verification compares storage with the commit), else the observed size."""
         out = {"uri": self.uri, "shard": self.shard, "component": self.component,
                "size": self.declared_size if self.declared_size is not None else self.size}
+        if len(self.held) > 1:  # the Object extension: one file, several components
+            out["components"] = list(self.held)
         if self.sha256:
             out["sha256"] = self.sha256
         if update is not None:
@@ -102,7 +105,7 @@ class Generation:
     _carried: set = field(default_factory=set, repr=False)
     _unread: set = field(default_factory=set, repr=False)
     #: files added in bulk, not yet made FoundObjects: (rel, shard, component, size, mtime,
-    #: declared_size); ``_base`` is their tree's base URI
+    #: declared_size, held); ``_base`` is their tree's base URI
     _compact: list = field(default_factory=list, repr=False)
     _base: str = field(default="", repr=False)
 
@@ -113,8 +116,8 @@ class Generation:
         if self._compact:
             base = self._base
             self._objects.extend(FoundObject(rel, base + rel, shard, component, size, mtime,
-                                             declared)
-                                 for rel, shard, component, size, mtime, declared
+                                             declared, None, held)
+                                 for rel, shard, component, size, mtime, declared, held
                                  in self._compact)
             self._compact.clear()
         return self._objects
@@ -164,19 +167,20 @@ class Generation:
         return obj
 
     def add_declared(self, tree: Tree, files) -> None:
-        """:meth:`add` for many files at once, each ``(rel, shard, component, declared_size)``
-        (a DCP save's 64 ranks' files: one loop, not a call per file)."""
+        """:meth:`add` for many files at once, each ``(rel, shard, component, declared_size,
+        held)`` (``held``: every component with state in the file; a DCP save's 64 ranks'
+        files: one loop, not a call per file)."""
         self.objects  # noqa: B018  (what was added before keeps its order)
         listed, problem = tree.files, self.problem
         self._base = tree.base_uri
         append = self._compact.append
-        for rel, shard, component, declared in files:
+        for rel, shard, component, declared, held in files:
             entry = listed.get(rel)
             if entry is None:
                 problem("object_missing", f"{rel}: no such file")
                 continue
             size = entry[0]
-            append((rel, shard, component, size, entry[1], declared))
+            append((rel, shard, component, size, entry[1], declared, held))
             if declared is not None and size != declared:
                 what = "truncated" if size < declared else "longer than declared"
                 problem("size_mismatch", f"{rel}: {size} bytes, its structure declares "

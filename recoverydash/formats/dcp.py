@@ -52,9 +52,10 @@ def component_of(fqn: str) -> str:
 
 class Summary(NamedTuple):
     """What a check needs of one ``.metadata``: ``files``, one ``(relative_path, end, shard,
-    component)`` per file its storage items live in, sorted by path (``end``: the furthest
+    component, held)`` per file its storage items live in, sorted by path (``end``: the furthest
     ``offset + length`` of its items, the bytes the file must hold; ``shard``: ``rank<r>`` of
-    ``__<r>_<n>.distcp``; ``component``: the component with the most bytes in it), and
+    ``__<r>_<n>.distcp``; ``component``: the component with the most bytes in it; ``held``:
+    every component with items in it, most bytes first), and
     ``components``, those of every state dict key."""
 
     files: tuple
@@ -88,8 +89,8 @@ def summarise(md) -> Summary:
     files = []
     for rel, end in sorted(ends.items()):
         m = _DISTCP.fullmatch(rel.rsplit("/", 1)[-1])
-        heaviest = max(weight[rel].items(), key=lambda kv: kv[1])[0]
-        files.append((rel, end, f"rank{int(m.group(1))}" if m else "rank0", heaviest))
+        held = tuple(c for c, _ in sorted(weight[rel].items(), key=lambda kv: -kv[1]))
+        files.append((rel, end, f"rank{int(m.group(1))}" if m else "rank0", held[0], held))
     shards = sorted({f[2] for f in files} | {"rank0"}, key=lambda s: int(s[4:]))
     return Summary(tuple(files), frozenset(component_of(fqn) for fqn in md.fqns),
                    tuple(shards), frozenset(ends))
@@ -112,9 +113,9 @@ def summary_of(tree: Tree, marker: str) -> Summary:
         return got
     got = summarise(read_dcp_metadata(tree.read(marker)))
     prefix = marker[:-len(METADATA)]
-    got = got._replace(declared=tuple((prefix + rel, shard, c, end)
-                                      for rel, end, shard, c in got.files)
-                       + ((marker, "rank0", "model", None),))
+    got = got._replace(declared=tuple((prefix + rel, shard, c, end, held)
+                                      for rel, end, shard, c, held in got.files)
+                       + ((marker, "rank0", "model", None, ()),))
     _SUMMARIES[key] = got
     _cached_files += len(got.files) + 1
     while _cached_files > MAX_CACHED_FILES and _SUMMARIES:
@@ -199,9 +200,9 @@ def check_folder(tree: Tree, folder: str, generation_id: str, *, fmt: str = NAME
     if component is None:
         gen.add_declared(tree, summary.declared)
     else:
-        gen.add_declared(tree, [(rel, shard, component, end)
-                                for rel, shard, _, end in summary.declared[:-1]]
-                         + [(marker, "rank0", component, None)])
+        gen.add_declared(tree, [(rel, shard, component, end, ())
+                                for rel, shard, _, end, _ in summary.declared[:-1]]
+                         + [(marker, "rank0", component, None, ())])
     if own:
         gen.required_shards = list(summary.shards)
     listed = summary.listed

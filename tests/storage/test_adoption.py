@@ -66,8 +66,12 @@ def test_it_adopts_a_torchtitan_folder_as_a_run_that_sends_no_events(
     assert g20.manifest["adopted"]["format"] == "dcp"
     assert g20.discovered and g20.found_at == f"file://{root.resolve()}/step-20"
     g10 = Generation.objects.get(run=run, generation_id="step-10")
-    assert g10.committed_at == datetime.fromtimestamp(
-        round(mtime(root / "step-10" / ".metadata"), 3), tz=UTC)
+    # the commit marker's modification time, to the millisecond of the manifest's committed_at
+    marker_ms = int(mtime(root / "step-10" / ".metadata") * 1000) / 1000
+    assert abs(g10.committed_at.timestamp() - marker_ms) < 0.0015
+    assert g10.manifest["committed_at"] == datetime.fromtimestamp(
+        mtime(root / "step-10" / ".metadata"), tz=UTC).isoformat(
+        timespec="milliseconds").replace("+00:00", "Z")
     result = run.analysis.result
     assert result["last_restorable"]["generation_id"] == "step-10"
     by_id = {g["generation_id"]: g for g in result["generations"]}
