@@ -39,7 +39,7 @@
     var utcHere = new Date().getTimezoneOffset() === 0;
     document.querySelectorAll("[data-time-toggle]").forEach(function (b) {
       b.hidden = utcHere;  // the browser's local time is UTC: nothing to show beside it
-      b.textContent = on ? "hide local time" : "show local time beside UTC";
+      b.textContent = on ? " (hide local time)" : " (show local time beside UTC)";
       b.setAttribute("aria-pressed", on ? "true" : "false");
     });
   }
