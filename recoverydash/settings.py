@@ -331,6 +331,11 @@ RECOVERYDASH_RECHECK_ENDED_S = envfloat("RECOVERYDASH_RECHECK_ENDED_S", 3600.0, 
 RECOVERYDASH_RESTORE_RECHECK_S = envfloat("RECOVERYDASH_RESTORE_RECHECK_S", 2.0)
 # The run page re-checks its restorable generation when it was last verified longer ago.
 RECOVERYDASH_PAGE_RECHECK_S = envfloat("RECOVERYDASH_PAGE_RECHECK_S", 60.0)
+# Raw update_committed and heartbeat rows (events, ledger rows, heartbeats) absorbed into a run's
+# stored analysis state are deleted once older than this many days (docs/retention.md);
+# RECOVERYDASH_COMPACTION=false keeps them all.
+RECOVERYDASH_RAW_RETENTION_DAYS = envfloat("RECOVERYDASH_RAW_RETENTION_DAYS", 7.0)
+RECOVERYDASH_COMPACTION = envbool("RECOVERYDASH_COMPACTION", True)
 RECOVERYDASH_RUN_SILENT_S = envfloat("RECOVERYDASH_RUN_SILENT_S", 900.0, 1.0)
 # Floor of rank_silent (docs/definitions.md#silence): one rank silent this long at least.
 RECOVERYDASH_RANK_SILENT_FLOOR_S = envfloat("RECOVERYDASH_RANK_SILENT_FLOOR_S", 120.0, 1.0)

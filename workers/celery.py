@@ -81,6 +81,9 @@ BEAT_SCHEDULE = {
     # each run's last restorable generation, verified again when due (RECOVERYDASH_RECHECK_S,
     # RECOVERYDASH_RECHECK_ENDED_S): retention or a person may have deleted or truncated it
     "recheck-storage": _every(60.0, "workers.tasks.recheck_storage"),
+    # raw update / heartbeat rows absorbed into the stored state and past their retention
+    # (RECOVERYDASH_RAW_RETENTION_DAYS, docs/retention.md), deleted in bounded batches
+    "compact-raw-rows": _every(300.0, "workers.tasks.compact_raw_rows"),
     # generations left committed with objects unchecked (a worker killed mid-verification)
     "sweep-verifications": _every(60.0, "workers.tasks.sweep_verifications"),
 }

@@ -84,6 +84,15 @@ def evaluate_alerts_chunk(run_pks: list[int], refresh_pks: list[int]) -> None:
     evaluate_chunk(run_pks, refresh_pks)
 
 
+@shared_task(name="workers.tasks.compact_raw_rows", **RETRY)
+def compact_raw_rows() -> None:
+    """Delete absorbed raw update and heartbeat rows past their retention, in bounded batches
+    (docs/retention.md)."""
+    from recoverydash.runs.compaction import compact
+
+    compact()
+
+
 @shared_task(name="workers.tasks.deliver_due", **RETRY)
 def deliver_due() -> None:
     """Create deliveries for new flips and send every delivery whose attempt is due."""

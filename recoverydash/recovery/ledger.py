@@ -615,10 +615,14 @@ class Ledger:
         heartbeat fold, format 2, also without ``hashed_strata``, or format 1: 32-bit update
         bitmaps and one dense array of times). ``state_format`` of the result names the format
         read: below :data:`STATE_FORMAT` the heartbeat fold is empty, and a caller that absorbs
-        heartbeats incrementally must rebuild the state from its rows (the worker does). Raises ValueError on another format, and on a format 1 or 2 state holding sample-id
-        strata: it does not say whether their ids were ints, so the caller rebuilds the state
-        from the ledger rows (the worker does)."""
-        doc = json.loads(zlib.decompress(data))
+        heartbeats incrementally must rebuild the state from its rows (the worker does). Raises
+        ValueError on bytes that are no state, on another format, and on a format 1 or 2 state
+        holding sample-id strata: it does not say whether their ids were ints, so the caller
+        rebuilds the state from the ledger rows (the worker does)."""
+        try:
+            doc = json.loads(zlib.decompress(data))
+        except zlib.error as exc:
+            raise ValueError(f"not a ledger state: {exc}") from None
         version = doc.get("format")
         if version not in (1, 2, 3, _FORMAT):
             raise ValueError(f"unknown ledger state format {version!r}")

@@ -237,6 +237,16 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
                      ledger.state_format, STATE_FORMAT)
             ledger = None
     since = analysis.ingest_seq if ledger is not None else -1
+    if ledger is None and analysis.compacted_at is not None:
+        # docs/retention.md: raw rows the state had absorbed are gone; a rebuild from what is
+        # left would be an analysis of part of the run presented as the whole.
+        message = (f"the stored ledger state cannot be continued (unreadable or of another "
+                   f"format than {STATE_FORMAT}) and raw rows it had absorbed were compacted "
+                   f"on {analysis.compacted_at.isoformat()}: not rebuilt from the rest "
+                   f"(docs/retention.md)")
+        Analysis.objects.filter(pk=analysis.pk).update(error=message, error_at=timezone.now(),
+                                                       error_seq=target_seq)
+        raise AnalysisFailed(message)
     try:
         if ledger is None:
             ledger = recovery.Ledger()
@@ -260,6 +270,7 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
         analysis.result = result
         analysis.health = result["health"]
         analysis.state = state
+        analysis.state_format = STATE_FORMAT
         analysis.ingest_seq = target_seq
         analysis.computed_at = timezone.now()
         analysis.duration_s = time.monotonic() - started

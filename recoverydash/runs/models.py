@@ -604,6 +604,11 @@ class Analysis(models.Model):
     error_at = models.DateTimeField(null=True, blank=True)
     error_seq = models.BigIntegerField(default=-1)
     state = models.BinaryField(null=True, blank=True)
+    # The format of ``state`` (recovery.ledger.STATE_FORMAT when written), and when raw rows it
+    # had absorbed were first deleted (runs.compaction, docs/retention.md): from then on the
+    # state is the only record of them, and it is never rebuilt from the rows that are left.
+    state_format = models.IntegerField(default=0)
+    compacted_at = models.DateTimeField(null=True, blank=True)
 
     def save(self, *args, **kwargs):
         """Save, with ``clock`` derived from ``result`` (``clock_of``)."""
