@@ -172,6 +172,23 @@ def database_bytes() -> int:
         return int(cursor.fetchone()[0])
 
 
+def compacted(updates: int) -> dict:
+    """Compact everything absorbed (``runs.compaction.compact`` with a clock past the retention),
+    VACUUM FULL the run's tables, and measure bytes per rank-update left."""
+    from recoverydash.runs.compaction import compact
+
+    before = database_bytes()
+    t0 = time.perf_counter()
+    deleted = compact(now=datetime.now(timezone.utc) + timedelta(days=3650), batch=50_000,
+                      max_batches=10**9)
+    seconds = time.perf_counter() - t0
+    with connection.cursor() as cursor:
+        for table in RUN_TABLES:
+            cursor.execute(f'VACUUM FULL "{table}"')
+    return {"compacted_rows": deleted, "compact_s": seconds, "bytes_before": before,
+            "bytes_after": database_bytes(), "rank_updates": updates * WORLD}
+
+
 def build(level: int) -> dict:
     """A fresh run with ``level`` absorbed updates; returns what was measured while building."""
     from recoverydash import recovery
@@ -271,6 +288,7 @@ def main() -> None:
                 print(out.stderr[-20000:], file=sys.stderr)
             out.check_returncode()
             measured = json.loads(out.stdout.strip().splitlines()[-1])
+            measured.update(compacted(level + NEW))
             rows.append((level, built, measured))
             print(f"{level:>9,} absorbed updates (built in {build_s:.0f} s): analysis of 1,000 new "
                   f"updates {measured['new_s']:.3f} s, nothing new {measured['none_s'] * 1e3:.1f} ms"
@@ -300,7 +318,13 @@ def report(rows) -> None:
     print(f"worker peak RSS: {rss} (target < 500 MB)")
     total = [r[1]["bytes"] / (r[0] * WORLD) for r in rows]
     print(f"bytes per rank-update in PostgreSQL as ingested (1,000 new updates, every table and "
-          f"index): {ingested_b:.0f} B; whole run: {', '.join(f'{b:.0f} B' for b in total)}")
+          f"index): {ingested_b:.0f} B; whole run: {', '.join(f'{b:.0f} B' for b in total)} "
+          f"(COPYed history has event rows up to update {EVENTS_UPTO:,} only)")
+    after = ", ".join(f"{r[2]['bytes_after'] / r[2]['rank_updates']:.0f} B "
+                      f"({r[2]['compacted_rows']:,} rows deleted in {r[2]['compact_s']:.0f} s)"
+                      for r in rows)
+    print(f"bytes per rank-update after compaction (VACUUM FULL, the stored state included): "
+          f"{after}")
     print(f"web side: {per_core:,.0f} events/s per core (ingest_batch process CPU, PostgreSQL's "
           f"own CPU not included)")
     print()

@@ -6,7 +6,7 @@ class Migration(migrations.Migration):
     the state absorbed were deleted: docs/retention.md)."""
 
     dependencies = [
-        ('runs', '0007_attempt_restore_failures'),
+        ('runs', '0008_drills'),
     ]
 
     operations = [
