@@ -6,7 +6,7 @@ class Migration(migrations.Migration):
     the state absorbed were deleted: docs/retention.md)."""
 
     dependencies = [
-        ('runs', '0008_drills'),
+        ('runs', '0009_analysis_clock'),
     ]
 
     operations = [
