@@ -75,6 +75,17 @@ def test_it_passes_every_crash_point_of_the_correct_trainer(live_server, full_to
                                                    "corrupt_after_commit")] == [2, 0, 3]
     assert report["passed"] is True
     json.dumps(report)  # the report is JSON
+    # sent as drill_result events; every run of the drill is marked as one
+    from recoverydash.runs.models import DrillResult, Run
+
+    assert report["sent"] is True
+    rows = {r.point: r for r in DrillResult.objects.select_related("run")}
+    assert sorted(rows) == sorted(by)
+    for p, d in by.items():
+        assert (rows[p].run.run_id, rows[p].passed, rows[p].restored_generation,
+                rows[p].verdict, rows[p].attempt) == (d["run_id"], True, d["restored"], "exact", 1)
+    assert set(Run.objects.filter(is_drill=True).values_list("run_id", flat=True)) == \
+        {"d1-control", *(d["run_id"] for d in report["drills"])}
 
 
 @pytest.mark.django_db(transaction=True)
