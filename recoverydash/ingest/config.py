@@ -166,10 +166,33 @@ def location_out(location: StorageLocation) -> dict[str, Any]:
     return out
 
 
+#: What only the server's operator may declare (``manage.py add_location`` / ``apply_config``,
+#: a staff account in the dashboard): each acts with the server's own files, identity or network.
+OPERATOR_ONLY = {"url": "a folder of the server's file system",
+                 "use_ambient_credentials": "the server's own credentials",
+                 "endpoint_url": "a custom S3 endpoint (the server's network)"}
+
+
+def _operator_only(instance: StorageLocation | None, probe: StorageLocation,
+                   given: dict) -> dict[str, list[str]]:
+    """The fields of a write by a project's token (not the operator) that would newly give its
+    location what ``OPERATOR_ONLY`` names; a value the location already had stays allowed."""
+    wanted = {"url": instance is None and probe.url.startswith("file://"),
+              "use_ambient_credentials": bool(given.get("use_ambient_credentials"))
+              and not (instance and instance.use_ambient_credentials),
+              "endpoint_url": bool(given.get("endpoint_url"))
+              and not (instance and instance.endpoint_url == given["endpoint_url"])}
+    return {f: [f"{OPERATOR_ONLY[f]} is declared by the server's operator (manage.py "
+                "add_location or apply_config, or a staff account on the storage locations "
+                "page), not by a project's token"] for f, bad in wanted.items() if bad}
+
+
 def apply_location(project: Project, data: dict, *, origin: str,
-                   dry_run: bool = False) -> Change:
+                   dry_run: bool = False, operator: bool = True) -> Change:
     """Create the location ``data["url"]`` of ``project`` or set the fields given of the one
-    with that URL (in canonical form). Raises ConfigError (nothing written)."""
+    with that URL (in canonical form). ``operator``: False for a project's token (the admin
+    API), which may not declare what ``OPERATOR_ONLY`` names. Raises ConfigError (nothing
+    written)."""
     errors = _unknown(data, LOCATION_FIELDS)
     errors.update(_check_bools(data) | _check_strings(data))
     if not errors and not data.get("url"):
@@ -186,6 +209,8 @@ def apply_location(project: Project, data: dict, *, origin: str,
     with transaction.atomic():
         instance = (StorageLocation.objects.select_for_update()
                     .filter(project=project, url=probe.url).first())
+        if not operator and (refused := _operator_only(instance, probe, given)):
+            raise ConfigError(refused)
         if instance is None:
             if not dry_run:
                 probe.origin = origin
@@ -247,6 +272,7 @@ def apply_contract(run: Run, data: dict, *, dry_run: bool = False) -> Change:
 
 __all__ = [
     "LOCATION_FIELDS",
+    "OPERATOR_ONLY",
     "SECRET_FIELDS",
     "WEBHOOK_FIELDS",
     "Change",

@@ -189,11 +189,13 @@ def list_locations(request: HttpRequest):
              summary="Declare a storage location, or change the one with that URL")
 def put_location(request: HttpRequest, body: LocationIn):
     """The server reads a manifest's objects only under its project's locations, with each
-    location's own credentials (docs/ingest-v1.md#7-checkpoints-in-storage)."""
+    location's own credentials (docs/ingest-v1.md#7-checkpoints-in-storage). A token declares
+    no server folder, ambient credentials or custom endpoint (``config.OPERATOR_ONLY``): any
+    member can issue an admin token."""
     project = request.auth.project
     try:
         change = config.apply_location(project, body.model_dump(exclude_none=True),
-                                       origin="api")
+                                       origin="api", operator=False)
     except config.ConfigError as exc:
         raise _refused(exc) from None
     location = StorageLocation.objects.get(project=project, url=change.key)

@@ -114,17 +114,15 @@ def test_it_keeps_each_project_to_its_own_endpoints_alerts_and_runs(client, proj
     assert alert.state == "firing" and WebhookEndpoint.objects.filter(name="mine").exists()
 
 
-def test_it_declares_changes_and_deletes_a_storage_location(client, project, admin_token,
-                                                            tmp_path):
-    folder = tmp_path / "ckpt"
-    folder.mkdir()
+def test_it_declares_changes_and_deletes_a_storage_location(client, project, admin_token):
     status, body = _call(client, "post", "/locations", admin_token,
-                         {"url": f"file://{folder}/", "trainer_url": "file:///mnt/ckpt"})
+                         {"url": "s3://ckpt/runs/", "trainer_url": "file:///mnt/ckpt",
+                          "access_key_id": "AKIA", "secret_access_key": "s"})
     assert status == 201 and body["change"]["action"] == "create"
-    assert body["location"]["url"] == folder.resolve().as_uri()  # canonical, no trailing /
+    assert body["location"]["url"] == "s3://ckpt/runs"  # canonical, no trailing /
     assert body["location"]["origin"] == "api"
     status, body = _call(client, "post", "/locations", admin_token,
-                         {"url": folder.resolve().as_uri(), "discover": False})
+                         {"url": "s3://ckpt/runs", "discover": False})
     assert status == 200 and body["change"]["fields"] == ["discover"]
     location = StorageLocation.objects.get(project=project)
     assert (location.trainer_url, location.discover) == ("file:///mnt/ckpt", False)
