@@ -3,21 +3,31 @@ the typed tables, in one transaction (docs/ingest-v1.md#answers: "a batch is ato
 
 Order of work inside the transaction, per batch:
 
-1. lock (create on first sight) every run the batch names, in the token's own project only;
+1. read (create on first sight) every run the batch names, in the token's own project only;
+   take the batch's seq (:func:`recoverydash.runs.seq.take_seq`: a shared advisory lock per
+   run, then one ``nextval``; SQLite: the run's count of batches plus one). A batch holding a
+   generation event also locks its runs' rows now;
 2. drop repeats of an ``event_id`` within the batch (same content: duplicate; else 409);
-3. check that each stratum keeps one span kind (ranges or ids) against the run's record, and
-   bump ``Run.ingest_seq`` once per run that gains events, stamping rows with it;
-4. write the events. PostgreSQL: ``COPY`` them all inside a savepoint, optimistically; if the
-   unique ``(run, event_id)`` index says some are stored already, roll the savepoint back, read
-   the stored content hashes of the batch's ids in one query (same hash: duplicate, counted and
-   not stored; another: 409 naming the index) and COPY the rest. Elsewhere: that query first,
-   then ``bulk_create``;
-5. project them into attempts, ledger rows (PostgreSQL: ``COPY``, with the same optimistic
-   savepoint; existing keys are united), heartbeats, generations, shard reports, checkpoint
-   objects, audit windows;
-6. after commit, hand the touched runs and newly committed generations to
+3. write the events, stamped with the seq. PostgreSQL: ``COPY`` them all inside a savepoint,
+   optimistically; if the unique ``(run, event_id)`` index says some are stored already (or a
+   concurrent batch is storing them: the index waits for its commit), roll the savepoint back,
+   read the stored content hashes in one query (same hash: duplicate, counted and not stored;
+   another: 409 naming the index) and COPY the rest. Elsewhere: that query first, then
+   ``bulk_create``;
+4. check that each stratum keeps one span kind (ranges or ids) within the batch and against the
+   run's record;
+5. project them into ledger rows (PostgreSQL: ``COPY``, with the same optimistic savepoint;
+   stored keys are united under their row lock), heartbeats, audit windows, generations, shard
+   reports, checkpoint objects, all stamped with the seq;
+6. last, under each run's row lock (a few statements before commit): the span kinds again
+   against the run's record, the attempts, the run's counters, contract and ``ingest_seq``;
+7. after commit, hand the touched runs and newly committed generations to
    :func:`after_ingest`, which enqueues their verification and analysis and never fails the
    request.
+
+Concurrent batches into one run therefore overlap in everything but step 6; the analysis reads
+rows by seq up to :func:`recoverydash.runs.seq.committed_seq`, which never passes a batch in
+flight.
 """
 
 from __future__ import annotations
@@ -28,13 +38,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from recoverydash.runs.analysis import request_analysis
 from recoverydash.runs.models import (GLOBAL_RANK, ApiToken, Attempt, AuditWindow, DrillResult,
                                       CheckpointObject, Event, Generation, Heartbeat, LedgerRow,
                                       Project, Run, ShardReport)
+from recoverydash.runs import seq as seq_of
 from recoverydash.runs.queue import VERIFY_GENERATION, enqueue
 
 from .errors import AttemptConflict, BadRequest, Conflict, ErrorItem, MAX_ERRORS
@@ -69,33 +80,73 @@ def ingest_batch(token: ApiToken | Project, events: Sequence[ValidEvent | dict])
     here. Raises :class:`~recoverydash.ingest.errors.BadRequest` (invalid events, a stratum
     changing its span kind) or :class:`~recoverydash.ingest.errors.Conflict` (409: an
     ``event_id`` with different content); nothing is stored then.
+
+    Batches into one run run concurrently (PostgreSQL): rows are stamped with the batch's seq
+    (:mod:`recoverydash.runs.seq`), and only the last step (span kinds, attempts, the run's
+    counters) holds the run's row lock, for a few statements. A batch holding a generation event
+    (checkpoint_started, shard_written, checkpoint_committed) holds the run's row lock
+    throughout, as those share rows across ranks. A deadlock between batches (PostgreSQL
+    detects it and aborts one) is retried up to :data:`RETRIES` times.
     """
     project = token.project if isinstance(token, ApiToken) else token
     if events and isinstance(events[0], dict):
         events = validate_events(list(events))
-    result = IngestResult()
     if not events:
-        return result
+        return IngestResult()
+    for attempt in range(RETRIES):
+        try:
+            return _ingest_once(project, events)
+        except Exception as exc:  # noqa: BLE001 - only deadlocks are retried
+            if attempt + 1 >= RETRIES or not _is_deadlock(exc):
+                raise
+            log.warning("ingest: deadlock between batches, retrying (%s)", exc)
+    raise AssertionError("unreachable")
+
+
+#: How many times a batch aborted by a deadlock is tried.
+RETRIES = 4
+#: Event types that write rows other batches of the run share (generations, shard reports,
+#: objects, drill results): a batch holding one locks its runs for its whole transaction.
+_SHARED_ROW_TYPES = frozenset({"checkpoint_started", "shard_written", "checkpoint_committed",
+                               "drill_result"})
+_GENERATION_TYPES = frozenset({"checkpoint_started", "shard_written", "checkpoint_committed"})
+
+
+def _is_deadlock(exc: BaseException | None) -> bool:
+    """True when ``exc`` (or what caused it) is PostgreSQL's deadlock_detected (40P01)."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if getattr(exc, "sqlstate", None) == "40P01":
+            return True
+        exc, seen = exc.__cause__, seen + 1
+    return False
+
+
+def _ingest_once(project: Project, events: Sequence[ValidEvent]) -> IngestResult:
+    """One try of :func:`ingest_batch` (one transaction)."""
+    result = IngestResult()
+    concurrent = seq_of.concurrent()
     with transaction.atomic():
-        runs = _lock_runs(project, {ev.model.run_id for ev in events})
+        runs = _get_runs(project, {ev.model.run_id for ev in events})
+        if concurrent:
+            # The shared advisory locks first, then the seq (recoverydash.runs.seq), and only
+            # then any row lock, so a waiting analysis never sits inside a lock cycle.
+            seq = seq_of.take_seq(r.pk for r in runs.values())
+            seqs = {r.pk: seq for r in runs.values()}
+        if not concurrent or any(ev.model.type in _SHARED_ROW_TYPES for ev in events):
+            runs = _lock_runs(runs)
+        if not concurrent:  # SQLite: one writer at a time; the run's own count of batches
+            seqs = {r.pk: r.ingest_seq + 1 for r in runs.values()}
         unique = _unique_in_batch(runs, events, result)
         now = timezone.now()
-        fresh = None
-        if connection.vendor == "postgresql":
-            # Fast path: most batches are new events. COPY them all inside a savepoint; the
-            # unique (run, event_id) index reports any already stored, and only then do we
-            # pay for reading their hashes (the careful path below).
-            fresh = _insert_optimistically(runs, unique, now)
-        if fresh is None:
-            fresh = _drop_stored(runs, unique, result)
-            _stamp(runs, fresh)
-            _insert_events(runs, fresh, now)
-        touched = {ev.model.run_id for ev in fresh}
-        projection = _Projection(runs, now)
+        fresh = _insert_new_events(runs, seqs, unique, now, result)
+        kinds = _span_kinds(runs, fresh)
+        projection = _Projection(runs, seqs, now)
         for ev in fresh:
             projection.add(ev)
         projection.flush()
-        _update_runs(runs, fresh, touched, now, projection)
+        touched = {ev.model.run_id for ev in fresh}
+        _finish_runs(runs, seqs, fresh, touched, kinds, now, projection)
         result.accepted = len(fresh)
         result.run_pks = sorted(runs[r].pk for r in touched)
         result.generation_pks = sorted(projection.committed_generation_pks)
@@ -127,19 +178,25 @@ def after_ingest(run_pks: list[int], committed_generation_pks: list[int]) -> Non
         request_analysis(pk)
 
 
-def _lock_runs(project: Project, run_ids: set[str]) -> dict[str, Run]:
-    """The batch's runs of ``project``, created if new, locked FOR UPDATE in pk order."""
+def _get_runs(project: Project, run_ids: set[str]) -> dict[str, Run]:
+    """The batch's runs of ``project`` (created if new), not locked."""
     wanted = sorted(run_ids)
-    runs = {r.run_id: r for r in
-            Run.objects.select_for_update().filter(project=project, run_id__in=wanted).order_by("pk")}
+    runs = {r.run_id: r for r in Run.objects.filter(project=project, run_id__in=wanted)}
     missing = [r for r in wanted if r not in runs]
     if missing:
-        # ignore_conflicts: a concurrent batch may create the same run; then we wait on its lock.
+        # ignore_conflicts: a concurrent batch may create the same run; its insert waits for
+        # that batch's commit, and the read below then sees the run.
         Run.objects.bulk_create([Run(project=project, run_id=r) for r in missing],
                                 ignore_conflicts=True)
-        runs.update({r.run_id: r for r in Run.objects.select_for_update()
-                     .filter(project=project, run_id__in=missing).order_by("pk")})
+        runs.update({r.run_id: r for r in Run.objects.filter(project=project,
+                                                             run_id__in=missing)})
     return runs
+
+
+def _lock_runs(runs: dict[str, Run]) -> dict[str, Run]:
+    """The same runs read again and locked FOR UPDATE (until commit), in pk order."""
+    return {r.run_id: r for r in Run.objects.select_for_update()
+            .filter(pk__in=[r.pk for r in runs.values()]).order_by("pk")}
 
 
 def _unique_in_batch(runs: dict[str, Run], events: Sequence[ValidEvent],
@@ -188,35 +245,51 @@ def _drop_stored(runs: dict[str, Run], events: Sequence[ValidEvent],
     return fresh
 
 
-def _stamp(runs: dict[str, Run], fresh: Sequence[ValidEvent]) -> None:
-    """Check span kinds, then take the batch's seq for every run that gains events.
+def _insert_new_events(runs: dict[str, Run], seqs: dict[int, int], events: Sequence[ValidEvent],
+                       now, result: IngestResult) -> list[ValidEvent]:
+    """Append the events not yet stored and return them (duplicates counted into ``result``;
+    Conflict for a stored ``event_id`` of other content).
 
-    One seq per batch per run, taken under the run's row lock: two batches of one run cannot
-    interleave their seqs, so a worker that has absorbed everything up to seq N never later sees
-    a row stamped <= N appear (the race: batch A takes seq 5, batch B takes 6 and commits first,
-    the worker absorbs 6, then A's rows commit with 5 and would be skipped forever). The lock
-    makes seq order equal commit order."""
-    _check_span_kinds(runs, fresh)
-    for run_id in {ev.model.run_id for ev in fresh}:
-        runs[run_id].ingest_seq += 1
-
-
-def _insert_optimistically(runs: dict[str, Run], events: Sequence[ValidEvent],
-                           now) -> list[ValidEvent] | None:
-    """PostgreSQL: stamp and COPY every event in a savepoint. Returns the events, or None
-    (savepoint and in-memory run state rolled back) when some were already stored."""
+    PostgreSQL: COPY them all inside a savepoint, optimistically; if the unique ``(run,
+    event_id)`` index says some are stored already (by an earlier batch, or by a concurrent one
+    that has just committed: the index makes this batch wait for it), roll the savepoint back,
+    drop the stored ones (one query) and COPY the rest, until one COPY goes through. Elsewhere:
+    that query first, then ``bulk_create``."""
+    if connection.vendor != "postgresql":
+        fresh = _drop_stored(runs, events, result)
+        _write_events(runs, seqs, fresh, now)
+        return fresh
     from psycopg.errors import UniqueViolation
 
-    saved = {run_id: (run.ingest_seq, dict(run.strata)) for run_id, run in runs.items()}
-    _stamp(runs, events)
-    try:
-        with transaction.atomic():
-            _insert_events(runs, events, now)
-    except UniqueViolation:
-        for run_id, (seq, strata) in saved.items():
-            runs[run_id].ingest_seq, runs[run_id].strata = seq, strata
-        return None
-    return list(events)
+    pending = list(events)
+    while pending:
+        try:
+            with transaction.atomic():
+                _write_events(runs, seqs, pending, now)
+            return pending
+        except UniqueViolation:
+            pending = _drop_stored(runs, pending, result)
+    return pending
+
+
+def _span_kinds(runs: dict[str, Run], events: Iterable[ValidEvent]) -> dict[str, dict[str, str]]:
+    """Per run id, the span kind (ranges or ids) of each stratum the batch's spans use. Raises
+    BadRequest (as :func:`_check_span_kinds`) when the batch itself mixes kinds in a stratum or
+    contradicts the run's record as read at the start; the record is checked again under the
+    run's lock at the end (:func:`_finish_runs`)."""
+    kinds: dict[str, dict[str, str]] = {}
+    mixed = False
+    for ev in events:
+        if ev.model.type != "update_committed":
+            continue
+        mine = kinds.setdefault(ev.model.run_id, {})
+        for span in ev.model.spans:
+            if mine.setdefault(span.stratum, span.kind) != span.kind:
+                mixed = True
+    if mixed or any(runs[r].strata.get(s, k) != k for r, ks in kinds.items()
+                    for s, k in ks.items()):
+        _check_span_kinds({r: Run(strata=dict(run.strata)) for r, run in runs.items()}, events)
+    return kinds
 
 
 def _check_span_kinds(runs: dict[str, Run], events: Iterable[ValidEvent]) -> None:
@@ -241,11 +314,11 @@ def _check_span_kinds(runs: dict[str, Run], events: Iterable[ValidEvent]) -> Non
         raise BadRequest("spans of one stratum mix ranges and ids", items)
 
 
-def _insert_events(runs: dict[str, Run], events: Sequence[ValidEvent], now) -> None:
-    """Append the new events. The run locks guarantee no concurrent writer of these keys, so a
-    plain COPY (PostgreSQL) or INSERT is safe."""
+def _write_events(runs: dict[str, Run], seqs: dict[int, int], events: Sequence[ValidEvent],
+                 now) -> None:
+    """COPY (PostgreSQL) or INSERT the events, stamped with their run's seq."""
     rows = [(runs[ev.model.run_id].pk, ev.model.event_id, ev.model.type, ev.model.attempt,
-             ev.model.rank, ev.model.time, now, runs[ev.model.run_id].ingest_seq,
+             ev.model.rank, ev.model.time, now, seqs[runs[ev.model.run_id].pk],
              ev.content_hash, ev.canonical) for ev in events]
     if not rows:
         return
@@ -274,44 +347,32 @@ _LEDGER_COLUMNS = ("run_id", "attempt", "update", "rank", "time", "spans", "samp
 
 
 class _Projection:
-    """Projects new events into the typed tables, batching writes; call :meth:`flush` once."""
+    """Projects new events into the typed tables, batching writes: :meth:`flush` writes the rows
+    of the batch's own (ledger rows, heartbeats, audit windows, generations), and
+    :meth:`apply_attempts`, called under the run's lock at the end, the attempts' changes."""
 
-    def __init__(self, runs: dict[str, Run], now=None):
+    def __init__(self, runs: dict[str, Run], seqs: dict[int, int], now=None):
         self.runs = runs
+        self.seqs = seqs
         self.now = now
-        self.seen: set[tuple[int, int, int | None]] = set()
-        self.by_pk = {r.pk: r for r in runs.values()}
-        self.attempts: dict[tuple[int, int], Attempt] = {
-            (a.run_id, a.attempt): a for a in Attempt.objects.filter(run__in=list(self.by_pk))}
-        self.dirty_attempts: set[tuple[int, int]] = set()
-        self.ledger: dict[tuple[int, int, int, int], dict[str, Any]] = {}
-        self.heartbeats: list[Heartbeat] = []
-        self.audit: list[AuditWindow] = []
-        self.generation_events: list[ValidEvent] = []
-        self.committed_generation_pks: set[int] = set()
         #: (run pk, attempt) whose first attempt_started is in this batch (another rank's later
         #: copy of it does not count: it must not undo a contract edited meanwhile)
         self.first_started: set[tuple[int, int]] = set()
         self.drill_marks: dict[int, str] = {}
         self.drill_results: list[ValidEvent] = []
-
-    def attempt(self, run: Run, number: int) -> Attempt:
-        key = (run.pk, number)
-        row = self.attempts.get(key)
-        if row is None:  # created lazily: events may come before attempt_started
-            row = self.attempts[key] = Attempt(run=run, attempt=number)
-        self.dirty_attempts.add(key)
-        return row
+        self.by_pk = {r.pk: r for r in runs.values()}
+        # Events per (run pk, attempt), applied to the attempt rows under the run lock.
+        self.attempt_events: dict[tuple[int, int], list[ValidEvent]] = {}
+        self.ledger: dict[tuple[int, int, int, int], dict[str, Any]] = {}
+        self.heartbeats: list[Heartbeat] = []
+        self.audit: list[AuditWindow] = []
+        self.generation_events: list[ValidEvent] = []
+        self.committed_generation_pks: set[int] = set()
 
     def add(self, ev: ValidEvent) -> None:
         m, body = ev.model, ev.body
         run = self.runs[m.run_id]
-        att = self.attempt(run, m.attempt)
-        if att.last_event_at is None or m.time > att.last_event_at:
-            att.last_event_at = m.time
-        if self.now is not None and (run.pk, m.attempt, m.rank) not in self.seen:
-            self.seen.add((run.pk, m.attempt, m.rank))
-            att.note_rank_seen(m.rank, self.now)
+        self.attempt_events.setdefault((run.pk, m.attempt), []).append(ev)
         kind = m.type
         if kind == "update_committed":
             key = (run.pk, m.attempt, m.update, GLOBAL_RANK if m.rank is None else m.rank)
@@ -327,67 +388,53 @@ class _Projection:
                     value = getattr(m, name)
                     if value is not None:
                         entry[name] = max(value, entry[name] or 0)
-            if m.update > att.last_update or att.last_update_at is None:
-                att.last_update_at = m.time if m.update >= att.last_update else att.last_update_at
-                att.last_update = max(att.last_update, m.update)
         elif kind == "heartbeat":
-            fetched = body.get("fetched") or []
             self.heartbeats.append(Heartbeat(run=run, attempt=m.attempt, rank=m.rank, time=m.time,
-                                             update=m.update, fetched=fetched))
-            if att.heartbeat_at is None or m.time > att.heartbeat_at:
-                att.heartbeat_at = m.time
-            att.advance_fetched(fetched)
-            if m.sdk_dropped or m.sdk_quarantined:
-                att.note_sdk_losses(m.rank, m.sdk_dropped, m.sdk_quarantined,
-                                    m.sdk_lost_updates)
-        elif kind == "attempt_started":
-            declared = _declared_start(m, body)
-            if att.started_at is not None and _declared_of(att) != declared:
-                raise AttemptConflict(ev.index, _reuse_message(m, _declared_of(att), declared))
-            if att.started_at is None:
-                self.first_started.add((run.pk, m.attempt))
-            # every rank sends one: the attempt started with the earliest of them
-            att.started_at = m.time if att.started_at is None else min(att.started_at, m.time)
-            att.world_size = m.world_size
-            att.dataset_version = m.dataset_version
-            att.global_batch_size = m.global_batch_size
-            att.micro_batch_size = m.micro_batch_size
-            att.grad_accum_steps = m.grad_accum_steps
-            att.config_digest = m.config_digest or ""
-            att.sampler = body.get("sampler") or {}
-            att.resumed_from = body.get("resumed_from")
-            att.contract = body.get("contract")
-            if m.drill is not None:
-                self.drill_marks[run.pk] = m.drill.drill_id
-        elif kind == "attempt_ended":
-            att.ended_at = m.time
-            att.end_reason = m.reason
-            att.end_update = m.update
-            att.end_message = m.message or ""
-            att.advance_fetched(body.get("fetched") or [])
-        elif kind == "restore_completed":
-            att.restore_generation_id = m.generation_id
-            att.restore_seconds = float(m.seconds)
-            att.restored_at = m.time
-        elif kind == "restore_failed":
-            att.note_restore_failure(m.generation_id, m.reason, m.message or "", m.time, m.rank)
+                                             update=m.update, fetched=body.get("fetched") or [],
+                                             seq=self.seqs[run.pk]))
         elif kind == "audit_window":
             self.audit.append(AuditWindow(run=run, attempt=m.attempt, update=m.update,
                                           rank=m.rank, accum_slot=m.accum_slot,
                                           sample_ids=body["sample_ids"], time=m.time))
+        elif kind == "attempt_started":
+            if m.drill is not None:
+                self.drill_marks[run.pk] = m.drill.drill_id
         elif kind == "drill_result":
             self.drill_marks[run.pk] = m.drill_id
             self.drill_results.append(ev)
-        else:  # checkpoint_started, shard_written, checkpoint_committed
+        elif kind in _GENERATION_TYPES:
             self.generation_events.append(ev)
+
+    def apply_attempts(self, attempts: dict[tuple[int, int], Attempt]) -> None:
+        """Apply the batch's events to ``attempts`` (every attempt row of the batch's runs, read
+        under the run lock; missing ones are created here) in batch order, and write the rows
+        that changed. Raises AttemptConflict for an attempt_started contradicting the stored
+        start."""
+        new: list[Attempt] = []
+        for key, evs in self.attempt_events.items():
+            att = attempts.get(key)
+            if att is None:  # created lazily: events may come before attempt_started
+                att = attempts[key] = Attempt(run=self.by_pk[key[0]], attempt=key[1])
+                new.append(att)
+            seen: set[int | None] = set()
+            for ev in evs:
+                rank = ev.model.rank
+                if self.now is not None and rank not in seen:
+                    seen.add(rank)
+                    att.note_rank_seen(rank, self.now)
+                if ev.model.type == "attempt_started" and att.started_at is None:
+                    self.first_started.add(key)
+                _apply_to_attempt(att, ev)
+        if new:
+            Attempt.objects.bulk_create(new)
+        for key in self.attempt_events:
+            if attempts[key] not in new:
+                attempts[key].save()
 
     # --- writing ------------------------------------------------------------------------------
     def flush(self) -> None:
-        self._flush_attempts()
         self._flush_ledger()
         if self.heartbeats:
-            for beat in self.heartbeats:  # the batch's seq: the worker folds beats above its own
-                beat.seq = self.by_pk[beat.run_id].ingest_seq
             Heartbeat.objects.bulk_create(self.heartbeats, batch_size=500)
         if self.audit:
             AuditWindow.objects.bulk_create(self.audit, batch_size=500)
@@ -424,61 +471,60 @@ class _Projection:
             row.received_at = timezone.now()
             row.save()
 
-    def _flush_attempts(self) -> None:
-        new = [self.attempts[k] for k in self.dirty_attempts if self.attempts[k].pk is None]
-        old = [self.attempts[k] for k in self.dirty_attempts if self.attempts[k].pk is not None]
-        if new:
-            Attempt.objects.bulk_create(new)
-        for row in old:
-            row.save()
-
     def _flush_ledger(self) -> None:
+        """Write the batch's ledger rows, stamped with the run's seq: new keys by COPY
+        (PostgreSQL) or INSERT, keys stored already united into the stored row (read FOR UPDATE:
+        a concurrent batch uniting the same key waits, and sees this one's spans)."""
         if not self.ledger:
             return
-        if connection.vendor == "postgresql":
-            # Fast path: a batch's ledger keys are usually new (one report per rank per update).
-            from psycopg.errors import UniqueViolation
+        pending = dict(self.ledger)
+        if connection.vendor != "postgresql":
+            pending = self._unite_existing(pending)
+            if pending:
+                LedgerRow.objects.bulk_create(
+                    [LedgerRow(run_id=k[0], attempt=k[1], update=k[2], rank=k[3],
+                               time=e["time"], spans=e["spans"], samples=e["samples"],
+                               tokens=e["tokens"], first_seq=self.seqs[k[0]],
+                               last_seq=self.seqs[k[0]]) for k, e in pending.items()],
+                    batch_size=500)
+            return
+        from psycopg.errors import UniqueViolation
 
+        # Fast path: a batch's ledger keys are usually new (one report per rank per update).
+        # A key another batch stored (or is storing: the unique index waits for its commit)
+        # turns the COPY into a UniqueViolation; then those keys are united and the rest copied.
+        while pending:
             try:
                 with transaction.atomic():
                     _copy(LedgerRow._meta.db_table, _LEDGER_COLUMNS, (
                         key + (entry["time"], json.dumps(entry["spans"]), entry["samples"],
-                               entry["tokens"], self.by_pk[key[0]].ingest_seq,
-                               self.by_pk[key[0]].ingest_seq)
-                        for key, entry in self.ledger.items()))
+                               entry["tokens"], self.seqs[key[0]], self.seqs[key[0]])
+                        for key, entry in pending.items()))
                 return
             except UniqueViolation:
-                pass  # some keys exist: unite them below
-        keys = self.ledger
-        existing = {
-            (row.run_id, row.attempt, row.update, row.rank): row
-            for row in LedgerRow.objects.filter(
-                run__in={k[0] for k in keys}, attempt__in={k[1] for k in keys},
-                update__in={k[2] for k in keys}, rank__in={k[3] for k in keys})}
+                pending = self._unite_existing(pending)
+
+    def _unite_existing(self, keys: dict[tuple, dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+        """Unite the entries of ``keys`` whose ledger row is stored into it; return the rest."""
+        query = LedgerRow.objects.filter(
+            run__in={k[0] for k in keys}, attempt__in={k[1] for k in keys},
+            update__in={k[2] for k in keys}, rank__in={k[3] for k in keys})
+        if connection.vendor == "postgresql":
+            query = query.select_for_update().order_by("pk")
+        existing = {(row.run_id, row.attempt, row.update, row.rank): row for row in query}
         changed: list[LedgerRow] = []
-        new_rows: list[tuple] = []
+        rest: dict[tuple, dict[str, Any]] = {}
         for key, entry in keys.items():
-            seq = self.by_pk[key[0]].ingest_seq
             row = existing.get(key)
-            if row is not None:
-                row.unite(entry["spans"], entry["samples"], entry["tokens"], seq)
-                changed.append(row)
-            else:
-                new_rows.append((key[0], key[1], key[2], key[3], entry["time"], entry["spans"],
-                                 entry["samples"], entry["tokens"], seq, seq))
+            if row is None:
+                rest[key] = entry
+                continue
+            row.unite(entry["spans"], entry["samples"], entry["tokens"], self.seqs[key[0]])
+            changed.append(row)
         if changed:
             LedgerRow.objects.bulk_update(changed, ["spans", "samples", "tokens", "last_seq"],
                                           batch_size=500)
-        if not new_rows:
-            return
-        if connection.vendor == "postgresql":
-            _copy(LedgerRow._meta.db_table, _LEDGER_COLUMNS,
-                  (r[:5] + (json.dumps(r[5]),) + r[6:] for r in new_rows))
-        else:
-            LedgerRow.objects.bulk_create(
-                [LedgerRow(run_id=r[0], attempt=r[1], update=r[2], rank=r[3], time=r[4],
-                           spans=r[5], samples=r[6], tokens=r[7], first_seq=r[8], last_seq=r[9])
-                 for r in new_rows], batch_size=500)
+        return rest
 
     def _generation(self, run: Run, generation_id: str) -> Generation:
         gen, _ = Generation.objects.get_or_create(run=run, generation_id=generation_id)
@@ -600,24 +646,87 @@ def _upsert_objects(gen: Generation, objects: list[dict], default_shard: str,
         CheckpointObject.objects.bulk_create(list(new.values()))
 
 
-def _update_runs(runs: dict[str, Run], events: Sequence[ValidEvent], touched: set[str], now,
+def _apply_to_attempt(att: Attempt, ev: ValidEvent) -> None:
+    """What one event changes on its attempt's row (times, the last update, heartbeat, read
+    cursors, SDK losses, start, end, restore). Raises AttemptConflict for an attempt_started
+    whose launch values contradict the stored start."""
+    m, body = ev.model, ev.body
+    if att.last_event_at is None or m.time > att.last_event_at:
+        att.last_event_at = m.time
+    kind = m.type
+    if kind == "update_committed":
+        if m.update > att.last_update or att.last_update_at is None:
+            att.last_update_at = m.time if m.update >= att.last_update else att.last_update_at
+            att.last_update = max(att.last_update, m.update)
+    elif kind == "heartbeat":
+        if att.heartbeat_at is None or m.time > att.heartbeat_at:
+            att.heartbeat_at = m.time
+        att.advance_fetched(body.get("fetched") or [])
+        if m.sdk_dropped or m.sdk_quarantined:
+            att.note_sdk_losses(m.rank, m.sdk_dropped, m.sdk_quarantined, m.sdk_lost_updates)
+    elif kind == "attempt_started":
+        declared = _declared_start(m, body)
+        if att.started_at is not None and _declared_of(att) != declared:
+            raise AttemptConflict(ev.index, _reuse_message(m, _declared_of(att), declared))
+        # every rank sends one: the attempt started with the earliest of them
+        att.started_at = m.time if att.started_at is None else min(att.started_at, m.time)
+        att.world_size = m.world_size
+        att.dataset_version = m.dataset_version
+        att.global_batch_size = m.global_batch_size
+        att.micro_batch_size = m.micro_batch_size
+        att.grad_accum_steps = m.grad_accum_steps
+        att.config_digest = m.config_digest or ""
+        att.sampler = body.get("sampler") or {}
+        att.resumed_from = body.get("resumed_from")
+        att.contract = body.get("contract")
+    elif kind == "attempt_ended":
+        att.ended_at = m.time
+        att.end_reason = m.reason
+        att.end_update = m.update
+        att.end_message = m.message or ""
+        att.advance_fetched(body.get("fetched") or [])
+    elif kind == "restore_completed":
+        att.restore_generation_id = m.generation_id
+        att.restore_seconds = float(m.seconds)
+        att.restored_at = m.time
+    elif kind == "restore_failed":
+        att.note_restore_failure(m.generation_id, m.reason, m.message or "", m.time, m.rank)
+
+
+def _finish_runs(runs: dict[str, Run], seqs: dict[int, int], events: Sequence[ValidEvent],
+                 touched: set[str], kinds: dict[str, dict[str, str]], now,
                  projection: _Projection) -> None:
-    """Counters and times of the runs that gained events; the latest contract; span kinds."""
+    """The batch's last step, under the row lock of each run that gained events (held until
+    commit, a few statements): check the span kinds against the run's record and record new
+    strata; apply the events to the attempts; the counters and times, the seq (raised to the
+    batch's, never lowered: batches commit in any order) and the latest contract."""
+    if not touched:
+        return
+    locked = _lock_runs({r: runs[r] for r in touched})
+    if any(locked[r].strata.get(s, k) != k for r, ks in kinds.items() for s, k in ks.items()):
+        _check_span_kinds({r: Run(strata=dict(run.strata)) for r, run in locked.items()},
+                          events)
+    attempts = {(a.run_id, a.attempt): a for a in Attempt.objects.select_for_update()
+                .filter(run__in=[r.pk for r in locked.values()]).order_by("pk")}
+    projection.apply_attempts(attempts)
     for run_id in touched:
-        run = runs[run_id]
+        run = locked[run_id]
+        for stratum, kind in kinds.get(run_id, {}).items():
+            run.strata.setdefault(stratum, kind)
         mine = [ev.model.time for ev in events if ev.model.run_id == run_id]
         run.event_count += len(mine)
         first, last = min(mine), max(mine)
         run.first_event_at = first if run.first_event_at is None else min(run.first_event_at, first)
         run.last_event_at = last if run.last_event_at is None else max(run.last_event_at, last)
         run.last_received_at = now
+        run.ingest_seq = max(run.ingest_seq, seqs[run.pk])
         # A contract declared by an attempt_started of this batch replaces the run's contract
         # when that attempt is the highest that declared one; otherwise the run's contract
         # (perhaps edited in the dashboard) stays (docs/ingest-v1.md#attempt_started).
         fields = ["event_count", "first_event_at", "last_event_at", "last_received_at",
                   "ingest_seq", "strata"]
         announced = {number for (pk, number) in projection.first_started if pk == run.pk}
-        declared = [a for (pk, _), a in projection.attempts.items()
+        declared = [a for (pk, _), a in attempts.items()
                     if pk == run.pk and a.contract is not None]
         if announced and declared:
             newest = max(declared, key=lambda a: a.attempt)

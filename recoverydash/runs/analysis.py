@@ -29,6 +29,7 @@ from recoverydash.recovery.ledger import STATE_FORMAT
 from recoverydash.runs.models import (GLOBAL_RANK, Analysis, Attempt, CheckpointObject,
                                       Generation, Heartbeat, LedgerRow, Run, ShardReport)
 from recoverydash.runs.queue import ANALYZE_RUN, enqueue
+from recoverydash.runs.seq import committed_seq
 
 log = logging.getLogger(__name__)
 
@@ -221,9 +222,9 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
     started = time.monotonic()
     now = time.time() if now is None else now
     analysis, _ = Analysis.objects.get_or_create(run=run)
-    # Read the seq first: every row stamped at or below it is committed (ingest stamps rows
-    # under the run's row lock, in the same transaction that raises the seq).
-    target_seq = Run.objects.filter(pk=run.pk).values_list("ingest_seq", flat=True).get()
+    # Read the seq first: every row stamped at or below it is committed and none will be
+    # written (recoverydash.runs.seq: waits for the batches in flight on the run).
+    target_seq = committed_seq(run.pk)
     ledger = None
     if analysis.state:
         # The stored state is that of the last analysis that succeeded (a refused one stores

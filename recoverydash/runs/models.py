@@ -115,9 +115,10 @@ class Run(models.Model):
     """A logical training run (``run_id``, docs/ingest-v1.md#2-common-fields), created on first
     sight, within one project.
 
-    ``ingest_seq`` counts accepted batches that touched the run; it is incremented under a row
-    lock, so rows stamped with it are ordered by commit. The analysis records the seq it has
-    absorbed: ``pending_analysis`` is ``ingest_seq > analysis.ingest_seq``.
+    ``ingest_seq`` is the highest seq of the batches that touched the run (recoverydash.runs.seq:
+    one database sequence on PostgreSQL, the run's count of batches on SQLite); rows carry the
+    seq of the batch that wrote them. The analysis records the seq it has absorbed (at most
+    ``runs.seq.committed_seq``): ``pending_analysis`` is ``ingest_seq > analysis.ingest_seq``.
     """
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")

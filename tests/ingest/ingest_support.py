@@ -44,6 +44,15 @@ def strided_batch(run_id: str, first_update: int, n_events: int, world: int = 64
     return out
 
 
+def batch_order(seqs) -> list[int]:
+    """Seqs as the order of their batches, 1 for the first (a batch's seq comes from one
+    database sequence shared by every run on PostgreSQL, and is the run's count of batches on
+    SQLite: recoverydash.runs.seq)."""
+    seqs = list(seqs)
+    rank = {s: i + 1 for i, s in enumerate(sorted(set(seqs)))}
+    return [rank[s] for s in seqs]
+
+
 def post(client, token: str | None, events=None, *, body: bytes | None = None,
          content_type: str = "application/json", encoding: str | None = None, gz: bool = False):
     """POST a batch; ``body`` overrides the JSON of ``{"events": events}``."""

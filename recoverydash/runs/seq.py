@@ -1,0 +1,83 @@
+"""The ingest seq: the order in which the analysis absorbs a run's rows, without a lock per run.
+
+Ingest stamps every row a batch writes (``LedgerRow.first_seq`` / ``last_seq``,
+``Heartbeat.seq``, ``Event.batch_seq``) with the batch's seq, and raises ``Run.ingest_seq`` to
+it. The analysis reads the rows whose seq lies above the one its state reflects and at or below
+:func:`committed_seq`. The contract both sides keep:
+
+    every row stamped at or below ``committed_seq(run)`` is committed, and no row stamped at or
+    below it is written afterwards.
+
+Batches into one run commit in any order, so a seq cannot just be taken at the start of a
+transaction (batch A takes 5, batch B takes 6 and commits first, the worker absorbs 6, then A's
+rows appear at 5 and would be skipped forever). On PostgreSQL:
+
+* a batch first takes a *shared* advisory lock of each run it writes (shared holders never wait
+  for one another), then its seq from one database sequence (``nextval``: strictly increasing,
+  no lock), so every batch that locks a run later gets a higher seq;
+* :func:`committed_seq` takes the *exclusive* advisory lock of the run in a transaction of its
+  own, which waits until the batches in flight on that run have committed or rolled back, reads
+  ``Run.ingest_seq`` and lets go at once. Every batch that held the lock is then committed (its
+  seq is at or below what was read, or it rolled back); every batch after it takes a higher seq.
+
+The only wait is the analysis waiting for the batches in flight on its run (and new batches of
+that run waiting behind it for that moment), once per analysis, not one batch behind another.
+SQLite serialises writers for the whole database, so there the seq is the run's own count of
+batches, raised under the writer's lock.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from django.db import connection, transaction
+
+from .models import Run
+
+#: The PostgreSQL sequence every batch takes its seq from (created by migration 0009).
+SEQUENCE = "recoverydash_ingest_seq"
+#: First key of the two-key advisory locks of runs (the second is the run's pk, modulo 2**31):
+#: ``pg_advisory_*(RUN_LOCK_CLASS, pk)``. Two runs sharing a key only wait a little more.
+RUN_LOCK_CLASS = 0x52444953  # "RDIS"
+#: How long the analysis waits for the batches in flight on its run before the database errors
+#: (a transient error: the task retries).
+WAIT_TIMEOUT = "30s"
+
+
+def _key(run_pk: int) -> int:
+    return int(run_pk) % (2 ** 31)
+
+
+def concurrent() -> bool:
+    """True when batches into one run may run concurrently (PostgreSQL)."""
+    return connection.vendor == "postgresql"
+
+
+def take_seq(run_pks: Iterable[int]) -> int:
+    """PostgreSQL, inside the batch's transaction: lock the runs ``run_pks`` shared (until the
+    transaction ends) and return the batch's seq (one for all its runs; a positive int, higher
+    than the seq of every batch that locked any of these runs earlier). Must be called before
+    the batch stamps any row."""
+    keys = sorted({_key(pk) for pk in run_pks})
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock_shared(%s, k) FROM unnest(%s::int[]) AS k",
+                       [RUN_LOCK_CLASS, keys])
+        cursor.execute(f"SELECT nextval('{SEQUENCE}')")
+        return int(cursor.fetchone()[0])
+
+
+def committed_seq(run_pk: int) -> int:
+    """The highest seq up to which every row of run ``run_pk`` is committed and none will be
+    written (the module's contract): the analysis absorbs rows with seq in ``(absorbed,
+    committed_seq]``. PostgreSQL: waits for the batches in flight on the run (see the module
+    docstring; raises ``OperationalError`` after :data:`WAIT_TIMEOUT`). Raises
+    ``Run.DoesNotExist`` for an unknown pk."""
+    if not concurrent():
+        return Run.objects.filter(pk=run_pk).values_list("ingest_seq", flat=True).get()
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL lock_timeout = '{WAIT_TIMEOUT}'")
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [RUN_LOCK_CLASS, _key(run_pk)])
+        # READ COMMITTED: this statement's snapshot is taken after the lock was granted, so it
+        # sees every batch that held the lock.
+        return Run.objects.filter(pk=run_pk).values_list("ingest_seq", flat=True).get()
