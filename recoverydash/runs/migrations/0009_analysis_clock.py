@@ -16,7 +16,7 @@ def fill_clock(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0008_drills'),
+        ('runs', '0009_ingest_seq_sequence'),
     ]
 
     operations = [
