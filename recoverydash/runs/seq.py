@@ -34,7 +34,7 @@ from django.db import connection, transaction
 
 from .models import Run
 
-#: The PostgreSQL sequence every batch takes its seq from (created by migration 0011).
+#: The PostgreSQL sequence every batch takes its seq from (created by migration 0009).
 SEQUENCE = "recoverydash_ingest_seq"
 #: First key of the two-key advisory locks of runs (the second is the run's pk, modulo 2**31):
 #: ``pg_advisory_*(RUN_LOCK_CLASS, pk)``. Two runs sharing a key only wait a little more.

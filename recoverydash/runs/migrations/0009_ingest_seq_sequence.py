@@ -24,7 +24,7 @@ class Migration(migrations.Migration):
     a shared advisory lock of their runs (recoverydash.runs.seq)."""
 
     dependencies = [
-        ('runs', '0010_analysis_compaction'),
+        ('runs', '0008_drills'),
     ]
 
     operations = [
