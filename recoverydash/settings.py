@@ -146,6 +146,8 @@ MIDDLEWARE = [
     # first: counts every answer to POST /api/v1/events, whoever made it (recoverydash.metrics)
     "recoverydash.metrics.counters.IngestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # a URL holding NUL (or a lone surrogate) is a 400 before any lookup (recoverydash.ingest)
+    "recoverydash.ingest.middleware.UnstorableTextMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

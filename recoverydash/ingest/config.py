@@ -96,9 +96,21 @@ def _check_bools(data: dict) -> dict[str, list[str]]:
             for k in _BOOL_FIELDS if k in data and not isinstance(data[k], bool)}
 
 
+def _unstorable(value: str) -> bool:
+    """A NUL character (PostgreSQL's text cannot hold it) or a lone surrogate."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return "\x00" in value
+
+
 def _check_strings(data: dict) -> dict[str, list[str]]:
-    return {k: [f"expected a string, got {type(v).__name__}"]
-            for k, v in data.items() if k not in _BOOL_FIELDS and not isinstance(v, str)}
+    out = {k: [f"expected a string, got {type(v).__name__}"]
+           for k, v in data.items() if k not in _BOOL_FIELDS and not isinstance(v, str)}
+    out.update({k: ["expected text without NUL characters or lone surrogates"]
+                for k, v in data.items() if isinstance(v, str) and _unstorable(v)})
+    return out
 
 
 # --- webhook endpoints ----------------------------------------------------------------------------
@@ -252,6 +264,9 @@ def contract_values(data: dict) -> dict[str, Any]:
     values = contract.model_dump(include=set(data))
     if "required_components" in values:
         names = list(dict.fromkeys(c.strip() for c in values["required_components"]))
+        if any(_unstorable(c) for c in names):
+            raise ConfigError({"required_components": [
+                "expected component names without NUL characters or lone surrogates"]})
         if not names or not all(names):
             raise ConfigError({"required_components": [
                 "expected at least one non-empty component name"]})
