@@ -975,10 +975,12 @@ def load_generation(location: str, generation_id: str, *, state: dict[str, Any],
     ``.resumed_from`` (use those, not the plan's, for ``attempt_started``). Restores the RNG
     states when ``restore_rng``. Reports ``restore_completed`` with the seconds it took.
 
-    When no candidate is left: with ``state`` untouched (every failure was found before
-    loading), an empty ``Restored`` with ``generation_id`` None (a fresh start) after a
-    ``restore_failed`` with reason ``nothing_restorable``; after a load had begun, RestoreError.
-    Never raises otherwise."""
+    When no candidate is left, a ``restore_failed`` with reason ``nothing_restorable`` (naming
+    the last candidate tried) follows the candidates' own failures, then: with ``state``
+    untouched (every failure was found before loading), an empty ``Restored`` with
+    ``generation_id`` None (a fresh start); after a load had begun, RestoreError. A location
+    that cannot be resolved is reported ``load_error`` and ``nothing_restorable`` for
+    ``generation_id``, then RestoreError. Never raises otherwise."""
     t0 = time.monotonic()
     _, rank, world = _dist_info(group)
     client = client if client is not None else get_client()
@@ -989,6 +991,9 @@ def load_generation(location: str, generation_id: str, *, state: dict[str, Any],
         location = resolve_location(location)
     except StorageError as e:
         _report_failure(client, rank, generation_id, "load_error", f"location: {e}")
+        _report_failure(client, rank, generation_id, "nothing_restorable",
+                        f"no generation can be read: the location {location!r} cannot be "
+                        "resolved")
         raise RestoreError(f"cannot resolve the location {location!r}: {e}") from e
     candidate: str | None = generation_id
     while candidate is not None:
@@ -1024,10 +1029,13 @@ def load_generation(location: str, generation_id: str, *, state: dict[str, Any],
             if fallback else None
     else:
         last = skipped[-1]["generation_id"] if skipped else generation_id
+        left = f"no restorable generation left after {[s['generation_id'] for s in skipped]}"
         if touched:
+            _report_failure(client, rank, last, "nothing_restorable",
+                            f"{left}; a load had begun writing into the state, so it is not "
+                            "a fresh start (RestoreError)")
             raise RestoreError(f"no generation could be loaded: {skipped}")
-        _report_failure(client, rank, last, "nothing_restorable",
-                        f"no restorable generation left after {[s['generation_id'] for s in skipped]}")
+        _report_failure(client, rank, last, "nothing_restorable", left)
         return Restored(skipped=skipped)
     if restore_rng and isinstance(out.get("rng"), dict):
         import torch

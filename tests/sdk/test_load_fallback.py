@@ -153,7 +153,37 @@ def test_it_falls_back_when_loading_raises_and_raises_when_nothing_is_left(two_g
     with pytest.raises(RestoreError):
         _load(two_generations, "g60", events)
     assert [(e[0], e[1], e[2]) for e in events.sent] == [
-        ("restore_failed", "g60", "load_error"), ("restore_failed", "g40", "load_error")]
+        ("restore_failed", "g60", "load_error"), ("restore_failed", "g40", "load_error"),
+        ("restore_failed", "g40", "nothing_restorable")]
+    assert events.sent[2][3] == (
+        "no restorable generation left after ['g60', 'g40']; a load had begun writing into the "
+        "state, so it is not a fresh start (RestoreError)")
+
+
+def test_it_says_nothing_restorable_when_the_named_generation_is_not_in_storage(tmp_path):
+    loc = str(tmp_path / "empty")
+    os.makedirs(loc)
+    events = Events()
+    out, _ = _load(loc, "g60", events)
+    assert out.generation_id is None and out.skipped == [
+        {"generation_id": "g60", "reason": "object_damaged",
+         "message": f"no readable manifest for g60 under {loc}"}]
+    assert events.sent == [
+        ("restore_failed", "g60", "object_damaged", f"no readable manifest for g60 under {loc}"),
+        ("restore_failed", "g60", "nothing_restorable",
+         "no restorable generation left after ['g60']")]
+
+
+def test_it_says_nothing_restorable_when_the_location_cannot_be_resolved():
+    from recoverydash.sdk import RestoreError
+
+    events = Events()
+    with pytest.raises(RestoreError):
+        _load("", "g60", events)
+    assert events.sent == [
+        ("restore_failed", "g60", "load_error", "location: expected a folder or URI, got ''"),
+        ("restore_failed", "g60", "nothing_restorable",
+         "no generation can be read: the location '' cannot be resolved")]
 
 
 
