@@ -371,7 +371,9 @@ def evaluate_run(run, now: datetime | None = None) -> list[AlertFlip]:
     listing its subjects (``Alert.subjects``, natural order; severity the worst of them,
     summary ``group_summary``). An open alert follows its rule's subjects: a state rule's list
     is what holds now and the alert resolves when nothing holds; an event rule's list only grows
-    (each restart is told once: a subject of an earlier alert of the rule never opens another).
+    (each restart is told once: a subject of an earlier alert of the rule never opens another)
+    and its alert stays open until a person resolves it, also after the run ended and when a
+    later analysis no longer finds the fact (state rules of an ended run resolve).
     One transaction that first locks the run's Analysis row (``select_for_update``) and reads
     the stored result under that lock: evaluations of one run are serialised (two evaluators
     raced on the open-alert constraint when the run had no open alert to lock), and each
@@ -439,14 +441,14 @@ def evaluate_run(run, now: datetime | None = None) -> list[AlertFlip]:
         for rule, alert in open_alerts.items():
             if rule in groups:
                 continue
-            if rule_info(rule).sticky and not ended:
-                continue  # facts of the past stay until a person resolves them
+            if rule_info(rule).sticky:
+                continue  # facts of the past stay until a person resolves them, ended or not
             flip = alert.change_state("resolved", reason="the condition cleared")
             if flip:
                 flips.append(flip)
         for alert in legacy:
-            if rule_info(alert.rule).sticky and not ended:
-                continue  # its subject is told; a person resolves it
+            if rule_info(alert.rule).sticky:
+                continue  # its subject is told; a person resolves it, ended or not
             flip = alert.change_state("resolved", reason="the condition cleared" if alert.rule
                                       not in groups else "grouped into one alert per rule")
             if flip:
