@@ -23,7 +23,7 @@ def dies_once(marker) -> list[str]:
 def test_a_dead_worker_is_started_again_and_the_web_server_keeps_running(tmp_path, capsys):
     cmds = {"web": ALIVE, "worker": dies_once(tmp_path / "died")}
     procs = {name: subprocess.Popen(cmd) for name, cmd in cmds.items()}
-    web = procs["web"]
+    web, first_worker = procs["web"], procs["worker"]
     stop = threading.Event()
     result = {}
     supervisor = threading.Thread(
@@ -31,11 +31,13 @@ def test_a_dead_worker_is_started_again_and_the_web_server_keeps_running(tmp_pat
                                                              poll_s=0.05)))
     supervisor.start()
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and (
-                procs["worker"].poll() is not None or not (tmp_path / "died").exists()):
+        deadline = time.monotonic() + 30
+        # the supervisor waits 1 s before the restart: wait for the second process itself
+        while time.monotonic() < deadline and procs["worker"] is first_worker:
             time.sleep(0.05)
         time.sleep(0.3)
+        assert first_worker.poll() == 3 and (tmp_path / "died").exists()
+        assert procs["worker"] is not first_worker
         assert procs["worker"].poll() is None  # the second one is up
         assert procs["web"] is web and web.poll() is None  # never touched
     finally:
