@@ -20,7 +20,8 @@ from collections import OrderedDict
 from typing import NamedTuple
 
 from recoverydash.formats.base import Generation, number_in
-from recoverydash.formats.readers import UnreadableFile, read_dcp_metadata
+from recoverydash.formats.readers import (UnreadableFile, dcp_layout, read_dcp_metadata,
+                                          same_save_layout)
 from recoverydash.formats.store import Tree
 from recoverydash.storage.objects import StorageError
 
@@ -102,8 +103,15 @@ def summary_of(tree: Tree, marker: str) -> Summary:
     Decoded once per file version: the summary is kept in process, keyed by the file's URI,
     size and modification time as listed, so a server listing the same folder every minute (and
     a check run again) reads and decodes only the ``.metadata`` files that are new or changed.
-    At most :data:`MAX_CACHED_FILES` files are summarised in the cache. Raises UnreadableFile,
-    StorageError."""
+    At most :data:`MAX_CACHED_FILES` files are summarised in the cache.
+
+    Within one listing (``tree.decoded``), a ``.metadata`` whose bytes equal an already decoded
+    one's up to its ``storage_meta`` value, with the same opcodes after it (only the save's
+    literals differing: ``checkpoint_id``, ``save_id``), declares the same state dict and
+    storage items, so it is not decoded again (``readers.dcp_layout``,
+    ``readers.same_save_layout``): the saves of one job are checked at the cost of reading
+    their ``.metadata`` and comparing bytes. Every generation's files are still looked up and
+    their sizes compared with the items' ends. Raises UnreadableFile, StorageError."""
     global _cached_files
     entry = tree.files[marker]
     key = (tree.uri(marker), marker, entry.size, entry.mtime)
@@ -111,7 +119,16 @@ def summary_of(tree: Tree, marker: str) -> Summary:
     if got is not None:
         _SUMMARIES.move_to_end(key)
         return got
-    got = summarise(read_dcp_metadata(tree.read(marker)))
+    data = tree.read(marker)
+    layout = dcp_layout(data)
+    layouts = tree.decoded.setdefault(NAME, {})
+    ref = layouts.get(layout.key) if layout is not None else None
+    if ref is not None and same_save_layout(ref[0], layout):
+        got = ref[1]  # a save of the same job: the same state dict and storage items
+    else:
+        got = summarise(read_dcp_metadata(data))
+        if layout is not None:
+            layouts.setdefault(layout.key, (layout, got))
     prefix = marker[:-len(METADATA)]
     got = got._replace(declared=tuple((prefix + rel, shard, c, end, held)
                                       for rel, end, shard, c, held in got.files)

@@ -406,6 +406,78 @@ def read_dcp_metadata(data: bytes) -> DcpMetadata:
     return DcpMetadata(items, [str(k) for k in sdm], got.refused)
 
 
+#: Metadata's fields (``Metadata.__dataclass_fields__`` in torch 2.4 to 2.13)
+DCP_METADATA_FIELDS = frozenset({"state_dict_metadata", "planner_data", "storage_data",
+                                 "storage_meta", "version"})
+_STORAGE_META_KEY = b"\x8c\x0cstorage_meta"  # SHORT_BINUNICODE 'storage_meta'
+_LITERALS = frozenset({"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "BININT",
+                       "BININT1", "BININT2", "LONG1", "LONG4", "INT", "LONG", "SHORT_BINBYTES",
+                       "BINBYTES", "BINBYTES8", "BINSTRING", "SHORT_BINSTRING", "BINFLOAT",
+                       "FRAME"})
+
+
+class DcpLayout(NamedTuple):
+    """A ``.metadata`` split where its ``storage_meta`` value begins (torch >= 2.4 writes the
+    save's ``checkpoint_id`` and a fresh ``save_id`` there, so saves of one job differ only
+    there). ``key``: the bytes before it (everything that declares the state dict and the
+    storage items), with the covering protocol-4 frame's length left out; ``tail``: the
+    opcodes after it, as ``(name, argument)`` with literal arguments (strings, numbers, frame
+    lengths) as None; ``strings``: the string literals of the tail."""
+
+    key: bytes
+    tail: tuple
+    strings: tuple
+
+
+def dcp_layout(data: bytes) -> DcpLayout | None:
+    """The :class:`DcpLayout` of a ``.metadata``'s bytes, or None when it cannot be split so
+    (no ``storage_meta`` key after ``storage_data``, frames that do not chain to the end, a
+    tail that is not well-formed pickle opcodes ending with STOP at the last byte). Reads
+    opcodes only (``pickletools.genops``): nothing is built, nothing imported."""
+    import pickletools
+
+    at = data.rfind(_STORAGE_META_KEY)
+    if at < 0 or data.rfind(b"\x8c\x0cstorage_data", 0, at) < 0:
+        return None
+    v = at + len(_STORAGE_META_KEY)
+    if data[v:v + 1] == b"\x94":  # MEMOIZE
+        v += 1
+    covering, p, n = None, 2, len(data)
+    if data[:1] == b"\x80" and data[2:3] == b"\x95":  # protocol 4+: frames from byte 2
+        while p < n and data[p] == 0x95:
+            if p < v:
+                covering = p
+            p += 9 + int.from_bytes(data[p + 1:p + 9], "little")
+        if p != n:
+            return None  # unframed parts (large strings) or a broken chain: not split
+    key = data[:v] if covering is None else data[:covering + 1] + data[covering + 9:v]
+    tail, strings = [], []
+    try:
+        for op, arg, pos in pickletools.genops(data[v:]):
+            literal = op.name in _LITERALS
+            tail.append((op.name, None if literal else arg))
+            if literal and isinstance(arg, str):
+                strings.append(arg)
+            if op.name == "STOP":
+                if v + pos + 1 != n:
+                    return None
+                break
+        else:
+            return None
+    except ValueError:
+        return None
+    return DcpLayout(key, tuple(tail), tuple(strings))
+
+
+def same_save_layout(a: DcpLayout, b: DcpLayout) -> bool:
+    """Whether ``b``'s ``.metadata`` decodes to ``a``'s state dict and storage items: the same
+    bytes before ``storage_meta``'s value and the same tail opcodes, only literals differing,
+    none of ``b``'s differing strings naming a Metadata field (so the tail sets no other)."""
+    if a.key != b.key or a.tail != b.tail:
+        return False
+    return all(x == y or y not in DCP_METADATA_FIELDS for x, y in zip(a.strings, b.strings))
+
+
 # --- safetensors -------------------------------------------------------------------------------
 
 SAFETENSORS_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2,

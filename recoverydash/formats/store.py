@@ -40,6 +40,9 @@ class Tree:
         self._s3 = s3_client
         self._links: set = set()
         self._children: dict[str, list[str]] | None = None
+        #: adapters' memo of what they decoded from this listing's files (lives as long as the
+        #: tree: one check, one discovery pass), e.g. ``dcp``'s layouts of ``.metadata`` files
+        self.decoded: dict = {}
         if p.scheme == "file":
             self._path = p.path
             self._children = {}

@@ -53,3 +53,65 @@ def test_the_listing_names_children_and_links_without_empty_folders(ckpt, tmp_pa
     assert tree.links == {"a/link"}
     tree.drop(["a/link"])
     assert tree.children("a") == ["b"] and tree.links == set()
+
+
+def _counting_decodes(monkeypatch) -> list:
+    dcp.clear_cache()
+    decoded = []
+    real = dcp.read_dcp_metadata
+
+    def counted(data):
+        decoded.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(dcp, "read_dcp_metadata", counted)
+    return decoded
+
+
+def test_it_decodes_one_metadata_of_a_job_s_saves_that_differ_only_in_storage_meta(
+        ckpt, monkeypatch):
+    for step in (10, 20, 30):
+        dcp_save(ckpt, step)
+    decoded = _counting_decodes(monkeypatch)
+    result = check(str(ckpt))
+    assert [(g.generation_id, g.status) for g in result.generations] == [
+        ("step-30", "restorable"), ("step-20", "restorable"), ("step-10", "restorable")]
+    assert len(decoded) == 1  # step-20 and step-30: the same bytes before their save id
+    assert [o.path for o in result.generations[0].objects] == [
+        "step-30/__0_0.distcp", "step-30/.metadata"]
+    decoded.clear()
+    check(str(ckpt))
+    assert decoded == []  # the in-process cache, by URI, size and time
+
+
+def test_it_decodes_a_save_whose_storage_item_differs_and_rejects_it(ckpt, monkeypatch):
+    import pickle
+
+    dcp_save(ckpt, 10)
+    dcp_save(ckpt, 20)
+    meta = ckpt / "step-20" / ".metadata"
+    md = pickle.loads(meta.read_bytes())  # torch's own classes, for the test only
+    last = max(md.storage_data.values(), key=lambda i: i.offset + i.length)
+    last.length += 4  # the file's last item now reaches past its end
+    meta.write_bytes(pickle.dumps(md))
+    decoded = _counting_decodes(monkeypatch)
+    result = check(str(ckpt))
+    assert len(decoded) == 2
+    g20, g10 = result.generations
+    assert (g20.status, [r["code"] for r in g20.reasons]) == ("rejected", ["size_mismatch"])
+    assert "step-20/__0_0.distcp" in g20.reasons[0]["detail"]
+    assert (g10.status, result.restorable.generation_id) == ("restorable", "step-10")
+
+
+def test_it_decodes_a_metadata_cut_in_its_storage_meta_and_rejects_it(ckpt, monkeypatch):
+    dcp_save(ckpt, 10)
+    dcp_save(ckpt, 20)
+    meta = ckpt / "step-20" / ".metadata"
+    meta.write_bytes(meta.read_bytes()[:-30])  # the save id and what follows it lost
+    decoded = _counting_decodes(monkeypatch)
+    result = check(str(ckpt))
+    assert len(decoded) == 2
+    g20 = result.generations[0]
+    assert g20.status == "rejected"
+    assert [r["code"] for r in g20.reasons] == ["component_missing", "size_mismatch"]
+    assert result.restorable.generation_id == "step-10"
