@@ -50,8 +50,8 @@ def build(root: str) -> int:
         ChunkStorageMetadata,
         Metadata,
         MetadataIndex,
-        TensorProperties,
         StorageMeta,
+        TensorProperties,
         TensorStorageMetadata,
     )
 

@@ -20,8 +20,12 @@ from collections import OrderedDict
 from typing import NamedTuple
 
 from recoverydash.formats.base import Generation, number_in
-from recoverydash.formats.readers import (UnreadableFile, dcp_layout, read_dcp_metadata,
-                                          same_save_layout)
+from recoverydash.formats.readers import (
+    UnreadableFile,
+    dcp_layout,
+    read_dcp_metadata,
+    same_save_layout,
+)
 from recoverydash.formats.store import Tree
 from recoverydash.storage.objects import StorageError
 
