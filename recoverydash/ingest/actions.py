@@ -280,10 +280,10 @@ def _span_kinds(runs: dict[str, Run], events: Iterable[ValidEvent]) -> dict[str,
     kinds: dict[str, dict[str, str]] = {}
     mixed = False
     for ev in events:
-        if ev.model.type != "update_committed":
+        if ev.model.type not in _LEDGER_TYPES:
             continue
         mine = kinds.setdefault(ev.model.run_id, {})
-        for span in ev.model.spans:
+        for _, span in _spans_of(ev):
             if mine.setdefault(span.stratum, span.kind) != span.kind:
                 mixed = True
     if mixed or any(runs[r].strata.get(s, k) != k for r, ks in kinds.items()
@@ -298,20 +298,37 @@ def _check_span_kinds(runs: dict[str, Run], events: Iterable[ValidEvent]) -> Non
     breaks the rule."""
     items: list[ErrorItem] = []
     for ev in events:
-        if ev.model.type != "update_committed":
+        if ev.model.type not in _LEDGER_TYPES:
             continue
         strata = runs[ev.model.run_id].strata
-        for j, span in enumerate(ev.model.spans):
+        for where, span in _spans_of(ev):
             kind = span.kind
             known = strata.setdefault(span.stratum, kind)
             if known != kind:
-                items.append(ErrorItem(ev.index, f"events[{ev.index}].spans[{j}].{kind}",
+                items.append(ErrorItem(ev.index, f"events[{ev.index}].{where}.{kind}",
                                        f"expected {known} for stratum {span.stratum!r}, which "
                                        f"uses {known} in run {ev.model.run_id!r}, got {kind}"))
                 if len(items) >= MAX_ERRORS:
                     break
     if items:
         raise BadRequest("spans of one stratum mix ranges and ids", items)
+
+
+#: Event types that bring ledger rows: a rank's own report, or several ranks' in one event.
+_LEDGER_TYPES = frozenset({"update_committed", "update_aggregate"})
+
+
+def _spans_of(ev: ValidEvent) -> Iterable[tuple[str, Any]]:
+    """``(wire path, span)`` of every span of a ledger event (``spans[j]`` or
+    ``ranks[k].spans[j]``)."""
+    m = ev.model
+    if m.type == "update_aggregate":
+        for k, part in enumerate(m.ranks):
+            for j, span in enumerate(part.spans):
+                yield f"ranks[{k}].spans[{j}]", span
+    else:
+        for j, span in enumerate(m.spans):
+            yield f"spans[{j}]", span
 
 
 def _write_events(runs: dict[str, Run], seqs: dict[int, int], events: Sequence[ValidEvent],
@@ -375,19 +392,12 @@ class _Projection:
         self.attempt_events.setdefault((run.pk, m.attempt), []).append(ev)
         kind = m.type
         if kind == "update_committed":
-            key = (run.pk, m.attempt, m.update, GLOBAL_RANK if m.rank is None else m.rank)
-            entry = self.ledger.get(key)
-            if entry is None:
-                self.ledger[key] = {"time": m.time, "spans": list(body["spans"]),
-                                    "samples": m.samples, "tokens": m.tokens}
-            else:
-                for span in body["spans"]:
-                    if span not in entry["spans"]:
-                        entry["spans"].append(span)
-                for name in ("samples", "tokens"):
-                    value = getattr(m, name)
-                    if value is not None:
-                        entry[name] = max(value, entry[name] or 0)
+            self._ledger_part(run, m, GLOBAL_RANK if m.rank is None else m.rank, body["spans"],
+                              m.samples, m.tokens)
+        elif kind == "update_aggregate":
+            # each rank's part exactly as that rank's own update_committed
+            for part, raw in zip(m.ranks, body["ranks"]):
+                self._ledger_part(run, m, part.rank, raw["spans"], part.samples, part.tokens)
         elif kind == "heartbeat":
             self.heartbeats.append(Heartbeat(run=run, attempt=m.attempt, rank=m.rank, time=m.time,
                                              update=m.update, fetched=body.get("fetched") or [],
@@ -405,6 +415,22 @@ class _Projection:
         elif kind in _GENERATION_TYPES:
             self.generation_events.append(ev)
 
+    def _ledger_part(self, run: Run, m: Any, rank: int, spans: list[dict], samples: int | None,
+                     tokens: int | None) -> None:
+        """One rank's report for ``m.update``: a new ledger key, or united into the batch's."""
+        key = (run.pk, m.attempt, m.update, rank)
+        entry = self.ledger.get(key)
+        if entry is None:
+            self.ledger[key] = {"time": m.time, "spans": list(spans), "samples": samples,
+                                "tokens": tokens}
+            return
+        for span in spans:
+            if span not in entry["spans"]:
+                entry["spans"].append(span)
+        for name, value in (("samples", samples), ("tokens", tokens)):
+            if value is not None:
+                entry[name] = max(value, entry[name] or 0)
+
     def apply_attempts(self, attempts: dict[tuple[int, int], Attempt]) -> None:
         """Apply the batch's events to ``attempts`` (every attempt row of the batch's runs, read
         under the run lock; missing ones are created here) in batch order, and write the rows
@@ -418,10 +444,14 @@ class _Projection:
                 new.append(att)
             seen: set[int | None] = set()
             for ev in evs:
-                rank = ev.model.rank
-                if self.now is not None and rank not in seen:
-                    seen.add(rank)
-                    att.note_rank_seen(rank, self.now)
+                if self.now is not None:
+                    # an aggregate's ranks were heard from through their reporter
+                    ranks = [ev.model.rank] + ([p.rank for p in ev.model.ranks]
+                                               if ev.model.type == "update_aggregate" else [])
+                    for rank in ranks:
+                        if rank not in seen:
+                            seen.add(rank)
+                            att.note_rank_seen(rank, self.now)
                 if ev.model.type == "attempt_started" and att.started_at is None:
                     self.first_started.add(key)
                 _apply_to_attempt(att, ev)
@@ -654,7 +684,7 @@ def _apply_to_attempt(att: Attempt, ev: ValidEvent) -> None:
     if att.last_event_at is None or m.time > att.last_event_at:
         att.last_event_at = m.time
     kind = m.type
-    if kind == "update_committed":
+    if kind in _LEDGER_TYPES:
         if m.update > att.last_update or att.last_update_at is None:
             att.last_update_at = m.time if m.update >= att.last_update else att.last_update_at
             att.last_update = max(att.last_update, m.update)

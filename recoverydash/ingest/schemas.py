@@ -319,6 +319,43 @@ class UpdateCommitted(EventBase):
     ids_digest: Optional[Str] = None
 
 
+class RankPart(_Wire):
+    """One rank's part of an ``update_aggregate``: what that rank's ``update_committed`` would
+    carry (docs/ingest-v1.md#update_aggregate)."""
+
+    rank: Int31
+    spans: Annotated[list[Span], FAIL_FAST]
+    samples: Optional[Int63] = None
+    tokens: Optional[Int63] = None
+    ids_digest: Optional[Str] = None
+
+
+#: Most rank parts one update_aggregate carries (a node's or a job's data-parallel ranks).
+MAX_AGGREGATE_RANKS = 16_384
+
+
+def _distinct_ranks(parts: list[RankPart]) -> list[RankPart]:
+    seen: dict[int, int] = {}
+    for k, part in enumerate(parts):
+        if part.rank in seen:
+            raise ValueError(f"expected each rank once, got rank {part.rank} at ranks[{seen[part.rank]}] "
+                             f"and ranks[{k}]")
+        seen[part.rank] = k
+    return parts
+
+
+class UpdateAggregate(EventBase):
+    """Extension (docs/ingest-v1.md#update_aggregate): the ``update_committed`` reports of
+    several ranks for one ``update`` in one event, sent by a coordinator or a node leader
+    (``rank``: the reporter, optional). Each part is stored exactly as that rank's own
+    ``update_committed``; a rank absent from every report is a missing part, as before."""
+
+    type: Literal["update_aggregate"]
+    update: Pos63
+    ranks: Annotated[list[RankPart], Field(min_length=1, max_length=MAX_AGGREGATE_RANKS,
+                                           fail_fast=True), AfterValidator(_distinct_ranks)]
+
+
 def _update_range(r: list[int]) -> list[int]:
     if r[0] > r[1]:
         raise ValueError(f"expected [first, last] with first <= last, got {r}")
@@ -438,7 +475,7 @@ class DrillResult(EventBase):
         pattern=r"^[A-Za-z0-9._:-]{1,128}$")]] = None
 
 
-EVENT_MODELS = (AttemptStarted, UpdateCommitted, Heartbeat, CheckpointStarted, ShardWritten,
+EVENT_MODELS = (AttemptStarted, UpdateCommitted, UpdateAggregate, Heartbeat, CheckpointStarted, ShardWritten,
                 CheckpointCommitted, RestoreCompleted, RestoreFailed, AttemptEnded, AuditWindow,
                 DrillResult)
 EVENT_TYPES = tuple(m.model_fields["type"].annotation.__args__[0] for m in EVENT_MODELS)

@@ -489,6 +489,8 @@ def test_it_serves_the_openapi_document_and_local_docs(client):
     body = doc["paths"]["/api/v1/events"]["post"]["requestBody"]
     assert body["content"]["application/json"]["schema"]["$ref"].endswith("/IngestBody")
     assert "UpdateCommitted" in doc["components"]["schemas"]
+    # extension docs/ingest-v1.md#update_aggregate: every rank's part of one update in one event
+    assert {"UpdateAggregate", "RankPart"} <= set(doc["components"]["schemas"])
     html = client.get("/api/v1/docs").content.decode()
     assert "/static/ninja/swagger-ui-bundle.js" in html
     assert "cdn" not in html.lower() and "https://" not in html
