@@ -519,6 +519,27 @@ class Client:
             ev["event_id"] = event_id
         return self._emit_typed(ev, f"u{update}")
 
+    def update_aggregate(self, update: int, ranks: list[dict], *, event_id: str | None = None,
+                         **extra) -> bool:
+        """``update_aggregate`` (docs/ingest-v1.md#update_aggregate): the parts of several
+        data-parallel ranks for optimizer update ``update`` (>= 1) in one event, sent by this
+        reporter (a coordinator or node leader that has them, e.g. from
+        ``CountingRecorder.commit_part`` of each rank). ``ranks``: ``[{"rank": int, "spans":
+        [Span], "samples"?: int, "tokens"?: int, "ids_digest"?: str}]``, each rank once; a rank
+        left out is a missing part of the update on the server. Event id
+        ``{run}:{attempt}:{rank}:a{update}`` unless given. Queued like every event: never
+        blocks, never raises; returns whether it was queued."""
+        try:
+            parts = [{k: v for k, v in part.items() if v is not None} for part in ranks]
+        except Exception as e:  # never into the training loop
+            self._once(("aggregate", type(e)), logging.WARNING,
+                       "recoverydash: update_aggregate failed: %r", e)
+            return False
+        ev = {"type": "update_aggregate", "update": update, "ranks": parts, **extra}
+        if event_id:
+            ev["event_id"] = event_id
+        return self._emit_typed(ev, f"a{update}")
+
     def heartbeat(self, update: int, fetched: list[dict] | None = None, **extra) -> bool:
         """``heartbeat``: last committed update and the read cursor ``fetched`` ([Cursor])."""
         ev = {"type": "heartbeat", "update": update, "fetched": fetched, **extra}

@@ -272,6 +272,24 @@ class CountingRecorder(Reporter):
             self._log_once("commit", e)
             return False
 
+    def commit_part(self, update: int) -> dict | None:
+        """This rank's part of optimizer update ``update`` for an ``update_aggregate``
+        (docs/ingest-v1.md#update_aggregate), instead of sending its own ``update_committed``:
+        ``{"rank", "spans", "samples"}`` with the spans consumed since the previous commit, the
+        same spans :meth:`commit` would send. Hand it to the reporter that gathers the parts
+        (``Client.update_aggregate``). Sends a heartbeat when due. Returns None (logged once)
+        on an internal error; never raises."""
+        try:
+            pending, self._pending = self._pending, []
+            self._commit_suffix(update)
+            self._k_committed = self._k_consumed
+            spans, samples = self._spans(pending)
+            self._heartbeat_due()
+            return {"rank": self.rank, "spans": spans, "samples": samples}
+        except Exception as e:
+            self._log_once("commit_part", e)
+            return None
+
     # -- epochs, cursors and state --
 
     def set_epoch(self, epoch: int) -> None:
