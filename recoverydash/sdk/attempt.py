@@ -46,6 +46,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from recoverydash.sdk import fetch
 from recoverydash.sdk.spool import run_folder
 
 log = logging.getLogger("recoverydash.sdk")
@@ -153,17 +154,16 @@ def latest_on_server(url: str | None, token: str | None, run_id: str, *,
                                  headers={"Authorization": f"Bearer {token or ''}",
                                           "Accept": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            runs = json.loads(resp.read() or b"[]")
-    except urllib.error.HTTPError as e:
-        if e.code == 403:
-            log.info("recoverydash: attempt: the token has no read scope; the server's "
-                     "latest_attempt is not consulted")
-        else:
-            log.info("recoverydash: attempt: GET /api/v1/runs answered %s; skipped", e.code)
-        return None
+        status, runs = fetch.get_json(req, timeout)  # the whole answer within timeout
     except Exception as e:
         log.info("recoverydash: attempt: server not consulted (%r)", e)
+        return None
+    if status == 403:
+        log.info("recoverydash: attempt: the token has no read scope; the server's "
+                 "latest_attempt is not consulted")
+        return None
+    if not 200 <= status < 300:
+        log.info("recoverydash: attempt: GET /api/v1/runs answered %s; skipped", status)
         return None
     for r in runs if isinstance(runs, list) else []:
         if isinstance(r, dict) and r.get("run_id") == run_id:

@@ -66,7 +66,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from recoverydash.recovery.contract import DEFAULT_REQUIRED_COMPONENTS as _CORE_COMPONENTS
-from recoverydash.sdk import faults
+from recoverydash.sdk import faults, fetch
 from recoverydash.sdk.client import Client, get_client, now_rfc3339
 from recoverydash.storage import objects as storage
 from recoverydash.storage import paths
@@ -851,8 +851,16 @@ def restore_plan(url: str | None, token: str | None, run_id: str, *,
         req = urllib.request.Request(endpoint, headers={"Authorization": f"Bearer {token or ''}",
                                                         "Accept": "application/json"})
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                body = json.loads(resp.read() or b"{}")
+            status, body = fetch.get_json(req, timeout)  # the whole answer within timeout
+            if status == 409:
+                body = body if isinstance(body, dict) else {}
+                return {"source": "server", "generation_id": None, "update": None,
+                        "logger_rewind_update": None, "committed_at": None, "objects": [],
+                        "cursor": [], "warnings": [], "rejected": body.get("rejected") or [],
+                        "attempt": None}
+            if not 200 <= status < 300:
+                raise urllib.error.HTTPError(endpoint, status, "", None, None)
+            body = body if body is not None else {}
             return {"source": "server", "generation_id": body.get("generation_id"),
                     "update": body.get("update"),
                     "logger_rewind_update": body.get("logger_rewind_update",
@@ -863,14 +871,6 @@ def restore_plan(url: str | None, token: str | None, run_id: str, *,
                     "attempt": _manifest_attempt(location, body.get("generation_id"),
                                                  s3_client)}
         except urllib.error.HTTPError as e:
-            if e.code == 409:
-                try:
-                    body = json.loads(e.read() or b"{}")
-                except ValueError:
-                    body = {}
-                return {"source": "server", "generation_id": None, "update": None,
-                        "logger_rewind_update": None, "committed_at": None, "objects": [], "cursor": [], "warnings": [],
-                        "rejected": body.get("rejected") or [], "attempt": None}
             warnings.append({"code": "server_error", "detail": f"restore-plan answered {e.code}"})
         except Exception as e:
             warnings.append({"code": "server_unreachable", "detail": repr(e)[:300]})
