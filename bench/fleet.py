@@ -48,7 +48,7 @@ SERIES_POINTS = 2_000
 def fabricate(project, start: int, count: int) -> None:
     """``count`` more runs numbered from ``start`` (bulk inserts, no per-run query)."""
     from recoverydash.alerts.models import Alert
-    from recoverydash.runs.models import Analysis, Attempt, Run, clock_of
+    from recoverydash.runs.models import Analysis, Attempt, Run, clock_columns, clock_of
 
     now = datetime.now(timezone.utc)
     runs = [Run(project=project, run_id=f"run-{i:05d}", first_event_at=now - timedelta(hours=6),
@@ -71,7 +71,8 @@ def fabricate(project, start: int, count: int) -> None:
                                 "committed_at": committed.isoformat()},
             "updates_at_risk": i % 50,
             "restarts": [{"attempt": 1, "verdict": "exact", "replayed": 0, "omitted": 0}],
-            "charts": {"tslrc": series}}), clock=clock_of(result)))
+            "charts": {"tslrc": series}}), clock=(clock := clock_of(result)),
+            **clock_columns(clock)))
         attempts += [Attempt(run=run, attempt=0, ended_at=now - timedelta(hours=3)),
                      Attempt(run=run, attempt=1,
                              ended_at=now if word == "ended" else None)]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timezone as dt_timezone
 
-from django.db.models import Count, Max, Q
+from django.db.models import Count, Q
 from django.db.models.fields.json import KeyTransform
 from django.http import Http404
 from django.utils import timezone
@@ -163,7 +163,6 @@ FLEET_PAGE_SIZE = 50
 #: ``?sort=`` of the fleet: column -> what it orders by (``-`` prefix: the other way round).
 FLEET_SORTS = ("attention", "run", "health", "age", "alerts", "last_event", "attempt")
 FLEET_VIEWS = ("attention", "all")
-ATTEMPT_STATES = ("running", "silent", "ended")
 
 
 def drill_field() -> str | None:
@@ -236,16 +235,19 @@ def fleet(user, *, project: int | None = None, health: str = "", q: str = "",
     (docs/definitions.md#health, or ``unknown`` for runs without an analysis yet), ``q``
     (case-insensitive substring of run_id).
 
-    A fixed number of queries whatever the number of runs: one light row per run (health, the
-    stored analysis's ``clock``, contract limit, last event), one count of open alerts by run
-    and severity, then the page's rows in full with their newest attempt (for every run only
-    when sorting by attempt). Unknown ``sort`` or
-    ``view`` fall back to the defaults; ``page`` is clamped to the pages there are.
+    The database orders, filters and cuts the page (``dashboard.fleet_order``: the attention
+    order in SQL over stored columns and ``now``), so the Python work is the page's: a fixed
+    number of queries whatever the number of runs (two counts, the page's pks, then its rows in
+    full with their analyses' small keys and newest attempts). The figures shown are the core's,
+    computed for the page's rows from the stored clock. Unknown ``sort`` or ``view`` fall back
+    to the defaults; ``page`` is clamped to the pages there are.
     """
-    from django.db.models import OuterRef, Subquery
+    from django.conf import settings
 
-    from recoverydash.recovery.attention import (HEALTH_RANK, at_risk_ratio, attention_key,
-                                                 needs_attention)
+    from recoverydash.dashboard.fleet_order import (NEEDS_ATTENTION, annotate_attempt_state,
+                                                    annotate_attention, fleet_ordering,
+                                                    never_heard)
+    from recoverydash.recovery.attention import at_risk_ratio
     from recoverydash.recovery.contract import DEFAULT_CONTRACT
 
     now = now or timezone.now()
@@ -259,58 +261,39 @@ def fleet(user, *, project: int | None = None, health: str = "", q: str = "",
         runs = runs.filter(project_id=project)
     if q:
         runs = runs.filter(run_id__icontains=q.strip())
+    if health == "unknown":
+        runs = runs.filter(Q(analysis__isnull=True) | Q(analysis__health__in=["", "unknown"]))
+    elif health:
+        runs = runs.filter(analysis__health=health)
     drill = drill_field()
-    # the last event's time only where the order needs it (a datetime costs more to load)
-    by_time = key_name in ("last_event", "attempt")
-    light = runs.values_list(
-        "pk", "run_id", "analysis__health", KeyTransform("max_checkpoint_age_s", "contract"),
-        "analysis__clock", "last_received_at" if by_time else "ingest_seq",
-        *([drill] if drill else []))
-    counts: dict = {}
-    for run_pk, severity, n in (Alert.objects.filter(run__in=runs).exclude(state="resolved")
-                                .values_list("run_id", "severity").annotate(n=Count("pk"))
-                                .values_list("run_id", "severity", "n")):
-        counts.setdefault(run_pk, {})[severity] = n
-    default_limit = float(DEFAULT_CONTRACT["max_checkpoint_age_s"])
-    items = []
-    all_runs = 0
-    now_s = now.timestamp()
-    for pk, run_id, health_word, limit, clock, received, *flag in light:
-        word = health_word or "unknown"
-        if health and word != health:
-            continue
-        all_runs += 1
-        limit_s = float(limit) if isinstance(limit, (int, float)) else default_limit
-        # the core's figure on the stored clock (runs.models.clock_of: POSIX seconds)
-        seconds = seconds_since_last_restorable(clock, now_s) if health_word and clock else None
-        ratio = at_risk_ratio(seconds, limit_s, ended=word == "ended")
-        by_sev = counts.get(pk, {})
-        crit, warn = by_sev.get("critical", 0), by_sev.get("warning", 0)
-        is_drill = bool(flag and flag[0])
-        if view == "attention" and not needs_attention(critical=crit, warning=warn, ratio=ratio,
-                                                       health=word, drill=is_drill):
-            continue
-        items.append([pk, run_id, word, seconds, limit_s, ratio, crit, warn,
-                      sum(by_sev.values()), received if by_time else None, None, is_drill])
-    if key_name == "attempt":  # the attempt state of every listed run, in one query
-        _attempt_states(items, now)
-    epoch = datetime.min.replace(tzinfo=dt_timezone.utc)
-    keys = {
-        "attention": lambda i: attention_key(critical=i[6], warning=i[7], ratio=i[5],
-                                             health=i[2], drill=i[11]) + (i[1],),
-        "run": lambda i: (i[1],),
-        "health": lambda i: (HEALTH_RANK.get(i[2], len(HEALTH_RANK)), i[1]),
-        "age": lambda i: (-i[5], i[1]),
-        "alerts": lambda i: (-i[8], -i[6], i[1]),
-        # most recent first; never heard from last
-        "last_event": lambda i: (i[9] is None, -((i[9] or epoch) - epoch).total_seconds(), i[1]),
-        "attempt": lambda i: (ATTEMPT_STATES.index(i[10]), i[1]),
-    }
-    items.sort(key=keys[key_name], reverse=desc)
-    total = len(items)
+    all_runs = runs.count()
+    listed = annotate_attention(runs, now, drill)
+    if view == "attention":
+        listed = listed.filter(NEEDS_ATTENTION)
+        total = listed.count()
+    else:
+        total = all_runs
+    if key_name == "attempt":
+        listed = annotate_attempt_state(listed, now, settings.RECOVERYDASH_RUN_SILENT_S)
+    elif key_name == "last_event":
+        listed = never_heard(listed)
     pages = max(1, -(-total // FLEET_PAGE_SIZE))
     page = min(max(int(page or 1), 1), pages)
-    chosen = items[(page - 1) * FLEET_PAGE_SIZE: page * FLEET_PAGE_SIZE]
+    start = (page - 1) * FLEET_PAGE_SIZE
+    default_limit = float(DEFAULT_CONTRACT["max_checkpoint_age_s"])
+    chosen = []
+    for pk, run_id, word, limit, clock, crit, warn, n_open, is_drill in (
+            listed.order_by(*fleet_ordering(key_name, desc))
+            .values_list("pk", "run_id", "analysis__health", "max_checkpoint_age_s",
+                         "analysis__clock", "f_critical", "f_warning", "f_open", "f_drill")
+            [start:start + FLEET_PAGE_SIZE]):
+        word = word or "unknown"
+        limit_s = float(limit) if limit is not None else default_limit
+        # the core's figures on the stored clock (runs.models.clock_of: POSIX seconds)
+        seconds = seconds_since_last_restorable(clock, now.timestamp()) if clock else None
+        ratio = at_risk_ratio(seconds, limit_s, ended=word == "ended")
+        chosen.append([pk, run_id, word, seconds, limit_s, ratio, crit, warn, n_open, None,
+                       None, bool(is_drill)])
     full = {r.pk: r for r in Run.objects.select_related("project")
             .filter(pk__in=[i[0] for i in chosen])}
     analyses = {
@@ -322,9 +305,7 @@ def fleet(user, *, project: int | None = None, health: str = "", q: str = "",
     }
     for item in chosen:
         item[9] = full[item[0]].last_received_at
-    latest = _attempt_states(chosen, now) if key_name != "attempt" else \
-        dict(Attempt.objects.filter(run__in=list(full)).values("run_id")
-             .annotate(n=Max("attempt")).values_list("run_id", "n"))
+    latest = _attempt_states(chosen, now)
     rows = []
     for (pk, run_id, word, seconds, limit_s, ratio, crit, warn, n_open, last_received_at,
          state, is_drill) in chosen:

@@ -133,6 +133,10 @@ class Run(models.Model):
     # recoverydash.runs.analysis.request_analysis); None when none is waiting.
     analysis_queued_at = models.DateTimeField(null=True, blank=True)
     contract = models.JSONField(default=dict, blank=True)  # the latest attempt_started contract
+    # ``contract``'s max_checkpoint_age_s as a number (``checkpoint_age_limit_of``), kept on every
+    # save of the contract: the fleet orders by the at-risk ratio in SQL with it. None: the
+    # contract declares no numeric limit (the default contract's applies).
+    max_checkpoint_age_s = models.FloatField(null=True, blank=True)
     # stratum -> "ranges" | "ids": the kind of span the stratum uses; one kind throughout a
     # run (docs/ingest-v1.md#3-positions-spans-and-cursors), and ingest refuses a batch that
     # mixes them (400).
@@ -150,6 +154,15 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return self.run_id
+
+    def save(self, *args, **kwargs):
+        """Save, with ``max_checkpoint_age_s`` derived from ``contract``
+        (``checkpoint_age_limit_of``) whenever the contract is saved."""
+        self.max_checkpoint_age_s = checkpoint_age_limit_of(self.contract)
+        fields = kwargs.get("update_fields")
+        if fields is not None and "contract" in fields:
+            kwargs["update_fields"] = list(fields) + ["max_checkpoint_age_s"]
+        super().save(*args, **kwargs)
 
     def analysis_summary(self, now=None) -> tuple[str | None, float | None]:
         """``(health, seconds_since_last_restorable)`` for lists (docs/ingest-v1.md#runs-list),
@@ -578,6 +591,24 @@ def clock_of(result, first_event_at=None) -> dict:
             "ended_at": seconds(result.get("ended_at"))}
 
 
+def checkpoint_age_limit_of(contract) -> float | None:
+    """The ``max_checkpoint_age_s`` a stored contract declares, in seconds, when it is a number
+    (an int or float in the JSON); None otherwise (the default contract's limit applies)."""
+    value = contract.get("max_checkpoint_age_s") if isinstance(contract, dict) else None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def clock_columns(clock: dict) -> dict:
+    """The stored columns of a ``clock_of`` dict that the fleet orders by in SQL:
+    ``clock_since_s``, the time the core's ``seconds_since_last_restorable`` counts from (the last
+    restorable commit, else the first event; None when neither is known), and ``clock_ended_s``,
+    where that clock stops (the run's end; None while it runs). POSIX seconds."""
+    clock = clock if isinstance(clock, dict) else {}
+    committed = (clock.get("last_restorable") or {}).get("committed_at")
+    return {"clock_since_s": committed if committed is not None else clock.get("first_event_at"),
+            "clock_ended_s": clock.get("ended_at")}
+
+
 class Analysis(models.Model):
     """The stored analysis of a run: the recovery core's result and its incremental state.
 
@@ -598,6 +629,10 @@ class Analysis(models.Model):
     # (``clock_of``), kept beside it on every save: the fleet reads these few bytes per run
     # instead of the whole result with its chart series.
     clock = models.JSONField(default=dict, blank=True)
+    # ``clock`` as two numbers (``clock_columns``), written with it: what the fleet's attention
+    # order computes the at-risk ratio from in SQL (dashboard.queries.fleet).
+    clock_since_s = models.FloatField(null=True, blank=True)
+    clock_ended_s = models.FloatField(null=True, blank=True)
     # The last analysis that failed for a reason retrying cannot fix (a malformed input the core
     # refuses): its message and the ingest seq it was attempted at. The sweep does not retry a
     # run until new events arrive; the read API and dashboard show the message.
@@ -612,11 +647,14 @@ class Analysis(models.Model):
     compacted_at = models.DateTimeField(null=True, blank=True)
 
     def save(self, *args, **kwargs):
-        """Save, with ``clock`` derived from ``result`` (``clock_of``)."""
+        """Save, with ``clock`` derived from ``result`` (``clock_of``) and its columns
+        (``clock_columns``)."""
         result = self.result if isinstance(self.result, dict) else {}
         first = None if result.get("first_event_at") else self.run.first_event_at
         self.clock = clock_of(result, first)
+        for name, value in clock_columns(self.clock).items():
+            setattr(self, name, value)
         fields = kwargs.get("update_fields")
         if fields is not None and "result" in fields:
-            kwargs["update_fields"] = list(fields) + ["clock"]
+            kwargs["update_fields"] = list(fields) + ["clock", "clock_since_s", "clock_ended_s"]
         super().save(*args, **kwargs)
