@@ -223,6 +223,31 @@ class DataProgress(_Wire):
     samples_committed: Optional[Int63] = None
 
 
+Text2000 = Annotated[str, Strict(), Field(max_length=2000)]
+
+
+class AdoptedReason(_Wire):
+    """One finding of a format adapter (docs/ingest-v1.md#adopted): a reason ``code`` of
+    docs/ingest-v1.md#statuses-and-codes and what was found."""
+
+    code: Name200
+    detail: Text2000 = ""
+
+
+class Adopted(_Wire):
+    """Extension (docs/ingest-v1.md#adopted): the manifest was built by the server's discovery
+    from another tool's folder, not written by a trainer. ``reasons`` replace the shard and
+    component rules for the generation; ``progress`` is what the format records of training
+    progress (its own names)."""
+
+    format: Name200
+    rule: Text2000 = ""
+    folder: Text2000 = ""
+    commit_marker: Optional[Text2000] = None
+    progress: Optional[dict[str, Any]] = None
+    reasons: Annotated[list[AdoptedReason], Field(max_length=1000), FAIL_FAST] = []
+
+
 class ManifestV1(_Wire):
     """A committed manifest of ``schema_revision`` 1 (docs/ingest-v1.md#checkpoint_committed)."""
 
@@ -237,6 +262,7 @@ class ManifestV1(_Wire):
     dataset_version: Text500
     config_digest: Optional[Text500] = None
     committed_at: Time
+    adopted: Optional[Adopted] = None  # Extension: docs/ingest-v1.md#adopted
 
 
 class ManifestHead(_Wire):

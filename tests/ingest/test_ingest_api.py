@@ -276,11 +276,27 @@ def manifest(**over) -> dict:
      "manifest.objects[0].shard"),
     ({"data_progress": {"cursor": [{"stratum": "m", "epoch": 0}]}},
      "manifest.data_progress.cursor[0].position"),
+    ({"adopted": {"rule": "by hand"}}, "manifest.adopted.format"),
+    ({"adopted": {"format": "dcp", "reasons": [{"detail": "no code"}]}},
+     "manifest.adopted.reasons[0].code"),
 ])
 def test_it_validates_a_revision_1_manifest(client, ingest_token, over, path):
     ev = event("checkpoint_committed", "m", manifest=manifest(**over))
     r = post(client, ingest_token, [ev])
     assert r.status_code == 400 and errors_of(r)[0]["path"] == f"events[0].{path}", errors_of(r)
+
+
+def test_it_accepts_the_adopted_extension_and_documents_it(client, ingest_token):
+    adopted = {"format": "dcp", "rule": "committed by .metadata", "folder": "step-10",
+               "commit_marker": "step-10/.metadata", "progress": {"global_step": 10},
+               "reasons": [{"code": "size_mismatch", "detail": "step-10/__0_0.distcp: short"}]}
+    ev = event("checkpoint_committed", "m", manifest=manifest(adopted=adopted))
+    assert post(client, ingest_token, [ev]).status_code == 202
+    assert Event.objects.get().body["manifest"]["adopted"] == adopted
+    schemas = client.get("/api/v1/openapi.json").json()["components"]["schemas"]
+    assert "adopted" in schemas["ManifestV1"]["properties"]
+    assert schemas["Adopted"]["required"] == ["format"]
+    assert schemas["AdoptedReason"]["required"] == ["code"]
 
 
 def test_it_stores_a_manifest_of_an_unsupported_revision_for_the_analysis(client, ingest_token):
