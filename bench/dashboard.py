@@ -45,6 +45,7 @@ from django.core.cache import cache  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import setup_test_environment  # noqa: E402
+from django.urls import reverse  # noqa: E402
 
 UPDATES = 1_000_000
 GENERATIONS = 2_000
@@ -182,8 +183,8 @@ def main() -> None:
         from recoverydash.runs.models import Analysis
 
         client, run, result = fabricate()
-        page = f"/runs/{run.pk}/"
-        data = f"/runs/{run.pk}/charts.json"
+        page = reverse("run", args=[run.project.name, run.run_id])
+        data = reverse("run_charts", args=[run.project.name, run.run_id])
         client.get(page)  # warm imports and template loading
         rows = []
         rows.append(("run page, figures built per request", *median_ms(

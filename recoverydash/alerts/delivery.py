@@ -65,7 +65,11 @@ def transport_for(endpoint) -> Transport:
 
 
 def run_url(run) -> str:
-    return f"{settings.SITE_URL}/runs/{run.pk}/"
+    """The absolute address of ``run``'s dashboard page: SITE_URL and
+    /p/<project name>/runs/<run id>/ (the dashboard's ``run`` URL)."""
+    from django.urls import reverse
+
+    return settings.SITE_URL + reverse("run", args=[run.project.name, run.run_id])
 
 
 def flip_payload(flip: AlertFlip) -> dict:

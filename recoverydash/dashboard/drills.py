@@ -42,14 +42,14 @@ def _order(point: str) -> int:
 def project_drills(project) -> ProjectDrills:
     """The latest drill per config digest of ``project`` (by the newest report of its drill
     id), newest first."""
-    rows = list(DrillResult.objects.filter(project=project).select_related("run")
+    rows = list(DrillResult.objects.filter(project=project).select_related("run__project")
                 .order_by("-reported_at", "-pk"))
     latest: dict[str, str] = {}
     ids: dict[str, set] = {}
     for r in rows:
         latest.setdefault(r.config_digest, r.drill_id)
         ids.setdefault(r.config_digest, set()).add(r.drill_id)
-    controls = {r.run_id: r for r in Run.objects.filter(
+    controls = {r.run_id: r for r in Run.objects.select_related("project").filter(
         project=project, run_id__in={x.control_run_id for x in rows if x.control_run_id})}
     out = ProjectDrills(project)
     for digest, drill_id in latest.items():

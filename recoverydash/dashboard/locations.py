@@ -128,7 +128,8 @@ def adopted_runs(project) -> dict:
 
     ids = {loc.pk: adopted_run_id(loc)
            for loc in StorageLocation.objects.filter(project=project, kind=KIND_ADOPT)}
-    runs = {r.run_id: r for r in Run.objects.filter(project=project, run_id__in=ids.values())}
+    runs = {r.run_id: r for r in Run.objects.select_related("project")
+            .filter(project=project, run_id__in=ids.values())}
     return {pk: (rid, runs.get(rid)) for pk, rid in ids.items()}
 
 

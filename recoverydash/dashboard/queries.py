@@ -74,6 +74,17 @@ def run_for(user, pk: int) -> Run:
     return run
 
 
+def run_named(user, project: str, run_id: str) -> Run:
+    """The run ``run_id`` of the project named ``project`` if ``user`` is a member of it (or a
+    superuser); Http404 otherwise, the same for another project's run as for an unknown one."""
+    run = (Run.objects.select_related("project")
+           .filter(project__name=project, run_id=run_id,
+                   project__in=visible_projects(user)).first())
+    if run is None:
+        raise Http404("no such run")
+    return run
+
+
 def alert_for(user, pk: int) -> Alert:
     """The alert ``pk`` of a run ``user`` may see; Http404 otherwise."""
     alert = (Alert.objects.select_related("run__project")

@@ -2,9 +2,12 @@
 
 from django.conf import settings
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import path, register_converter
 
 from recoverydash.dashboard import docs, drills, locations, views
+from recoverydash.dashboard.converters import SegmentConverter
+
+register_converter(SegmentConverter, "seg")
 
 
 urlpatterns = [
@@ -13,14 +16,23 @@ urlpatterns = [
         extra_context={"failure_limit": settings.AXES_FAILURE_LIMIT}), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.fleet, name="fleet"),
-    path("runs/<int:pk>/", views.run_detail, name="run"),
-    path("runs/<int:pk>/charts.json", views.run_charts, name="run_charts"),
-    path("runs/<int:pk>/contract/", views.run_contract, name="run_contract"),
-    # <path:>, not <str:>: a generation id stored before the identifier rule (or found in
-    # storage) may hold a "/", and every page that links it must still render.
-    path("runs/<int:pk>/generations/<path:generation_id>/", views.generation_detail,
-         name="generation"),
-    path("runs/<int:pk>/restarts/<int:attempt>/", views.restart_detail, name="restart"),
+    # A run's pages are addressed by its project's name and its run id (converters.py says what
+    # a segment may hold); the numeric /runs/<pk>/ addresses of before answer a member with a
+    # permanent redirect to them and anyone else with the same 404 as an unknown run.
+    path("p/<seg:project>/runs/<seg:run_id>/", views.run_detail, name="run"),
+    path("p/<seg:project>/runs/<seg:run_id>/charts.json", views.run_charts, name="run_charts"),
+    path("p/<seg:project>/runs/<seg:run_id>/contract/", views.run_contract,
+         name="run_contract"),
+    path("p/<seg:project>/runs/<seg:run_id>/generations/<seg:generation_id>/",
+         views.generation_detail, name="generation"),
+    path("p/<seg:project>/runs/<seg:run_id>/restarts/<int:attempt>/", views.restart_detail,
+         name="restart"),
+    path("runs/<int:pk>/", views.old_run_url, {"page": "run"}, name="old_run"),
+    path("runs/<int:pk>/charts.json", views.old_run_url, {"page": "run_charts"}),
+    path("runs/<int:pk>/contract/", views.old_run_url, {"page": "run_contract"}),
+    path("runs/<int:pk>/generations/<path:generation_id>/", views.old_run_url,
+         {"page": "generation"}),
+    path("runs/<int:pk>/restarts/<int:attempt>/", views.old_run_url, {"page": "restart"}),
     path("alerts/", views.alerts, name="alerts"),
     path("drills/", drills.drills, name="drills_all"),
     path("projects/<int:pk>/drills/", drills.drills, name="drills"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponse, HttpResponseRedirect
+from django.http import HttpResponse, HttpResponsePermanentRedirect, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -52,8 +52,8 @@ def fleet(request):
 
 
 @login_required
-def run_detail(request, pk: int):
-    run = queries.run_for(request.user, pk)
+def run_detail(request, project: str, run_id: str):
+    run = queries.run_named(request.user, project, run_id)
     confirm_last_restorable(run)  # the first card names what is in storage now
     summary = queries.run_summary(run)
     context = {"s": summary, "run": run, "silence_form": SilenceForm(), "now": timezone.now()}
@@ -63,39 +63,57 @@ def run_detail(request, pk: int):
 
 
 @login_required
-def run_charts(request, pk: int):
-    run = queries.run_for(request.user, pk)
+def run_charts(request, project: str, run_id: str):
+    run = queries.run_named(request.user, project, run_id)
     return HttpResponse(charts.run_figures(run)["json"], content_type="application/json")
 
 
 @login_required
-def generation_detail(request, pk: int, generation_id: str):
-    run = queries.run_for(request.user, pk)
+def generation_detail(request, project: str, run_id: str, generation_id: str):
+    run = queries.run_named(request.user, project, run_id)
     detail = queries.generation_detail(run, generation_id)
     return _page(request, "dashboard/generation.html", {"run": run, "d": detail})
 
 
 @login_required
-def restart_detail(request, pk: int, attempt: int):
-    run = queries.run_for(request.user, pk)
+def restart_detail(request, project: str, run_id: str, attempt: int):
+    run = queries.run_named(request.user, project, run_id)
     detail = queries.restart_detail(run, attempt)
     return render(request, "dashboard/restart.html", {"run": run, "d": detail})
 
 
 @login_required
-def run_contract(request, pk: int):
-    run = queries.run_for(request.user, pk)
+def run_contract(request, project: str, run_id: str):
+    run = queries.run_named(request.user, project, run_id)
     current = queries.contract_of(run)
     if request.method == "POST":
         form = ContractForm(request.POST)
         if form.is_valid():
             actions.save_contract(run, form.cleaned_data)
             messages.success(request, "Contract saved. Alerts use it from the next evaluation.")
-            return redirect("run", pk=run.pk)
+            return redirect(run_url(run))
     else:
         form = ContractForm(initial=ContractForm.initial_for(current))
     return render(request, "dashboard/contract.html",
                   {"run": run, "form": form, "current": current})
+
+
+def run_url(run, page: str = "run", *args) -> str:
+    """The path of one of ``run``'s pages (``run``, ``run_charts``, ``run_contract``,
+    ``generation`` with a generation id, ``restart`` with an attempt): /p/<project>/runs/<run_id>/
+    and below. ``run.project`` should be loaded (select_related) by the caller."""
+    return reverse(page, args=[run.project.name, run.run_id, *args])
+
+
+@login_required
+def old_run_url(request, pk: int, page: str, **rest):
+    """A page's address of before (/runs/<pk>/...): a member gets a permanent redirect to the
+    page's address by project and run id, the query string kept; anyone else the 404 of an
+    unknown run."""
+    run = queries.run_for(request.user, pk)
+    target = run_url(run, page, *rest.values())
+    query = request.META.get("QUERY_STRING", "")
+    return HttpResponsePermanentRedirect(target + ("?" + query if query else ""))
 
 
 @login_required

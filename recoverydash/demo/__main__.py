@@ -479,11 +479,13 @@ def expectation(s: Scenario) -> list[str]:
 def run_pages(url: str, runs: list[Scenario]) -> dict:
     """run_id -> the dashboard page of the run."""
     try:
+        from django.urls import reverse
+
         from recoverydash.runs.models import Run
 
-        pks = dict(Run.objects.filter(project__name="demo", run_id__in=[s.run_id for s in runs])
-                   .values_list("run_id", "pk"))
-        return {rid: f"{url}/runs/{pk}/" for rid, pk in pks.items()}
+        ids = (Run.objects.filter(project__name="demo", run_id__in=[s.run_id for s in runs])
+               .values_list("run_id", flat=True))
+        return {rid: url + reverse("run", args=["demo", rid]) for rid in ids}
     except Exception:  # noqa: BLE001 (the page links are a convenience)
         return {}
 

@@ -6,6 +6,7 @@ import json
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
@@ -48,7 +49,7 @@ def test_it_signs_the_spec_body_per_standard_webhooks(run, receiver):
     assert body["alert"]["rule"] == "restart_omission"
     assert body["alert"]["state"] == "firing"
     assert body["run"]["run_id"] == "llama-70b"
-    assert body["run"]["url"].endswith(f"/runs/{run.pk}/")
+    assert body["run"]["url"] == f"{settings.SITE_URL}/p/{run.project.name}/runs/llama-70b/"
     assert req["headers"]["webhook-id"] == Delivery.objects.get(pk=pk).webhook_id
 
 

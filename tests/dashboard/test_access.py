@@ -12,9 +12,10 @@ pytestmark = pytest.mark.django_db
 
 
 def _run_urls(run):
-    return [reverse("run", args=[run.pk]), reverse("run_charts", args=[run.pk]),
-            reverse("run_contract", args=[run.pk]),
-            reverse("generation", args=[run.pk, "g1250"]), reverse("restart", args=[run.pk, 1])]
+    at = [run.project.name, run.run_id]
+    return [reverse("run", args=at), reverse("run_charts", args=at),
+            reverse("run_contract", args=at), reverse("generation", args=[*at, "g1250"]),
+            reverse("restart", args=[*at, 1])]
 
 
 def test_it_sends_anonymous_users_to_sign_in(client, known_run):
@@ -64,14 +65,14 @@ def test_an_outsider_cannot_act_on_anothers_alerts_tokens_or_contract(client, kn
     assert client.post(reverse("token_create", args=[project.pk]),
                        {"name": "x", "scopes": ["ingest"]}).status_code == 404
     assert project.tokens.count() == 0
-    assert client.post(reverse("run_contract", args=[known_run.pk]),
+    assert client.post(reverse("run_contract", args=[known_run.project.name, known_run.run_id]),
                        {"max_replay_samples": 9}).status_code == 404
 
 
 def test_a_superuser_sees_every_project(client, known_run, admin_user):
     client.force_login(admin_user)
     assert b"s2-omission" in client.get("/").content
-    assert client.get(reverse("run", args=[known_run.pk])).status_code == 200
+    assert client.get(reverse("run", args=[known_run.project.name, known_run.run_id])).status_code == 200
 
 
 def test_fleet_filters_by_project_health_and_run_id(client, known_run, owner, other_project):

@@ -19,8 +19,8 @@ pytestmark = pytest.mark.django_db
 def test_acknowledging_an_alert_records_who_and_a_flip(owner_client, known_run):
     alert = known_run.alerts.get()
     url = reverse("alert_action", args=[alert.pk, "acknowledge"])
-    response = owner_client.post(url, {"next": reverse("run", args=[known_run.pk])})
-    assert response.status_code == 302 and response["Location"] == reverse("run", args=[known_run.pk])
+    response = owner_client.post(url, {"next": reverse("run", args=[known_run.project.name, known_run.run_id])})
+    assert response.status_code == 302 and response["Location"] == reverse("run", args=[known_run.project.name, known_run.run_id])
     alert.refresh_from_db()
     assert (alert.state, alert.acknowledged_by) == ("acknowledged", "olivia")
     flip = AlertFlip.objects.get(alert=alert)
@@ -99,7 +99,7 @@ def test_a_token_needs_a_scope(owner_client, project):
 
 
 def test_members_edit_the_run_contract(owner_client, known_run):
-    url = reverse("run_contract", args=[known_run.pk])
+    url = reverse("run_contract", args=[known_run.project.name, known_run.run_id])
     page = owner_client.get(url).content.decode()
     assert "the latest one wins" in page and 'value="3600' in page
     response = owner_client.post(url, {"max_replay_samples": 64, "max_omission_samples": 0,
@@ -114,7 +114,7 @@ def test_members_edit_the_run_contract(owner_client, known_run):
 
 
 def test_a_contract_with_a_negative_limit_is_refused(owner_client, known_run):
-    response = owner_client.post(reverse("run_contract", args=[known_run.pk]),
+    response = owner_client.post(reverse("run_contract", args=[known_run.project.name, known_run.run_id]),
                                  {"max_replay_samples": -1, "max_omission_samples": 0,
                                   "max_checkpoint_age_s": 60, "required_components": "model"})
     assert response.status_code == 200 and "greater than or equal to 0" in response.content.decode()

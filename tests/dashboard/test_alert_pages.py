@@ -58,9 +58,9 @@ def test_it_links_each_subject_and_the_rules_runbook(owner_client, alerts, proje
                                url="https://wiki.example/replay")
     html = owner_client.get(reverse("alerts")).content.decode()
     run = rejected.run
-    assert f'href="{reverse("generation", args=[run.pk, "g20"])}"' in html
-    assert f'href="{reverse("generation", args=[run.pk, "g30"])}"' in html
-    assert f'href="{reverse("restart", args=[run.pk, 1])}"' in html
+    assert f'href="{reverse("generation", args=[run.project.name, run.run_id, "g20"])}"' in html
+    assert f'href="{reverse("generation", args=[run.project.name, run.run_id, "g30"])}"' in html
+    assert f'href="{reverse("restart", args=[run.project.name, run.run_id, 1])}"' in html
     assert 'href="https://wiki.example/replay"' in html
     replay.change_state("acknowledged", by="olivia")
     detail = owner_client.get(reverse("alert_detail", args=[replay.pk])).content.decode()

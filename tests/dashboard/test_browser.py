@@ -92,7 +92,7 @@ def test_on_call_walkthrough(browser, live_server, s2_run, owner):
     assert "48 positions ahead: skipped" in page.content()
     shoot(page, "restart")
 
-    page.goto(f"{live_server.url}/runs/{s2_run.pk}/generations/g1250/")
+    page.goto(f"{live_server.url}/p/alpha/runs/{s2_run.run_id}/generations/g1250/")
     assert "Objects (40)" in page.content()
     shoot(page, "generation")
 
@@ -109,7 +109,7 @@ def test_on_call_walkthrough(browser, live_server, s2_run, owner):
     assert "acknowledged by olivia" in acked.inner_text()
     shoot(page, "alerts-acknowledged")
 
-    page.goto(f"{live_server.url}/runs/{s2_run.pk}/contract/")
+    page.goto(f"{live_server.url}/p/alpha/runs/{s2_run.run_id}/contract/")
     shoot(page, "contract")
     page.goto(f"{live_server.url}/projects/")
     page.fill("input[name=name]", "trainer")
@@ -132,7 +132,7 @@ def test_the_run_page_refreshes_itself_without_a_reload(browser, live_server, s2
     context.add_cookies([{"name": "sessionid", "value": cookie, "url": live_server.url}])
     page = context.new_page()
     page.clock.install()
-    page.goto(f"{live_server.url}/runs/{s2_run.pk}/")
+    page.goto(f"{live_server.url}/p/alpha/runs/{s2_run.run_id}/")
     page.wait_for_selector(".js-plotly-plot")
     page.evaluate("window.__marker = 1")
     from recoverydash.alerts.models import Alert

@@ -128,7 +128,7 @@ def test_the_docs_pages_need_sign_in_and_unknown_pages_are_404(client, owner):
 @pytest.mark.django_db
 def test_the_figures_of_the_run_restart_and_generation_pages_link_their_definitions(
         owner_client, known_run):
-    run = owner_client.get(reverse("run", args=[known_run.pk])).content.decode()
+    run = owner_client.get(reverse("run", args=[known_run.project.name, known_run.run_id])).content.decode()
     for anchor in ("health", "restorable", "seconds-since-last-restorable", "updates-at-risk",
                    "verdict", "replayed", "omitted", "recomputed", "lost-seconds",
                    "recovery-seconds", "goodput", "mtbf", "save-cost", "young-interval",
@@ -136,10 +136,10 @@ def test_the_figures_of_the_run_restart_and_generation_pages_link_their_definiti
                    "omission-rate", "generation-status"):
         assert f'href="/docs/definitions/#{anchor}"' in run, anchor
     assert 'aria-label="Definition of replayed"' in run
-    restart = owner_client.get(reverse("restart", args=[known_run.pk, 1])).content.decode()
+    restart = owner_client.get(reverse("restart", args=[known_run.project.name, known_run.run_id, 1])).content.decode()
     for anchor in ("expected-cursor", "resume-cursor", "lost-updates", "restart-findings"):
         assert f'href="/docs/definitions/#{anchor}"' in restart, anchor
-    generation = owner_client.get(reverse("generation", args=[known_run.pk, "g1250"]))
+    generation = owner_client.get(reverse("generation", args=[known_run.project.name, known_run.run_id, "g1250"]))
     assert 'href="/docs/definitions/#generation-status"' in generation.content.decode()
     footer = owner_client.get("/").content.decode()
     assert 'numbers defined in <a href="/docs/definitions/">Definitions</a>' in footer

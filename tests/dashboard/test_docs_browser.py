@@ -25,7 +25,7 @@ def test_the_question_mark_beside_replayed_opens_its_definition(browser, live_se
     page.fill("#id_password", PASSWORD)
     page.click("button[type=submit]")
     page.wait_for_url(f"{live_server.url}/")
-    page.goto(f"{live_server.url}/runs/{known_run.pk}/")
+    page.goto(f"{live_server.url}/p/alpha/runs/{known_run.run_id}/")
     page.click('th a.def[aria-label="Definition of replayed"]')
     page.wait_for_url(f"{live_server.url}/docs/definitions/#replayed")
     heading = page.locator("h3#replayed")

@@ -14,7 +14,7 @@ from tests.dashboard.conftest import COMMIT
 
 
 def _page(client, run) -> str:
-    return client.get(reverse("restart", args=[run.pk, 1])).content.decode()
+    return client.get(reverse("restart", args=[run.project.name, run.run_id, 1])).content.decode()
 
 
 def _count(html: str, name: str) -> str:

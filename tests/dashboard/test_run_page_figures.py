@@ -91,7 +91,7 @@ def test_a_file_holding_several_components_fills_each_cell_and_names_them(owner_
     gen.shards.all().delete()
     CheckpointObject.objects.create(generation=gen, uri=uri, shard="rank0", component="model",
                                     size=10, in_manifest=True, check_status="ok")
-    html = owner_client.get(reverse("generation", args=[known_run.pk, "g1250"])).content.decode()
+    html = owner_client.get(reverse("generation", args=[known_run.project.name, known_run.run_id, "g1250"])).content.decode()
     assert "model, optimizer, scheduler</span>" in html
     matrix = html.split('<table class="matrix">')[1].split("</table>")[0]
     assert matrix.count("absent") == 0 and matrix.count("✔") >= 3

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db
 
 def page(owner_client, run):
     return without_definition_links(
-        owner_client.get(reverse("run", args=[run.pk])).content.decode())
+        owner_client.get(reverse("run", args=[run.project.name, run.run_id])).content.decode())
 
 
 def test_it_shows_an_attempt_that_died_restoring_instead_of_the_older_restarts_verdict(
@@ -31,9 +31,9 @@ def test_it_shows_an_attempt_that_died_restoring_instead_of_the_older_restarts_v
     att.save()
     html = page(owner_client, known_run)
     assert "✖ Attempt 2 failed to restore" in html
-    assert ("Attempt 2 could not restore <a href=\"/runs/%d/generations/g1250/\">g1250</a>: "
+    assert ("Attempt 2 could not restore <a href=\"/p/alpha/runs/%s/generations/g1250/\">g1250</a>: "
             "<code>object_damaged</code> (file:///ckpt/g1250/model/__0_0.distcp: size_mismatch)"
-            "; it restored nothing." % known_run.pk) in html
+            "; it restored nothing." % known_run.run_id) in html
     assert "✖ restore failed</span> <span class=\"muted\">no attempt_started" in html
 
 

@@ -49,7 +49,8 @@ def test_the_drills_page_in_a_browser(live_server, client, project, ingest_token
                   "the server's verdict is 'omission'"])
     events.append(envelope(result_event(broken, bad), "d2-before-commit"))
     assert post(client, ingest_token, events).status_code == 202
-    run_pk = Run.objects.get(run_id="d2-before-commit").pk
+    run = Run.objects.select_related("project").get(run_id="d2-before-commit")
+    run_page = f"/p/{run.project.name}/runs/{run.run_id}/"
 
     os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     from playwright.sync_api import sync_playwright
@@ -69,6 +70,6 @@ def test_the_drills_page_in_a_browser(live_server, client, project, ingest_token
         assert "update 3, rank 0, #0" in text and "control main:0:32 · drill main:0:48" in text
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "drills-1280.png"), full_page=True)
-        page.click(f"a[href='/runs/{run_pk}/']")
-        assert page.url.endswith(f"/runs/{run_pk}/")
+        page.click(f"a[href='{run_page}']")
+        assert page.url.endswith(run_page)
         browser.close()

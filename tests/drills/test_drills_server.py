@@ -122,11 +122,12 @@ def test_the_drills_page_shows_the_latest_drill_per_trainer_with_links(client, p
     assert "drill <code>d1</code>" in html and "drill <code>d0</code>" not in html
     assert "1 earlier drill of this trainer" in html
     # crash points in protocol order, each linking its run's page
-    runs = {r.run_id: r.pk for r in Run.objects.all()}
-    at = [html.index(f'href="/runs/{runs[f"d1-{p}"]}/"') for p in
+    runs = {r.run_id: f"/p/{r.project.name}/runs/{r.run_id}/"
+            for r in Run.objects.select_related("project")}
+    at = [html.index(f'href="{runs[f"d1-{p}"]}"') for p in
           ("before-shards", "after-commit", "corrupt-after-commit")]
     assert at == sorted(at)
-    assert f'control run <a href="/runs/{runs["d1-control"]}/">d1-control</a>' in html
+    assert f'control run <a href="{runs["d1-control"]}">d1-control</a>' in html
     assert "✖ rules: <code>u000000002-a0</code>" in html
     assert "restored u000000004-a0, the rules say u000000002-a0" in html
     assert client.get("/drills/").status_code == 200

@@ -381,7 +381,7 @@ def test_the_sdk_losses_a_heartbeat_reports_reach_the_run_page(client, ingest_to
     user = get_user_model().objects.create_user("oncall", password="x" * 12)
     Membership.objects.create(project=project, user=user)
     client.force_login(user)
-    page = client.get(f"/runs/{Run.objects.get().pk}/").content.decode()
+    page = client.get(f"/runs/{Run.objects.get().pk}/", follow=True).content.decode()
     assert ("The trainer (attempt 0, ranks 3, 5) dropped 120 events and set aside 2 the server "
             "would not take") in page
     assert "omissions near updates 1,200–1,250 may be unexplained" in page

@@ -75,8 +75,8 @@ def test_it_names_the_previous_generation_after_a_truncation_and_the_resume_skip
     owner = django_user_model.objects.create_user("oncall", password="pw")
     Membership.objects.create(project=project, user=owner)
     client.force_login(owner)
-    page = client.get(f"/runs/{Run.objects.get(run_id=RUN).pk}/").content.decode()
-    assert f"Yes, from <a href=\"/runs/" in page and f"{PREVIOUS}</a>" in page.split(
+    page = client.get(f"/runs/{Run.objects.get(run_id=RUN).pk}/", follow=True).content.decode()
+    assert "Yes, from <a href=\"/p/" in page and f"{PREVIOUS}</a>" in page.split(
         "Can we resume?")[1].split("</article>")[0]
 
     # told to restore the broken generation anyway: the SDK checks it, skips it, loads the

@@ -13,13 +13,22 @@ import json
 import sqlite3
 import time
 from collections import Counter
+from urllib.parse import quote as _quote
 
 import httpx
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from recoverydash.dashboard.converters import SegmentConverter
+
 from .live import LiveServer
+
+
+def quote(segment: str) -> str:
+    """A path segment percent-encoded as Django's reverse() does."""
+    return _quote(segment, safe="!$&'()*+,;=~:@")
+
 
 pytestmark = pytest.mark.slow
 
@@ -257,12 +266,16 @@ def test_every_page_of_the_fuzzed_runs_answers_without_a_500(pg_server, statuses
     urls = ["/", "/?health=failing", "/alerts/", "/alerts/?state=resolved", "/projects/",
             "/docs/definitions/", "/docs/ingest-v1/", "/healthz"]
     urls += [f"/projects/{p}/" for p in projects]
+        names = dict(conn.execute("SELECT r.id, p.name FROM runs_run r JOIN runs_project p"
+                                  " ON p.id = r.project_id").fetchall())
+    seg = SegmentConverter().to_url
+    page_of = {pk: f"/p/{quote(seg(names[pk]))}/runs/{quote(seg(rid))}/" for pk, rid in runs}
     for pk, _ in runs:
-        urls += [f"/runs/{pk}/", f"/runs/{pk}/?fragment=live", f"/runs/{pk}/charts.json",
-                 f"/runs/{pk}/contract/"]
-    urls += [f"/runs/{pk}/restarts/{a}/" for pk, a in attempts]
-    urls += [f"/runs/{pk}/generations/{httpx.URL('/' + gid).raw_path.decode()[1:]}/"
-             for pk, gid in gens]
+        base = page_of[pk]
+        urls += [base, f"{base}?fragment=live", f"{base}charts.json", f"{base}contract/",
+                 f"/runs/{pk}/"]
+    urls += [f"{page_of[pk]}restarts/{a}/" for pk, a in attempts]
+    urls += [f"{page_of[pk]}generations/{quote(seg(gid))}/" for pk, gid in gens]
     api = ["/api/v1/runs"] + [f"/api/v1/runs/{rid}/{what}" for _, rid in runs
                               for what in ("recovery", "restore-plan", "restore-plan?world_size=3")]
     answers = Counter()

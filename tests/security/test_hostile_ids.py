@@ -50,20 +50,19 @@ def legacy_run(project):
 
 
 def test_a_slash_in_a_stored_generation_id_never_500s_a_page(member_client, legacy_run):
-    pk = legacy_run.pk
-    for url in ("/", f"/runs/{pk}/", f"/runs/{pk}/restarts/1/", f"/runs/{pk}/?fragment=live"):
+    base = "/p/alpha/runs/legacy/"
+    for url in ("/", base, f"{base}restarts/1/", f"{base}?fragment=live"):
         response = member_client.get(url)
         assert response.status_code == 200, url
-        assert f'href="/runs/{pk}/generations/ckpt/g10/"' in response.content.decode(), url
-    page = member_client.get(f"/runs/{pk}/generations/ckpt/g10/")
+        assert f'href="{base}generations/ckpt%252Fg10/"' in response.content.decode(), url
+    page = member_client.get(f"{base}generations/ckpt%252Fg10/")
     assert page.status_code == 200
     assert "Generation ckpt/g10" in page.content.decode()
 
 
 def test_a_generation_id_with_url_characters_is_escaped_in_links(member_client, legacy_run):
-    pk = legacy_run.pk
-    page = member_client.get(f"/runs/{pk}/").content.decode()
-    link = f"/runs/{pk}/generations/step%2020%3F%23%25/"
+    page = member_client.get("/p/alpha/runs/legacy/").content.decode()
+    link = "/p/alpha/runs/legacy/generations/step%2020%3F%23%2525/"
     assert f'href="{link}"' in page
     response = member_client.get(link)
     assert response.status_code == 200
@@ -71,5 +70,10 @@ def test_a_generation_id_with_url_characters_is_escaped_in_links(member_client, 
 
 
 def test_an_unknown_generation_with_a_slash_is_a_404(member_client, legacy_run):
-    response = member_client.get(f"/runs/{legacy_run.pk}/generations/no/such/")
+    response = member_client.get("/p/alpha/runs/legacy/generations/no%252Fsuch/")
     assert response.status_code == 404
+    assert member_client.get("/p/alpha/runs/legacy/generations/no/such/").status_code == 404
+    # the address of before redirects to the new one, the slash escaped in it
+    old = member_client.get(f"/runs/{legacy_run.pk}/generations/ckpt/g10/")
+    assert old.status_code == 301
+    assert old["Location"] == "/p/alpha/runs/legacy/generations/ckpt%252Fg10/"

@@ -63,7 +63,7 @@ def test_an_adopted_run_shows_its_generations_with_statuses_and_reasons(
         page.click("button[type=submit]")
         page.wait_for_url(f"{live_server.url}/")
 
-        page.goto(f"{live_server.url}/runs/{run.pk}/")
+        page.goto(f"{live_server.url}/p/{run.project.name}/runs/{run.run_id}/")
         answer = page.locator(".answers .answer").first.inner_text()
         assert "Yes, from step-10" in answer
         rows = page.locator("section:has(h2:text('Recent generations')) tbody tr")
@@ -80,7 +80,7 @@ def test_an_adopted_run_shows_its_generations_with_statuses_and_reasons(
         shot = ARTIFACTS / "adopted-run-1280.png"
         page.screenshot(path=str(shot), full_page=True)
 
-        page.goto(f"{live_server.url}/runs/{run.pk}/generations/step-20/")
+        page.goto(f"{live_server.url}/p/{run.project.name}/runs/{run.run_id}/generations/step-20/")
         body = page.content()
         assert "Adopted from a dcp checkpoint" in body
         assert "step-20/__0_0.distcp: 100 bytes, its structure declares" in body

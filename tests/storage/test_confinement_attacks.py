@@ -131,7 +131,8 @@ def test_it_never_shows_the_digest_or_size_of_an_object_that_fails(
     assert rows["scheduler"].observed_sha256 and rows["scheduler"].observed_size == 256
 
     gen = generation("leak", "g1")
-    page = owner_user_client.get(f"/runs/{gen.run_id}/generations/g1/").content.decode()
+    page = owner_user_client.get(
+        f"/p/{gen.run.project.name}/runs/{gen.run.run_id}/generations/g1/").content.decode()
     api = client.get("/api/v1/runs/leak/recovery",
                      HTTP_AUTHORIZATION=f"Bearer {full_token}").content.decode()
     for text in (page, api):

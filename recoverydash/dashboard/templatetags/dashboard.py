@@ -158,7 +158,7 @@ def ts(moment, fmt: str = "Y-m-d H:i:s"):
                        utc.isoformat(), "1" if "Y" in fmt or "d" in fmt else "0",
                        date_format(utc, fmt))
 
-ICONS = ("info", "bell-off", "copy")
+ICONS = ("info", "bell-off", "copy", "hourglass")
 
 
 @lru_cache(maxsize=None)
