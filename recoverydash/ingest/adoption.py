@@ -41,6 +41,8 @@ import hashlib
 import json
 import logging
 import posixpath
+import re
+import urllib.parse
 
 from django.utils import timezone
 
@@ -61,12 +63,16 @@ RUN_PREFIX = "adopted-"
 
 def adopted_run_id(location: StorageLocation) -> str:
     """The run an adopt location's generations belong to: its ``run_id``, else ``adopted-`` and
-    the last name of its folder or prefix (at most 128 characters)."""
+    the last name of its folder or prefix with each character a run id may not hold
+    (``[A-Za-z0-9._:-]``) replaced by ``_`` (at most 128 characters)."""
     if location.run_id:
         return location.run_id
     name = posixpath.basename(location.url.rstrip("/")) or "root"
     if location.url.startswith("s3://") and "/" not in location.url[5:].rstrip("/"):
         name = location.url[5:].rstrip("/")  # a whole bucket: its name
+    # a folder may be called anything: what a run id may not hold becomes _ (else ingest
+    # refused every adopted generation of it)
+    name = re.sub(r"[^A-Za-z0-9._:-]", "_", urllib.parse.unquote(name))
     return (RUN_PREFIX + name)[:128]
 
 
