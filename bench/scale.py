@@ -118,7 +118,7 @@ def copy_history(run, first: int, last: int, ledger) -> None:
     """Updates ``first..last`` as the rows ingest writes, COPYed, one seq per 1,000 updates; the
     core absorbs the same records into ``ledger`` chunk by chunk."""
     from recoverydash import recovery
-    from recoverydash.runs.models import Event, Heartbeat, LedgerRow, Run
+    from recoverydash.runs.models import Attempt, Event, Heartbeat, LedgerRow, Run
 
     now = datetime.now(timezone.utc)
     seq = run.ingest_seq
@@ -158,7 +158,13 @@ def copy_history(run, first: int, last: int, ledger) -> None:
                         copy.write_row(row)
         ledger.absorb(records)
         ledger.beats.absorb(beat_records)
-    Run.objects.filter(pk=run.pk).update(ingest_seq=seq, last_received_at=now)
+    Run.objects.filter(pk=run.pk).update(ingest_seq=seq, last_received_at=now,
+                                         last_event_at=at(last))
+    # the attempt's last update and event move as ingest moves them (the silence rules read the
+    # newest updates below Attempt.last_update: left at the ingested part, they read the whole
+    # COPYed history on every analysis)
+    Attempt.objects.filter(run=run, attempt=0).update(last_update=last, last_update_at=at(last),
+                                                      last_event_at=at(last))
 
 
 RUN_TABLES = ("runs_event", "runs_ledgerrow", "runs_heartbeat", "runs_attempt", "runs_analysis")

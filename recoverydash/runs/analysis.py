@@ -251,12 +251,14 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
     try:
         if ledger is None:
             ledger = recovery.Ledger()
-        absorb_new(run, ledger, since, target_seq)
+        absorbed = absorb_new(run, ledger, since, target_seq)
         run.refresh_from_db()
         outcome = recovery.analyze(load_input(run), now, ledger=ledger,
                                    settle_seconds=settings.RECOVERYDASH_SETTLE_S)
         result = outcome.to_dict()
-        state = ledger.to_bytes()
+        # nothing absorbed into a continued state: the stored bytes are that state already
+        # (serialising and rewriting them would cost what the run's history weighs)
+        state = None if since >= 0 and absorbed == (0, 0) else ledger.to_bytes()
     except _INPUT_ERRORS as exc:
         message = f"{type(exc).__name__}: {exc}"[:2000]
         log.warning("run %s: analysis refused the inputs at seq %s: %s", run.pk, target_seq,
@@ -268,15 +270,22 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
         analysis = Analysis.objects.select_for_update().get(pk=analysis.pk)
         if analysis.ingest_seq > target_seq:
             return analysis, outcome  # a concurrent analysis saw more events: keep it
+        fields = ["result", "health", "ingest_seq", "computed_at", "duration_s", "error",
+                  "error_at", "error_seq"]
+        if state is not None or analysis.ingest_seq != since:
+            # the state changed, or another analysis stored a state since this one read it
+            # (its state then reflects at most target_seq: this one's is as good)
+            state = ledger.to_bytes() if state is None else state
+            analysis.state = state
+            analysis.state_format = STATE_FORMAT
+            fields += ["state", "state_format"]
         analysis.result = result
         analysis.health = result["health"]
-        analysis.state = state
-        analysis.state_format = STATE_FORMAT
         analysis.ingest_seq = target_seq
         analysis.computed_at = timezone.now()
         analysis.duration_s = time.monotonic() - started
         analysis.error, analysis.error_at, analysis.error_seq = "", None, -1
-        analysis.save()
+        analysis.save(update_fields=fields)
         _store_generation_statuses(run, result)
         # Receivers (the alert rules, ``alerts.evaluation.evaluate_stored``) run in this
         # transaction, under the Analysis row's lock: readers see the new ingest_seq (and

@@ -109,3 +109,24 @@ def test_it_rebuilds_a_state_of_an_older_format_from_every_row(project, scenario
     assert again["charts"]["fetched"][0] == expected["charts"]["fetched"][0]  # attempt 0's beat
     assert [p["update"] for p in again["charts"]["fetched"][1]["points"]] == [1260]
     assert recovery.Ledger.from_bytes(bytes(Analysis.objects.get(run=run).state)).state_format == 4
+
+
+def test_it_stores_no_state_again_when_nothing_new_was_absorbed(project, scenario_loader,
+                                                                  tmp_path):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    events, _ = scenario_loader(S2, str(tmp_path))
+    ingest_batch(project, with_heartbeats(events, count=100))
+    run = Run.objects.get(run_id=events[0]["run_id"])
+    first = bridge.analyze(run, now=NOW)
+    stored = bytes(first.state)
+    with CaptureQueriesContext(connection) as queries:
+        again = bridge.analyze(run, now=NOW + 600)
+    writes = [q["sql"] for q in queries.captured_queries
+              if q["sql"].startswith("UPDATE") and "runs_analysis" in q["sql"]]
+    assert writes and not any('"state"' in sql for sql in writes)
+    assert bytes(Analysis.objects.get(run=run).state) == stored
+    assert again.ingest_seq == first.ingest_seq
+    assert again.result["seconds_since_last_restorable"] == \
+        first.result["seconds_since_last_restorable"] + 600
