@@ -70,7 +70,8 @@ class IngestResult:
         return {"accepted": self.accepted, "duplicates": self.duplicates}
 
 
-def ingest_batch(token: ApiToken | Project, events: Sequence[ValidEvent | dict]) -> IngestResult:
+def ingest_batch(token: ApiToken | Project, events: Sequence[ValidEvent | dict], *,
+                 adopted: bool = False) -> IngestResult:
     """Store ``events`` for the token's project atomically and idempotently (docs/ingest-v1.md,
     sections 1-4).
 
@@ -87,10 +88,18 @@ def ingest_batch(token: ApiToken | Project, events: Sequence[ValidEvent | dict])
     (checkpoint_started, shard_written, checkpoint_committed) holds the run's row lock
     throughout, as those share rows across ranks. A deadlock between batches (PostgreSQL
     detects it and aborts one) is retried up to :data:`RETRIES` times.
+
+    ``adopted``: the events come from the server's adoption of another tool's folder
+    (:mod:`recoverydash.ingest.adoption`), the only source whose manifests may carry the
+    ``adopted`` field; from anywhere else (a trainer's token, a manifest a trainer wrote to
+    storage) such a manifest is a 400: its self-declared reasons would replace the shard and
+    component rules (docs/ingest-v1.md#adopted).
     """
     project = token.project if isinstance(token, ApiToken) else token
     if events and isinstance(events[0], dict):
         events = validate_events(list(events))
+    if not adopted:
+        _refuse_adopted(events)
     if not events:
         return IngestResult()
     for attempt in range(RETRIES):
@@ -101,6 +110,17 @@ def ingest_batch(token: ApiToken | Project, events: Sequence[ValidEvent | dict])
                 raise
             log.warning("ingest: deadlock between batches, retrying (%s)", exc)
     raise AssertionError("unreachable")
+
+
+def _refuse_adopted(events: Sequence[ValidEvent]) -> None:
+    """BadRequest naming every event whose manifest carries ``adopted``."""
+    items = [ErrorItem(ev.index, f"events[{ev.index}].manifest.adopted",
+                       "expected no adopted field: only the server's own adoption of another "
+                       "tool's checkpoint folder sets it (docs/ingest-v1.md#adopted); a trainer's "
+                       "manifest is judged by the shard and component rules")
+             for ev in events if ev.manifest is not None and ev.manifest.adopted is not None]
+    if items:
+        raise BadRequest("invalid events", items[:MAX_ERRORS])
 
 
 #: How many times a batch aborted by a deadlock is tried.

@@ -184,7 +184,7 @@ def adopt_location(location: StorageLocation) -> int:
     accepted = 0
     for event in events:  # one by one: an invalid one must not block the others
         try:
-            result = ingest_batch(location.project, [event])
+            result = ingest_batch(location.project, [event], adopted=True)
         except Exception as exc:
             log.warning("adopted %s of %s not ingested: %s", event["event_id"], location.url, exc)
             continue

@@ -286,17 +286,32 @@ def test_it_validates_a_revision_1_manifest(client, ingest_token, over, path):
     assert r.status_code == 400 and errors_of(r)[0]["path"] == f"events[0].{path}", errors_of(r)
 
 
-def test_it_accepts_the_adopted_extension_and_documents_it(client, ingest_token):
+def test_it_refuses_a_trainers_manifest_claiming_to_be_adopted_and_documents_the_field(
+        client, ingest_token):
+    # adopted reasons replace the shard and component rules: only the server's adoption of a
+    # folder may set them, never a token holder
     adopted = {"format": "dcp", "rule": "committed by .metadata", "folder": "step-10",
                "commit_marker": "step-10/.metadata", "progress": {"global_step": 10},
-               "reasons": [{"code": "size_mismatch", "detail": "step-10/__0_0.distcp: short"}]}
+               "reasons": []}
     ev = event("checkpoint_committed", "m", manifest=manifest(adopted=adopted))
-    assert post(client, ingest_token, [ev]).status_code == 202
-    assert Event.objects.get().body["manifest"]["adopted"] == adopted
+    r = post(client, ingest_token, [ev])
+    assert r.status_code == 400
+    assert errors_of(r)[0]["path"] == "events[0].manifest.adopted"
+    assert "only the server's own adoption" in errors_of(r)[0]["message"]
+    assert not Event.objects.exists()
     schemas = client.get("/api/v1/openapi.json").json()["components"]["schemas"]
     assert "adopted" in schemas["ManifestV1"]["properties"]
     assert schemas["Adopted"]["required"] == ["format"]
     assert schemas["AdoptedReason"]["required"] == ["code"]
+
+
+def test_it_accepts_the_adopted_field_from_the_servers_adoption_only(project):
+    from recoverydash.ingest.actions import ingest_batch
+
+    adopted = {"format": "dcp", "reasons": [{"code": "size_mismatch", "detail": "short"}]}
+    ev = event("checkpoint_committed", "m", manifest=manifest(adopted=adopted))
+    assert ingest_batch(project, [ev], adopted=True).accepted == 1
+    assert Event.objects.get().body["manifest"]["adopted"] == adopted
 
 
 def test_it_stores_a_manifest_of_an_unsupported_revision_for_the_analysis(client, ingest_token):
