@@ -14,7 +14,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 
+from recoverydash.sdk import faults
 from recoverydash.sdk.checkpoint import (
     _all_gather_json,
     _dist_info,
@@ -193,6 +195,8 @@ def resume_path(location: str | os.PathLike, checkpoint_of, *, url: str | None =
         return None
     dist_on, rank, world = _dist_info(None)
     chosen = None
+    manifest = None
+    t0 = time.monotonic()
     if rank == 0 or not dist_on:
         manifest = _choose(loc, url, token, run_id, world_size, dataset_version)
         chosen = checkpoint_of(manifest, loc) if manifest is not None else None
@@ -206,6 +210,9 @@ def resume_path(location: str | os.PathLike, checkpoint_of, *, url: str | None =
         return None
     if chosen is None:
         return None
+    if manifest is not None:  # a drill's trace: what was chosen, the seconds choosing it took
+        faults.on_restore(str(manifest.get("generation_id")), round(time.monotonic() - t0, 6),
+                          rank)
     _CHOSEN[loc] = chosen
     return os.path.join(os.fspath(location), os.path.relpath(chosen, loc))
 

@@ -31,7 +31,8 @@ What it does, on every rank:
   folder Trainer never touches), with the ledger's committed cursor (the maximum over ranks)
   as ``data_progress.cursor``. When Trainer's ``save_total_limit`` deletes a checkpoint folder,
   its manifest folder goes too; when a relaunch reaches update N again and Trainer rewrites
-  ``checkpoint-N/`` in place, the earlier manifest of that folder is retired first. ``checkpoint_started`` is sent when Trainer decides to save.
+  ``checkpoint-N/`` in place, the earlier manifest of that folder is retired first. ``checkpoint_started`` is sent when Trainer decides to save (a drill's
+  ``before_shards`` crash point fires there: ``recoverydash.sdk.faults``).
 - **Attempts.** Numbered by the SDK's rule (``resolve_attempt``: manifests of ``output_dir``, the
   restored one, this host's state file, the server); rank 0 decides under torch.distributed.
 - **Resume.** ``resume_checkpoint(output_dir)`` returns the newest *restorable* checkpoint folder
@@ -67,6 +68,7 @@ from recoverydash.integrations._checkpoints import (
 )
 from recoverydash.integrations._prepared import observe_built_loader
 from recoverydash.integrations._watch import Watch
+from recoverydash.sdk import faults
 from recoverydash.sdk.checkpoint import publish_files
 
 log = logging.getLogger("recoverydash.integrations")
@@ -204,6 +206,11 @@ class RecoverydashCallback(Watch, TrainerCallback):
                     ["model", "optimizer", "scheduler", "rng", "data_progress"])
             except Exception as e:  # noqa: BLE001 - never raises into training
                 self._log_once("checkpoint_started", e)
+        if control.should_save and self.client is not None and faults.active_fault() is not None:
+            # a drill's before_shards: Trainer decided to save and writes checkpoint-N next
+            faults.save_point("before_shards", self._generation_id(int(state.global_step)),
+                              int(state.global_step), int(args.process_index),
+                              client=self.client, coordinator=args.process_index == 0)
 
     def _generation_id(self, update: int) -> str:
         """The id of the save at ``update`` (the same from ``on_step_end`` to ``on_save``)."""

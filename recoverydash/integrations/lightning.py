@@ -63,6 +63,7 @@ from recoverydash.integrations._checkpoints import (
 )
 from recoverydash.integrations._prepared import observe_built_loader
 from recoverydash.integrations._watch import Watch
+from recoverydash.sdk import faults
 from recoverydash.sdk.checkpoint import merge_cursors, publish_files
 from recoverydash.sdk.observe import strip
 
@@ -313,6 +314,9 @@ class RecoverydashCallback(Watch, pl.Callback):
             components = checkpoint_components(checkpoint, self.state_key)
             retire_manifests(loc, path)  # last.ckpt, a version counter turned off: rewritten
             self.client.checkpoint_started(gen, update, ["rank0"], components)
+            # a drill's before_shards: announced, the .ckpt not written yet
+            faults.save_point("before_shards", gen, update, 0, client=self.client,
+                              coordinator=True)
             cursor = ((checkpoint.get("callbacks") or {}).get(self.state_key) or {}).get("cursor")
             return {"path": path, "location": loc, "generation_id": gen, "update": update,
                     "components": components, "cursor": cursor}

@@ -476,7 +476,14 @@ def publish_files(location: str, generation_id: str, update: int, files: dict[st
 
     A manifest already committed for ``generation_id`` with the same objects (a re-save of the
     same update on resume) is not an error: ``already`` is True. A different one is never
-    overwritten: ``reason`` says so. Never raises: failures are logged and returned."""
+    overwritten: ``reason`` says so. Never raises: failures are logged and returned.
+
+    Failure drills (``recoverydash.sdk.faults``, ``RECOVERYDASH_DRILL_FAULT``): the framework
+    wrote its files before this is called, so three crash points are here: ``during_shard``
+    (the largest of this rank's files truncated to half, before any is described),
+    ``before_commit`` (files described and ``shard_written`` sent, no manifest) and
+    ``after_commit`` (manifest committed, ``checkpoint_committed`` not sent). ``before_shards``
+    belongs to the integration, where the framework announces the save before writing."""
     client = client or getattr(recorder, "client", None)
     try:
         location = resolve_location(location)
@@ -500,6 +507,16 @@ def publish_files(location: str, generation_id: str, update: int, files: dict[st
 
     objects: list[dict] = []
     problem = None
+    if faults.active_fault() is not None:
+        # a drill's torn write: the largest of this rank's files (the framework's own, written
+        # already) is the one truncated (docs: README 'Failure drills', which point applies where)
+        try:
+            mine = sorted({p for paths in files.values() for p in _expand(paths)},
+                          key=lambda p: (-os.path.getsize(p), p))
+        except Exception:  # noqa: BLE001 - a drill hook never stops a publication
+            mine = []
+        faults.save_point("during_shard", generation_id, update, rank, client=client,
+                          files=mine, coordinator=not distributed or rank == coordinator)
     try:
         by_path: dict[str, dict] = {}
         for component, paths in files.items():
@@ -566,8 +583,14 @@ def publish_files(location: str, generation_id: str, update: int, files: dict[st
         manifest["attempt"] = client.attempt
     warnings = [f"required component {c!r} has no file" for c in required if c not in carried]
     result = PublishResult(False, manifest, warnings=warnings)
-    if not distributed or rank == coordinator:
+    is_coord = not distributed or rank == coordinator
+    faults.save_point("before_commit", generation_id, update, rank, client=client,
+                      coordinator=is_coord)
+    if is_coord:
         result = _commit_manifest(location, manifest, s3_client, warnings)
+        if result.published and not result.already:
+            faults.save_point("after_commit", generation_id, update, rank, client=client,
+                              coordinator=is_coord)
     if distributed:
         try:
             flags = _all_gather_json([result.published, result.already, result.reason], group)

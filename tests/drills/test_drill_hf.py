@@ -1,0 +1,96 @@
+"""The failure drill over examples/hf_trainer.py (HF Transformers Trainer, a tiny GPT-2 built from
+a config, synthetic tokens, 1 process) against the real server: the correct trainer passes every
+crash point (exact, the parameters' sha256 equal to the control's after the resume, taken by the
+global optimizer step hook on the optimizer accelerate wraps); the same trainer with Trainer's
+``ignore_data_skip`` fails with the position where its data diverges (a resumed epoch starts
+from its first batch).
+
+Geometry: 48 samples, microbatch 4, accumulation 2: 8 positions per update, 6 updates per epoch;
+8 updates, ``checkpoint-N`` every 2; the faulted generation is the one of update 4, so the rules
+restore u2 (or u4 when its manifest was committed). Crash points: ``before_shards`` fires where
+the integration announces the save (Trainer writes ``checkpoint-4`` next), the other three in
+``publish_files`` after Trainer wrote the folder (``during_shard`` truncates its largest file)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+pytest.importorskip("django")
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+if "pytest_django.plugin" not in sys.modules:
+    pytest.skip("needs the pytest-django plugin (run without -p no:django)",
+                allow_module_level=True)
+
+from sdk.conftest import REPO
+
+from recoverydash.sdk.drill import DrillOptions, run_drill, table
+
+pytestmark = pytest.mark.slow
+
+G2, G4 = "u000000002-a0", "u000000004-a0"
+POINTS = ("before_shards", "during_shard", "before_commit", "after_commit",
+          "corrupt_after_commit")
+
+
+def drill(live_server, token, env, tmp_path, *extra, points):
+    command = [sys.executable, str(REPO / "examples" / "hf_trainer.py"), *extra,
+               "--url", live_server.url, "--token", token, "--run-id", "{run_id}",
+               "--output-dir", "{location}", "--max-steps", "{updates}", "--save-steps", "2",
+               "--samples", "48", "--batch", "4", "--accum", "2"]
+    env = {**env, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    opts = DrillOptions(command=command, updates=8, at=4, location=str(tmp_path / "ck"),
+                        points=points, drill_id="hf", url=live_server.url, token=token,
+                        env=env, cwd=str(tmp_path), timeout=300, echo=False)
+    report = run_drill(opts)
+    print(table(report))
+    return report
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_passes_every_crash_point_of_the_hf_trainer(live_server, full_token, tmp_path,
+                                                       trainer_env):
+    report = drill(live_server, full_token, trainer_env, tmp_path, points=POINTS)
+    assert report["control"]["updates"] == 8, report["control"]
+    by = {d["point"]: d for d in report["drills"]}
+    assert {p: (d["expected"], d["restored"]) for p, d in by.items()} == {
+        "before_shards": (G2, G2), "during_shard": (G2, G2), "before_commit": (G2, G2),
+        "after_commit": (G4, G4), "corrupt_after_commit": (G2, G2)}
+    assert by["corrupt_after_commit"]["corrupted"]["generation_id"] == G4
+    for d in report["drills"]:
+        assert d["crash"]["reached"] and d["crash"]["returncode"] != 0, d
+        assert d["first_divergence"] is None, d
+        restored_update = 4 if d["point"] == "after_commit" else 2
+        assert d["restored_update"] == restored_update
+        assert d["state"] == {"match": True, "first_mismatch": None,
+                              "updates_compared": 8 - restored_update}, d
+        assert (d["server"]["verdict"], d["server"]["replayed"], d["server"]["omitted"]) == \
+            ("exact", 0, 0), d["server"]
+        assert d["server"]["resumed_from"] == d["restored"]
+        assert d["passed"], d["failures"]
+    # the torn write hit checkpoint-4's largest file (the model's safetensors or the optimizer)
+    assert by["during_shard"]["crash"]["generation_id"] == G4
+    assert [by[p]["cost"]["lost_updates"] for p in ("before_shards", "after_commit",
+                                                   "corrupt_after_commit")] == [2, 0, 3]
+    assert report["passed"] is True and report["sent"] is True
+    json.dumps(report)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_fails_the_hf_trainer_that_ignores_its_data_skip(live_server, full_token, tmp_path,
+                                                          trainer_env):
+    report = drill(live_server, full_token, trainer_env, tmp_path, "--ignore-data-skip",
+                   points=("before_commit",))
+    (d,) = report["drills"]
+    assert (d["expected"], d["restored"]) == (G2, G2)
+    # update 3 of the control starts at position 16 (two updates of 8 done); Trainer with
+    # ignore_data_skip starts the epoch again at position 0
+    assert d["first_divergence"] == {"update": 3, "rank": 0, "index": 0,
+                                     "control": ["main", 0, 16], "drill": ["main", 0, 0]}
+    assert d["state"]["match"] is False and d["state"]["first_mismatch"] == 3
+    assert d["server"]["verdict"] == "replay", d["server"]
+    assert not d["passed"] and not report["passed"]
