@@ -38,9 +38,16 @@ Per drill run, against the control (``compare``):
   recovery``) when ``--url`` and ``--token`` are given;
 - the cost: ``lost_updates`` (updates the crashed launch completed beyond the restored one),
   ``lost_seconds`` (trainer clock from the restored update's commit to the crash),
-  ``restore_seconds`` (``load_generation``, the slowest rank), ``fast_forward_seconds`` (from
-  the loader restored at its cursor to the first batch recorded, the slowest rank) and the
-  wall seconds of each launch.
+  ``restore_seconds`` (``load_generation``, the slowest rank; over the HF and Lightning
+  integrations the seconds ``resume_checkpoint`` took to choose and verify the checkpoint: the
+  framework's own load is not timed), ``fast_forward_seconds`` (from the loader restored at
+  its cursor to the first batch recorded, the slowest rank; None when the loader was not
+  restored through the recorder: HF Trainer's ``skip_first_batches``, Lightning restoring a
+  ``StatefulDataLoader``'s state) and the wall seconds of each launch.
+
+The crash points fire on both save paths: ``save_generation`` and ``publish_files`` (files a
+framework wrote itself; ``before_shards`` then fires in the integration, where the save is
+announced): ``recoverydash.sdk.faults`` says where each one fires.
 
 A drill passes its contract when the crash happened where it was injected, the resume reached U,
 the restored generation is the expected one, the sequence has no divergence, the state matches

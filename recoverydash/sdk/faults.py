@@ -21,16 +21,37 @@ rank (default ``all``). Points:
 Before dying, the client's queued events are flushed (up to 5 s), so what the server lacks is
 exactly the protocol step named (a real crash may also lose the last second of events).
 
+Where each point fires, by save path:
+
+- ``save_generation`` (the SDK writes the shards): all four, at the steps above;
+  ``during_shard`` truncates the first file the rank wrote.
+- ``publish_files`` (the framework wrote its files itself: the HF Trainer and Lightning
+  integrations, or your own ``torch.save``): the files exist before the SDK is called, so
+  ``during_shard`` truncates the largest of the rank's files to half (a torn write the framework
+  never noticed), before any is described; ``before_commit`` fires after ``shard_written``,
+  before the manifest; ``after_commit`` after the manifest, before ``checkpoint_committed``.
+  ``before_shards`` cannot fire there (the files are written already): the integrations fire it
+  where they announce the save, before the framework writes (HF: ``on_step_end`` when Trainer
+  decided to save, every rank; Lightning: the ``CheckpointIO`` wrapper before ``.ckpt`` is
+  written, global rank 0, the only one that writes it). A script calling ``publish_files`` on
+  its own has no ``before_shards`` unless it calls ``save_point("before_shards", ...)`` itself.
+- ``kill`` fires in ``ObservedRecorder.commit`` on every save path.
+
 ``RECOVERYDASH_DRILL_TRACE=<folder>``: every process appends JSON lines to
 ``<folder>/trace-<pid>.jsonl`` (one ``write`` per line, so a SIGKILL loses at most the line being
 written): ``update`` (attempt, rank, update, the ``[stratum, epoch, position]`` consumed in the
 recorded order, ``digest``: sha256 of the parameters of every optimizer after its last step,
 ``fingerprint``: per parameter tensor its sum and L2 norm, for comparisons within a tolerance),
-``restore`` (generation id, seconds of ``load_generation``), ``resume`` (the loader restored
+``restore`` (generation id, seconds of ``load_generation``; for the HF and Lightning
+integrations the seconds ``resume_checkpoint`` took to choose and verify the checkpoint, the
+framework's own load is not timed), ``resume`` (the loader restored
 at a cursor), ``first_batch`` (the first batch recorded by the attempt) and ``fault`` (the crash
 point reached). The digest is taken by a global optimizer step post-hook
 (``torch.optim.optimizer.register_optimizer_step_post_hook``): the
-user's script is not changed.
+user's script is not changed. It fires on every ``torch.optim.Optimizer`` subclass's step,
+also when a framework owns and wraps the optimizer: accelerate's ``AcceleratedOptimizer``
+(HF Trainer) and Lightning's ``LightningOptimizer`` call the wrapped torch optimizer's ``step``,
+whose hook runs (tests/drills/test_drill_hf.py, test_drill_lightning.py: exact digests).
 """
 
 from __future__ import annotations
