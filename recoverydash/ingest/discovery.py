@@ -149,11 +149,31 @@ def discover_all() -> int:
 PENDING_LOOKUPS = 20  # pending generations looked up per restore plan, newest first
 
 
+def _manifest_candidates(uri: str | None, generation_id: str) -> list[str]:
+    """Where a generation's manifest can be, from one of its objects' URIs: the folder named
+    after the generation in the URI (``save_generation``: ``<folder>/<generation_id>/...``), else
+    ``<ancestor>/<generation_id>/`` for the object's three nearest folders (``publish_files`` of
+    a framework's files: HF's ``<output_dir>/checkpoint-N/...`` and Lightning's
+    ``<dirpath>/x.ckpt`` keep their manifest in ``<output_dir or dirpath>/<generation_id>/``)."""
+    if not uri:
+        return []
+    cut = uri.find(f"/{generation_id}/")
+    if cut >= 0:
+        return [f"{uri[:cut + 1 + len(generation_id)]}/{MANIFEST_NAME}"]
+    out, folder = [], uri
+    for _ in range(3):
+        folder = folder.rsplit("/", 1)[0]
+        if folder.endswith(":/") or folder.endswith(":") or "/" not in folder.split("://", 1)[-1]:
+            break
+        out.append(f"{folder}/{generation_id}/{MANIFEST_NAME}")
+    return out
+
+
 def committed_in_storage(run) -> int:
     """The run's generations that were started and reported shards but whose commit the server
     never received: is their manifest in storage now? Each is looked up beside its objects
-    (``<folder>/<generation_id>/recoverydash-manifest.json``, the folder taken from a reported
-    object's URI, under the project's storage locations only), the newest
+    (``<folder>/<generation_id>/recoverydash-manifest.json``, the folders taken from a reported
+    object's URI: ``_manifest_candidates``; under the project's storage locations only), the newest
     ``PENDING_LOOKUPS`` of them; one found is ingested as discovery does (a
     ``checkpoint_committed`` derived from its content). Returns how many were found. A
     manifest that cannot be read, or names another generation, is left alone."""
@@ -164,16 +184,17 @@ def committed_in_storage(run) -> int:
     for gen in pending:
         uri = (CheckpointObject.objects.filter(generation=gen).order_by("pk")
                .values_list("uri", flat=True).first())
-        cut = uri.find(f"/{gen.generation_id}/") if uri else -1
-        if cut < 0:
-            continue
-        manifest_uri = f"{uri[:cut + 1 + len(gen.generation_id)]}/{MANIFEST_NAME}"
-        where = confine.resolve(manifest_uri)
-        if where.refused or where.unverifiable or where.location is None:
-            continue
-        try:
-            manifest = read_manifest(where.uri, s3_client=location_client(where.location))
-        except StorageError:
+        manifest = where = manifest_uri = None
+        for manifest_uri in _manifest_candidates(uri, gen.generation_id):
+            where = confine.resolve(manifest_uri)
+            if where.refused or where.unverifiable or where.location is None:
+                continue
+            try:
+                manifest = read_manifest(where.uri, s3_client=location_client(where.location))
+                break
+            except StorageError:
+                continue
+        if manifest is None:
             continue
         if manifest.get("generation_id") != gen.generation_id:
             continue

@@ -168,3 +168,18 @@ def test_it_lists_every_reason_a_drill_fails_its_contract():
         "restored g0, the rules say g2", "the consumed sequence diverges from the control's",
         "the state after the resume differs from the control's",
         "the server's verdict is 'omission'"]
+
+
+def test_it_looks_up_a_framework_save_s_manifest_beside_the_framework_s_folder():
+    """A pending generation's manifest (commit the server never heard of): beside the folder
+    named after it (save_generation), else beside the framework's files (publish_files: HF's
+    checkpoint-N/, Lightning's .ckpt keep it in <output_dir>/<generation_id>/)."""
+    from recoverydash.ingest.discovery import _manifest_candidates
+
+    m = "recoverydash-manifest.json"
+    assert _manifest_candidates("s3://b/p/u4/model/a.distcp", "u4") == [f"s3://b/p/u4/{m}"]
+    assert _manifest_candidates("file:///x/run/checkpoint-4/model.safetensors", "u4") == [
+        f"file:///x/run/checkpoint-4/u4/{m}", f"file:///x/run/u4/{m}", f"file:///x/u4/{m}"]
+    assert _manifest_candidates("file:///x/run/epoch=0-step=4.ckpt", "u4")[0] == \
+        f"file:///x/run/u4/{m}"
+    assert _manifest_candidates(None, "u4") == []
