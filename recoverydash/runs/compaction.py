@@ -29,7 +29,7 @@ from django.utils import timezone
 from recoverydash.recovery.ledger import STATE_FORMAT
 from recoverydash.runs.models import Analysis, AuditWindow, Event, Heartbeat, LedgerRow
 
-RAW_TYPES = ("update_committed", "heartbeat")
+RAW_TYPES = ("update_committed", "update_aggregate", "heartbeat")
 
 
 def _absorbed(seq_field: str):

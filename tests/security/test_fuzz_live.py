@@ -263,11 +263,11 @@ def test_every_page_of_the_fuzzed_runs_answers_without_a_500(pg_server, statuses
         gens = conn.execute("SELECT run_id, generation_id FROM runs_generation").fetchall()
         attempts = conn.execute("SELECT run_id, attempt FROM runs_attempt").fetchall()
         projects = [r[0] for r in conn.execute("SELECT id FROM runs_project").fetchall()]
+        names = dict(conn.execute("SELECT r.id, p.name FROM runs_run r JOIN runs_project p"
+                                  " ON p.id = r.project_id").fetchall())
     urls = ["/", "/?health=failing", "/alerts/", "/alerts/?state=resolved", "/projects/",
             "/docs/definitions/", "/docs/ingest-v1/", "/healthz"]
     urls += [f"/projects/{p}/" for p in projects]
-        names = dict(conn.execute("SELECT r.id, p.name FROM runs_run r JOIN runs_project p"
-                                  " ON p.id = r.project_id").fetchall())
     seg = SegmentConverter().to_url
     page_of = {pk: f"/p/{quote(seg(names[pk]))}/runs/{quote(seg(rid))}/" for pk, rid in runs}
     for pk, _ in runs:
