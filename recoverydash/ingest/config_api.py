@@ -317,20 +317,23 @@ def _alert(request: HttpRequest, alert_id: int) -> Alert:
     return alert
 
 
+def _change_state(request: HttpRequest, alert_id: int, change) -> Status:
+    """Apply ``change`` (``actions.acknowledge`` or ``actions.resolve``) as the token."""
+    alert = _alert(request, alert_id)
+    flip = change(alert, _by(request))
+    return Status(200, {"changed": flip is not None, "alert": _alert_out(alert)})
+
+
 @router.post("/alerts/{alert_id}/acknowledge", response={200: AlertActionOut},
              summary="Acknowledge an alert")
 def acknowledge_alert(request: HttpRequest, alert_id: int):
-    alert = _alert(request, alert_id)
-    flip = actions.acknowledge(alert, _by(request))
-    return Status(200, {"changed": flip is not None, "alert": _alert_out(alert)})
+    return _change_state(request, alert_id, actions.acknowledge)
 
 
 @router.post("/alerts/{alert_id}/resolve", response={200: AlertActionOut},
              summary="Resolve an alert")
 def resolve_alert(request: HttpRequest, alert_id: int):
-    alert = _alert(request, alert_id)
-    flip = actions.resolve(alert, _by(request))
-    return Status(200, {"changed": flip is not None, "alert": _alert_out(alert)})
+    return _change_state(request, alert_id, actions.resolve)
 
 
 @router.post("/alerts/{alert_id}/silence", response={200: AlertActionOut},
