@@ -137,6 +137,11 @@ def _retry_after_seconds(value: str | None, cap: float) -> float | None:
         return None
 
 
+#: The most of one answer to a batch that is read: the server's are a few hundred bytes (at
+#: most 100 errors); anything answering without end at the configured URL is cut there instead
+#: of growing in the training process.
+MAX_ANSWER_BYTES = 1024 * 1024
+
 class _Once:
     """Logs a message once per key (a noisy failure must not flood the trainer's log)."""
 
@@ -989,10 +994,10 @@ class Client:
             timeout = min(timeout, max(0.2, self.atexit_deadline / 2))
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return resp.status, dict(resp.headers), resp.read()
+                return resp.status, dict(resp.headers), resp.read(MAX_ANSWER_BYTES)
         except urllib.error.HTTPError as e:
             try:
-                payload = e.read()
+                payload = e.read(MAX_ANSWER_BYTES)
             except Exception:
                 payload = b""
             return e.code, dict(e.headers or {}), payload

@@ -77,3 +77,22 @@ def test_it_ends_the_attempt_question_within_twice_its_timeout(raw_receiver, beh
     value, took = _within(8, lambda: latest_on_server(f"http://127.0.0.1:{server.port}", "t",
                                                       "run-1", timeout=1.0))
     assert value is None and took < 2.5
+
+
+def test_a_server_answering_an_endless_body_does_not_grow_the_trainers_memory(raw_receiver,
+                                                                              tmp_path):
+    """The sender reads at most ``MAX_ANSWER_BYTES`` of an answer (the server's are a few
+    hundred bytes): a URL pointing at something that answers without end is dropped, not
+    drained into the training process until it runs out of memory."""
+    from recoverydash.sdk.client import MAX_ANSWER_BYTES, Client
+
+    server = raw_receiver(flood)
+    client = Client(f"http://127.0.0.1:{server.port}", "t", "run-1",
+                    spool_dir=str(tmp_path / "spool"), request_timeout=1.0)
+    try:
+        client.heartbeat(1)
+        _within(8, lambda: client.flush(timeout=3))
+        time.sleep(1)
+        assert server.sent < 256 * 1024 * 1024  # the cap, and what loopback buffers hold
+    finally:
+        _within(8, lambda: client.close(timeout=2))
