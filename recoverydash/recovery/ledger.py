@@ -43,6 +43,7 @@ from pyroaring import BitMap, BitMap64
 
 from .counting import KeyCount
 from .heartbeats import HeartbeatFold
+from .inputs import LedgerRecord
 from .positions import (MAX_RANGE_LENGTH, POSITION_LIMIT, add_group, identity_position,
                         range_positions, span_key, wire_range)
 
@@ -249,6 +250,56 @@ class Ledger:
         finally:
             for lane in lanes.values():
                 lane.flush()
+            self._invalidate(touched)
+        return count
+
+    def absorb_plain(self, rows) -> int:
+        """Absorb ledger reports given as rows ``(attempt, update, rank, time, spans, stratum,
+        epoch, start, stop, step)``; returns how many. A ``stratum`` (a str) stands for the
+        common report shape, one span of one range without ``order``, padding or ids:
+        ``[{"stratum": stratum, "epoch": epoch, "ranges": [[start, stop]]}]`` (``step`` None)
+        or ``[[start, stop, step]]`` (``spans`` is ignored); with ``stratum`` None, ``spans``
+        are the wire spans and the other four are ignored.
+
+        Exactly :meth:`absorb` of the same records in the same order (the resulting state is
+        the same, byte for byte in :meth:`to_bytes`): a row of the common shape that extends
+        its rank's open run by one update (the rank's part of the next update, the run's
+        advance) does only that, without building the record; every other row goes through the
+        general path as its record. Raises what :meth:`absorb` raises; the rows before the
+        malformed one stay absorbed."""
+        touched: set = set()
+        count = 0
+        current = state = None
+        try:
+            for attempt, update, rank, when, spans, stratum, epoch, start, stop, step in rows:
+                count += 1
+                if stratum is not None:
+                    if attempt != current:
+                        current = attempt
+                        state = self.attempt(attempt)
+                        touched.add(attempt)
+                    stride = 1 if step is None else step
+                    seen = None if rank is None else state.absorbed.get(rank)
+                    if seen is not None and 0 <= update < UPDATE_LIMIT and update not in seen \
+                            and 0 <= start < stop < POSITION_LIMIT and stride >= 1 \
+                            and stop - start <= MAX_RANGE_LENGTH:
+                        run = state.open.get((rank, (stratum, epoch, None), 0))
+                        if run is not None and run[U1] == update - 1 and run[S] == stride \
+                                and run[M] == (stop - start + stride - 1) // stride:
+                            if run[U1] == run[U0]:
+                                run[ADV] = start - run[A]
+                            elif start != run[A] + (update - run[U0]) * run[ADV]:
+                                run = None
+                            if run is not None:
+                                run[U1] = update
+                                state.note_time(update, when)
+                                seen.add(update)
+                                state.updates.add(update)
+                                continue
+                    spans = [{"stratum": stratum, "epoch": epoch,
+                              "ranges": [[start, stop] if step is None else [start, stop, step]]}]
+                self._absorb_each([LedgerRecord(attempt, update, rank, when, spans)], touched)
+        finally:
             self._invalidate(touched)
         return count
 

@@ -105,54 +105,89 @@ def load_input(run: Run) -> "recovery.RunInput":
 
 CHUNK = 5000
 
+def _loads_all(texts: list) -> list:
+    """The JSON values of ``texts`` (JSON text, None for SQL null) in one json.loads call."""
+    return json.loads("[" + ",".join(text or "null" for text in texts) + "]")
+
 
 def _fetch(sql: str, params: list):
-    """Rows of a raw query whose last column is JSON text, fetched in chunks of :data:`CHUNK`,
-    the chunk's JSON decoded in one call (a null stays None)."""
-    loads = json.loads
+    """Chunks (lists of tuples) of a raw query's rows whose last column is JSON text, at most
+    :data:`CHUNK` rows each, the chunk's JSON decoded in one call (a null stays None)."""
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         while True:
             chunk = cursor.fetchmany(CHUNK)
             if not chunk:
                 return
-            values = loads("[" + ",".join(row[-1] or "null" for row in chunk) + "]")
-            for row, value in zip(chunk, values):
-                yield (*row[:-1], value)
+            values = _loads_all([row[-1] for row in chunk])
+            yield [(*row[:-1], value) for row, value in zip(chunk, values)]
+
+
+#: jsonb's text of the common report shape, one span of one range of integers below 10**18
+#: with no other key and a stratum without escapes (``[{"epoch": 0, "ranges": [[0, 512, 64]],
+#: "stratum": "main"}]``; jsonb writes keys shortest first): epoch, start, stop, step (NULL for
+#: a two-item range), stratum. Anything else is returned as JSON text.
+PLAIN_SPANS = (r'^\[\{"epoch": ([0-9]{1,18}), "ranges": \[\[([0-9]{1,18}), ([0-9]{1,18})'
+               r'(?:, ([0-9]{1,18}))?\]\], "stratum": "([^"\\]*)"\}\]$')
 
 
 def _new_rows(run: Run, since: int, upto: int):
-    """``(attempt, update, rank, time as POSIX seconds, spans)`` of the run's ledger rows whose
-    ``last_seq`` is in ``(since, upto]``, in ``(attempt, update, rank)`` order. On PostgreSQL one
-    raw query (time as epoch seconds, spans as text: the ORM's per-row datetime and JSON
-    converters cost 4x the rest); elsewhere the ORM."""
+    """Chunks of the rows :meth:`recovery.Ledger.absorb_plain` takes, ``(attempt, update, rank
+    (None for the coordinator's -1), time as POSIX seconds, spans, stratum, epoch, start, stop,
+    step)``, of the run's ledger rows whose ``last_seq`` is in ``(since, upto]``, in ``(attempt,
+    update, rank)`` order. On PostgreSQL one raw query: time as epoch seconds, a row of the
+    common shape (:data:`PLAIN_SPANS`) as columns, stratum set and spans None (no JSON decoded,
+    no dict built), any other as JSON text decoded once per chunk, stratum None (the ORM's per-row datetime and JSON
+    converters cost 4x the rest); elsewhere the ORM, spans always given."""
+    glob = GLOBAL_RANK
     if connection.vendor == "postgresql":
-        yield from _fetch(
-            'SELECT attempt, "update", rank, extract(epoch from time)::float8, spans::text '
-            f'FROM "{LedgerRow._meta.db_table}" WHERE run_id = %s AND last_seq > %s '
-            'AND last_seq <= %s ORDER BY attempt, "update", rank', [run.pk, since, upto])
-        return
-    for attempt, update, rank, when, spans in (
-            LedgerRow.objects.filter(run=run, last_seq__gt=since, last_seq__lte=upto)
+        sql = ('SELECT attempt, "update", rank, extract(epoch from time)::float8, '
+               'CASE WHEN m IS NULL THEN spans::text END, m[5], m[1]::bigint, m[2]::bigint, '
+               f'm[3]::bigint, m[4]::bigint FROM "{LedgerRow._meta.db_table}" '
+               'CROSS JOIN LATERAL (SELECT regexp_match(spans::text, %s) AS m) AS plain '
+               'WHERE run_id = %s AND last_seq > %s AND last_seq <= %s '
+               'ORDER BY attempt, "update", rank')
+        loads = json.loads
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [PLAIN_SPANS, run.pk, since, upto])
+            while True:
+                chunk = cursor.fetchmany(CHUNK)
+                if not chunk:
+                    return
+                texts = [row[4] for row in chunk if row[5] is None]
+                decoded = iter(loads("[" + ",".join(texts) + "]") if texts else ())
+                yield [(a, u, None if r == glob else r, t,
+                        None if st is not None else next(decoded), st, e, lo, hi, step)
+                       for a, u, r, t, text, st, e, lo, hi, step in chunk]
+    rows = (LedgerRow.objects.filter(run=run, last_seq__gt=since, last_seq__lte=upto)
             .order_by("attempt", "update", "rank")
-            .values_list("attempt", "update", "rank", "time", "spans").iterator(CHUNK)):
-        yield attempt, update, rank, when.timestamp(), spans
+            .values_list("attempt", "update", "rank", "time", "spans").iterator(CHUNK))
+    chunk = []
+    for attempt, update, rank, when, spans in rows:
+        chunk.append((attempt, update, None if rank == glob else rank, when.timestamp(),
+                      spans, None, None, None, None, None))
+        if len(chunk) >= CHUNK:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def _new_beats(run: Run, since: int, upto: int):
-    """``(attempt, rank, time as POSIX seconds, update, fetched)`` of the run's heartbeats whose
-    ``seq`` is in ``(since, upto]``, in ``(seq, id)`` order (raw on PostgreSQL, as above)."""
+    """Chunks of ``(attempt, rank, time as POSIX seconds, update, fetched)`` of the run's
+    heartbeats whose ``seq`` is in ``(since, upto]``, in ``(seq, id)`` order (raw on
+    PostgreSQL, as above)."""
     if connection.vendor == "postgresql":
         yield from _fetch(
             'SELECT attempt, rank, extract(epoch from time)::float8, "update", fetched::text '
             f'FROM "{Heartbeat._meta.db_table}" WHERE run_id = %s AND seq > %s AND seq <= %s '
             'ORDER BY seq, id', [run.pk, since, upto])
         return
-    for attempt, rank, when, update, fetched in (
-            Heartbeat.objects.filter(run=run, seq__gt=since, seq__lte=upto)
+    rows = (Heartbeat.objects.filter(run=run, seq__gt=since, seq__lte=upto)
             .order_by("seq", "pk").values_list("attempt", "rank", "time", "update", "fetched")
-            .iterator(CHUNK)):
-        yield attempt, rank, when.timestamp(), update, fetched
+            .iterator(CHUNK))
+    yield [(attempt, rank, when.timestamp(), update, fetched)
+           for attempt, rank, when, update, fetched in rows]
 
 
 def absorb_new(run: Run, ledger: "recovery.Ledger", since: int, upto: int) -> tuple[int, int]:
@@ -163,19 +198,15 @@ def absorb_new(run: Run, ledger: "recovery.Ledger", since: int, upto: int) -> tu
     the heartbeat fold is defined over, so batches fold like one). Returns ``(ledger rows,
     heartbeats)`` absorbed. Raises what the core raises on a malformed value."""
     n_rows = n_beats = 0
-    batch = []
-    for attempt, update, rank, when, spans in _new_rows(run, since, upto):
-        batch.append(recovery.LedgerRecord(attempt=attempt, update=update,
-                                           rank=None if rank == GLOBAL_RANK else rank,
-                                           time=when, spans=spans))
-        if len(batch) >= CHUNK:
-            n_rows += ledger.absorb(batch)
-            batch = []
-    if batch:
-        n_rows += ledger.absorb(batch)
-    record = recovery.HeartbeatRecord
-    n_beats = ledger.beats.absorb(record(attempt=a, rank=r, time=t, update=u, fetched=f or [])
-                                  for a, r, t, u, f in _new_beats(run, since, upto))
+    record = recovery.LedgerRecord
+    for chunk in _new_rows(run, since, upto):
+        if connection.vendor == "postgresql":
+            n_rows += ledger.absorb_plain(chunk)
+        else:  # every row has its spans: the batch fast path of absorb
+            n_rows += ledger.absorb([record(a, u, r, t, s) for a, u, r, t, s, *_ in chunk])
+    beat = recovery.HeartbeatRecord
+    for chunk in _new_beats(run, since, upto):
+        n_beats += ledger.beats.absorb([beat(a, r, t, u, f or []) for a, r, t, u, f in chunk])
     return n_rows, n_beats
 
 

@@ -130,3 +130,43 @@ def test_it_stores_no_state_again_when_nothing_new_was_absorbed(project, scenari
     assert again.ingest_seq == first.ingest_seq
     assert again.result["seconds_since_last_restorable"] == \
         first.result["seconds_since_last_restorable"] + 600
+
+
+def test_it_reads_every_span_shape_into_the_state_of_the_rows_records(project):
+    """The common shape read as columns (PostgreSQL) and every other shape read as JSON give
+    the ledger state of the rows' records absorbed by the core."""
+    run = Run.objects.create(project=project, run_id="shapes")
+    when = datetime(2026, 11, 1, tzinfo=tz.utc)
+    odd = [[{"stratum": "m", "epoch": 0, "ranges": [[0, 4]]}],
+           [{"stratum": 'q"uote', "epoch": 0, "ranges": [[0, 4, 2]]}],
+           [{"stratum": "m", "epoch": 0, "order": "o1", "ranges": [[8, 12]]}],
+           [{"stratum": "m", "epoch": 0, "ranges": [[20, 24], [30, 34]]}],
+           [{"stratum": "m", "epoch": 1, "ranges": [[0, 6]], "padding": True}],
+           [{"stratum": "ids", "epoch": 0, "ids": [3, "x", 9]}],
+           [{"stratum": "m", "epoch": 0, "ranges": [[40, 44]]},
+            {"stratum": "n", "epoch": 0, "ranges": [[0, 2]]}],
+           [], [{"stratum": "é", "ranges": [[0, 4]]}]]
+    rows = []
+    for update in range(1, 30):
+        for rank in range(4):
+            if update % 5 == 0 and rank == 1:
+                spans = odd[(update // 5 + rank) % len(odd)]
+            else:
+                spans = [{"stratum": "main", "epoch": 0,
+                          "ranges": [[update * 16 + rank, update * 16 + 16, 4]]}]
+            rows.append(LedgerRow(run=run, attempt=0, update=update,
+                                  rank=-1 if (update, rank) == (7, 3) else rank,
+                                  time=when + timedelta(seconds=update), spans=spans,
+                                  first_seq=update, last_seq=update))
+    rows += [LedgerRow(run=run, attempt=1, update=u, rank=0, time=when, spans=odd[u % len(odd)],
+                       first_seq=40, last_seq=40) for u in range(len(odd))]
+    LedgerRow.objects.bulk_create(rows)
+    state = recovery.Ledger()
+    assert bridge.absorb_new(run, state, -1, 15) == (60, 0)
+    state = recovery.Ledger.from_bytes(state.to_bytes())
+    assert bridge.absorb_new(run, state, 15, 100) == (len(rows) - 60, 0)
+    records = [recovery.LedgerRecord(r.attempt, r.update, None if r.rank == -1 else r.rank,
+                                     r.time.timestamp(), r.spans)
+               for r in LedgerRow.objects.filter(run=run).order_by("last_seq", "attempt",
+                                                                   "update", "rank")]
+    assert state.to_bytes() == recovery.Ledger.from_records(records).to_bytes()

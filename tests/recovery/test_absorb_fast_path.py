@@ -327,3 +327,73 @@ def test_a_malformed_range_raises_on_both_paths_and_leaves_the_same_state():
     with pytest.raises(ValueError):
         general.absorb(records, fast=False)
     same_state(fast, general)
+
+
+def as_plain_rows(records):
+    """The rows ``Ledger.absorb_plain`` takes for ``records``: a record of one span of one range
+    without order, padding or ids as columns (a stratum), every other one with its spans."""
+    rows = []
+    for rec in records:
+        spans = rec.spans
+        span = spans[0] if len(spans) == 1 else None
+        if span is not None and set(span) == {"stratum", "epoch", "ranges"} \
+                and len(span["ranges"]) == 1 and len(span["ranges"][0]) in (2, 3):
+            item = span["ranges"][0]
+            rows.append((rec.attempt, rec.update, rec.rank, rec.time, None, span["stratum"],
+                         span["epoch"], item[0], item[1], item[2] if len(item) == 3 else None))
+        else:
+            rows.append((rec.attempt, rec.update, rec.rank, rec.time, spans, None, None, None,
+                         None, None))
+    return rows
+
+
+@SETTINGS
+@given(streams(), st.data())
+def test_it_absorbs_plain_rows_into_the_state_absorb_gives_their_records(records, data):
+    single = [LedgerRecord(r.attempt, r.update, r.rank, r.time, r.spans[:1]) for r in records
+              if data.draw(st.booleans(), label="one span only")] if records else []
+    records = records + single
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(records)), max_size=3)))
+    plain_state, general = Ledger(), Ledger()
+    for lo, hi in zip([0] + cuts, cuts + [len(records)]):
+        plain_state = Ledger.from_bytes(plain_state.to_bytes())
+        general = Ledger.from_bytes(general.to_bytes())
+        assert plain_state.absorb_plain(as_plain_rows(records[lo:hi])) == hi - lo
+        general.absorb(records[lo:hi])
+    same_state(plain_state, general)
+
+
+def test_it_takes_the_plain_path_for_a_sampler_run_and_extends_one_run_per_rank(monkeypatch):
+    records = sampler_run(range(1, 41), W=4, m=2)
+    one_key = [LedgerRecord(r.attempt, r.update, r.rank, r.time, r.spans[:1]) for r in records]
+    general_records = []
+    each = Ledger._absorb_each
+
+    def counted(self, recs, touched):
+        general_records.extend(recs)
+        return each(self, recs, touched)
+
+    monkeypatch.setattr(Ledger, "_absorb_each", counted)
+    state = Ledger()
+    assert state.absorb_plain(as_plain_rows(one_key)) == len(one_key)
+    assert [r.update for r in general_records] == [1, 1, 1, 1]  # the ranks' first update only
+    monkeypatch.setattr(Ledger, "_absorb_each", each)
+    general = Ledger()
+    general.absorb(one_key, fast=False)
+    assert state.to_bytes() == general.to_bytes()
+    assert len(state.attempts[0].runs) == 4
+    assert state.attempts[0].runs[0][3:5] == [one_key[0].update, one_key[-1].update]
+
+
+def test_a_malformed_plain_row_raises_as_absorb_does_and_keeps_the_rows_before():
+    good = sampler_run(range(1, 4), W=2, m=2)
+    good = [LedgerRecord(r.attempt, r.update, r.rank, r.time, r.spans[:1]) for r in good]
+    bad = LedgerRecord(0, good[-1].update + 1, 0, 1.0,
+                       [{"stratum": "a", "epoch": 0, "ranges": [[5, 2]]}])
+    plain_state, general = Ledger(), Ledger()
+    with pytest.raises(ValueError) as plain_error:
+        plain_state.absorb_plain(as_plain_rows(good + [bad]))
+    with pytest.raises(ValueError) as general_error:
+        general.absorb(good + [bad], fast=False)
+    assert str(plain_error.value) == str(general_error.value)
+    assert plain_state.to_bytes() == general.to_bytes()
