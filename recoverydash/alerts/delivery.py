@@ -76,7 +76,9 @@ def flip_payload(flip: AlertFlip) -> dict:
     """The body of a flip (docs/ingest-v1.md#6-alert-webhooks): version, status, alert (an
     ``alerts`` item of docs/ingest-v1.md#recovery, plus its ``subject``, ``subjects``, ``url``
     and the project's ``runbook_url`` for the rule or null) as it was at that flip
-    (``AlertFlip.snapshot``), run (with its ``project``) and the dedup key."""
+    (``AlertFlip.snapshot``), run (with its ``project``), the dedup key and ``change``: null for
+    a state change, ``{"added": [subject, ...], "removed": [...]}`` when the open alert's
+    subjects changed (``status`` is then the state it stays in)."""
     from django.urls import reverse
 
     from recoverydash.alerts.models import RuleRunbook
@@ -95,6 +97,7 @@ def flip_payload(flip: AlertFlip) -> dict:
         "run": {"run_id": run.run_id, "project": run.project.name, "health": health,
                 "url": run_url(run)},
         "dedup_key": alert.dedup_key,
+        "change": flip.change,
     }
 
 
@@ -209,7 +212,7 @@ def test_payload(project) -> dict:
                   "summary": f"Test notification from recoverydash for project {project.name}."},
         "run": {"run_id": "test", "project": project.name, "health": "ok",
                 "url": f"{settings.SITE_URL}/"},
-        "dedup_key": f"test:{project.pk}",
+        "dedup_key": f"test:{project.pk}", "change": None,
     }
 
 

@@ -118,10 +118,42 @@ class Alert(models.Model):
                                    "resolved_at", "resolved_by")})
             return flip
 
+    def record_subjects_change(self, before: list[str], *, now=None) -> "AlertFlip | None":
+        """Record that the subjects of this open alert changed from ``before`` (subject
+        strings) to its current ``subjects``: one flip with ``old_state == new_state`` (the
+        alert's state, unchanged), ``change`` ``{"added": [...], "removed": [...]}`` (subject
+        strings, natural order) and a reason naming them, notified like any flip (``notify``
+        False while silenced), carrying the alert as it is now (``snapshot``). Returns None
+        when the set of subjects is the same (a refined summary is no change) or the alert is
+        resolved. The caller holds the alert's row (``select_for_update``) and has saved it."""
+        if self.state == "resolved":
+            return None
+        after = [s["subject"] for s in self.subjects or []]
+        added = [s for s in after if s not in set(before)]
+        removed = [s for s in before if s not in set(after)]
+        if not added and not removed:
+            return None
+        now = now or timezone.now()
+        words = []
+        if added:
+            words.append(f"added {', '.join(s or '(run)' for s in added)}")
+        if removed:
+            words.append(f"removed {', '.join(s or '(run)' for s in removed)}")
+        reason = (f"subjects changed: {'; '.join(words)} "
+                  f"({len(after)} subject{'s' if len(after) != 1 else ''} now)")
+        return AlertFlip.objects.create(alert=self, old_state=self.state, new_state=self.state,
+                                        reason=reason, created_at=now,
+                                        notify=not self.is_silenced(now),
+                                        snapshot=self.snapshot(),
+                                        change={"added": added, "removed": removed})
+
 
 class AlertFlip(models.Model):
-    """A state change of an alert (``old_state`` empty when it opened). ``processed_at`` is set
-    once its deliveries have been created; ``notify`` is False when the alert was silenced.
+    """A state change of an alert (``old_state`` empty when it opened), or a change of an open
+    alert's subjects (``old_state == new_state``, the state it stays in, and ``change``
+    ``{"added": [subject, ...], "removed": [...]}``; None for a state change): the timeline
+    entry and the queue entry of each notification. ``processed_at`` is set once its deliveries
+    have been created; ``notify`` is False when the alert was silenced.
     ``snapshot`` is the alert as it was at this flip (``Alert.snapshot``): its deliveries carry
     it, whatever happened to the alert before they were created (None for flips stored before
     snapshots: those are sent as the alert is)."""
@@ -134,9 +166,15 @@ class AlertFlip(models.Model):
     notify = models.BooleanField(default=True)
     processed_at = models.DateTimeField(null=True, blank=True)
     snapshot = models.JSONField(null=True, blank=True)
+    change = models.JSONField(null=True, blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["processed_at"], name="flip_processed")]
+
+    @property
+    def is_subjects_change(self) -> bool:
+        """True for a change of subjects (the state stayed), False for a state change."""
+        return self.change is not None
 
 
 class RuleRunbook(models.Model):

@@ -21,7 +21,11 @@ alert takes new subjects (a later restart) while open, and a later episode opens
 subjects only.
 
 A condition that holds on consecutive evaluations does not flip anything (no flapping, no
-repeated notifications).
+repeated notifications). A subject joining an open alert (a sixth generation rejected, a second
+restart replaying), or leaving it while others still hold, is one flip that keeps the state
+(``old_state == new_state``, ``AlertFlip.change`` naming the subjects added and removed): a
+timeline entry and a notification of the alert as it is then, under the same dedup key, as
+Alertmanager re-sends a group when an alert joins it. An acknowledged alert stays acknowledged.
 
 A new rule is one ``conditions`` branch and one ``RULES`` entry (a rule missing from ``RULES`` is
 a state rule about the run, its subjects listed generically).
@@ -370,7 +374,8 @@ def evaluate_run(run, now: datetime | None = None) -> list[AlertFlip]:
     The conditions (``conditions``) are grouped per rule into one alert of key ``group_key``
     listing its subjects (``Alert.subjects``, natural order; severity the worst of them,
     summary ``group_summary``). An open alert follows its rule's subjects: a state rule's list
-    is what holds now and the alert resolves when nothing holds; an event rule's list only grows
+    is what holds now and the alert resolves when nothing holds (a subject added or removed
+    while it stays open is a flip of ``Alert.record_subjects_change``); an event rule's list only grows
     (each restart is told once: a subject of an earlier alert of the rule never opens another)
     and its alert stays open until a person resolves it, also after the run ended and when a
     later analysis no longer finds the fact (state rules of an ended run resolve).
@@ -427,9 +432,15 @@ def evaluate_run(run, now: datetime | None = None) -> list[AlertFlip]:
             items.sort(key=lambda i: natural_key(i["subject"]))
             summary, severity = group_summary(rule, items), _worst(items)
             if alert is not None:
+                before = [s["subject"] for s in alert.subjects or []]
                 alert.summary, alert.severity, alert.subjects = summary, severity, items
                 alert.last_seen_at = now
                 alert.save(update_fields=["summary", "severity", "subjects", "last_seen_at"])
+                # a subject joining (or leaving) the open alert is told, the state unchanged
+                # (an alert stored before it listed subjects has no list to compare with)
+                flip = alert.record_subjects_change(before, now=now) if before else None
+                if flip:
+                    flips.append(flip)
                 continue
             alert = Alert.objects.create(run=run, rule=rule, subject=items[0]["subject"],
                                          subjects=items, dedup_key=group_key(run, rule),

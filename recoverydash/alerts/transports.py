@@ -399,10 +399,23 @@ class StandardWebhookTransport(Transport):
 # --- what every channel's body is made of -----------------------------------------------------
 def headline(payload: dict) -> str:
     """``[FIRING] critical restart_omission on run llama-70b: <summary>``: the one line every
-    channel shows (raw text: each channel escapes it its own way)."""
+    channel shows (raw text: each channel escapes it its own way); ``[FIRING, UPDATED] ...`` when
+    the payload tells a change of the open alert's subjects (``payload["change"]``)."""
     alert, run = payload["alert"], payload["run"]
-    return (f"[{payload['status'].upper()}] {alert['severity']} {alert['rule']} on run "
+    status = payload["status"].upper() + (", UPDATED" if payload.get("change") else "")
+    return (f"[{status}] {alert['severity']} {alert['rule']} on run "
             f"{run['run_id']}: {alert['summary']}")
+
+
+def change_words(payload: dict) -> str:
+    """What a subjects change did, in words: ``added g60; removed g20`` (raw text), or ``""``
+    for a state change (``payload["change"]`` null or absent)."""
+    change = payload.get("change") or {}
+    words = []
+    for key in ("added", "removed"):
+        if change.get(key):
+            words.append(f"{key} {', '.join(str(s) for s in change[key])}")
+    return "; ".join(words)
 
 
 def clip(text: str, limit: int) -> str:

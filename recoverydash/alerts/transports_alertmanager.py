@@ -14,7 +14,10 @@ Labels: ``alertname`` (the rule), ``severity``, ``project``, ``run_id`` and, whe
 (``firing``, ``acknowledged`` or ``resolved``: Alertmanager knows no acknowledgement, so an
 acknowledged alert is sent as still ``firing`` with ``state: acknowledged``, as Alertmanager
 itself repeats a firing alert), ``dedup_key``, ``alert_id``, ``run_url``, and when there are
-``subjects`` (every subject the grouped alert lists, comma-separated) and ``runbook_url``. ``endsAt`` is
+``subjects`` (every subject the grouped alert lists, comma-separated) and ``runbook_url``; a
+change of an open alert's subjects is sent as Alertmanager re-sends a group an alert joined: the
+same ``firing`` alert (fingerprint and group key unchanged) with its annotations as they are now,
+plus ``subjects_added`` / ``subjects_removed``. ``endsAt`` is
 Alertmanager's zero time (``0001-01-01T00:00:00Z``) while the alert fires. ``fingerprint`` is the
 first 16 hex digits of the sha256 of the alert's dedup key: the same on every flip, also when the
 severity changed in between. Alertmanager signs nothing; these bodies also carry the Standard
@@ -58,6 +61,9 @@ class AlertmanagerTransport(StandardWebhookTransport):
             annotations["subjects"] = ", ".join(str(s) for s in alert["subjects"])
         if alert.get("runbook_url"):
             annotations["runbook_url"] = str(alert["runbook_url"])
+        for key in ("added", "removed"):  # a change of the open alert's subjects
+            if (payload.get("change") or {}).get(key):
+                annotations[f"subjects_{key}"] = ", ".join(str(s) for s in payload["change"][key])
         status = "resolved" if payload["status"] == "resolved" else "firing"
         item = {"status": status, "labels": labels, "annotations": annotations,
                 "startsAt": rfc3339(alert.get("opened_at")),

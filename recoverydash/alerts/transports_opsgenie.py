@@ -10,7 +10,11 @@ nothing). https://docs.opsgenie.com/docs/alert-api
   characters in all), ``entity`` (512), ``source`` (100) and ``priority`` (``P1`` critical,
   ``P3`` warning, ``P5`` info);
 * acknowledged / resolved: ``POST <url>/<alias>/acknowledge?identifierType=alias`` /
-  ``.../close?identifierType=alias`` with ``user`` (100), ``source`` (100) and ``note`` (25,000).
+  ``.../close?identifierType=alias`` with ``user`` (100), ``source`` (100) and ``note`` (25,000);
+* a change of an open alert's subjects (``payload["change"]``): ``POST
+  <url>/<alias>/notes?identifierType=alias`` (Add Note) with the same three fields, the note
+  naming the subjects added and removed (a second create under the alias would only raise its
+  count, leaving message and description as they were).
 
 The alias is the alert's dedup key, shortened to 512 characters by
 :func:`~.transports.bounded_key` (stable across flips). Opsgenie answers 202 and processes the
@@ -22,7 +26,7 @@ from __future__ import annotations
 import re
 from urllib.parse import quote
 
-from .transports import Transport, bounded_key, clip, headline
+from .transports import Transport, bounded_key, change_words, clip, headline
 
 MESSAGE_LIMIT = 130
 ALIAS_LIMIT = 512
@@ -72,8 +76,15 @@ class OpsgenieTransport(Transport):
     def alias(self, payload: dict) -> str:
         return bounded_key(payload.get("dedup_key") or payload["alert"]["id"], ALIAS_LIMIT)
 
+    def action(self, payload: dict) -> str | None:
+        """The path after the alias: ``notes`` for a change of subjects, ``acknowledge`` or
+        ``close`` for those flips, None to create the alert."""
+        if payload.get("change"):
+            return "notes"
+        return self.ACTIONS.get(payload["status"])
+
     def url(self, payload: dict) -> str:
-        action = self.ACTIONS.get(payload["status"])
+        action = self.action(payload)
         base = self.endpoint.url.rstrip("/")
         if action is None:
             return base
@@ -84,9 +95,11 @@ class OpsgenieTransport(Transport):
 
     def body(self, payload: dict) -> dict:
         alert, run = payload["alert"], payload["run"]
-        if payload["status"] in self.ACTIONS:
+        if self.action(payload) is not None:
+            words = change_words(payload)
+            note = f"{headline(payload)}\n" + (f"Subjects {words}.\n" if words else "")
             return {"user": "recoverydash", "source": "recoverydash",
-                    "note": clip(f"{headline(payload)}\n{run['url']}", NOTE_LIMIT)}
+                    "note": clip(f"{note}{run['url']}", NOTE_LIMIT)}
         tags = [clip(t, TAG_LIMIT) for t in ("recoverydash", alert["rule"], alert["severity"],
                                              f"run:{run['run_id']}") if t][:MAX_TAGS]
         details = {"run_id": run["run_id"], "run_url": run["url"],

@@ -10,7 +10,11 @@ characters, ``source``, ``severity`` one of critical/error/warning/info, ``times
 
 The alert's dedup key (``run:rule:subject``) can exceed 255 characters (a 128-character run id and
 a 200-character generation id); :func:`~.transports.bounded_key` shortens it to a stable value,
-the same for every flip of the alert, so PagerDuty still ties the resolve to its trigger. An
+the same for every flip of the alert, so PagerDuty still ties the resolve to its trigger.
+A change of an open alert's subjects (``payload["change"]``) is a ``trigger`` under the same
+dedup key, also while the alert is acknowledged: PagerDuty appends it to the open incident's
+alert (summary and details as they are now) and does not notify again while the incident is
+acknowledged, so the acknowledgement holds at both ends. An
 endpoint without a routing key is a permanent failure: the endpoint's signing secret is never sent
 in its place.
 """
@@ -50,7 +54,8 @@ class PagerDutyTransport(Transport):
             raise TransportError("this PagerDuty endpoint has no routing key", permanent=True)
         alert, run = payload["alert"], payload["run"]
         body = {"routing_key": self.endpoint.routing_key,
-                "event_action": self.ACTIONS[payload["status"]],
+                "event_action": "trigger" if payload.get("change")
+                else self.ACTIONS[payload["status"]],
                 "dedup_key": bounded_key(payload.get("dedup_key") or alert["id"],
                                          DEDUP_KEY_LIMIT)}
         if body["event_action"] != "trigger":
@@ -63,7 +68,9 @@ class PagerDutyTransport(Transport):
             "component": alert.get("subject") or run["run_id"],
             "class": alert["rule"],
             "custom_details": {**alert, "run_url": run["url"], "health": run.get("health"),
-                               "dedup_key": payload.get("dedup_key")},
+                               "dedup_key": payload.get("dedup_key"),
+                               **({"change": payload["change"]} if payload.get("change")
+                                  else {})},
         }
         if run.get("project"):
             body["payload"]["group"] = run["project"]

@@ -8,14 +8,15 @@ cut to Slack's limits is never cut inside an escape. The only link in a body is 
 
 Body (https://api.slack.com/messaging/webhooks, https://api.slack.com/reference/block-kit/blocks):
 ``{"text": headline, "blocks": [section (mrkdwn, at most 3,000 characters), context (the run's
-link, health and alert id)]}``. Slack's formatting rules:
+link, health and alert id)]}``; a change of an open alert's subjects is a new message,
+``[FIRING, UPDATED]``, saying which subjects were added and removed above the summary. Slack's formatting rules:
 https://api.slack.com/reference/surfaces/formatting#escaping. The incoming webhook's URL is its
 secret; Slack signs nothing it receives.
 """
 
 from __future__ import annotations
 
-from .transports import Transport, headline
+from .transports import Transport, change_words, headline
 
 #: Section block ``text`` limit (characters).
 SECTION_LIMIT = 3000
@@ -50,9 +51,12 @@ class SlackTransport(Transport):
 
     def body(self, payload: dict) -> dict:
         alert, run = payload["alert"], payload["run"]
-        title = (f"*[{escape(payload['status'].upper())}] {escape(alert['severity'])}* "
+        status = payload["status"].upper() + (", UPDATED" if payload.get("change") else "")
+        title = (f"*[{escape(status)}] {escape(alert['severity'])}* "
                  f"{escape(alert['rule'])} on run {escape(run['run_id'])}")
-        section = cut(f"{title}\n{escape(alert['summary'])}", SECTION_LIMIT)
+        words = change_words(payload)
+        told = f"\nSubjects {escape(words)}." if words else ""
+        section = cut(f"{title}{told}\n{escape(alert['summary'])}", SECTION_LIMIT)
         context = cut(f"<{escape(run['url'])}|Open the run> \u00b7 health "
                       f"{escape(run.get('health', ''))} \u00b7 alert {escape(alert['id'])}",
                       CONTEXT_LIMIT)

@@ -39,11 +39,15 @@ class TeamsTransport(Transport):
                  ("Health", str(run.get("health", ""))), ("Alert", alert["id"])]
         if run.get("project"):
             facts.insert(3, ("Project", run["project"]))
+        change = payload.get("change") or {}
+        facts[:0] = [(f"Subjects {key}", ", ".join(str(s) for s in change[key]))
+                     for key in ("added", "removed") if change.get(key)]  # subjects changed
         card = {
             "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
             "type": "AdaptiveCard", "version": "1.4",
             "body": [
-                {"type": "TextBlock", "text": f"recoverydash: {payload['status']}",
+                {"type": "TextBlock", "text": f"recoverydash: {payload['status']}"
+                 + (", updated" if change else ""),
                  "weight": "Bolder", "size": "Medium", "color": color, "wrap": True},
                 {"type": "RichTextBlock", "inlines": [
                     run_of(clip(alert["summary"], SUMMARY_LIMIT))]},

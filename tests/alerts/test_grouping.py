@@ -54,7 +54,9 @@ def test_it_keeps_one_alert_and_its_key_as_subjects_come_and_go(project):
     alert = opened.alert
     assert alert.summary == "Generation g20 (update 20) is rejected: stale_state."
     run = set_result(run, result(generations=rejected(20, 30, 100)))
-    assert [f for f in evaluate_run(run, now=NOW) if f.alert.rule == "generation_rejected"] == []
+    [grew] = [f for f in evaluate_run(run, now=NOW) if f.alert.rule == "generation_rejected"]
+    assert (grew.alert_id, grew.old_state, grew.new_state) == (alert.pk, "firing", "firing")
+    assert grew.change == {"added": ["g30", "g100"], "removed": []}
     alert.refresh_from_db()
     assert [s["subject"] for s in alert.subjects] == ["g20", "g30", "g100"]
     assert alert.summary == "3 generations rejected: stale_state (g20, g30, g100)"
@@ -78,6 +80,8 @@ def test_it_adds_a_later_restart_to_the_open_event_alert_and_tells_each_restart_
     two = [restart(attempt=1, replayed=64, verdict="replay"),
            restart(attempt=2, replayed=32, verdict="replay")]
     run = set_result(run, result(restarts=two))
+    [joined] = evaluate_run(run, now=NOW)  # the second restart is told on the open alert
+    assert joined.alert_id == alert.pk and joined.change == {"added": ["2"], "removed": []}
     assert evaluate_run(run, now=NOW) == []
     alert.refresh_from_db()
     assert [s["subject"] for s in alert.subjects] == ["1", "2"]
@@ -100,7 +104,8 @@ def test_it_sends_each_flip_as_the_alert_was_at_that_flip(project, receiver):
     alert.change_state("acknowledged", by="ana")
     alert.change_state("resolved", by="ana")
     process_flips()  # all three flips processed after the alert is already resolved
-    bodies = {d.flip.new_state: d.payload for d in Delivery.objects.select_related("flip")}
+    bodies = {d.flip.new_state: d.payload for d in Delivery.objects.select_related("flip")
+              .filter(flip__change__isnull=True)}
     assert bodies["firing"]["alert"]["state"] == "firing"
     assert bodies["acknowledged"]["alert"]["state"] == "acknowledged"
     assert bodies["acknowledged"]["alert"]["resolved_at"] is None
