@@ -89,15 +89,16 @@ def check(location: str, *, format: str = "auto", options: Options | None = None
     options = options or Options()
     if format != "auto" and format not in FORMATS:
         raise ValueError(f"format must be auto or one of {', '.join(FORMATS)}, got {format!r}")
-    tree = tree or Tree(location, s3_client=s3_client)
-    fmt = detect(tree) if format == "auto" else format
+    with _gc_paused():
+        tree = tree or Tree(location, s3_client=s3_client)
+        fmt = detect(tree) if format == "auto" else format
+        if fmt is not None and fmt != "recoverydash":
+            gens = finish_all(ADAPTERS[fmt].scan(tree), options)
     if fmt is None:
         raise UnknownFormat(f"no checkpoint layout recognised under {location} "
                             f"({len(tree.files)} files): pass --format")
     if fmt == "recoverydash":
         return _own(location, tree, options, s3_client, full_hash_max_bytes)
-    with _gc_paused():
-        gens = finish_all(ADAPTERS[fmt].scan(tree), options)
     out = Check(location, fmt, RULES[fmt], gens)
     if hash_files:
         total = sum(o.size for g in gens for o in g.objects)
@@ -107,9 +108,10 @@ def check(location: str, *, format: str = "auto", options: Options | None = None
 
 @contextmanager
 def _gc_paused():
-    """Pause the cyclic garbage collector while metadata is decoded: a check allocates tens of
-    thousands of small acyclic objects per folder, and collections over the growing heap
-    otherwise cost as much as the decoding (reference counting still frees everything)."""
+    """Pause the cyclic garbage collector while the folder is listed and its metadata decoded:
+    a check allocates tens of thousands of small acyclic objects, and collections over the
+    growing heap otherwise cost as much as the decoding (reference counting still frees
+    everything; the listing's per-folder tables of numbers are never tracked)."""
     was = gc.isenabled()
     gc.disable()
     try:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from recoverydash.formats.store import Tree
 
@@ -75,6 +76,39 @@ class FoundObject:
         return out
 
 
+class Columns(NamedTuple):
+    """Files of one folder as columns, for :meth:`Generation.add_columns`: ``names`` (relative
+    to the folder, no ``/``), and per file its ``shards``, ``components``, ``ends`` (the bytes
+    its structure declares, None: not declared; every declared one before any undeclared one)
+    and ``held`` (every component with state in it). Build with :func:`columns`, once per
+    layout: every generation of that layout shares it."""
+
+    names: tuple
+    shards: tuple
+    components: tuple
+    ends: tuple
+    held: tuple
+    declared_n: int       # how many leading files declare their end
+    checked: list         # ends[:declared_n], as a list (compared with the listed sizes)
+    shard_set: frozenset
+    component_order: tuple  # components in the order first seen
+
+
+def columns(names, shards, components, ends, held) -> Columns:
+    """:class:`Columns` from per-file sequences of the same length. Raises ValueError when a
+    name holds ``/`` or a declared end follows an undeclared one."""
+    names, ends = tuple(names), tuple(ends)
+    if any("/" in n for n in names):
+        raise ValueError("Columns names are names in one folder, without '/'")
+    n = next((i for i, e in enumerate(ends) if e is None), len(ends))
+    if any(e is not None for e in ends[n:]):
+        raise ValueError("Columns: every declared end must come before the undeclared ones")
+    components = tuple(components)
+    shards = tuple(shards)
+    return Columns(names, shards, components, ends, tuple(held), n, list(ends[:n]),
+                   frozenset(shards), tuple(dict.fromkeys(components)))
+
+
 @dataclass
 class Generation:
     """One checkpoint generation found in a framework's folder (see the module doc for status).
@@ -108,11 +142,16 @@ class Generation:
     #: declared_size, held); ``_base`` is their tree's base URI
     _compact: list = field(default_factory=list, repr=False)
     _base: str = field(default="", repr=False)
+    #: folders of files added as columns (:meth:`add_columns`), not yet made FoundObjects:
+    #: (base URI, folder prefix, Columns, sizes, mtimes, indexes of the files present or None)
+    _chunks: list = field(default_factory=list, repr=False)
 
     @property
     def objects(self) -> list:
         """The generation's files as :class:`FoundObject` (those added by :meth:`add_declared`
         are made when first asked for: a check that needs only statuses never builds them)."""
+        if self._chunks:
+            self._expand_chunks()
         if self._compact:
             base = self._base
             self._objects.extend(FoundObject(rel, base + rel, shard, component, size, mtime,
@@ -122,6 +161,30 @@ class Generation:
             self._compact.clear()
         return self._objects
 
+    def _expand_chunks(self) -> None:
+        out = self._objects
+        for base, prefix, cols, sizes, mtimes, present in self._chunks:
+            names, shards, comps, ends, helds = (cols.names, cols.shards, cols.components,
+                                                 cols.ends, cols.held)
+            for i in (range(len(names)) if present is None else present):
+                rel = prefix + names[i]
+                out.append(FoundObject(rel, base + rel, shards[i], comps[i], sizes[i],
+                                       mtimes[i], ends[i], None, helds[i]))
+        self._chunks.clear()
+
+    def _chunk_shards(self) -> set:
+        out = set()
+        for *_, cols, _sizes, _mtimes, present in self._chunks:
+            out |= cols.shard_set if present is None else {cols.shards[i] for i in present}
+        return out
+
+    def _chunk_components(self) -> list:
+        out = []
+        for *_, cols, _sizes, _mtimes, present in self._chunks:
+            out.extend(cols.component_order if present is None else
+                       [cols.components[i] for i in present])
+        return out
+
     @property
     def committed(self) -> bool:
         return self.commit_marker is not None
@@ -130,6 +193,7 @@ class Generation:
     def components(self) -> list:
         """Components found, in the order first seen."""
         return list(dict.fromkeys([o.component for o in self._objects]
+                                  + self._chunk_components()
                                   + [t[2] for t in self._compact] + sorted(self._carried)))
 
     # --- what adapters call ----------------------------------------------------------------
@@ -186,6 +250,32 @@ class Generation:
                 problem("size_mismatch", f"{rel}: {size} bytes, its structure declares "
                                          f"{declared} ({what})")
 
+    def add_columns(self, tree: Tree, folder: str, cols: Columns) -> None:
+        """:meth:`add_declared` for files of one folder given as :class:`Columns` (names
+        relative to ``folder``, without ``/``): their sizes are looked up and compared with the
+        declared ends as whole columns, per file only when some file is missing or differs.
+        The same findings, objects and order as :meth:`add_declared`."""
+        self.objects  # noqa: B018  (what was added before keeps its order)
+        sizes_of, mtimes_of = tree.files.folder(folder)
+        names = cols.names
+        sizes = list(map(sizes_of.get, names))
+        present = None
+        n = cols.declared_n
+        if None in sizes or sizes[:n] != cols.checked:
+            prefix = folder + "/" if folder else ""
+            problem, present = self.problem, []
+            for i, (name, size, declared) in enumerate(zip(names, sizes, cols.ends)):
+                if size is None:
+                    problem("object_missing", f"{prefix}{name}: no such file")
+                    continue
+                present.append(i)
+                if declared is not None and size != declared:
+                    what = "truncated" if size < declared else "longer than declared"
+                    problem("size_mismatch", f"{prefix}{name}: {size} bytes, its structure "
+                                             f"declares {declared} ({what})")
+        self._chunks.append((tree.base_uri, folder + "/" if folder else "", cols, sizes,
+                             list(map(mtimes_of.get, names)), present))
+
     def commit(self, tree: Tree, marker: str | None, when: float | None = None) -> None:
         """Mark the generation committed by ``marker`` (a relative path), at ``when`` (default:
         the marker's modification time)."""
@@ -205,15 +295,17 @@ class Generation:
                 "; nothing newer: a save under way, or its writer died")}]
             self.status = "abandoned" if superseded else "pending"
             return
-        present = {o.shard for o in self._objects} | {t[1] for t in self._compact}
+        present = {o.shard for o in self._objects} | {t[1] for t in self._compact} \
+            | self._chunk_shards()
         missing = [s for s in self.required_shards if s not in present]
         if missing:
             self.problem("shard_missing", f"no file for required shard {_short(missing)}")
         required = options.required_components or self.required_components
-        lacking = [c for c in required if c not in self.components and c not in self._unread]
+        found = self.components
+        lacking = [c for c in required if c not in found and c not in self._unread]
         if lacking:
             self.problem("component_missing", f"no {', '.join(lacking)} (found: "
-                                              f"{', '.join(self.components) or 'nothing'})")
+                                              f"{', '.join(found) or 'nothing'})")
         if options.world_size is not None and self.world_size is not None \
                 and options.world_size != self.world_size:
             self.problem("world_size_mismatch", f"saved by {self.world_size} ranks, this job "

@@ -19,7 +19,7 @@ import re
 from collections import OrderedDict
 from typing import NamedTuple
 
-from recoverydash.formats.base import Generation, number_in
+from recoverydash.formats.base import Columns, Generation, columns, number_in
 from recoverydash.formats.readers import (
     UnreadableFile,
     dcp_layout,
@@ -67,9 +67,10 @@ class Summary(NamedTuple):
     components: frozenset
     shards: tuple = ()      # rank0 and every file's shard, by rank number
     listed: frozenset = frozenset()  # the files' relative paths
-    #: ``(path from the tree's root, shard, component, end)`` per file, then the .metadata's
-    #: own, ready for :meth:`~recoverydash.formats.base.Generation.add_declared`
-    declared: tuple = ()
+    #: the files then the .metadata as :class:`~recoverydash.formats.base.Columns` of the
+    #: save's folder (None when an item's file lies in a sub-folder): shared by every save of
+    #: the layout
+    cols: Columns | None = None
 
 
 MAX_CACHED_FILES = 1 << 20
@@ -97,8 +98,13 @@ def summarise(md) -> Summary:
         held = tuple(c for c, _ in sorted(weight[rel].items(), key=lambda kv: -kv[1]))
         files.append((rel, end, f"rank{int(m.group(1))}" if m else "rank0", held[0], held))
     shards = sorted({f[2] for f in files} | {"rank0"}, key=lambda s: int(s[4:]))
+    cols = None
+    if not any("/" in f[0] for f in files):
+        cols = columns([f[0] for f in files] + [METADATA], [f[2] for f in files] + ["rank0"],
+                       [f[3] for f in files] + ["model"], [f[1] for f in files] + [None],
+                       [f[4] for f in files] + [()])
     return Summary(tuple(files), frozenset(component_of(fqn) for fqn in md.fqns),
-                   tuple(shards), frozenset(ends))
+                   tuple(shards), frozenset(ends), cols)
 
 
 def summary_of(tree: Tree, marker: str) -> Summary:
@@ -133,10 +139,6 @@ def summary_of(tree: Tree, marker: str) -> Summary:
         got = summarise(read_dcp_metadata(data))
         if layout is not None:
             layouts.setdefault(layout.key, (layout, got))
-    prefix = marker[:-len(METADATA)]
-    got = got._replace(declared=tuple((prefix + rel, shard, c, end, held)
-                                      for rel, end, shard, c, held in got.files)
-                       + ((marker, "rank0", "model", None, ()),))
     _SUMMARIES[key] = got
     _cached_files += len(got.files) + 1
     while _cached_files > MAX_CACHED_FILES and _SUMMARIES:
@@ -218,16 +220,18 @@ def check_folder(tree: Tree, folder: str, generation_id: str, *, fmt: str = NAME
         return gen
     for c in ({component} if component else summary.components):
         gen.carries(c)
-    if component is None:
-        gen.add_declared(tree, summary.declared)
+    if component is None and summary.cols is not None:
+        gen.add_columns(tree, folder, summary.cols)
     else:
-        gen.add_declared(tree, [(rel, shard, component, end, ())
-                                for rel, shard, _, end, _ in summary.declared[:-1]]
-                         + [(marker, "rank0", component, None, ())])
+        gen.add_declared(tree, [(prefix + rel, shard, component or c, end,
+                                 () if component else held)
+                                for rel, end, shard, c, held in summary.files]
+                         + [(marker, "rank0", component or "model", None, ())])
     if own:
         gen.required_shards = list(summary.shards)
     listed = summary.listed
-    unlisted = [n for n in names if n not in listed and n != METADATA and _DISTCP.fullmatch(n)]
+    unlisted = sorted(n for n in set(names).difference(listed)  # names are sorted
+                      if n != METADATA and _DISTCP.fullmatch(n))
     if unlisted:
         gen.notes.append(f"{len(unlisted)} .distcp file(s) the metadata does not list (ignored "
                          f"by a load): {', '.join(unlisted[:3])}")

@@ -36,14 +36,18 @@ MAX_DEPTH = 4
 def _ckpts(tree: Tree) -> list[str]:
     """``.ckpt`` files and folders at most MAX_DEPTH levels down, as relative paths."""
     out = set()
-    for rel in tree.files:
-        if ".ckpt" not in rel:  # most files of a folder: one C substring test
-            continue
-        parts = rel.split("/")
-        for depth, part in enumerate(parts[:MAX_DEPTH]):
-            if part.endswith(".ckpt"):
-                out.add("/".join(parts[:depth + 1]))
-                break
+    for folder, names in tree.files.folders():
+        if ".ckpt" in folder:  # a folder of .ckpt (DCP, DeepSpeed): any one file names it
+            rels = [f"{folder}/{next(iter(names))}"] if names else []
+        else:  # most folders: one C substring test per file, full paths made for .ckpt only
+            prefix = folder + "/" if folder else ""
+            rels = (prefix + n for n in names if ".ckpt" in n)
+        for rel in rels:
+            parts = rel.split("/")
+            for depth, part in enumerate(parts[:MAX_DEPTH]):
+                if part.endswith(".ckpt"):
+                    out.add("/".join(parts[:depth + 1]))
+                    break
     return sorted(out)
 
 

@@ -451,6 +451,9 @@ def dcp_layout(data: bytes) -> DcpLayout | None:
         if p != n:
             return None  # unframed parts (large strings) or a broken chain: not split
     key = data[:v] if covering is None else data[:covering + 1] + data[covering + 9:v]
+    got = _plain_tail(data, v)
+    if got is not None:
+        return DcpLayout(key, *got) if got else None
     tail, strings = [], []
     try:
         for op, arg, pos in pickletools.genops(data[v:]):
@@ -467,6 +470,49 @@ def dcp_layout(data: bytes) -> DcpLayout | None:
     except ValueError:
         return None
     return DcpLayout(key, tuple(tail), tuple(strings))
+
+
+#: opcodes without argument (byte -> pickletools name) that :func:`_plain_tail` reads itself
+_BARE_OPS = {0x94: "MEMOIZE", 0x93: "STACK_GLOBAL", 0x29: "EMPTY_TUPLE", 0x81: "NEWOBJ",
+             0x7d: "EMPTY_DICT", 0x28: "MARK", 0x4e: "NONE", 0x5d: "EMPTY_LIST",
+             0x75: "SETITEMS", 0x73: "SETITEM", 0x62: "BUILD", 0x65: "APPENDS", 0x61: "APPEND",
+             0x74: "TUPLE", 0x85: "TUPLE1", 0x86: "TUPLE2", 0x87: "TUPLE3", 0x88: "NEWTRUE",
+             0x89: "NEWFALSE", 0x52: "REDUCE", 0x30: "POP"}
+
+
+def _plain_tail(data: bytes, v: int):
+    """What ``pickletools.genops`` gives :func:`dcp_layout` for the opcodes from ``v``, read
+    directly when they are only the argument-less opcodes of :data:`_BARE_OPS`, BINGET and
+    SHORT_BINUNICODE (what ``FileSystemWriter`` writes after ``storage_meta``): ``(tail,
+    strings)``; ``()`` when STOP is not at the last byte; None for anything else (an unknown
+    opcode, a string running past the end or not UTF-8): then genops reads it."""
+    tail, strings = [], []
+    add, bare, n, p = tail.append, _BARE_OPS, len(data), v
+    while p < n:
+        b = data[p]
+        if b == 0x2e:  # STOP
+            tail.append(("STOP", None))
+            return (tuple(tail), tuple(strings)) if p + 1 == n else ()
+        name = bare.get(b)
+        if name is not None:
+            add((name, None))
+            p += 1
+        elif b == 0x8c and p + 1 < n:  # SHORT_BINUNICODE: one length byte, UTF-8
+            end = p + 2 + data[p + 1]
+            if end > n:
+                return None
+            try:
+                strings.append(str(data[p + 2:end], "utf-8", "surrogatepass"))
+            except UnicodeDecodeError:
+                return None
+            add(("SHORT_BINUNICODE", None))
+            p = end
+        elif b == 0x68 and p + 1 < n:  # BINGET: one byte memo index
+            add(("BINGET", data[p + 1]))
+            p += 2
+        else:
+            return None
+    return None
 
 
 def same_save_layout(a: DcpLayout, b: DcpLayout) -> bool:

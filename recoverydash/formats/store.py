@@ -2,7 +2,9 @@
 files in it, for the format adapters. No Django, no torch; boto3 only for ``s3://``.
 
 A :class:`Tree` is taken once per check: every file under the root with its size (bytes) and
-modification time (POSIX seconds), keyed by its path relative to the root with ``/`` separators.
+modification time (POSIX seconds), kept per folder (name -> size, name -> time) and seen through
+:class:`Listing` as one mapping keyed by the path relative to the root with ``/`` separators
+(the full path strings are made only when someone iterates it).
 Adapters decide from that listing and read only the few small files a format declares its
 structure in (DCP ``.metadata``, safetensors headers, a torch zip's central directory and
 ``data.pkl``, tag files), through :meth:`Tree.open` (a seekable reader; ranged GETs on S3).
@@ -26,10 +28,103 @@ class Entry(NamedTuple):
     mtime: float
 
 
+def _split(rel: str) -> tuple[str, str]:
+    folder, _, name = rel.rpartition("/")
+    return folder, name
+
+
+class Listing:
+    """The listed files as one read-mostly mapping ``relative path -> Entry`` over the per-folder
+    tables ``{folder: (sizes, mtimes)}`` (each ``{name: int}`` / ``{name: float}``: a folder's
+    files are looked up and compared as columns, and these dicts of plain numbers are never
+    traversed by the cyclic garbage collector). ``get``, ``in``, ``[]``, ``pop``, ``len`` and
+    iteration (paths made as they are yielded) behave as for a dict."""
+
+    __slots__ = ("_count", "_dirs")
+
+    def __init__(self, dirs: dict):
+        self._dirs = dirs
+        self._count = sum(len(sizes) for sizes, _ in dirs.values())
+
+    def get(self, rel: str, default=None):
+        folder, _, name = rel.rpartition("/")
+        table = self._dirs.get(folder)
+        if table is None:
+            return default
+        size = table[0].get(name)
+        if size is None:
+            return default
+        return tuple.__new__(Entry, (size, table[1][name]))
+
+    def __contains__(self, rel) -> bool:
+        folder, _, name = rel.rpartition("/")
+        table = self._dirs.get(folder)
+        return table is not None and name in table[0]
+
+    def __getitem__(self, rel: str) -> Entry:
+        got = self.get(rel)
+        if got is None:
+            raise KeyError(rel)
+        return got
+
+    def pop(self, rel: str, *default):
+        got = self.get(rel)
+        if got is None:
+            if default:
+                return default[0]
+            raise KeyError(rel)
+        folder, name = _split(rel)
+        sizes, mtimes = self._dirs[folder]
+        del sizes[name], mtimes[name]
+        self._count -= 1
+        return got
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self):
+        for folder, (sizes, _) in self._dirs.items():
+            prefix = folder + "/" if folder else ""
+            for name in sizes:
+                yield prefix + name
+
+    def keys(self):
+        return list(self)
+
+    def items(self):
+        for folder, (sizes, mtimes) in self._dirs.items():
+            prefix = folder + "/" if folder else ""
+            for name, size in sizes.items():
+                yield prefix + name, tuple.__new__(Entry, (size, mtimes[name]))
+
+    def values(self):
+        return [e for _, e in self.items()]
+
+    def folder(self, folder: str) -> tuple[dict, dict]:
+        """The files directly in ``folder`` (relative, ``""`` the root) as ``({name: size},
+        {name: mtime})``; empty dicts when nothing is listed there. Do not modify them."""
+        return self._dirs.get(folder) or ({}, {})
+
+    def folders(self):
+        """``(folder, {name: size})`` for every listed folder."""
+        return ((folder, t[0]) for folder, t in self._dirs.items())
+
+
+def listing_of(entries: dict) -> Listing:
+    """A :class:`Listing` of a plain ``{relative path: Entry}`` dict (tests, other listings)."""
+    dirs: dict = {}
+    for rel, e in entries.items():
+        folder, name = _split(rel)
+        sizes, mtimes = dirs.setdefault(folder, ({}, {}))
+        sizes[name], mtimes[name] = e[0], e[1]
+    return Listing(dirs)
+
+
 class Tree:
     """Every file under ``root`` (``/abs/dir``, ``file:///abs/dir`` or ``s3://bucket/prefix``).
 
-    ``files`` maps a relative path (``step-10/__0_0.distcp``) to its :class:`Entry`. A root that
+    ``files`` maps a relative path (``step-10/__0_0.distcp``) to its :class:`Entry` (a
+    :class:`Listing`; ``files.folder(rel)`` gives one folder's sizes and times). A root that
     does not exist lists as empty. Raises TransientStorageError / PermanentStorageError when the
     listing fails."""
 
@@ -46,12 +141,12 @@ class Tree:
         if p.scheme == "file":
             self._path = p.path
             self._children = {}
-            self.files = _list_local(p.path, self._links, self._children)
+            self.files = Listing(_list_local(p.path, self._links, self._children))
         elif p.scheme == "s3":
             self._bucket, self._prefix = p.bucket, p.key.strip("/")
             if self._s3 is None:
                 self._s3 = storage.make_s3_client()
-            self.files = _list_s3(self._s3, self._bucket, self._prefix)
+            self.files = listing_of(_list_s3(self._s3, self._bucket, self._prefix))
         else:
             raise PermanentStorageError(f"cannot list {root!r}: only folders and s3:// prefixes")
 
@@ -157,30 +252,30 @@ class Tree:
 
 
 def _list_local(root: str, links: set | None = None,
-                children: dict | None = None) -> dict[str, Entry]:
-    """Files under a local folder (symbolic links followed for files, not for folders; the
-    relative paths of file links are added to ``links``). ``children`` gets, per folder
-    (relative, ``""`` the root), the names directly in it as listed (unsorted tuples of files
-    and sub-folders that hold files or are empty). One ``os.scandir`` per folder and one
-    ``stat`` per file, from the directory entries: nothing is asked twice."""
-    out: dict[str, Entry] = {}
+                children: dict | None = None) -> dict[str, tuple[dict, dict]]:
+    """Files under a local folder, per folder: ``{folder: ({name: size}, {name: mtime})}``
+    (``folder`` relative, ``""`` the root; symbolic links followed for files, not for folders;
+    the relative paths of file links are added to ``links``). ``children`` gets, per folder, the
+    names directly in it as listed (unsorted tuples of files and sub-folders that hold files or
+    are empty). One ``os.scandir`` per folder and one ``stat`` per file, from the directory
+    entries: nothing is asked twice, and no full path string is made."""
+    out: dict[str, tuple[dict, dict]] = {}
     if not os.path.isdir(root):
         if os.path.isfile(root):  # a single file named as the location
             st = os.stat(root)
             name = os.path.basename(root)
             if children is not None:
                 children[""] = (name,)
-            return {name: Entry(st.st_size, st.st_mtime)}
+            return {"": ({name: st.st_size}, {name: st.st_mtime})}
         return out
-    new = tuple.__new__
     regular = statmod.S_IFREG
     stack = [("", root)]
-    folders = []  # (rel, file names, sub-folder names), parents before their sub-folders
+    folders = []  # (rel, sizes, sub-folder names), parents before their sub-folders
     try:
         while stack:
             rel, path = stack.pop()
             prefix = rel + "/" if rel else ""
-            names, subs = [], []
+            sizes, mtimes, subs = {}, {}, []
             with os.scandir(path) as it:
                 for d in it:
                     name = d.name
@@ -193,18 +288,20 @@ def _list_local(root: str, links: set | None = None,
                     except FileNotFoundError:
                         continue  # removed while listing, or a dangling link
                     if st.st_mode & 0o170000 == regular:
-                        out[prefix + name] = new(Entry, (st.st_size, st.st_mtime))
-                        names.append(name)
+                        sizes[name] = st.st_size
+                        mtimes[name] = st.st_mtime
                         if links is not None and d.is_symlink():  # from the entry: no syscall
                             links.add(prefix + name)
-            folders.append((rel, names, subs))
+            out[rel] = (sizes, mtimes)
+            folders.append((rel, sizes, subs))
     except PermissionError as e:
         raise PermanentStorageError(f"list {root}: {e}") from e
     except OSError as e:
         raise TransientStorageError(f"list {root}: {e}") from e
     if children is not None:  # a folder with no file below it is not a child (as on S3)
-        for rel, names, subs in reversed(folders):
+        for rel, sizes, subs in reversed(folders):
             prefix = rel + "/" if rel else ""
+            names = list(sizes)
             names.extend(s for s in subs if prefix + s in children)
             if names or not rel:
                 children[rel] = tuple(names)  # unsorted: Tree.children sorts when asked

@@ -115,3 +115,37 @@ def test_it_decodes_a_metadata_cut_in_its_storage_meta_and_rejects_it(ckpt, monk
     assert g20.status == "rejected"
     assert [r["code"] for r in g20.reasons] == ["component_missing", "size_mismatch"]
     assert result.restorable.generation_id == "step-10"
+
+
+def test_it_reads_a_metadata_tail_as_pickletools_does_whole_cut_or_altered(ckpt, monkeypatch):
+    from recoverydash.formats import readers
+
+    with open(os.path.join(dcp_save(ckpt, 10), ".metadata"), "rb") as f:
+        data = f.read()
+    variants = [data, data[:-1], data + b"\x00", data[:-20]]
+    for k in range(len(data) - 300, len(data)):  # every byte of the tail altered in turn
+        variants.append(data[:k] + bytes([data[k] ^ 0x5A]) + data[k + 1:])
+    direct = [readers.dcp_layout(v) for v in variants]
+    monkeypatch.setattr(readers, "_plain_tail", lambda data, v: None)  # pickletools.genops
+    assert direct == [readers.dcp_layout(v) for v in variants]
+    assert direct[0] is not None and direct[1] is None and direct[2] is None
+
+
+def test_it_adds_a_save_s_files_as_columns_with_each_missing_or_short_file_found(ckpt):
+    path = dcp_save(ckpt, 10)
+    dcp_save(ckpt, 20)
+    shard = os.path.join(path, "__0_0.distcp")
+    size = os.path.getsize(shard)
+    os.truncate(shard, size - 1)
+    old, new = check(str(ckpt)).generations[1], check(str(ckpt)).generations[0]
+    assert (new.status, old.status) == ("restorable", "rejected")
+    assert old.reasons == [{"code": "size_mismatch", "detail": f"step-10/__0_0.distcp: "
+                            f"{size - 1} bytes, its structure declares {size} (truncated)"}]
+    assert [(o.path, o.size, o.declared_size) for o in old.objects] == [
+        ("step-10/__0_0.distcp", size - 1, size), ("step-10/.metadata",
+                                                   os.path.getsize(path + "/.metadata"), None)]
+    os.remove(shard)
+    old = check(str(ckpt)).generations[1]
+    assert old.reasons == [{"code": "object_missing",  # rank0 is still the .metadata's shard
+                            "detail": "step-10/__0_0.distcp: no such file"}]
+    assert [o.path for o in old.objects] == ["step-10/.metadata"]
