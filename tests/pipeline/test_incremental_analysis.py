@@ -145,7 +145,8 @@ def test_it_reads_every_span_shape_into_the_state_of_the_rows_records(project):
            [{"stratum": "ids", "epoch": 0, "ids": [3, "x", 9]}],
            [{"stratum": "m", "epoch": 0, "ranges": [[40, 44]]},
             {"stratum": "n", "epoch": 0, "ranges": [[0, 2]]}],
-           [], [{"stratum": "é", "ranges": [[0, 4]]}]]
+           [], [{"stratum": "é", "ranges": [[0, 4]]}],
+           [{"stratum": "é", "epoch": 2, "ranges": [[0, 4]]}]]
     rows = []
     for update in range(1, 30):
         for rank in range(4):
