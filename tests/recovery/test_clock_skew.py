@@ -8,13 +8,13 @@ from recoverydash.recovery import analyze, restore_plan
 from recoverydash.recovery import analysis as analysis_module
 from recoverydash.recovery.costs import clamp_duration
 
-from test_definitions import generation, seed003
+from test_definitions import generation, worked_example
 
 
 def test_a_commit_10_ms_before_its_start_gives_a_save_cost_of_0_and_a_finding():
     """The break test: 10 ms of skew made young_interval take sqrt of a negative save cost
     ("math domain error"), the run was never analysed and the restore plan answered 503."""
-    run = seed003(80_000)
+    run = worked_example(80_000)
     g = run.generations[0]
     g.started_at = g.committed_at + 0.010
     result = analyze(run, now=2100.0)
@@ -31,7 +31,7 @@ def test_a_commit_10_ms_before_its_start_gives_a_save_cost_of_0_and_a_finding():
 
 
 def test_the_median_save_cost_counts_a_skewed_save_as_0():
-    run = seed003(80_000)
+    run = worked_example(80_000)
     run.generations.append(generation("g1200", 0, 1200, 76_800, 1205.0))
     run.generations[1].started_at = 1205.0 - 4.0      # a 4 s save
     run.generations[0].started_at = 1255.0 + 2.0      # committed 2 s before it started
@@ -41,7 +41,7 @@ def test_the_median_save_cost_counts_a_skewed_save_as_0():
 
 
 def test_a_failure_reported_before_the_commit_of_u_gives_0_lost_seconds_and_a_finding():
-    run = seed003(80_000)
+    run = worked_example(80_000)
     run.attempts[0].ended_at = 1240.0  # the failing host's clock is 10 s behind
     restart = analyze(run, now=2100.0).restarts[0]
     assert restart.lost_seconds == 0.0
@@ -54,7 +54,7 @@ def test_a_failure_reported_before_the_commit_of_u_gives_0_lost_seconds_and_a_fi
 
 
 def test_a_first_commit_before_the_failure_gives_0_recovery_seconds_and_a_finding():
-    run = seed003(80_000)
+    run = worked_example(80_000)
     run.attempts[0].ended_at = 2500.0  # the new attempt committed at 2,000 on its own clock
     restart = analyze(run, now=2600.0).restarts[0]
     assert restart.recovery_seconds == 0.0
@@ -65,7 +65,7 @@ def test_a_first_commit_before_the_failure_gives_0_recovery_seconds_and_a_findin
 
 
 def test_a_run_whose_first_event_is_ahead_of_now_has_0_wall_seconds_and_a_finding():
-    costs = analyze(seed003(80_000), now=-5.0).costs
+    costs = analyze(worked_example(80_000), now=-5.0).costs
     assert costs.wall_seconds == 0.0 and costs.goodput is None
     assert any(f["detail"].startswith("the run's first event is later than now")
                for f in costs.findings)
@@ -88,7 +88,7 @@ def test_a_costs_failure_never_fails_the_verdicts(monkeypatch):
         raise ValueError("math domain error")
 
     monkeypatch.setattr(analysis_module, "costs", broken)
-    result = analyze(seed003(80_048), now=2100.0)
+    result = analyze(worked_example(80_048), now=2100.0)
     assert result.costs.findings == [{"code": "costs_unavailable",
                                       "detail": "ValueError: math domain error"}]
     assert result.restarts[0].verdict == "omission" and result.restarts[0].omitted == 48

@@ -38,7 +38,7 @@ def generation(gid, attempt, update, cursor, when, world_size=W, objects=None, c
                             object_checks={o["uri"]: checks for o in objects})
 
 
-def seed003(resume_at, updates_before=1250, after=10):
+def worked_example(resume_at, updates_before=1250, after=10):
     """The worked example: generation at update 1,250 (cursor 80,000), read cursor 80,048 at the
     crash."""
     ledger = []
@@ -56,7 +56,7 @@ def seed003(resume_at, updates_before=1250, after=10):
                       resumed_from={"generation_id": "g1250", "update": 1250, "cursor": [
                           {"stratum": "main", "epoch": 0, "position": resume_at}]}),
     ]
-    return RunInput("seed003", attempts, ledger, [],
+    return RunInput("worked-example", attempts, ledger, [],
                     [generation("g1250", 0, 1250, 80_000, 1255.0)], first_event_at=0.0)
 
 
@@ -65,8 +65,8 @@ def seed003(resume_at, updates_before=1250, after=10):
     (80_048, 0, 48, 0, "omission"),
     (79_936, 64, 0, 48, "replay"),
 ])
-def test_it_reproduces_seed_003(resume_at, replayed, omitted, recomputed, verdict):
-    analysis = analyze(seed003(resume_at), now=2100.0)
+def test_it_reproduces_the_worked_example(resume_at, replayed, omitted, recomputed, verdict):
+    analysis = analyze(worked_example(resume_at), now=2100.0)
     restart = analysis.restarts[0]
     assert restart.expected_cursor == [{"stratum": "main", "epoch": 0, "position": 80_000}]
     assert (restart.replayed, restart.omitted, restart.recomputed, restart.verdict) == \
@@ -174,7 +174,7 @@ def test_it_rolls_back_updates_after_the_restored_generation():
 
 
 def test_it_serialises_the_ledger_state():
-    ledger = Ledger.from_records(seed003(80_000, updates_before=20, after=3).ledger)
+    ledger = Ledger.from_records(worked_example(80_000, updates_before=20, after=3).ledger)
     again = Ledger.from_bytes(ledger.to_bytes())
     assert again.segment(0, 0, None)[("main", 0, None)].consumed == 20 * PER_UPDATE
     assert len(again.attempt(0).runs) == W  # one run per rank for the whole attempt
@@ -285,7 +285,7 @@ def test_it_plans_the_restore_or_answers_409():
 
 
 def test_it_reports_health_and_costs():
-    run = seed003(80_000)
+    run = worked_example(80_000)
     analysis = analyze(run, now=2100.0)
     assert analysis.health == "ok"
     assert analysis.seconds_since_last_restorable == 2100.0 - 1255.0
@@ -301,11 +301,11 @@ def test_it_reports_health_and_costs():
     assert analyze(run, now=2100.0 + 3601).health == "at_risk"
     run.attempts[1].end_reason = "completed"
     assert analyze(run, now=2100.0).health == "ended"
-    assert analyze(seed003(79_936), now=2100.0).health == "failing"
+    assert analyze(worked_example(79_936), now=2100.0).health == "failing"
 
 
 def test_it_reports_a_restart_from_an_unknown_generation_as_unverified():
-    run = seed003(80_000, updates_before=30, after=2)
+    run = worked_example(80_000, updates_before=30, after=2)
     run.attempts[1].resumed_from["generation_id"] = "elsewhere"
     restart = analyze(run, now=3000.0).restarts[0]
     assert restart.verdict == "unverified"
@@ -313,7 +313,7 @@ def test_it_reports_a_restart_from_an_unknown_generation_as_unverified():
 
 
 def test_it_absorbs_a_heartbeat_free_attempt_with_no_updates():
-    run = seed003(80_000, updates_before=30, after=0)
+    run = worked_example(80_000, updates_before=30, after=0)
     restart = analyze(run, now=3000.0).restarts[0]
     assert restart.verdict == "unverified"
     assert restart.recovery_seconds is None
@@ -619,7 +619,7 @@ def test_a_stored_state_older_than_the_id_kind_with_id_strata_is_refused_for_a_r
 
     with pytest.raises(ValueError, match="rebuild it from the ledger rows"):
         Ledger.from_bytes(as_format_2(Ledger.from_records(ids_run(16, EPOCH_0).ledger)))
-    positions = Ledger.from_records(seed003(80_000, updates_before=3, after=1).ledger)
+    positions = Ledger.from_records(worked_example(80_000, updates_before=3, after=1).ledger)
     assert Ledger.from_bytes(as_format_2(positions)).to_bytes() == positions.to_bytes()
 
 

@@ -12,19 +12,19 @@ from recoverydash.recovery import analyze, format_time
 from recoverydash.recovery.costs import goodput, mtbf, observed_interval, save_cost, young_interval
 from recoverydash.recovery.figures import (checkpoint_stale, seconds_since_last_restorable,
                                            tslrc_sawtooth)
-from test_definitions import PER_UPDATE, generation, seed003, strided
+from test_definitions import PER_UPDATE, generation, worked_example, strided
 
 NOW = 2100.0
 
 
-def seed003_with(*extra_generations, resume_at=80_000):
-    run = seed003(resume_at)
+def worked_example_with(*extra_generations, resume_at=80_000):
+    run = worked_example(resume_at)
     run.generations += list(extra_generations)
     return run
 
 
 def test_seconds_since_last_restorable_is_now_minus_the_live_lineages_newest_restorable_commit():
-    analysis = analyze(seed003(80_000), now=NOW)
+    analysis = analyze(worked_example(80_000), now=NOW)
     assert analysis.last_restorable.generation_id == "g1250"
     assert analysis.seconds_since_last_restorable == NOW - 1255.0 == 845.0
     stored = analysis.to_dict()
@@ -32,12 +32,12 @@ def test_seconds_since_last_restorable_is_now_minus_the_live_lineages_newest_res
     # a reader of the stored result at a later time computes the same figure the core would
     assert seconds_since_last_restorable(stored, 2200.0) == 945.0
     assert seconds_since_last_restorable(stored, 2200.0) == \
-        analyze(seed003(80_000), now=2200.0).seconds_since_last_restorable
+        analyze(worked_example(80_000), now=2200.0).seconds_since_last_restorable
     assert seconds_since_last_restorable(stored, format_time(2200.0)) == 945.0
 
 
 def test_seconds_since_last_restorable_counts_from_the_first_event_when_none_is_restorable():
-    run = seed003(80_000)
+    run = worked_example(80_000)
     run.generations[0].object_checks = {}  # not verified yet: committed, not restorable
     analysis = analyze(run, now=NOW)
     assert analysis.last_restorable is None
@@ -50,13 +50,13 @@ def test_seconds_since_last_restorable_counts_from_the_first_event_when_none_is_
 
 def test_seconds_since_last_restorable_is_never_negative():
     """A commit time ahead of now (two machines' clocks) is 0 seconds, not a negative age."""
-    analysis = analyze(seed003(80_000), now=1250.0)
+    analysis = analyze(worked_example(80_000), now=1250.0)
     assert analysis.seconds_since_last_restorable == 0.0
     assert seconds_since_last_restorable(analysis.to_dict(), 1200.0) == 0.0
 
 
 def test_seconds_since_last_restorable_stops_at_the_end_of_an_ended_run():
-    run = seed003(80_000)
+    run = worked_example(80_000)
     run.attempts[1].end_reason, run.attempts[1].ended_at = "completed", 2050.0
     analysis = analyze(run, now=NOW)
     assert analysis.health == "ended" and analysis.ended_at == 2050.0
@@ -71,7 +71,7 @@ def test_checkpoint_stale_compares_with_the_limit_and_a_limit_of_zero_stays_zero
     assert checkpoint_stale(3600.5, 3600) is True
     assert checkpoint_stale(0.5, 0) is True and checkpoint_stale(0.0, 0) is False
     assert checkpoint_stale(None, 0) is False
-    run = seed003(80_000)
+    run = worked_example(80_000)
     run.contract = {"max_checkpoint_age_s": 0}
     assert analyze(run, now=NOW).health == "at_risk"
     run.contract = {"max_checkpoint_age_s": 845}
@@ -79,13 +79,13 @@ def test_checkpoint_stale_compares_with_the_limit_and_a_limit_of_zero_stays_zero
 
 
 def test_updates_at_risk_are_the_live_lineages_updates_after_the_last_restorable():
-    assert analyze(seed003(80_000), now=NOW).updates_at_risk == 10   # 1,251..1,260
+    assert analyze(worked_example(80_000), now=NOW).updates_at_risk == 10   # 1,251..1,260
     g1255 = generation("g1255", 1, 1255, 80_000 + 5 * PER_UPDATE, 2006.0)
-    assert analyze(seed003_with(g1255), now=NOW).updates_at_risk == 5  # 1,256..1,260
-    unverified = seed003(80_000)
+    assert analyze(worked_example_with(g1255), now=NOW).updates_at_risk == 5  # 1,256..1,260
+    unverified = worked_example(80_000)
     unverified.generations[0].object_checks = {}  # committed, not restorable yet
     assert analyze(unverified, now=NOW).updates_at_risk == 1260  # the whole live lineage
-    unknown = seed003(80_000)
+    unknown = worked_example(80_000)
     unknown.generations = []  # attempt 1 resumed an unknown g1250: its lineage starts with it
     assert analyze(unknown, now=NOW).updates_at_risk == 10
 
@@ -93,31 +93,31 @@ def test_updates_at_risk_are_the_live_lineages_updates_after_the_last_restorable
 def test_goodput_is_time_on_surviving_updates_over_wall_time():
     """Attempt 0's 1,250 updates, 1 s apart, and attempt 1's 10 updates, 1 s apart, survive:
     1,260 s of the 2,100 s since the first event."""
-    costs = analyze(seed003(80_000), now=NOW).costs
+    costs = analyze(worked_example(80_000), now=NOW).costs
     assert (costs.useful_seconds, costs.wall_seconds) == (1260.0, 2100.0)
     assert costs.goodput == 1260.0 / 2100.0 == 0.6
     assert goodput(1260.0, 2100.0) == 0.6 and goodput(5.0, 0.0) is None
     assert goodput(30.0, 20.0) == 1.0
     # attempt 1 resumed behind the checkpoint: a rolled-back update does not survive
-    rolled = seed003(80_000)
+    rolled = worked_example(80_000)
     rolled.ledger += strided(0, 1251, 80_000, 1251.0) + strided(0, 1252, 80_064, 1252.0)
     costs = analyze(rolled, now=NOW).costs
     assert costs.useful_seconds == 1260.0 and costs.goodput == 0.6
 
 
 def test_mtbf_is_wall_time_over_failures():
-    costs = analyze(seed003(80_000), now=NOW).costs
+    costs = analyze(worked_example(80_000), now=NOW).costs
     assert (costs.failures, costs.mtbf_seconds) == (1, 2100.0)
     assert mtbf(2100.0, 1) == 2100.0 and mtbf(2100.0, 0) is None
 
 
 def test_save_cost_is_the_median_of_started_to_committed():
-    assert analyze(seed003(80_000), now=NOW).costs.median_save_seconds == 1255.0 - 1253.0
+    assert analyze(worked_example(80_000), now=NOW).costs.median_save_seconds == 1255.0 - 1253.0
     assert save_cost([2.0, 9.0, 4.0]) == 4.0 and save_cost([]) is None
 
 
 def test_young_interval_is_sqrt_of_two_times_save_cost_times_mtbf():
-    costs = analyze(seed003(80_000), now=NOW).costs
+    costs = analyze(worked_example(80_000), now=NOW).costs
     assert costs.young_interval_seconds == math.sqrt(2 * 2.0 * 2100.0)
     assert young_interval(2.0, 2100.0) == math.sqrt(8400.0)
     assert young_interval(None, 2100.0) is None and young_interval(2.0, None) is None
@@ -125,15 +125,15 @@ def test_young_interval_is_sqrt_of_two_times_save_cost_times_mtbf():
 
 def test_observed_interval_is_the_median_gap_between_live_restorable_commits():
     g1260 = generation("g1260", 1, 1260, 80_000 + 10 * PER_UPDATE, 2010.0)
-    assert analyze(seed003(80_000), now=NOW).costs.observed_interval_seconds is None
-    assert analyze(seed003_with(g1260), now=NOW).costs.observed_interval_seconds == 2010.0 - 1255.0
+    assert analyze(worked_example(80_000), now=NOW).costs.observed_interval_seconds is None
+    assert analyze(worked_example_with(g1260), now=NOW).costs.observed_interval_seconds == 2010.0 - 1255.0
     assert observed_interval([10.0, None, 30.0, 35.0]) == 12.5
 
 
 def test_the_tslrc_sawtooth_drops_only_at_restorable_generations_of_the_live_lineage():
     """g1255 of attempt 0 (rolled back: attempt 1 resumed g1250) is restorable but not in the
     live lineage: the sawtooth must not drop there, and its last point is the headline."""
-    run = seed003(80_000)
+    run = worked_example(80_000)
     run.ledger += [r for u in range(1251, 1256)
                    for r in strided(0, u, (u - 1) * PER_UPDATE, float(u))]
     run.attempts[0].end_update = 1255
@@ -159,7 +159,7 @@ def test_the_tslrc_sawtooth_ignores_a_slow_save_of_an_older_update():
 
 
 def test_the_committed_frontier_series_is_each_attempts_own_frontier_after_its_updates():
-    charts = analyze(seed003(79_936), now=NOW).to_dict()["charts"]
+    charts = analyze(worked_example(79_936), now=NOW).to_dict()["charts"]
     first, second = charts["committed_cursor"]
     assert first["attempt"] == 0 and len(first["points"]) == 200
     assert first["points"][0] == {"time": format_time(1.0), "update": 1, "cursor": [
@@ -172,7 +172,7 @@ def test_the_committed_frontier_series_is_each_attempts_own_frontier_after_its_u
 
 
 def test_the_fetched_cursor_series_holds_heartbeats_and_the_attempt_ended_read_cursor():
-    charts = analyze(seed003(80_000), now=NOW).to_dict()["charts"]
+    charts = analyze(worked_example(80_000), now=NOW).to_dict()["charts"]
     assert charts["fetched"] == [{"attempt": 0, "points": [
         {"time": format_time(1300.0), "rank": None, "update": 1250,
          "fetched": [{"stratum": "main", "epoch": 0, "position": 80_048}]}]}]
@@ -181,8 +181,8 @@ def test_the_fetched_cursor_series_holds_heartbeats_and_the_attempt_ended_read_c
 @pytest.mark.parametrize("resume_at, health", [(80_000, "ok"), (80_048, "failing"),
                                                (79_936, "failing")])
 def test_health_follows_the_last_restarts_verdict_against_the_contract(resume_at, health):
-    assert analyze(seed003(resume_at), now=NOW).health == health
-    lenient = seed003(resume_at)
+    assert analyze(worked_example(resume_at), now=NOW).health == health
+    lenient = worked_example(resume_at)
     lenient.contract = {"max_replay_samples": 64, "max_omission_samples": 48}
     assert analyze(lenient, now=NOW).health == "ok"
 
@@ -191,7 +191,7 @@ def test_health_follows_the_last_restarts_verdict_against_the_contract(resume_at
 def test_the_cursor_gap_is_resume_minus_expected_position_in_one_epoch(resume_at, gap):
     from recoverydash.recovery.restarts import cursor_gaps
 
-    restart = analyze(seed003(resume_at), now=NOW).to_dict()["restarts"][0]
+    restart = analyze(worked_example(resume_at), now=NOW).to_dict()["restarts"][0]
     assert cursor_gaps(restart["expected_cursor"], restart["resume_cursor"]) == [
         {"stratum": "main", "expected": {"stratum": "main", "epoch": 0, "position": 80_000},
          "resume": {"stratum": "main", "epoch": 0, "position": resume_at}, "gap": gap}]
