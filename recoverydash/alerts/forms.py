@@ -26,14 +26,10 @@ def clean_webhook_url(url: str) -> str:
     return ""
 
 
-class WebhookEndpointAdminForm(forms.ModelForm):
-    """The admin's endpoint form: the URL passes the delivery guard, the key its receiver's
-    check."""
-
-    def clean_url(self) -> str:
-        url = self.cleaned_data["url"]
-        clean_webhook_url(url)
-        return url
+class RoutingKeyCheck:
+    """For a Django form with ``kind`` and ``routing_key``: ``clean`` stores the key its
+    receiver accepts (:func:`clean_routing_key`) or names the refusal on ``routing_key``.
+    Shared by the admin's and the dashboard's endpoint forms."""
 
     def clean(self):
         data = super().clean()
@@ -44,6 +40,16 @@ class WebhookEndpointAdminForm(forms.ModelForm):
             except forms.ValidationError as exc:
                 self.add_error("routing_key", exc)
         return data
+
+
+class WebhookEndpointAdminForm(RoutingKeyCheck, forms.ModelForm):
+    """The admin's endpoint form: the URL passes the delivery guard, the key its receiver's
+    check."""
+
+    def clean_url(self) -> str:
+        url = self.cleaned_data["url"]
+        clean_webhook_url(url)
+        return url
 
 
 def clean_routing_key(kind: str, key: str) -> str:

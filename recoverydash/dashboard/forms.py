@@ -5,7 +5,7 @@ from __future__ import annotations
 from django import forms
 
 from recoverydash.alerts.models import SEVERITIES, WebhookEndpoint
-from recoverydash.alerts.forms import check_name_free, clean_routing_key, clean_webhook_url
+from recoverydash.alerts.forms import RoutingKeyCheck, check_name_free, clean_webhook_url
 from recoverydash.dashboard.actions import SILENCE_CHOICES
 from recoverydash.runs.models import DEFAULT_SCOPES, SCOPES
 
@@ -87,7 +87,7 @@ class TokenForm(forms.Form):
                                        widget=forms.CheckboxSelectMultiple)
 
 
-class WebhookForm(forms.ModelForm):
+class WebhookForm(RoutingKeyCheck, forms.ModelForm):
     url = forms.URLField(max_length=2000, assume_scheme="https", label="URL")
 
     class Meta:
@@ -120,16 +120,6 @@ class WebhookForm(forms.ModelForm):
         self.resolve_warning = clean_webhook_url(url)
         return url
 
-    def clean(self):
-        """The key its receiver accepts (``alerts.forms.clean_routing_key``)."""
-        data = super().clean()
-        if "kind" in data:
-            try:
-                data["routing_key"] = clean_routing_key(data["kind"],
-                                                        data.get("routing_key", ""))
-            except forms.ValidationError as exc:
-                self.add_error("routing_key", exc)
-        return data
 
 
 class ContractForm(forms.Form):
