@@ -25,6 +25,7 @@ Run: ``.venv/bin/python bench/ingest.py`` (``make bench`` runs it too).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -221,45 +222,58 @@ class CopyWriter:
         return per_client * CLIENTS * BATCH, time.perf_counter() - started
 
 
-def main() -> int:
-    name = f"recoverydash_bench_{os.getpid()}"
+@contextlib.contextmanager
+def bench_database(prefix: str):
+    """A throwaway PostgreSQL database ``<prefix>_<pid>``, migrated, with an ingest token of
+    project ``bench``; yields ``(name, url, env, token)``: ``env`` is the server's environment
+    for it (no rate limit: the benches measure the ingest path, not the per-token limiter).
+    Drops the database and the server's var folder afterwards."""
+    name = f"{prefix}_{os.getpid()}"
     with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     url = db_url(name)
     var_dir = tempfile.mkdtemp(prefix="recoverydash-bench-")
     env = {**os.environ, "DATABASE_URL": url, "SECRET_KEY": "bench-only", "DEBUG": "false",
            "RECOVERYDASH_VAR_DIR": var_dir, "LOG_LEVEL": "WARNING",
-           # The bench measures the ingest path, not the per-token limiter.
            "RECOVERYDASH_RATE_LIMIT_PER_SECOND": "0", "CELERY_BROKER_URL": "memory://"}
-    server = None
     try:
         run = [sys.executable, str(REPO / "manage.py")]
         subprocess.run(run + ["migrate", "--noinput", "-v", "0"], env=env, check=True, cwd=REPO)
         out = subprocess.run(run + ["create_token", "--project", "bench", "--scopes", "ingest"],
                              env=env, check=True, cwd=REPO, capture_output=True, text=True)
-        token = out.stdout.strip().splitlines()[-1]
-        server, port = start_server(env, WORKERS)
-        print(f"PostgreSQL database {name}; gunicorn with {WORKERS} sync workers on port {port}; "
-              f"{CLIENTS} clients; batches of {BATCH} update_committed events, {WORLD} ranks")
-        sender, writer = HttpSender(port, token), CopyWriter(url)
-        sender.run(2)  # warm-up: imports, connections, first rows of each run
-        # Alternate the two in rounds: the machine is shared, and a load change then hits both.
-        n_http = t_http = n_copy = t_copy = 0.0
-        for _ in range(ROUNDS):
-            n, t = sender.run(SECONDS / ROUNDS)
-            n_http, t_http = n_http + n, t_http + t
-            n, t = writer.run(n)
-            n_copy, t_copy = n_copy + n, t_copy + t
-        http_rate, copy_rate = n_http / t_http, n_copy / t_copy
-        print(f"HTTP ingest:  {n_http:.0f} events in {t_http:.2f} s = {http_rate:,.0f} events/s")
-        print(f"raw COPY:     {n_copy:.0f} events in {t_copy:.2f} s = {copy_rate:,.0f} events/s")
-        print(f"ratio HTTP/COPY: {http_rate / copy_rate:.2f}")
-        return 0
+        yield name, url, env, out.stdout.strip().splitlines()[-1]
     finally:
-        stop_server(server)
         with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         subprocess.run(["rm", "-rf", var_dir], check=False)
+
+
+def main() -> int:
+    with bench_database("recoverydash_bench") as (name, url, env, token):
+        server = None
+        try:
+            server, port = start_server(env, WORKERS)
+            print(f"PostgreSQL database {name}; gunicorn with {WORKERS} sync workers on port "
+                  f"{port}; {CLIENTS} clients; batches of {BATCH} update_committed events, "
+                  f"{WORLD} ranks")
+            sender, writer = HttpSender(port, token), CopyWriter(url)
+            sender.run(2)  # warm-up: imports, connections, first rows of each run
+            # Alternate the two in rounds: the machine is shared, and a load change then hits both.
+            n_http = t_http = n_copy = t_copy = 0.0
+            for _ in range(ROUNDS):
+                n, t = sender.run(SECONDS / ROUNDS)
+                n_http, t_http = n_http + n, t_http + t
+                n, t = writer.run(n)
+                n_copy, t_copy = n_copy + n, t_copy + t
+            http_rate, copy_rate = n_http / t_http, n_copy / t_copy
+            print(f"HTTP ingest:  {n_http:.0f} events in {t_http:.2f} s = "
+                  f"{http_rate:,.0f} events/s")
+            print(f"raw COPY:     {n_copy:.0f} events in {t_copy:.2f} s = "
+                  f"{copy_rate:,.0f} events/s")
+            print(f"ratio HTTP/COPY: {http_rate / copy_rate:.2f}")
+            return 0
+        finally:
+            stop_server(server)
 
 
 if __name__ == "__main__":

@@ -27,18 +27,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 import httpx
-import psycopg
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ingest import (ADMIN_URL, BATCH, PER_RANK, REPO, WORLD, db_url,  # noqa: E402
-                    start_server, stop_server)
+from ingest import BATCH, PER_RANK, WORLD, bench_database, start_server, stop_server
 
 SECONDS = float(os.environ.get("BENCH_SECONDS", "8"))
 WORKER_COUNTS = [int(x) for x in os.environ.get("BENCH_WORKER_COUNTS", "1,2,4").split(",")]
@@ -130,52 +126,37 @@ def send(port: int, token: str, runs: list[str], clients: int, seconds: float,
 
 
 def main() -> int:
-    name = f"recoverydash_bench_one_{os.getpid()}"
-    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = db_url(name)
-    var_dir = tempfile.mkdtemp(prefix="recoverydash-bench-")
-    env = {**os.environ, "DATABASE_URL": url, "SECRET_KEY": "bench-only", "DEBUG": "false",
-           "RECOVERYDASH_VAR_DIR": var_dir, "LOG_LEVEL": "WARNING",
-           "RECOVERYDASH_RATE_LIMIT_PER_SECOND": "0", "CELERY_BROKER_URL": "memory://"}
-    server = None
-    rows = []
-    try:
-        manage = [sys.executable, str(REPO / "manage.py")]
-        subprocess.run(manage + ["migrate", "--noinput", "-v", "0"], env=env, check=True, cwd=REPO)
-        out = subprocess.run(manage + ["create_token", "--project", "bench", "--scopes", "ingest"],
-                             env=env, check=True, cwd=REPO, capture_output=True, text=True)
-        token = out.stdout.strip().splitlines()[-1]
-        kind = "update_aggregate (64 ranks per event)" if AGGREGATE else "update_committed"
-        print(f"PostgreSQL database {name}; batches of {kind} events, 1,000 rank-updates each, "
-              f"{WORLD} ranks; {SECONDS:.0f} s per measurement; {os.cpu_count()} cores")
-        for workers in WORKER_COUNTS:
-            server, port = start_server(env, workers)
-            clients = 2 * workers
-            send(port, token, [f"warm-{workers}"], clients, 1.5, 0)
-            one = send(port, token, [f"one-{workers}"], clients, SECONDS, 0)
-            many = send(port, token, [f"many-{workers}-{c}" for c in range(clients)], clients,
-                        SECONDS, 0)
+    with bench_database("recoverydash_bench_one") as (name, _url, env, token):
+        server = None
+        rows = []
+        try:
+            kind = "update_aggregate (64 ranks per event)" if AGGREGATE else "update_committed"
+            print(f"PostgreSQL database {name}; batches of {kind} events, 1,000 rank-updates each, "
+                  f"{WORLD} ranks; {SECONDS:.0f} s per measurement; {os.cpu_count()} cores")
+            for workers in WORKER_COUNTS:
+                server, port = start_server(env, workers)
+                clients = 2 * workers
+                send(port, token, [f"warm-{workers}"], clients, 1.5, 0)
+                one = send(port, token, [f"one-{workers}"], clients, SECONDS, 0)
+                many = send(port, token, [f"many-{workers}-{c}" for c in range(clients)], clients,
+                            SECONDS, 0)
+                stop_server(server)
+                server = None
+                rows.append((workers, clients, one, many))
+            print(f"{'web processes':>13} {'clients':>7} {'one run ev/s':>13} "
+                  f"{'rank-upd/s':>11} {'a run each rank-upd/s':>22} {'one/each':>9} "
+                  f"{'old ceiling ev/s':>17}")
+            for workers, clients, one, many in rows:
+                one_ev, one_ru = one[0] / one[2], one[1] / one[2]
+                many_ru = many[1] / many[2]
+                print(f"{workers:>13} {clients:>7} {one_ev:>13,.0f} {one_ru:>11,.0f} "
+                      f"{many_ru:>22,.0f} {one_ru / many_ru:>9.2f} {OLD_CEILING:>17,}")
+            best = max(r[2][1] / r[2][2] for r in rows)
+            print(f"target: at least 50,000 rank-updates/s into one run with 4 web processes; "
+                  f"best measured {best:,.0f}")
+            return 0
+        finally:
             stop_server(server)
-            server = None
-            rows.append((workers, clients, one, many))
-        print(f"{'web processes':>13} {'clients':>7} {'one run ev/s':>13} "
-              f"{'rank-upd/s':>11} {'a run each rank-upd/s':>22} {'one/each':>9} "
-              f"{'old ceiling ev/s':>17}")
-        for workers, clients, one, many in rows:
-            one_ev, one_ru = one[0] / one[2], one[1] / one[2]
-            many_ru = many[1] / many[2]
-            print(f"{workers:>13} {clients:>7} {one_ev:>13,.0f} {one_ru:>11,.0f} "
-                  f"{many_ru:>22,.0f} {one_ru / many_ru:>9.2f} {OLD_CEILING:>17,}")
-        best = max(r[2][1] / r[2][2] for r in rows)
-        print(f"target: at least 50,000 rank-updates/s into one run with 4 web processes; "
-              f"best measured {best:,.0f}")
-        return 0
-    finally:
-        stop_server(server)
-        with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        subprocess.run(["rm", "-rf", var_dir], check=False)
 
 
 if __name__ == "__main__":
