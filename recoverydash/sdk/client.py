@@ -8,8 +8,11 @@ gzips them and POSTs ``{"events": [...]}`` to ``{url}/api/v1/events`` with
 ``Authorization: Bearer <token>``. All JSON work happens on the sender thread.
 
 What the host pays: the caller's thread does an atomic append (about a microsecond). The sender
-wakes on a timer (``flush_interval``, default 1 s, +-20%) or when ``batch_max_events`` are
-waiting, never per event; each wake encodes the batch with one prebuilt JSON encoder, compresses
+wakes on a timer (the flush policy of ``recoverydash.sdk.flush``: ``flush_interval``, default
+1 s, +-20%, stretched to ``world_size / job_requests_per_s`` seconds, at most 60 s, in a large job
+so the whole job sends at most about 256 requests a second; a prompt event such as
+checkpoint_committed or attempt_started within 1 s) or when ``batch_max_events`` are waiting,
+never per event; each wake encodes the batch with one prebuilt JSON encoder, compresses
 it once with zlib level 1 in gzip framing (zlib releases the GIL while it compresses) and sends
 one request. An idle disk spool is listed at most every ``SPOOL_RESCAN_S`` seconds, not on every
 wake, and ``heartbeat`` reads the dropped count without touching the spool. Measured by
@@ -89,6 +92,8 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from recoverydash.sdk.flush import JOB_REQUESTS_PER_S, MAX_INTERVAL_S, PROMPT_S, FlushPolicy, \
+    is_prompt
 from recoverydash.sdk.spool import DiskSpool, MemorySpool, run_folder
 
 log = logging.getLogger("recoverydash.sdk")
@@ -183,7 +188,21 @@ class Client:
         spool_max_age_s: spooled batches older than this (seconds) are deleted (default 7 days).
         max_queue: events held in memory before emit drops (default 10,000).
         batch_max_events / batch_max_bytes: a batch is sent when it reaches either (defaults 500
-            events, 1 MiB of JSON) or when ``flush_interval`` seconds (+-20% jitter) have passed.
+            events, 1 MiB of JSON) or when the flush policy's interval (+-20% jitter) has passed
+            (``recoverydash.sdk.flush``).
+        flush_interval: the shortest periodic wait, seconds (default 1). The wait is
+            ``min(max_flush_interval, max(flush_interval, world_size / job_requests_per_s))``:
+            1 s up to 256 processes, 60 s at 16,384, so a whole job sends at most about
+            ``job_requests_per_s`` requests a second (``recoverydash.sdk.flush``).
+        world_size: processes of the job that each run a client like this one (default
+            ``$WORLD_SIZE``, else the ``world_size`` of this client's first ``attempt_started``,
+            else 1). A single reporter (e.g. of ``update_aggregate``) passes 1.
+        job_requests_per_s: the whole job's request budget (default 256 requests/s).
+        max_flush_interval: the longest periodic wait, seconds (default 60: within the rank
+            silence floor of 120 s with jitter).
+        prompt_flush_s: attempt_started, attempt_ended, checkpoint_committed,
+            restore_completed and restore_failed are sent at most this many seconds after they
+            are queued (default 1), whatever the interval.
         request_timeout: seconds per HTTP request.
         backoff_base / backoff_cap: seconds; pause after k consecutive failures is
             ``min(cap, base * 2**k) * uniform(0.5, 1)``; ``Retry-After`` wins when given (capped at
@@ -198,7 +217,10 @@ class Client:
                  spool_dir: str | bool | None = None, spool_max_bytes: int = 256 * 1024 * 1024,
                  spool_max_age_s: float = 7 * 86400.0, max_queue: int = 10_000,
                  batch_max_events: int = 500, batch_max_bytes: int = 1024 * 1024,
-                 flush_interval: float = 1.0, request_timeout: float = 10.0,
+                 flush_interval: float = 1.0, world_size: int | None = None,
+                 job_requests_per_s: float = JOB_REQUESTS_PER_S,
+                 max_flush_interval: float = MAX_INTERVAL_S, prompt_flush_s: float = PROMPT_S,
+                 request_timeout: float = 10.0,
                  backoff_base: float = 0.5, backoff_cap: float = 30.0,
                  max_retry_after: float = 300.0, atexit_deadline: float = 2.0,
                  sync: bool = False, user_agent: str = "recoverydash-sdk/1",
@@ -220,6 +242,15 @@ class Client:
         self.batch_max_events = batch_max_events
         self.batch_max_bytes = batch_max_bytes
         self.flush_interval = flush_interval
+        if world_size is None:
+            try:
+                world_size = int(os.environ.get("WORLD_SIZE", "")) or None
+            except ValueError:
+                world_size = None
+        self.flush_policy = FlushPolicy(base_interval=flush_interval, world_size=world_size,
+                                        job_requests_per_s=job_requests_per_s,
+                                        max_interval=max_flush_interval,
+                                        prompt_s=prompt_flush_s)
         self.request_timeout = request_timeout
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
@@ -262,6 +293,11 @@ class Client:
         self._flush_req = 0
         self._flush_done = 0
         self._paused_until = 0.0    # time.monotonic(); no network sends before it
+        # The flush policy's cycle (recoverydash.sdk.flush): its start and jitter, and when the
+        # oldest prompt event still queued was queued (None: none is), all time.monotonic().
+        self._cycle_start = time.monotonic()
+        self._jitter = random.uniform(*self.flush_policy.jitter_range(first=True))
+        self._prompt_since: float | None = None
         self._failures = 0          # consecutive retryable failures (backoff exponent)
 
     def _open_spool(self):
@@ -362,6 +398,13 @@ class Client:
                        self.max_queue)
             return False
         buf.append((item, time.time()))
+        if self._prompt_since is None and is_prompt(item):
+            policy = self.flush_policy
+            if policy.world_size is None and item.get("type") == "attempt_started":
+                policy.world_size = item.get("world_size") if \
+                    type(item.get("world_size")) is int else None
+            self._prompt_since = time.monotonic()
+            self._wake.set()  # the sender recomputes its wait: at most prompt_flush_s now
         if len(buf) >= self.batch_max_events:
             self._ensure_thread()  # cheap insurance: a fork the at-fork hook did not see
             self._wake.set()
@@ -626,17 +669,17 @@ class Client:
                 with self._lock:
                     stopping = self._stopping
                     req = self._flush_req
-                if not stopping and req <= self._flush_done and len(self._buf) < \
-                        self.batch_max_events:
-                    wait = self.flush_interval * random.uniform(0.8, 1.2)
-                    paused_left = self._paused_until - time.monotonic()
-                    if 0 < paused_left < wait:
-                        wait = paused_left
-                    self._wake.wait(wait)
-                self._wake.clear()
+                self._sleep_until_due()
                 with self._lock:
                     stopping = self._stopping
                     req = self._flush_req
+                now = time.monotonic()
+                if now >= self._cycle_start + self.flush_policy.interval() * self._jitter:
+                    # a periodic send: the next cycle starts (a prompt, full or flush send
+                    # leaves the cycle as it is: the job's ranks stay spread)
+                    self._cycle_start = now
+                    self._jitter = random.uniform(*self.flush_policy.jitter_range(first=False))
+                self._prompt_since = None  # before taking: a later prompt event sets it again
                 while True:  # one batch at a time: the buffer stays the bound on memory
                     batch = self._take()
                     if not batch:
@@ -659,6 +702,30 @@ class Client:
                 self._inflight = 0
                 self._once(("run", type(e)), logging.WARNING, "recoverydash: sender error: %r", e)
                 time.sleep(0.05)
+
+    def _sleep_until_due(self):
+        """Sleep until the flush policy's next send (periodic deadline, or a queued prompt
+        event's bound), the end of a pause (the spool is drained then), a full batch, a flush
+        or close. Woken early by a prompt event, it recomputes the deadline."""
+        while True:
+            with self._lock:
+                if self._stopping or self._flush_req > self._flush_done:
+                    break
+            if len(self._buf) >= self.batch_max_events:
+                break
+            now = time.monotonic()
+            wait = self.flush_policy.due(self._cycle_start, self._jitter,
+                                         self._prompt_since) - now
+            paused_left = self._paused_until - now
+            if 0 < paused_left < wait:
+                wait = paused_left
+            if wait <= 0:
+                break
+            woken = self._wake.wait(wait)
+            self._wake.clear()
+            if not woken and wait == paused_left:
+                break  # the pause is over: drain the spool
+        self._wake.clear()
 
     def _take(self) -> list[bytes]:
         """Up to ``batch_max_events`` / ``batch_max_bytes`` of encoded events from the buffer."""
