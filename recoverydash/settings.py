@@ -307,6 +307,9 @@ RECOVERYDASH_MAX_RANGE_POSITIONS = envint("RECOVERYDASH_MAX_RANGE_POSITIONS", 2*
 # Token bucket per token: sustained requests per second and burst size. 0 disables the limit.
 RECOVERYDASH_RATE_LIMIT_PER_SECOND = envfloat("RECOVERYDASH_RATE_LIMIT_PER_SECOND", 50.0)
 RECOVERYDASH_RATE_LIMIT_BURST = envint("RECOVERYDASH_RATE_LIMIT_BURST", 200, 1)
+# Seconds a web process reuses a live token it looked up (recoverydash.ingest.auth): a revoked
+# token is refused by every process within this long (at once by the process that revoked it).
+RECOVERYDASH_TOKEN_CACHE_S = envfloat("RECOVERYDASH_TOKEN_CACHE_S", 5.0)
 # Redis for the rate limiter; defaults to the broker when that is Redis, so every web worker
 # shares one bucket per token (without Redis the bucket is per process).
 RECOVERYDASH_REDIS_URL = os.environ.get(

@@ -20,6 +20,10 @@ Rate limit: a token bucket per token, ``RECOVERYDASH_RATE_LIMIT_PER_SECOND`` tok
 up to ``RECOVERYDASH_RATE_LIMIT_BURST``; shared through Redis when ``RECOVERYDASH_REDIS_URL`` is
 set (one Lua script, atomic across web processes), else kept per process. A Redis that does not
 answer lets requests through (logged): an outage of the limiter must not stop ingest.
+
+Token look-ups are reused for ``RECOVERYDASH_TOKEN_CACHE_S`` seconds (default 5) per web
+process (:func:`live_token`): one query fewer per request; a revoked token is refused by every
+process within that time, at once by the process that revoked it.
 """
 
 from __future__ import annotations
@@ -31,10 +35,11 @@ import time
 from typing import Any, Callable
 
 from django.conf import settings
+from django.db.models.signals import post_delete, post_save
 from django.http import HttpRequest
 from ninja.security import HttpBearer
 
-from recoverydash.runs.models import SCOPE_INGEST, SCOPE_READ, ApiToken, Run
+from recoverydash.runs.models import SCOPE_INGEST, SCOPE_READ, ApiToken, Run, hash_token
 
 from .errors import ApiError, Forbidden, NotFound, RateLimited, Unauthorized, error_response
 
@@ -56,7 +61,7 @@ def require_token(request: HttpRequest, scope: str) -> ApiToken:
     Returns the live :class:`ApiToken`. Raises Unauthorized (401), Forbidden (403) or
     RateLimited (429)."""
     raw = bearer_value(request)
-    token = ApiToken.authenticate(raw) if raw else None
+    token = live_token(raw) if raw else None
     if token is None:
         raise Unauthorized("expected Authorization: Bearer <token> with a live token, got "
                            + ("an unknown or revoked token" if raw else "no bearer token"))
@@ -66,6 +71,52 @@ def require_token(request: HttpRequest, scope: str) -> ApiToken:
     limiter().check(token)
     token.touch()
     return token
+
+
+# --- token look-up cache ------------------------------------------------------------------------
+#: hash of a raw token -> (time.monotonic() of the look-up, the live token). Live tokens only: an
+#: unknown or revoked one is looked up every time (a new token works at once).
+_tokens: dict[str, tuple[float, ApiToken]] = {}
+_tokens_lock = threading.Lock()
+#: Entries kept at most (a process serves a few projects' tokens; past this the cache restarts).
+TOKEN_CACHE_SIZE = 1024
+
+
+def live_token(raw: str) -> ApiToken | None:
+    """:meth:`ApiToken.authenticate`, reusing a live token this process looked up less than
+    ``RECOVERYDASH_TOKEN_CACHE_S`` seconds ago (default 5; 0 looks every request up). So a
+    token revoked elsewhere (another web process, the dashboard's queryset update) is refused
+    within that many seconds; a revoke or delete in this process (``ApiToken.save``/``delete``,
+    cascades included) empties the cache at once (:func:`forget_tokens`). Returns the token or
+    None (unknown, revoked, or longer than 200 characters)."""
+    ttl = settings.RECOVERYDASH_TOKEN_CACHE_S
+    if ttl <= 0 or not raw or len(raw) > 200:
+        return ApiToken.authenticate(raw)
+    key = hash_token(raw)
+    now = time.monotonic()
+    hit = _tokens.get(key)
+    if hit is not None and now - hit[0] < ttl:
+        return hit[1]
+    token = ApiToken.authenticate(raw)
+    with _tokens_lock:
+        if token is None:
+            _tokens.pop(key, None)
+        else:
+            if len(_tokens) >= TOKEN_CACHE_SIZE:
+                _tokens.clear()
+            _tokens[key] = (now, token)
+    return token
+
+
+def forget_tokens(**_: Any) -> None:
+    """Empty this process's token cache (connected to ApiToken's post_save and post_delete)."""
+    with _tokens_lock:
+        _tokens.clear()
+
+
+post_save.connect(forget_tokens, sender=ApiToken, dispatch_uid="recoverydash-token-cache-save")
+post_delete.connect(forget_tokens, sender=ApiToken,
+                    dispatch_uid="recoverydash-token-cache-delete")
 
 
 class TokenAuth(HttpBearer):
