@@ -344,6 +344,11 @@ RECOVERYDASH_COMPACTION = envbool("RECOVERYDASH_COMPACTION", True)
 RECOVERYDASH_RUN_SILENT_S = envfloat("RECOVERYDASH_RUN_SILENT_S", 900.0, 1.0)
 # Floor of rank_silent (docs/definitions.md#silence): one rank silent this long at least.
 RECOVERYDASH_RANK_SILENT_FLOOR_S = envfloat("RECOVERYDASH_RANK_SILENT_FLOOR_S", 120.0, 1.0)
+# The periodic alert evaluation (alerts.evaluation.refresh_stale) also requests a new analysis
+# of at most this many runs per cycle whose stored analysis is older than this many seconds,
+# oldest first, run by the workers (each a full analysis: the budget bounds that work).
+RECOVERYDASH_BEAT_REFRESH_BUDGET = envint("RECOVERYDASH_BEAT_REFRESH_BUDGET", 100)
+RECOVERYDASH_BEAT_REFRESH_AFTER_S = envfloat("RECOVERYDASH_BEAT_REFRESH_AFTER_S", 60.0, 0.0)
 RECOVERYDASH_WEBHOOK_ALLOW_PRIVATE = envbool("RECOVERYDASH_WEBHOOK_ALLOW_PRIVATE", False)
 # Total seconds one webhook delivery may take (resolving, connecting, TLS, sending, reading),
 # and the most of a receiver's answer that is read (the rest is never downloaded).

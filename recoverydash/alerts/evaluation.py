@@ -13,11 +13,12 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from recoverydash.alerts.delivery import process_flips
 from recoverydash.alerts.rules import evaluate_run
-from recoverydash.runs.analysis import AnalysisFailed, analyze, analyze_queued
+from recoverydash.runs.analysis import analyze_queued
 from recoverydash.runs.models import Analysis, Run
 from recoverydash.runs.queue import DELIVER_WEBHOOK, EVALUATE_ALERTS_CHUNK, enqueue
 
@@ -48,60 +49,156 @@ def _deliver() -> None:
         enqueue(DELIVER_WEBHOOK, pk)
 
 
-def notify(run: Run) -> None:
-    """Evaluate the run's alert rules and enqueue a webhook delivery for each new flip."""
+def notify(run: Run, now=None) -> None:
+    """Evaluate the run's alert rules (at ``now``, default the clock) and enqueue a webhook
+    delivery for each new flip."""
     run = Run.objects.select_related("analysis", "project").get(pk=run.pk)
-    if evaluate_run(run):
+    if evaluate_run(run, now=now):
         _deliver()
 
 
-def evaluate_all(chunk: int = 200, refresh_after_s: float = 60.0,
-                 refresh_budget: int = 500) -> int:
-    """Periodic: evaluate the alert rules of every run that has not ended (the time-based ones,
-    ``checkpoint_stale`` and ``run_silent``, change without new events), fanned out in chunks of
-    ``chunk`` runs in primary-key order (one ``evaluate_alerts_chunk`` task each), so every run
-    is reached every cycle whatever the number of runs; nothing is sliced off.
+def refresh_stale(now=None, refresh_after_s: float | None = None,
+                  budget: int | None = None) -> int:
+    """Request a new analysis (``runs.analysis.request_analysis``: debounced, one ``analyze_run``
+    task each) of at most ``budget`` runs not ended whose stored analysis is older than
+    ``refresh_after_s`` seconds, oldest first. What it is for: the parts of a stored result that
+    follow the clock without new events (its ``health``, updates that count once settled,
+    docs/definitions.md#updates-counted-once-complete) as the fleet, the API and the run page
+    show them; the alert rules do not wait for it (their clock-driven conditions are computed
+    from the stored figures at each cycle, :func:`evaluate_chunk`). The analyses run in the
+    workers, not in the beat, so a cycle costs ``budget`` small updates and sends whatever the
+    number of runs. Every run gets its turn: an analysis moves its run to the back (its
+    ``computed_at``), runs already queued (``Run.analysis_queued_at`` within the debounce mark's
+    minute) and runs whose inputs were refused since their last events
+    (``Analysis.error_seq``) are skipped and cost nothing of the budget.
 
-    A run whose analysis is older than ``refresh_after_s`` seconds is analysed again first, so
-    its stored health and seconds-since figures follow the clock; at most ``refresh_budget``
-    per cycle, the oldest analyses first (the rules themselves compare the stored figures with
-    the clock, so a run waiting for its refresh still gets its time-based alerts).
+    Defaults: ``RECOVERYDASH_BEAT_REFRESH_AFTER_S`` and ``RECOVERYDASH_BEAT_REFRESH_BUDGET``.
+    Returns how many analyses were requested."""
+    from recoverydash.runs.analysis import request_analysis
+
+    now = now or timezone.now()
+    after = (settings.RECOVERYDASH_BEAT_REFRESH_AFTER_S if refresh_after_s is None
+             else refresh_after_s)
+    budget = settings.RECOVERYDASH_BEAT_REFRESH_BUDGET if budget is None else budget
+    if budget <= 0:
+        return 0
+    due = list(Analysis.objects.exclude(health="ended")
+               .filter(computed_at__lt=now - timedelta(seconds=after))
+               .exclude(error_seq__gte=F("run__ingest_seq"))
+               .filter(Q(run__analysis_queued_at__isnull=True)
+                       | Q(run__analysis_queued_at__lt=now - timedelta(seconds=60)))
+               .order_by("computed_at", "run_id").values_list("run_id", flat=True)[:budget])
+    return sum(1 for pk in due if request_analysis(pk))
+
+
+def evaluate_all(chunk: int = 200, refresh_after_s: float | None = None,
+                 refresh_budget: int | None = None, now=None) -> int:
+    """Periodic: evaluate the alert rules of every run that has not ended (the clock-driven
+    ones, ``rules.CLOCK_RULES``, change without new events), fanned out in chunks of ``chunk``
+    runs in primary-key order (keyset, one ``evaluate_alerts_chunk`` task each), so every run is
+    reached every cycle whatever the number of runs; nothing is sliced off. Then requests the
+    re-analysis of at most ``refresh_budget`` stale analyses (:func:`refresh_stale`, run by the
+    workers).
 
     Returns the number of runs evaluated here (``CELERY_TASK_ALWAYS_EAGER``: the chunks run in
-    this process) or handed to the workers."""
-    stale = timezone.now() - timedelta(seconds=refresh_after_s)
-    live = (Analysis.objects.exclude(health="ended"))
-    refresh = set(live.filter(computed_at__lt=stale).order_by("computed_at", "run_id")
-                  .values_list("run_id", flat=True)[:refresh_budget])
+    this process; ``now`` their clock, default each chunk's) or handed to the workers."""
+    live = Analysis.objects.exclude(health="ended")
     count, after = 0, 0
     while True:
         pks = list(live.filter(run_id__gt=after).order_by("run_id")
                    .values_list("run_id", flat=True)[:chunk])
         if not pks:
-            return count
+            break
         after = pks[-1]
-        again = [pk for pk in pks if pk in refresh]
         if settings.CELERY_TASK_ALWAYS_EAGER:
-            count += evaluate_chunk(pks, again)
-        elif enqueue(EVALUATE_ALERTS_CHUNK, pks, again):
+            count += evaluate_chunk(pks, now=now)
+        elif enqueue(EVALUATE_ALERTS_CHUNK, pks, []):
             count += len(pks)
+    refresh_stale(refresh_after_s=refresh_after_s, budget=refresh_budget)
+    return count
 
 
-def evaluate_chunk(pks: list[int], refresh: list[int] = ()) -> int:
+def clock_changes(pks: list[int], now) -> tuple[list[int], list[int], int]:
+    """Which of runs ``pks`` (not ended) the clock-driven rules (``rules.CLOCK_RULES``) would
+    change now, from a few bulk reads of stored columns: per run its ``Analysis.clock``
+    (``runs.models.clock_of``), contract, first and last event times, its newest attempt's
+    ``ended_at`` and ``rank_seen_at``, and its open alerts. For each run the same
+    ``rules.clock_conditions`` as the full evaluation gives the (rule, subject, severity) that
+    hold now; the run changes when that set differs from what its open alerts of those rules
+    list (a rule newly holding, cleared, a subject added or removed, a severity changed), or when
+    it has an open alert stored before alerts grouped their subjects. Every other rule changes
+    only with a stored analysis, which evaluates them itself (:func:`evaluate_stored`).
+
+    Returns ``(changed run pks, open alert pks still holding unchanged, runs read)``."""
+    from django.db.models import OuterRef, Subquery
+
+    from recoverydash.alerts.models import Alert
+    from recoverydash.alerts.rules import CLOCK_RULES, clock_conditions, silence_from
+    from recoverydash.recovery.contract import effective_contract
+    from recoverydash.runs.models import Attempt
+
+    rows = list(Analysis.objects.filter(run_id__in=pks).exclude(health="ended")
+                .values_list("run_id", "clock", "run__run_id", "run__contract",
+                             "run__first_event_at", "run__last_received_at"))
+    newest = Attempt.objects.filter(run_id=OuterRef("run_id")).order_by("-attempt")
+    attempts = {run_id: (attempt, ended_at, seen) for run_id, attempt, ended_at, seen in
+                Attempt.objects.filter(run_id__in=pks,
+                                       attempt=Subquery(newest.values("attempt")[:1]))
+                .values_list("run_id", "attempt", "ended_at", "rank_seen_at")}
+    alerts: dict[int, list] = {}
+    for row in (Alert.objects.filter(run_id__in=pks).exclude(state="resolved")
+                .values_list("pk", "run_id", "rule", "dedup_key", "subjects")):
+        alerts.setdefault(row[1], []).append(row)
+    changed, holding = [], []
+    for run_id, clock, name, contract, first_event_at, last_received_at in rows:
+        clock = clock or {}
+        newest_attempt = attempts.get(run_id)
+        silence = None if newest_attempt is None else silence_from(*newest_attempt, clock, now)
+        found = clock_conditions(clock, effective_contract(contract), now=now,
+                                 first_event_at=first_event_at,
+                                 last_received_at=last_received_at, silence=silence)
+        want = {(c.rule, c.subject, c.severity) for c in found}
+        have, keep, legacy = set(), [], False
+        for pk, _, rule, dedup_key, subjects in alerts.get(run_id, ()):
+            if dedup_key != f"{name}:{rule}:":  # rules.group_key
+                legacy = True
+            elif rule in CLOCK_RULES:
+                if not subjects:
+                    legacy = True  # stored before alerts listed subjects
+                have.update((rule, i["subject"], i["severity"]) for i in subjects or [])
+                keep.append(pk)
+        if legacy or want != have:
+            changed.append(run_id)
+        else:
+            holding += keep
+    return changed, holding, len(rows)
+
+
+def evaluate_chunk(pks: list[int], refresh: list[int] = (), now=None) -> int:
     """The ``evaluate_alerts_chunk`` task: evaluate the alert rules of runs ``pks`` (run primary
-    keys), analysing those in ``refresh`` again first unless their inputs were refused since.
-    One run's failure never stops the others. Returns how many were evaluated."""
-    refresh = set(refresh)
-    count = 0
-    for run in Run.objects.select_related("analysis", "project").filter(pk__in=pks) \
+    keys) not ended. The clock-driven conditions of every run are computed from stored columns
+    (:func:`clock_changes`, microseconds a run); only runs whose alerts that would change go
+    through the full evaluation (``rules.evaluate_run``, which then opens, resolves or
+    re-groups exactly what it would have done for every run); the open alerts that still hold
+    unchanged get their ``last_seen_at`` in one UPDATE (their summary keeps the words of their
+    last full evaluation). ``refresh`` (messages of an older beat): analyses requested first.
+    Idempotent; one run's failure never stops the others. ``now``: the clock (default: read
+    once for the chunk). Returns how many runs were evaluated."""
+    from recoverydash.alerts.models import Alert
+    from recoverydash.runs.analysis import request_analysis
+
+    for pk in refresh:
+        request_analysis(pk)
+    now = now or timezone.now()
+    changed, holding, count = clock_changes(pks, now)
+    if holding:
+        Alert.objects.filter(pk__in=holding).exclude(state="resolved") \
+            .update(last_seen_at=now)
+    for run in Run.objects.select_related("analysis", "project").filter(pk__in=changed) \
             .order_by("pk"):
         try:  # one run's failure must not stop the others' alerts
-            if run.pk in refresh and run.analysis.error_seq < run.ingest_seq:
-                analyze(run)
-            notify(run)
-            count += 1
-        except AnalysisFailed:
-            continue
+            notify(run, now=now)
         except Exception:
+            count -= 1
             log.exception("run %s: alert evaluation failed", run.pk)
     return count

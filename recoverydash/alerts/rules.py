@@ -49,15 +49,14 @@ from recoverydash.recovery.figures import (
     RUN_SILENT_INTERVALS,
     attempt_silent,
     checkpoint_stale,
-    median_update_interval,
     reporter_ages,
     seconds_since_last_restorable,
     silence_limit,
     silent_reporters,
 )
 
-__all__ = ["DEFAULT_CONTRACT", "EVENT_RULES", "RULES", "Condition", "Rule", "conditions",
-           "contract_of", "duration", "evaluate_run", "group_summary", "rule_info"]
+__all__ = ["CLOCK_RULES", "DEFAULT_CONTRACT", "EVENT_RULES", "RULES", "Condition", "Rule",
+           "clock_conditions", "conditions", "contract_of", "duration", "evaluate_run", "group_summary", "rule_info"]
 
 
 @dataclass(frozen=True)
@@ -235,6 +234,40 @@ def silence_conditions(silence: dict | None) -> list[Condition]:
     return out
 
 
+#: The rules whose conditions change with the clock alone, without a new analysis
+#: (:func:`clock_conditions`); every other rule changes only when an analysis is stored.
+CLOCK_RULES = ("checkpoint_stale", "rank_silent", "run_silent")
+
+
+def clock_conditions(result: dict, contract: dict, *, now: datetime,
+                     first_event_at: datetime | None, last_received_at: datetime | None,
+                     silence: dict | None = None) -> list[Condition]:
+    """The conditions of ``CLOCK_RULES`` that hold now for a run that has not ended:
+    ``checkpoint_stale`` (the core's ``seconds_since_last_restorable`` compared by its
+    ``checkpoint_stale`` with the contract's ``max_checkpoint_age_s``; critical above twice the
+    limit), ``run_silent`` and ``rank_silent`` (``silence_conditions``; with ``silence`` None,
+    the run's ``last_received_at`` alone). ``result``: the stored analysis result, or its
+    ``Analysis.clock`` (``runs.models.clock_of``: the same figure; a summary then names no
+    generation); times aware datetimes. Part of ``conditions``, and what the periodic evaluation
+    computes for every run from stored columns (``alerts.evaluation.evaluate_chunk``)."""
+    found = []
+    max_age = float(contract["max_checkpoint_age_s"])
+    last = result.get("last_restorable")
+    age = seconds_since_last_restorable(result, now, first_event_at)
+    if checkpoint_stale(age, max_age):
+        where = (f"last restorable {last['generation_id']} at update {last['update']:,}"
+                 if last and "generation_id" in last else
+                 "last restorable" if last else "no restorable checkpoint yet")
+        found.append(Condition(
+            "checkpoint_stale", "", "critical" if age > 2 * max_age else "warning",
+            f"No restorable checkpoint for {duration(age)} (limit {duration(max_age)}); "
+            f"{where}."))
+    if silence is None and last_received_at:  # no attempt row: the run's last event
+        silence = {"attempt": None, "ended": False, "median": None,
+                   "ages": {"run": max(0.0, (now - last_received_at).total_seconds())}}
+    return found + silence_conditions(silence)
+
+
 def conditions(result: dict, contract: dict, *, now: datetime, first_event_at: datetime | None,
                last_received_at: datetime | None, ended: bool,
                restore_failures: list[dict] | None = None,
@@ -250,23 +283,12 @@ def conditions(result: dict, contract: dict, *, now: datetime, first_event_at: d
     Returns conditions sorted by rule and subject.
     """
     found: list[Condition] = restore_failed_conditions(restore_failures or [])
-    max_age = float(contract["max_checkpoint_age_s"])
     generations = result.get("generations", [])
     restorable_updates = [g["update"] for g in generations if g["status"] == "restorable"]
     last = result.get("last_restorable")
     if not ended:
-        age = seconds_since_last_restorable(result, now, first_event_at)
-        if checkpoint_stale(age, max_age):
-            where = (f"last restorable {last['generation_id']} at update {last['update']:,}"
-                     if last else "no restorable checkpoint yet")
-            found.append(Condition(
-                "checkpoint_stale", "", "critical" if age > 2 * max_age else "warning",
-                f"No restorable checkpoint for {duration(age)} (limit {duration(max_age)}); "
-                f"{where}."))
-        if silence is None and last_received_at:  # no attempt row: the run's last event
-            silence = {"attempt": None, "ended": False, "median": None,
-                       "ages": {"run": max(0.0, (now - last_received_at).total_seconds())}}
-        found += silence_conditions(silence)
+        found += clock_conditions(result, contract, now=now, first_event_at=first_event_at,
+                                  last_received_at=last_received_at, silence=silence)
     finished = [g for g in generations if g["status"] in ("restorable", "rejected")]
     if finished and not last:
         elsewhere = [g["generation_id"] for g in generations if g["status"] == "restorable"]
@@ -344,28 +366,46 @@ def restore_failures_of(run) -> list[dict]:
     return out
 
 
-#: Updates read for the median update interval of the live attempt (the newest ones).
-MEDIAN_WINDOW_UPDATES = 100
-
-
-def silence_of(run, now: datetime) -> dict | None:
-    """What ``silence_conditions`` needs of the run's newest attempt: its reporters' ages (the
-    core's ``reporter_ages`` of ``Attempt.rank_seen_at`` at ``now``) and the core's
-    ``median_update_interval`` of its newest ``MEDIAN_WINDOW_UPDATES`` committed updates (each at
-    the time of its last rank's report). None without an attempt that reported."""
-    from django.db.models import Max
-
-    from recoverydash.runs.models import LedgerRow
-
-    live = run.attempts.order_by("-attempt").first()
-    if live is None or not live.rank_seen_at:
+def stored_median(result: dict | None, attempt: int) -> float | None:
+    """The median update interval (seconds) of attempt ``attempt`` as the stored analysis
+    observed it: ``update_interval`` of the result (or of its ``Analysis.clock``), written by the
+    core (``recovery.figures.update_interval``) from the ledger state. None when the analysis
+    is of another attempt (it has not absorbed this one yet), knows fewer than two updates, or
+    was stored before the core wrote the figure: the silence limits are then their floors."""
+    interval = (result or {}).get("update_interval")
+    if not isinstance(interval, dict) or interval.get("attempt") != attempt:
         return None
-    times = (LedgerRow.objects.filter(run=run, attempt=live.attempt,
-                                      update__gt=live.last_update - MEDIAN_WINDOW_UPDATES - 1)
-             .values("update").annotate(t=Max("time")).values_list("update", "t"))
-    return {"attempt": live.attempt, "ended": live.ended_at is not None,
-            "median": median_update_interval([(u, t.timestamp()) for u, t in times]),
-            "ages": reporter_ages(live.rank_seen_at, now)}
+    median = interval.get("median_s")
+    return float(median) if isinstance(median, (int, float)) else None
+
+
+def silence_from(attempt: int, ended_at, rank_seen_at: dict, result: dict | None,
+                 now: datetime) -> dict | None:
+    """``silence_conditions``' input for the newest attempt ``attempt`` (its ``ended_at`` and
+    ``rank_seen_at``, as stored on the Attempt row) and the stored analysis ``result`` (or
+    clock): the reporters' ages (the core's ``reporter_ages`` at ``now``) and
+    :func:`stored_median`. None when no reporter of the attempt reported."""
+    if not rank_seen_at:
+        return None
+    return {"attempt": attempt, "ended": ended_at is not None,
+            "median": stored_median(result, attempt),
+            "ages": reporter_ages(rank_seen_at, now)}
+
+
+def silence_of(run, now: datetime, result: dict | None = None) -> dict | None:
+    """What ``silence_conditions`` needs of the run's newest attempt (docs/definitions.md#silence),
+    read from stored state only: ``Attempt.rank_seen_at`` (when the server last received an
+    event of each reporter) and the median update interval the stored analysis ``result``
+    (default: the run's) observed (:func:`silence_from`). No raw row is read, so a run whose
+    raw rows were compacted is watched as before. None without an attempt that reported."""
+    live = (run.attempts.only("attempt", "ended_at", "rank_seen_at").order_by("-attempt")
+            .first())
+    if live is None:
+        return None
+    if result is None:
+        analysis = getattr(run, "analysis", None)
+        result = analysis.result if analysis is not None else None
+    return silence_from(live.attempt, live.ended_at, live.rank_seen_at, result, now)
 
 
 def evaluate_run(run, now: datetime | None = None) -> list[AlertFlip]:
@@ -398,7 +438,7 @@ def evaluate_run(run, now: datetime | None = None) -> list[AlertFlip]:
                              first_event_at=run.first_event_at,
                              last_received_at=run.last_received_at, ended=ended,
                              restore_failures=restore_failures_of(run),
-                             silence=silence_of(run, now))
+                             silence=silence_of(run, now, analysis.result))
         groups: dict[str, list[Condition]] = {}
         for c in holding:
             groups.setdefault(c.rule, []).append(c)

@@ -12,7 +12,8 @@ from .costs import Costs, costs
 from .counting import count_strata
 from .figures import (committed_frontier, fetched_cursor, health, last_restorable,
                       logger_rewind_update, restorable_on, run_ended_at,
-                      seconds_since_last_restorable, tslrc_sawtooth, updates_at_risk)
+                      seconds_since_last_restorable, tslrc_sawtooth, update_interval,
+                      updates_at_risk)
 from .generations import GenerationVerdict, Reason, evaluate_generations
 from .inputs import RunInput, format_time
 from .ledger import Ledger
@@ -51,6 +52,9 @@ class RunAnalysis:
     #: the run's first event; when it ended (:func:`.figures.run_ended_at`), None while open
     first_event_at: float | None = None
     ended_at: float | None = None
+    #: the newest attempt's median update interval (:func:`.figures.update_interval`):
+    #: ``{"attempt", "median_s"}``, what the silence rules compare reporters' ages with
+    update_interval: dict | None = None
 
     def to_dict(self) -> dict:
         last = self.last_restorable
@@ -70,6 +74,7 @@ class RunAnalysis:
             "restorable_elsewhere": list(self.restorable_elsewhere),
             "first_event_at": format_time(self.first_event_at),
             "ended_at": format_time(self.ended_at),
+            "update_interval": self.update_interval,
         }
 
 
@@ -125,6 +130,7 @@ def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None,
                            elsewhere_reasons=reasons, first_event_at=first_event,
                            ended_at=run_ended_at(attempts[live]))
     since = analysis.seconds_since_last_restorable = seconds_since_last_restorable(analysis, now)
+    analysis.update_interval = update_interval(view.ledger, live)
     try:
         analysis.costs = costs(view.ledger, attempts, live_lineage, restarts, verdicts,
                                on_lineage, now, first_event)

@@ -143,6 +143,38 @@ def median_update_interval(update_times) -> float | None:
     return steps[mid] if len(steps) % 2 else (steps[mid - 1] + steps[mid]) / 2
 
 
+#: Committed updates the median update interval is taken over: the newest ones of the attempt.
+MEDIAN_WINDOW_UPDATES = 100
+
+
+def newest_update_times(ledger, attempt: int | None,
+                        count: int = MEDIAN_WINDOW_UPDATES) -> list:
+    """``[(update, time)]`` of the newest ``count`` committed updates attempt ``attempt``
+    reported, in update order, each at its earliest report time (POSIX seconds, the trainer's
+    clock) as the ledger state keeps it (``Ledger.update_time``): what
+    :func:`median_update_interval` takes, read from the state alone, so compacted raw rows are
+    never needed. Empty for an unknown attempt or one without updates."""
+    state = ledger.attempts.get(attempt) if attempt is not None else None
+    if state is None or not state.updates:
+        return []
+    updates = state.updates
+    n = len(updates)
+    out = []
+    for i in range(max(0, n - count), n):
+        when = state.update_time(updates[i])
+        if when is not None:
+            out.append((updates[i], when))
+    return out
+
+
+def update_interval(ledger, attempt: int | None) -> dict:
+    """docs/definitions.md#median-update-interval of attempt ``attempt`` (the newest), as the
+    stored analysis keeps it for the silence rules: ``{"attempt": attempt, "median_s": seconds or
+    None}`` (:func:`median_update_interval` of :func:`newest_update_times`)."""
+    return {"attempt": attempt,
+            "median_s": median_update_interval(newest_update_times(ledger, attempt))}
+
+
 def reporter_ages(seen_at: Mapping, now) -> dict:
     """docs/definitions.md#last-event-age: per reporter of an attempt (``"<rank>"``, or ``"c"``
     for events without a rank), seconds from the last event the server received from it to

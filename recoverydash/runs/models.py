@@ -574,7 +574,11 @@ def clock_of(result, first_event_at=None) -> dict:
     ``figures.seconds_since_last_restorable`` reads: ``last_restorable`` (only its
     ``committed_at``), ``first_event_at`` (``first_event_at``, the run's, when the result has
     none) and ``ended_at``, each as POSIX seconds (``recovery.inputs.parse_time``) or None. A
-    time the core cannot read is left out (None), as the figure would be unknown."""
+    time the core cannot read is left out (None), as the figure would be unknown. With them,
+    ``update_interval`` as the result has it (``recovery.figures.update_interval``: the newest
+    attempt's median update interval, which the silence rules read; absent from a result stored
+    before the core wrote it), so the periodic alert evaluation reads these few bytes per run
+    (``alerts.evaluation.evaluate_chunk``)."""
     from recoverydash.recovery.inputs import parse_time
 
     def seconds(value):
@@ -586,9 +590,12 @@ def clock_of(result, first_event_at=None) -> dict:
     result = result if isinstance(result, dict) else {}
     last = result.get("last_restorable")
     committed = seconds(last.get("committed_at")) if isinstance(last, dict) else None
-    return {"last_restorable": {"committed_at": committed} if committed is not None else None,
-            "first_event_at": seconds(result.get("first_event_at") or first_event_at),
-            "ended_at": seconds(result.get("ended_at"))}
+    clock = {"last_restorable": {"committed_at": committed} if committed is not None else None,
+             "first_event_at": seconds(result.get("first_event_at") or first_event_at),
+             "ended_at": seconds(result.get("ended_at"))}
+    if isinstance(result.get("update_interval"), dict):
+        clock["update_interval"] = result["update_interval"]
+    return clock
 
 
 def checkpoint_age_limit_of(contract) -> float | None:
