@@ -8,12 +8,14 @@ default: 64 / 15 = 4.3 heartbeats per update). For each level of absorbed update
 
 1. the history up to the level is written as rows: the first ``BENCH_INGESTED`` updates
    (default 1,000) through the real ingest path (``ingest.actions.ingest_batch`` with the SDK's
-   batches of 1,000 events: validation, canonical JSON and hash, COPY, projection), the rest
-   COPYed in the same shape (events with their canonical body and hash, ledger rows, heartbeats
-   stamped with their seq), because ingesting 6.4M events takes this 2-core machine longer than
-   a benchmark should; the stored state is the worker's own (``runs.analysis.analyze`` absorbs
-   the ingested part; the COPYed part is absorbed by the core in chunks of 1,000 updates, as a
-   worker following the run would have);
+   batches of 1,000 events: validation, canonical JSON and hash, COPY, projection) and absorbed
+   by the worker's own ``runs.analysis.analyze``; the rest is bulk-built (:func:`bulk_history`):
+   ledger rows and heartbeats written by PostgreSQL (``INSERT ... SELECT generate_series``) in
+   the shape ingest stores (same columns, spans and fetched JSON, one seq per 1,000 updates from
+   the ingest sequence, which is moved past them), event rows up to ``BENCH_EVENTS_UPTO`` only,
+   and the stored state built by the core (``Ledger.absorb_plain`` / ``beats.absorb`` of the
+   rows the worker's raw read yields, in chunks of 1,000 updates, as a worker following the run
+   would have);
 2. in a fresh process (its peak RSS is the worker's): the analysis with nothing new, then 1,000
    new updates (64,000 events and their heartbeats) through ingest, then the analysis of them;
 3. bytes per rank-update in PostgreSQL (every table of the run's rows, indexes included), and
@@ -114,57 +116,79 @@ def ingest_updates(project, first: int, last: int) -> tuple[int, float]:
     return events, cpu
 
 
-def copy_history(run, first: int, last: int, ledger) -> None:
-    """Updates ``first..last`` as the rows ingest writes, COPYed, one seq per 1,000 updates; the
-    core absorbs the same records into ``ledger`` chunk by chunk."""
+def bulk_history(run, first: int, last: int, ledger) -> int:
+    """Updates ``first..last`` bulk-built: their ledger rows and heartbeats written by
+    PostgreSQL itself (``INSERT ... SELECT`` over ``generate_series``, in ingest's shape: the
+    same columns, spans and fetched JSON as :func:`update_events` sends and ingest stores, one
+    seq per 1,000 updates taken from the ingest sequence), and the same rows absorbed into
+    ``ledger`` by the core (``Ledger.absorb_plain`` of the tuples the worker's raw read yields,
+    chunks of 1,000 updates, as a worker following the run would have). Event rows (the audit
+    log, never read by the analysis) are written for updates up to :data:`EVENTS_UPTO` only.
+    Returns the last seq taken."""
     from recoverydash import recovery
     from recoverydash.runs.models import Attempt, Event, Heartbeat, LedgerRow, Run
+    from recoverydash.runs.seq import SEQUENCE
 
     now = datetime.now(timezone.utc)
-    seq = run.ingest_seq
+    t0 = T0.timestamp()
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT nextval('{SEQUENCE}')")
+        seq0 = int(cursor.fetchone()[0])
+        steps = (last - first) // 1000 + 1
+        cursor.execute(f"SELECT setval('{SEQUENCE}', %s)", [seq0 + steps])
+    seq_of = f"({seq0} + (u - {first}) / 1000)"
+    when = f"to_timestamp({t0} + {SECONDS_PER_UPDATE} * u)"
+    ledger_sql = (
+        f'INSERT INTO "{LedgerRow._meta.db_table}" (run_id, attempt, "update", rank, time, spans, '
+        'samples, tokens, first_seq, last_seq) '
+        f"SELECT %s, 0, u, r, {when}, jsonb_build_array(jsonb_build_object('stratum', 'main', "
+        f"'epoch', 0, 'ranges', jsonb_build_array(jsonb_build_array((u - 1) * {GBS} + r, "
+        f"u * {GBS}, {WORLD})))), {PER_RANK}, NULL, {seq_of}, {seq_of} "
+        f"FROM generate_series(%s, %s) u, generate_series(0, {WORLD - 1}) r ORDER BY u, r")
+    beat_sql = (
+        f'INSERT INTO "{Heartbeat._meta.db_table}" (run_id, attempt, rank, time, "update", '
+        f"fetched, seq) SELECT %s, 0, r, {when}, u, jsonb_build_array(jsonb_build_object("
+        f"'stratum', 'main', 'epoch', 0, 'position', u * {GBS} + 2 * {GBS})), {seq_of} "
+        f"FROM generate_series(%s, %s) u, generate_series(0, {WORLD - 1}) r "
+        f"WHERE mod(u + r, {BEAT_EVERY}) = 0 ORDER BY u, r")
+    event_sql = (
+        f'INSERT INTO "{Event._meta.db_table}" (run_id, event_id, type, attempt, rank, time, '
+        "received_at, batch_seq, content_hash, body) "
+        f"SELECT %s, 'u' || u || '-' || r, 'update_committed', 0, r, {when}, %s, {seq_of}, "
+        "encode(sha256(convert_to(b::text, 'UTF8')), 'hex'), b FROM ("
+        f"SELECT u, r, jsonb_build_object('event_id', 'u' || u || '-' || r, 'type', "
+        f"'update_committed', 'run_id', %s, 'attempt', 0, 'time', "
+        f"to_char({when} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"+00:00\"'), 'rank', r, "
+        f"'update', u, 'samples', {PER_RANK}, 'spans', jsonb_build_array(jsonb_build_object("
+        f"'stratum', 'main', 'epoch', 0, 'ranges', jsonb_build_array(jsonb_build_array("
+        f"(u - 1) * {GBS} + r, u * {GBS}, {WORLD}))))) b "
+        f"FROM generate_series(%s, %s) u, generate_series(0, {WORLD - 1}) r) e ORDER BY u, r")
+    chunk = 50_000
+    for lo in range(first, last + 1, chunk):
+        hi = min(last, lo + chunk - 1)
+        with connection.cursor() as cursor:
+            cursor.execute(ledger_sql, [run.pk, lo, hi])
+            cursor.execute(beat_sql, [run.pk, lo, hi])
+            if lo <= EVENTS_UPTO:
+                cursor.execute(event_sql, [run.pk, now, RUN_ID, lo, min(hi, EVENTS_UPTO)])
     for lo in range(first, last + 1, 1000):
         hi = min(last, lo + 999)
-        seq += 1
-        events, ledger_rows, beats, records, beat_records = [], [], [], [], []
-        for update in range(lo, hi + 1):
-            for ev in update_events(update):
-                if update <= EVENTS_UPTO:
-                    canonical = json.dumps(ev, sort_keys=True, separators=(",", ":"))
-                    events.append((run.pk, ev["event_id"], ev["type"], 0, ev["rank"],
-                                   ev["time"], now, seq,
-                                   hashlib.sha256(canonical.encode()).hexdigest(), canonical))
-                if ev["type"] == "update_committed":
-                    spans = json.dumps(ev["spans"])
-                    ledger_rows.append((run.pk, 0, update, ev["rank"], ev["time"], spans,
-                                        PER_RANK, None, seq, seq))
-                    records.append(recovery.LedgerRecord(0, update, ev["rank"],
-                                                         at(update).timestamp(), ev["spans"]))
-                else:
-                    beats.append((run.pk, 0, ev["rank"], ev["time"], update,
-                                  json.dumps(ev["fetched"]), seq))
-                    beat_records.append(recovery.HeartbeatRecord(
-                        0, ev["rank"], at(update).timestamp(), update, ev["fetched"]))
-        with connection.cursor() as cursor:
-            for model, columns, rows in (
-                    (Event, ("run_id", "event_id", "type", "attempt", "rank", "time",
-                             "received_at", "batch_seq", "content_hash", "body"), events),
-                    (LedgerRow, ("run_id", "attempt", "update", "rank", "time", "spans",
-                                 "samples", "tokens", "first_seq", "last_seq"), ledger_rows),
-                    (Heartbeat, ("run_id", "attempt", "rank", "time", "update", "fetched",
-                                 "seq"), beats)):
-                sql = f'COPY "{model._meta.db_table}" ({", ".join(columns)}) FROM STDIN'
-                with cursor.cursor.copy(sql) as copy:
-                    for row in rows:
-                        copy.write_row(row)
-        ledger.absorb(records)
-        ledger.beats.absorb(beat_records)
+        rows = [(0, u, r, t0 + SECONDS_PER_UPDATE * u, None, "main", 0, (u - 1) * GBS + r,
+                 u * GBS, WORLD) for u in range(lo, hi + 1) for r in range(WORLD)]
+        ledger.absorb_plain(rows)
+        ledger.beats.absorb([recovery.HeartbeatRecord(
+            0, r, t0 + SECONDS_PER_UPDATE * u, u,
+            [{"stratum": "main", "epoch": 0, "position": u * GBS + 2 * GBS}])
+            for u in range(lo, hi + 1) for r in range(WORLD) if (u + r) % BEAT_EVERY == 0])
+    seq = seq0 + steps - 1
     Run.objects.filter(pk=run.pk).update(ingest_seq=seq, last_received_at=now,
                                          last_event_at=at(last))
     # the attempt's last update and event move as ingest moves them (the silence rules read the
     # newest updates below Attempt.last_update: left at the ingested part, they read the whole
-    # COPYed history on every analysis)
+    # bulk history on every analysis)
     Attempt.objects.filter(run=run, attempt=0).update(last_update=last, last_update_at=at(last),
                                                       last_event_at=at(last))
+    return seq
 
 
 RUN_TABLES = ("runs_event", "runs_ledgerrow", "runs_heartbeat", "runs_attempt", "runs_analysis")
@@ -215,7 +239,7 @@ def build(level: int) -> dict:
     analysis = Analysis.objects.get(run=run)
     ledger = recovery.Ledger.from_bytes(bytes(analysis.state))
     if level > ingested:
-        copy_history(run, ingested + 1, level, ledger)
+        bulk_history(run, ingested + 1, level, ledger)
         run.refresh_from_db()
         Analysis.objects.filter(pk=analysis.pk).update(state=ledger.to_bytes(),
                                                        ingest_seq=run.ingest_seq)

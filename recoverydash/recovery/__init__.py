@@ -121,7 +121,7 @@ import importlib
 # loads what it names on first use.
 _EXPORTS = {
     "RestorePlan": "analysis", "RunAnalysis": "analysis", "analyze": "analysis",
-    "restore_plan": "analysis",
+    "restore_plan": "analysis", "split_clock_driven": "analysis",
     "Costs": "costs",
     "DEFAULT_CONTRACT": "contract", "effective_contract": "contract",
     "GenerationVerdict": "generations", "Reason": "generations",

@@ -78,6 +78,29 @@ class RunAnalysis:
         }
 
 
+#: Keys of :meth:`RunAnalysis.to_dict` that may change with the analysis time alone while the
+#: run's inputs stay the same (the clock-driven figures: health through the checkpoint age,
+#: :func:`.figures.seconds_since_last_restorable`, the costs' wall time and what divides by it,
+#: and the ``tslrc`` chart's last point), and the chart series among them. Everything else is a
+#: function of the inputs and of the settle rule only.
+CLOCK_DRIVEN_KEYS = ("health", "seconds_since_last_restorable", "costs")
+CLOCK_DRIVEN_CHARTS = ("tslrc",)
+
+
+def split_clock_driven(result: dict) -> tuple[dict, dict]:
+    """``(rest, clock_driven)`` of a :meth:`RunAnalysis.to_dict` (or a stored copy of one):
+    ``clock_driven`` holds :data:`CLOCK_DRIVEN_KEYS` and, under ``charts``,
+    :data:`CLOCK_DRIVEN_CHARTS`; ``rest`` every other key (``charts`` without those series).
+    ``rest | clock_driven`` with the two ``charts`` merged is ``result`` again. Neither dict
+    is a deep copy."""
+    rest = {k: v for k, v in result.items() if k not in CLOCK_DRIVEN_KEYS}
+    charts = dict(result.get("charts") or {})
+    timed = {k: result[k] for k in CLOCK_DRIVEN_KEYS if k in result}
+    timed["charts"] = {k: charts.pop(k) for k in CLOCK_DRIVEN_CHARTS if k in charts}
+    rest["charts"] = charts
+    return rest, timed
+
+
 def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None,
             settle_seconds: float = DEFAULT_SETTLE_SECONDS) -> RunAnalysis:
     """Analyse a run at time ``now`` (POSIX seconds; the core never reads the clock).

@@ -237,6 +237,43 @@ def _store_generation_statuses(run: Run, result: dict) -> None:
             Generation.objects.filter(pk=row.pk).update(status=g["status"], reasons=g["reasons"])
 
 
+def _clock_driven_only(analysis: Analysis, stored: dict, since: int, state,
+                       result: dict) -> dict | None:
+    """The clock-driven part of ``result`` (``recovery.split_clock_driven``) when that is all
+    that differs from the stored result: nothing was absorbed into a continued state
+    (``state`` None), the locked row ``analysis`` is error-free and still reflects ``since``,
+    and every other key of ``stored`` (its result as read before the analysis) is equal
+    (compared as JSON). None otherwise: the whole result is to be written."""
+    if state is not None or since < 0 or analysis.ingest_seq != since or analysis.error \
+            or not isinstance(stored, dict) or not stored:
+        return None
+    rest, timed = recovery.split_clock_driven(result)
+    before, _ = recovery.split_clock_driven(stored)
+    if json.dumps(rest, sort_keys=True) != json.dumps(before, sort_keys=True):
+        return None
+    return timed
+
+
+def _merge_result(analysis: Analysis, timed: dict) -> None:
+    """Write ``timed`` (the clock-driven keys, and chart series under ``charts``) into the
+    stored ``Analysis.result`` in place: a jsonb merge on PostgreSQL (the rest of the document
+    is not sent again), elsewhere the row's result rewritten. Inside the caller's transaction,
+    on the locked row."""
+    charts = timed.get("charts") or {}
+    top = {k: v for k, v in timed.items() if k != "charts"}
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f'UPDATE "{Analysis._meta.db_table}" SET result = jsonb_set(result || %s::jsonb, '
+                "'{charts}', coalesce(result->'charts', '{}'::jsonb) || %s::jsonb) WHERE id = %s",
+                [json.dumps(top), json.dumps(charts), analysis.pk])
+        return
+    merged = dict(analysis.result)
+    merged.update(top)
+    merged["charts"] = {**(merged.get("charts") or {}), **charts}
+    Analysis.objects.filter(pk=analysis.pk).update(result=merged)
+
+
 def analyze(run: Run, now: float | None = None) -> Analysis:
     """Bring the run's stored analysis up to date and return it (see ``analyze_with_result``)."""
     return analyze_with_result(run, now)[0]
@@ -313,12 +350,24 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
         Analysis.objects.filter(pk=analysis.pk).update(error=message, error_at=timezone.now(),
                                                        error_seq=target_seq)
         raise AnalysisFailed(message) from exc
+    stored_result = analysis.result
     with transaction.atomic():
-        analysis = Analysis.objects.select_for_update().get(pk=analysis.pk)
+        # the row again, locked, without the state and result read above (what is compared
+        # below is the result as read above: a concurrent analysis that stored one since then
+        # moved ingest_seq, or analysed the same inputs)
+        analysis = Analysis.objects.select_for_update().defer("state", "result").get(
+            pk=analysis.pk)
         if analysis.ingest_seq > target_seq:
             return analysis, outcome  # a concurrent analysis saw more events: keep it
-        fields = ["result", "health", "ingest_seq", "computed_at", "duration_s", "error",
-                  "error_at", "error_seq"]
+        fields = ["health", "ingest_seq", "computed_at", "duration_s", "error", "error_at",
+                  "error_seq"]
+        # nothing absorbed and the stored result equal but for its clock-driven figures
+        # (recovery.split_clock_driven): only those are written, merged into the stored jsonb
+        # (a few hundred bytes instead of the result with its generations and chart series),
+        # and the generations' statuses, equal too, are not written again
+        timed = _clock_driven_only(analysis, stored_result, since, state, result)
+        if timed is None:
+            fields.append("result")
         if state is not None or analysis.ingest_seq != since:
             # the state changed, or another analysis stored a state since this one read it
             # (its state then reflects at most target_seq: this one's is as good)
@@ -326,6 +375,8 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
             analysis.state = state
             analysis.state_format = STATE_FORMAT
             fields += ["state", "state_format"]
+        if timed is not None:
+            _merge_result(analysis, timed)
         analysis.result = result
         analysis.health = result["health"]
         analysis.ingest_seq = target_seq
@@ -333,7 +384,8 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
         analysis.duration_s = time.monotonic() - started
         analysis.error, analysis.error_at, analysis.error_seq = "", None, -1
         analysis.save(update_fields=fields)
-        _store_generation_statuses(run, result)
+        if timed is None:
+            _store_generation_statuses(run, result)
         # Receivers (the alert rules, ``alerts.evaluation.evaluate_stored``) run in this
         # transaction, under the Analysis row's lock: readers see the new ingest_seq (and
         # ``pending_analysis`` false) only together with the alerts of this analysis.

@@ -132,6 +132,53 @@ def test_it_stores_no_state_again_when_nothing_new_was_absorbed(project, scenari
         first.result["seconds_since_last_restorable"] + 600
 
 
+@pytest.mark.parametrize("later", [600.0, 30 * 86400.0])
+def test_nothing_new_writes_only_the_clock_driven_figures_and_equals_a_rebuild(
+        project, scenario_loader, tmp_path, later):
+    """With nothing new, the result is not sent again (only its clock-driven keys, merged into
+    the stored jsonb), the generations' statuses are neither read nor written, and what is
+    stored equals the analysis of a rebuild from every row at the same time."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    events, _ = scenario_loader(S2, str(tmp_path))
+    ingest_batch(project, with_heartbeats(events, count=100))
+    run = Run.objects.get(run_id=events[0]["run_id"])
+    first = bridge.analyze(run, now=NOW)
+    assert first.result["generations"]
+    with CaptureQueriesContext(connection) as queries:
+        bridge.analyze(run, now=NOW + later)
+    sqls = [q["sql"] for q in queries.captured_queries]
+    writes = [sql for sql in sqls if sql.startswith("UPDATE") and "runs_analysis" in sql]
+    assert len(writes) == 2  # the merge of the clock-driven keys, the row's small columns
+    assert not any('"generations"' in sql or '"strata"' in sql or '"committed_cursor"' in sql
+                   for sql in writes)
+    assert not any(sql.startswith('SELECT "runs_generation"."id", "runs_generation"."generation_id",'
+                              ' "runs_generation"."status"') or
+                   sql.startswith('UPDATE "runs_generation"') for sql in sqls)
+    stored = Analysis.objects.get(run=run)
+    Analysis.objects.filter(run=run).delete()
+    rebuilt = bridge.analyze(run, now=NOW + later)
+    assert stored.result == rebuilt.result
+    assert (stored.clock, stored.clock_since_s, stored.health) == \
+        (rebuilt.clock, rebuilt.clock_since_s, rebuilt.health)
+    assert stored.ingest_seq == rebuilt.ingest_seq
+    assert stored.result["seconds_since_last_restorable"] == \
+        first.result["seconds_since_last_restorable"] + later
+
+
+def test_split_clock_driven_takes_apart_and_puts_back_the_result(project, scenario_loader,
+                                                                 tmp_path):
+    events, _ = scenario_loader(S2, str(tmp_path))
+    ingest_batch(project, events)
+    result = bridge.analyze(Run.objects.get(run_id=events[0]["run_id"]), now=NOW).result
+    rest, timed = recovery.split_clock_driven(result)
+    assert set(timed) == {"health", "seconds_since_last_restorable", "costs", "charts"}
+    assert set(timed["charts"]) == {"tslrc"}
+    assert set(rest["charts"]) == {"committed_cursor", "fetched"}
+    assert {**rest, **timed, "charts": {**rest["charts"], **timed["charts"]}} == result
+
+
 def test_it_reads_every_span_shape_into_the_state_of_the_rows_records(project):
     """The common shape read as columns (PostgreSQL) and every other shape read as JSON give
     the ledger state of the rows' records absorbed by the core."""
