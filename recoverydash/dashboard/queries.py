@@ -655,16 +655,16 @@ def restart_detail(run, attempt: int, summary_restarts: list | None = None) -> R
 
 
 def _epochs(run, attempt: int, updates: list) -> dict:
-    """``{(update, rank): epoch}`` where the rank's ledger row of that update consumed one epoch
-    only (else the epoch is unknown and absent)."""
-    out = {}
-    for upd, rank, spans in (LedgerRow.objects.filter(run=run, attempt=attempt,
-                                                      update__in=updates)
-                             .values_list("update", "rank", "spans")):
-        epochs = {s.get("epoch") for s in spans or [] if isinstance(s, dict)}
-        if len(epochs) == 1:
-            out[(upd, rank)] = epochs.pop()
-    return out
+    """``{(update, rank): epoch}`` where the rank's reports of that update (from its ledger
+    rows, folded ones included: ``LedgerRow.parts``) consumed one epoch only (else the epoch is
+    unknown and absent)."""
+    found: dict = {}
+    for row in (LedgerRow.objects.filter(run=run, attempt=attempt, update__in=updates)
+                .only("update", "rank", "ranks", "rank_shift", "spans")):
+        for rank, spans in row.parts():
+            found.setdefault((row.update, rank), set()).update(
+                s.get("epoch") for s in spans or [] if isinstance(s, dict))
+    return {key: next(iter(epochs)) for key, epochs in found.items() if len(epochs) == 1}
 
 
 def _windows(run, attempt: int | None, q) -> list:

@@ -46,6 +46,7 @@ from recoverydash.runs.models import (GLOBAL_RANK, ApiToken, Attempt, AuditWindo
                                       CheckpointObject, Event, Generation, Heartbeat, LedgerRow,
                                       Project, Run, ShardReport)
 from recoverydash.runs import seq as seq_of
+from recoverydash.runs.folding import fold, unfold
 from recoverydash.runs.queue import VERIFY_GENERATION, enqueue
 
 from .errors import AttemptConflict, BadRequest, Conflict, ErrorItem, MAX_ERRORS
@@ -379,8 +380,8 @@ def _copy(table: str, columns: Sequence[str], rows: Iterable[tuple]) -> None:
                 copy.write_row(row)
 
 
-_LEDGER_COLUMNS = ("run_id", "attempt", "update", "rank", "time", "spans", "samples", "tokens",
-                   "first_seq", "last_seq")
+_LEDGER_COLUMNS = ("run_id", "attempt", "update", "rank", "ranks", "rank_shift", "time", "spans",
+                   "samples", "tokens", "first_seq", "last_seq")
 
 
 class _Projection:
@@ -444,12 +445,7 @@ class _Projection:
             self.ledger[key] = {"time": m.time, "spans": list(spans), "samples": samples,
                                 "tokens": tokens}
             return
-        for span in spans:
-            if span not in entry["spans"]:
-                entry["spans"].append(span)
-        for name, value in (("samples", samples), ("tokens", tokens)):
-            if value is not None:
-                entry[name] = max(value, entry[name] or 0)
+        _unite_entry(entry, {"spans": spans, "samples": samples, "tokens": tokens})
 
     def apply_attempts(self, attempts: dict[tuple[int, int], Attempt]) -> None:
         """Apply the batch's events to ``attempts`` (every attempt row of the batch's runs, read
@@ -521,22 +517,44 @@ class _Projection:
             row.received_at = timezone.now()
             row.save()
 
+    def _folded(self) -> dict[tuple, dict[str, Any]]:
+        """The batch's ledger entries as rows to store: ``{(run pk, attempt, update, rank,
+        ranks): entry}``, an entry with its ``shift``. The parts of one ``(run, attempt,
+        update)`` (an aggregate's, or the per-rank events of this batch) are folded where they
+        have the DistributedSampler shape (``runs.folding.fold``: exact, each rank's report is
+        given back as sent); every other part is a row of one rank."""
+        groups: dict[tuple, dict[int, dict[str, Any]]] = {}
+        for (run_pk, attempt, update, rank), entry in self.ledger.items():
+            groups.setdefault((run_pk, attempt, update), {})[rank] = entry
+        rows: dict[tuple, dict[str, Any]] = {}
+        for group, parts in groups.items():
+            if len(parts) == 1:
+                ((rank, entry),) = parts.items()
+                rows[group + (rank, 1)] = dict(entry, shift=0)
+                continue
+            for rank, ranks, shift, entry in fold(parts):
+                rows[group + (rank, ranks)] = dict(entry, shift=shift)
+        return rows
+
     def _flush_ledger(self) -> None:
-        """Write the batch's ledger rows, stamped with the run's seq: new keys by COPY
-        (PostgreSQL) or INSERT, keys stored already united into the stored row (read FOR UPDATE:
-        a concurrent batch uniting the same key waits, and sees this one's spans)."""
+        """Write the batch's ledger rows (:meth:`_folded`), stamped with the run's seq: new keys
+        by COPY (PostgreSQL) or INSERT, keys stored already united into the stored row (read FOR
+        UPDATE: a concurrent batch uniting the same key waits, and sees this one's spans)."""
         if not self.ledger:
             return
-        pending = dict(self.ledger)
+        pending = self._folded()
         if connection.vendor != "postgresql":
-            pending = self._unite_existing(pending)
-            if pending:
-                LedgerRow.objects.bulk_create(
-                    [LedgerRow(run_id=k[0], attempt=k[1], update=k[2], rank=k[3],
-                               time=e["time"], spans=e["spans"], samples=e["samples"],
-                               tokens=e["tokens"], first_seq=self.seqs[k[0]],
-                               last_seq=self.seqs[k[0]]) for k, e in pending.items()],
-                    batch_size=500)
+            while pending:  # entries come back marked retry when a key may be stored
+                rest = self._unite_existing(pending)
+                new = {k: e for k, e in rest.items() if not e["retry"]}
+                pending = {k: e for k, e in rest.items() if e["retry"]}
+                if new:
+                    LedgerRow.objects.bulk_create(
+                        [LedgerRow(run_id=k[0], attempt=k[1], update=k[2], rank=k[3], ranks=k[4],
+                                   rank_shift=e["shift"], time=e["time"], spans=e["spans"],
+                                   samples=e["samples"], tokens=e["tokens"],
+                                   first_seq=self.seqs[k[0]], last_seq=self.seqs[k[0]])
+                         for k, e in new.items()], batch_size=500)
             return
         from psycopg.errors import UniqueViolation
 
@@ -547,27 +565,38 @@ class _Projection:
             try:
                 with transaction.atomic():
                     _copy(LedgerRow._meta.db_table, _LEDGER_COLUMNS, (
-                        key + (entry["time"], json.dumps(entry["spans"]), entry["samples"],
-                               entry["tokens"], self.seqs[key[0]], self.seqs[key[0]])
+                        key + (entry["shift"], entry["time"], json.dumps(entry["spans"]),
+                               entry["samples"], entry["tokens"], self.seqs[key[0]],
+                               self.seqs[key[0]])
                         for key, entry in pending.items()))
                 return
             except UniqueViolation:
                 pending = self._unite_existing(pending)
 
     def _unite_existing(self, keys: dict[tuple, dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
-        """Unite the entries of ``keys`` whose ledger row is stored into it; return the rest."""
+        """Unite the entries of ``keys`` (rows as :meth:`_folded` gives them) whose key is
+        stored into the stored row; return the rest to write. A folded entry whose stored row
+        has another ``rank_shift`` cannot be united into it: it comes back as one entry per rank
+        (marked ``retry``: such a key may be stored too)."""
         query = LedgerRow.objects.filter(
             run__in={k[0] for k in keys}, attempt__in={k[1] for k in keys},
-            update__in={k[2] for k in keys}, rank__in={k[3] for k in keys})
+            update__in={k[2] for k in keys}, rank__in={k[3] for k in keys},
+            ranks__in={k[4] for k in keys})
         if connection.vendor == "postgresql":
             query = query.select_for_update().order_by("pk")
-        existing = {(row.run_id, row.attempt, row.update, row.rank): row for row in query}
+        existing = {(row.run_id, row.attempt, row.update, row.rank, row.ranks): row
+                    for row in query}
         changed: list[LedgerRow] = []
         rest: dict[tuple, dict[str, Any]] = {}
         for key, entry in keys.items():
             row = existing.get(key)
             if row is None:
-                rest[key] = entry
+                _put(rest, key, dict(entry, retry=False))
+                continue
+            if row.ranks > 1 and row.rank_shift != entry["shift"]:
+                for rank, spans in unfold(key[3], key[4], entry["shift"], entry["spans"]):
+                    _put(rest, key[:3] + (rank, 1), dict(entry, spans=list(spans), shift=0,
+                                                         retry=True))
                 continue
             row.unite(entry["spans"], entry["samples"], entry["tokens"], self.seqs[key[0]])
             changed.append(row)
@@ -625,6 +654,29 @@ class _Projection:
 #: What an attempt_started declares about its launch; a second one for the attempt must agree.
 _START_FIELDS = ("world_size", "dataset_version", "global_batch_size", "micro_batch_size",
                  "grad_accum_steps", "config_digest", "resumed_from")
+
+
+def _put(rows: dict[tuple, dict[str, Any]], key: tuple, entry: dict[str, Any]) -> None:
+    """Add a row to write to ``rows``, united with the entry of the same key if there is one
+    (then marked ``retry`` if either was)."""
+    mine = rows.get(key)
+    if mine is None:
+        rows[key] = entry
+        return
+    _unite_entry(mine, entry)
+    mine["retry"] = mine.get("retry") or entry.get("retry")
+
+
+def _unite_entry(entry: dict[str, Any], other: dict[str, Any]) -> None:
+    """Unite a further report of one rank for one update into ``entry`` (as
+    ``LedgerRow.unite``): spans not present are appended, counts keep the larger value."""
+    for span in other["spans"]:
+        if span not in entry["spans"]:
+            entry["spans"].append(span)
+    for name in ("samples", "tokens"):
+        value = other[name]
+        if value is not None:
+            entry[name] = max(value, entry[name] or 0)
 
 
 def _resumed_identity(resumed_from: Any) -> tuple | None:

@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from recoverydash import recovery
 from recoverydash.recovery.ledger import STATE_FORMAT
+from recoverydash.runs.folding import unfold
 from recoverydash.runs.models import (GLOBAL_RANK, Analysis, Attempt, CheckpointObject,
                                       Generation, Heartbeat, LedgerRow, Run, ShardReport)
 from recoverydash.runs.queue import ANALYZE_RUN, enqueue
@@ -133,25 +134,34 @@ PLAIN_SPANS = re.compile(r'\[\{"epoch": ([0-9]{1,18}), "ranges": \[\[([0-9]{1,18
 
 
 def _plain_rows(chunk: list) -> list:
-    """``(attempt, update, rank, time, spans text)`` rows as :meth:`recovery.Ledger.absorb_plain`
-    takes them: the common shape (:data:`PLAIN_SPANS`) as columns, stratum set and spans None,
-    every other row's JSON decoded (one json.loads per chunk), stratum None."""
+    """``(attempt, update, rank, ranks, rank_shift, time, spans text)`` rows as
+    :meth:`recovery.Ledger.absorb_plain` takes them, one per rank (a folded row gives each of
+    its ranks, ``runs.folding.unfold``): the common shape (:data:`PLAIN_SPANS`) as columns,
+    stratum set and spans None, every other row's JSON decoded (one json.loads per chunk),
+    stratum None."""
     match, glob = PLAIN_SPANS.match, GLOBAL_RANK
     out, others, where = [], [], []
-    for attempt, update, rank, when, text in chunk:
+    for attempt, update, rank, ranks, shift, when, text in chunk:
         found = match(text) if text is not None else None
         rank = None if rank == glob else rank
         if found is None:
-            where.append(len(out))
+            where.append((len(out), ranks, shift))
             others.append(text or "null")
-            out.append((attempt, update, rank, when, None, None, None, None, None, None))
+            out.extend((attempt, update, None if rank is None else rank + k, when, None, None,
+                        None, None, None, None) for k in range(ranks))
             continue
         epoch, start, stop, step, stratum = found.groups()
-        out.append((attempt, update, rank, when, None, stratum, int(epoch), int(start),
-                    int(stop), None if step is None else int(step)))
+        epoch, start, stop = int(epoch), int(start), int(stop)
+        step = None if step is None else int(step)
+        if ranks == 1:
+            out.append((attempt, update, rank, when, None, stratum, epoch, start, stop, step))
+            continue
+        out.extend((attempt, update, rank + k, when, None, stratum, epoch, start + k * shift,
+                    stop + k * shift, step) for k in range(ranks))
     if others:
-        for i, spans in zip(where, json.loads("[" + ",".join(others) + "]")):
-            out[i] = out[i][:4] + (spans,) + out[i][5:]
+        for (i, ranks, shift), spans in zip(where, json.loads("[" + ",".join(others) + "]")):
+            for k, (_, mine) in enumerate(unfold(0, ranks, shift, spans)):
+                out[i + k] = out[i + k][:4] + (mine,) + out[i + k][5:]
     return out
 
 
@@ -162,10 +172,12 @@ def _new_rows(run: Run, since: int, upto: int):
     update, rank)`` order. On PostgreSQL one raw query (time as epoch seconds, spans as jsonb's
     text: the ORM's per-row datetime and JSON converters cost 4x the rest), a row of the common
     shape given as columns (:func:`_plain_rows`: no JSON decoded, no dict built); elsewhere the
-    ORM, spans always given."""
+    ORM, spans always given. A folded row gives one row per rank it holds (``runs.folding``),
+    so a chunk may hold more than :data:`CHUNK` rows."""
     glob = GLOBAL_RANK
     if connection.vendor == "postgresql":
-        sql = ('SELECT attempt, "update", rank, extract(epoch from time)::float8, spans::text '
+        sql = ('SELECT attempt, "update", rank, ranks, rank_shift, '
+               'extract(epoch from time)::float8, spans::text '
                f'FROM "{LedgerRow._meta.db_table}" WHERE run_id = %s AND last_seq > %s '
                'AND last_seq <= %s ORDER BY attempt, "update", rank')
         with connection.cursor() as cursor:
@@ -177,11 +189,13 @@ def _new_rows(run: Run, since: int, upto: int):
                 yield _plain_rows(chunk)
     rows = (LedgerRow.objects.filter(run=run, last_seq__gt=since, last_seq__lte=upto)
             .order_by("attempt", "update", "rank")
-            .values_list("attempt", "update", "rank", "time", "spans").iterator(CHUNK))
+            .values_list("attempt", "update", "rank", "ranks", "rank_shift", "time", "spans")
+            .iterator(CHUNK))
     chunk = []
-    for attempt, update, rank, when, spans in rows:
-        chunk.append((attempt, update, None if rank == glob else rank, when.timestamp(),
-                      spans, None, None, None, None, None))
+    for attempt, update, rank, ranks, shift, when, spans in rows:
+        for mine, part in unfold(rank, ranks, shift, spans):
+            chunk.append((attempt, update, None if mine == glob else mine, when.timestamp(),
+                          part, None, None, None, None, None))
         if len(chunk) >= CHUNK:
             yield chunk
             chunk = []
@@ -211,8 +225,8 @@ def absorb_new(run: Run, ledger: "recovery.Ledger", since: int, upto: int) -> tu
     lie in ``(since, upto]`` (``since`` -1: every row), read by seq through their ``(run, seq)``
     indexes in chunks of :data:`CHUNK`, never the whole table. Ledger rows in ``(attempt,
     update, rank)`` order (the core's fast path), heartbeats in ``(seq, id)`` order (the order
-    the heartbeat fold is defined over, so batches fold like one). Returns ``(ledger rows,
-    heartbeats)`` absorbed. Raises what the core raises on a malformed value."""
+    the heartbeat fold is defined over, so batches fold like one). Returns ``(rank reports,
+    heartbeats)`` absorbed (a folded ledger row counts each rank it holds). Raises what the core raises on a malformed value."""
     n_rows = n_beats = 0
     record = recovery.LedgerRecord
     for chunk in _new_rows(run, since, upto):

@@ -16,6 +16,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from recoverydash.runs.folding import unfold
+
 SCOPE_INGEST = "ingest"
 SCOPE_READ = "read"
 # Prometheus scrapes (GET /metrics): the project's run metrics and service health, nothing else.
@@ -370,11 +372,20 @@ GLOBAL_RANK = -1  # a ledger report with a null rank: the coordinator's global v
 
 
 class LedgerRow(models.Model):
-    """Positions one data-parallel rank contributed to one committed update
-    (docs/ingest-v1.md#update_committed). One row per ``(run, attempt, update, rank)``; ``rank`` -1
-    stands for a null rank. Reports of the same rank for one update are united: a later piece
-    appends its spans and raises ``last_seq`` above ``first_seq``. ``spans`` are the wire spans,
-    which are already compact (ranges, strided ranges).
+    """Positions data-parallel ranks contributed to one committed update
+    (docs/ingest-v1.md#update_committed). A row holds ``ranks`` consecutive ranks from ``rank``
+    (``rank`` -1 stands for a null rank, always alone): one rank's report (``ranks`` 1), or a
+    *folded* row of the reports of ranks ``rank .. rank + ranks - 1`` that are each the previous
+    one's moved by ``rank_shift`` positions (the DistributedSampler shape; ``runs.folding``:
+    ``spans`` are rank ``rank``'s, :meth:`parts` gives every rank's report exactly as sent).
+    ``spans`` are the wire spans, which are already compact (ranges, strided ranges).
+
+    One row per ``(run, attempt, update, rank, ranks)``. Reports for a stored key are united: a
+    later piece appends its spans (to a folded row only with the same ``rank_shift``: moving
+    distributes over the union) and raises ``last_seq`` above ``first_seq``. A rank's report may
+    also be in two rows (its own row and a folded one written by another batch): readers unite
+    the reports of one ``(attempt, update, rank)`` whatever rows they come from, as the
+    analysis core does (``recovery.ledger``).
     """
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="ledger_rows")
@@ -387,12 +398,22 @@ class LedgerRow(models.Model):
     tokens = models.BigIntegerField(null=True, blank=True)
     first_seq = models.BigIntegerField(default=0)
     last_seq = models.BigIntegerField(default=0)
+    #: how many consecutive ranks from ``rank`` this row holds (runs.folding)
+    ranks = models.IntegerField(default=1, db_default=1)
+    #: positions rank ``rank + k``'s ranges are moved by, per k (0 for a row of one rank)
+    rank_shift = models.BigIntegerField(default=0, db_default=0)
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["run", "attempt", "update", "rank"], name="uniq_ledger")
+            models.UniqueConstraint(fields=["run", "attempt", "update", "rank", "ranks"],
+                                    name="uniq_ledger")
         ]
         indexes = [models.Index(fields=["run", "last_seq"], name="ledger_run_seq")]
+
+    def parts(self):
+        """``(rank, spans)`` of every rank this row holds, in rank order (runs.folding.unfold:
+        each exactly as that rank reported it)."""
+        return unfold(self.rank, self.ranks, self.rank_shift, self.spans)
 
     def unite(self, spans: list[dict], samples: int | None, tokens: int | None, seq: int) -> None:
         """Unite a further report of the same ``(attempt, update, rank)`` into this row: spans
@@ -407,6 +428,29 @@ class LedgerRow(models.Model):
         if tokens is not None:
             self.tokens = max(tokens, self.tokens or 0)
         self.last_seq = seq
+
+
+def rank_reports(rows) -> dict[tuple[int, int, int], dict]:
+    """Every rank's report held by ``rows`` (LedgerRow objects, folded ones included):
+    ``{(attempt, update, rank): {"time", "spans", "samples", "tokens"}}``, the reports of one key
+    from several rows united as ``LedgerRow.unite`` unites them (spans appended when new, counts
+    the larger, the earliest time). What the rows stand for, whatever the folding."""
+    out: dict[tuple[int, int, int], dict] = {}
+    for row in rows:
+        for rank, spans in row.parts():
+            key = (row.attempt, row.update, rank)
+            mine = out.get(key)
+            if mine is None:
+                out[key] = {"time": row.time, "spans": list(spans), "samples": row.samples,
+                            "tokens": row.tokens}
+                continue
+            mine["spans"] += [s for s in spans if s not in mine["spans"]]
+            mine["time"] = min(mine["time"], row.time)
+            for name in ("samples", "tokens"):
+                value = getattr(row, name)
+                if value is not None:
+                    mine[name] = max(value, mine[name] or 0)
+    return out
 
 
 class Heartbeat(models.Model):

@@ -9,7 +9,7 @@ import pytest
 from ingest_support import post
 from recoverydash.ingest.actions import ingest_batch
 from recoverydash.runs.analysis import analyze
-from recoverydash.runs.models import Attempt, LedgerRow, Project, Run
+from recoverydash.runs.models import Attempt, LedgerRow, Project, Run, rank_reports
 
 pytestmark = pytest.mark.django_db
 
@@ -76,8 +76,7 @@ def analysed(name: str, events: list[dict]) -> tuple[Run, dict]:
 
 
 def rows(run: Run) -> dict:
-    return {"ledger": sorted(LedgerRow.objects.filter(run=run).values_list(
-        "attempt", "update", "rank", "time", "spans", "samples", "tokens")),
+    return {"ledger": rank_reports(LedgerRow.objects.filter(run=run).order_by("pk")),
         "attempts": list(Attempt.objects.filter(run=run).order_by("attempt").values(
             "attempt", "last_update", "last_update_at", "last_event_at", "world_size")),
         "strata": run.strata}

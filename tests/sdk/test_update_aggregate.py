@@ -64,7 +64,7 @@ def test_it_sends_every_ranks_part_of_an_update_in_one_event(ingest, spool):
     # on the server: the same ledger and analysis as the per-rank events without rank 2 of u3
     from recoverydash.ingest.actions import ingest_batch
     from recoverydash.runs.analysis import analyze
-    from recoverydash.runs.models import LedgerRow, Project, Run
+    from recoverydash.runs.models import LedgerRow, Project, Run, rank_reports
 
     start = {"event_id": "s", "type": "attempt_started", "run_id": "run-a", "attempt": 0,
              "time": aggregates[0]["time"], "world_size": W, "dataset_version": "v",
@@ -75,10 +75,14 @@ def test_it_sends_every_ranks_part_of_an_update_in_one_event(ingest, spool):
     run_a, run_b = Run.objects.get(project=a), Run.objects.get(project=b)
 
     def ledger(run):
-        return sorted(LedgerRow.objects.filter(run=run).values_list("attempt", "update", "rank",
-                                                                    "spans", "samples"))
+        return sorted((*key, report["spans"], report["samples"]) for key, report in
+                      rank_reports(LedgerRow.objects.filter(run=run)).items())
 
     assert ledger(run_a) == ledger(run_b) and len(ledger(run_b)) == 5 * W - 1
+    # stored folded (runs.folding): one row per full update; update 3 without rank 2 holds
+    # ranks 0-1 in one row and rank 3 in another
+    assert sorted(LedgerRow.objects.filter(run=run_b).values_list("update", "rank", "ranks")) \
+        == [(1, 0, 4), (2, 0, 4), (3, 0, 2), (3, 3, 1), (4, 0, 4), (5, 0, 4)]
     # the event times differ (each event is stamped when it was made): compare without them
     got, want = analyze(run_b, now=NOW).result, analyze(run_a, now=NOW).result
     for key in ("strata", "restarts", "generations", "last_restorable", "updates_at_risk",

@@ -1,0 +1,103 @@
+"""Folded ledger rows: the parts of consecutive data-parallel ranks of one update in one row.
+
+A :class:`~recoverydash.runs.models.LedgerRow` holds the parts of ``ranks`` consecutive ranks
+``rank .. rank + ranks - 1`` of one ``(attempt, update)``: the stored ``spans`` are rank
+``rank``'s, and rank ``rank + k``'s are the same spans with every range's start and stop moved by
+``k * rank_shift`` positions (the step stays). That is the DistributedSampler shape, where rank
+r's part is a strided range ``[start + r, stop + r, W]``: 64 ranks of an update cost one row
+instead of 64. Ranks fold only when each one's report is *exactly* (``==`` on the wire values)
+the previous rank's moved by the same shift, with the same time, samples and tokens, and no span
+holds sample ids; every other part is a row of its own (``ranks`` 1, ``rank_shift`` 0). So
+:func:`unfold` gives back each rank's report as it was sent, and every reader (the analysis, the
+restart page) sees the per-rank reports it would have seen without folding: a rank absent from
+the update is absent from every row, two ranks reporting one position still both report it.
+
+Pure functions (no Django); ``runs.models`` and ``ingest.actions`` use them.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+#: Rank under which a report with a null rank (a coordinator's global view) is stored; never
+#: folded (the same value as ``runs.models.GLOBAL_RANK``).
+GLOBAL_RANK = -1
+
+
+def foldable(spans: Any) -> bool:
+    """Whether ``spans`` (wire spans, already validated) can be moved by a shift: a list of
+    dicts each with a list of ``ranges`` of ints and no ``ids``."""
+    if type(spans) is not list or not spans:
+        return False
+    for span in spans:
+        if type(span) is not dict or "ids" in span:
+            return False
+        ranges = span.get("ranges")
+        if type(ranges) is not list or not ranges:
+            return False
+        for item in ranges:
+            if type(item) is not list or not 2 <= len(item) <= 3 \
+                    or any(type(x) is not int for x in item):
+                return False
+    return True
+
+
+def shifted(spans: list, shift: int) -> list:
+    """``spans`` (foldable) with every range's start and stop moved by ``shift`` positions (a new
+    list; the input is unchanged)."""
+    if not shift:
+        return spans
+    out = []
+    for span in spans:
+        copy = dict(span)
+        copy["ranges"] = [[item[0] + shift, item[1] + shift, *item[2:]]
+                          for item in span["ranges"]]
+        out.append(copy)
+    return out
+
+
+def unfold(rank: int, ranks: int, rank_shift: int, spans: list) -> Iterator[tuple[int, list]]:
+    """``(rank, spans)`` of every rank a stored row holds, in rank order: ``rank + k`` with
+    ``spans`` moved by ``k * rank_shift`` for ``k`` in ``0 .. ranks - 1`` (one pair for a row of
+    one rank, its spans as stored)."""
+    if ranks <= 1:
+        yield rank, spans
+        return
+    for k in range(ranks):
+        yield rank + k, shifted(spans, k * rank_shift)
+
+
+def fold(parts: dict) -> list[tuple[int, int, int, dict]]:
+    """Fold the parts of one ``(attempt, update)``: ``parts`` is ``{rank: entry}``, an entry a
+    dict with ``time``, ``spans``, ``samples`` and ``tokens``. Returns ``(rank, ranks,
+    rank_shift, entry)`` per row to store, ranks ascending: each maximal run of consecutive ranks
+    whose reports are each the previous one's moved by one shift (same time, samples, tokens;
+    foldable spans, see the module docstring) is one row holding the first rank's entry; every
+    other part is a row of one rank (shift 0). :func:`unfold` of the rows gives back ``parts``
+    exactly."""
+    out: list[tuple[int, int, int, dict]] = []
+    order = sorted(parts)
+    i = 0
+    while i < len(order):
+        rank = order[i]
+        entry = parts[rank]
+        n, shift = 1, 0
+        if rank != GLOBAL_RANK and foldable(entry["spans"]):
+            prev = entry
+            while i + n < len(order) and order[i + n] == rank + n:
+                nxt = parts[order[i + n]]
+                if nxt["time"] != entry["time"] or nxt["samples"] != entry["samples"] \
+                        or nxt["tokens"] != entry["tokens"] or not foldable(nxt["spans"]):
+                    break
+                step = nxt["spans"][0]["ranges"][0][0] - prev["spans"][0]["ranges"][0][0]
+                if n > 1 and step != shift:
+                    break
+                if shifted(prev["spans"], step) != nxt["spans"]:
+                    break
+                shift = step
+                prev = nxt
+                n += 1
+        if n == 1:
+            shift = 0
+        out.append((rank, n, shift, entry))
+        i += n
+    return out
