@@ -16,8 +16,24 @@ throwaway PostgreSQL database (as ``bench/ingest.py``):
    request and 72 ms per 1,000 events: at most about 13,900 events/s into one run, whatever the
    number of processes; printed beside).
 
-``BENCH_AGGREGATE=1`` sends the same rank-updates as ``update_aggregate`` events (every rank's
-spans of one update in one event; docs/ingest-v1.md#update_aggregate) instead.
+Both shapes are measured, one after the other (``BENCH_KINDS``, default ``per-rank,aggregate``):
+per-rank ``update_committed`` events, and the same rank-updates as ``update_aggregate`` events
+(every rank's spans of one update in one event; docs/ingest-v1.md#update_aggregate). The web
+CPU (user + system of the gunicorn processes, from ``/proc``) is read around each measurement:
+printed per rank-update.
+
+Then the cost model of one request with 1 web process (``BENCH_COST_SECONDS``, default 6, per
+size): requests of 1 event and of 1,000 events (``update_committed``, 2 clients), each size's web
+CPU per request, solved for ``c_req`` (CPU per request whatever it carries) and ``c_ev`` (CPU per
+event): ``cpu(1) = c_req + c_ev``, ``cpu(1000) = c_req + 1000 c_ev``; checked against requests of
+62 events (what one rank of a 16,384-rank job sends with the SDK's default flush policy: 60
+updates and 2 heartbeats per 60 s, recoverydash/sdk/flush.py). And the projection for a
+16,384-rank job at one update per second with the SDK's defaults, arithmetic shown, against the
+target of 2 web cores (the old default of a 1 s flush per rank beside it). PostgreSQL's own CPU
+is not in these figures (web processes only).
+
+This machine may have 2 cores: 4 web processes and their clients then share them, so the 4-process
+rows measure contention, not scaling (the bench says so when it sees fewer cores than processes).
 
 Run: ``.venv/bin/python bench/ingest_one_run.py``. The machine's other load shows in both
 columns; compare the ratio, not the absolute rates, between machines.
@@ -37,8 +53,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ingest import BATCH, PER_RANK, WORLD, bench_database, start_server, stop_server
 
 SECONDS = float(os.environ.get("BENCH_SECONDS", "8"))
+COST_SECONDS = float(os.environ.get("BENCH_COST_SECONDS", "6"))
 WORKER_COUNTS = [int(x) for x in os.environ.get("BENCH_WORKER_COUNTS", "1,2,4").split(",")]
-AGGREGATE = os.environ.get("BENCH_AGGREGATE", "") not in ("", "0")
+KINDS = os.environ.get("BENCH_KINDS", "per-rank,aggregate").split(",")
+#: The projected job (issue 13): ranks, updates per second, the SDK's heartbeat interval (s).
+JOB_RANKS, JOB_UPDATES_PER_S, HEARTBEAT_S = 16_384, 1.0, 30.0
+TARGET_CORES = 2.0
 #: Issue 13's measurement of the run-row lock design (2 cores, PostgreSQL): the ceiling of
 #: events/s into one run, whatever the number of web processes.
 OLD_CEILING = 13_900
@@ -81,19 +101,46 @@ def updates_in(body: list[dict]) -> int:
     return sum(len(e["ranks"]) if e["type"] == "update_aggregate" else 1 for e in body)
 
 
+def small_batches(size: int):
+    """A maker of batches of ``size`` per-rank events (the first ``size`` of each 1,000)."""
+    def make(run_id: str, batch_no: int) -> list[dict]:
+        return rank_updates(run_id, batch_no)[:size]
+    return make
+
+
+def web_cpu(server) -> float:
+    """CPU seconds (user + system) of the gunicorn master and its workers so far (``/proc``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    pids = [server.pid]
+    try:
+        with open(f"/proc/{server.pid}/task/{server.pid}/children") as f:
+            pids += [int(p) for p in f.read().split()]
+    except OSError:
+        pass
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
 def send(port: int, token: str, runs: list[str], clients: int, seconds: float,
-         first: int) -> tuple[int, int, float]:
+         first: int, make=rank_updates, rate: float = 6.0) -> tuple[int, int, float, int]:
     """``clients`` threads posting for ``seconds``; client c posts into ``runs[c % len(runs)]``
-    batches first + c, first + c + clients, ... Returns (events, rank-updates, seconds)."""
+    batches first + c, first + c + clients, ... made by ``make`` (about ``rate`` per client per
+    second prepared). Returns (events, rank-updates, seconds, requests)."""
     url = f"http://127.0.0.1:{port}/api/v1/events"
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-    make = aggregates if AGGREGATE else rank_updates
-    per_client = int(seconds * 6) + 3  # more than a client gets through on 2 cores
+    per_client = int(seconds * rate) + 3  # more than a client gets through on 2 cores
     bodies = {c: [make(runs[c % len(runs)], first + c + k * clients) for k in range(per_client)]
               for c in range(clients)}
     raw = {c: [json.dumps({"events": b}).encode() for b in bodies[c]] for c in range(clients)}
     stop = threading.Event()
-    counts = [[0, 0] for _ in range(clients)]
+    counts = [[0, 0, 0] for _ in range(clients)]
     finished: list[float] = []
     errors: list[str] = []
 
@@ -109,6 +156,7 @@ def send(port: int, token: str, runs: list[str], clients: int, seconds: float,
                     return
                 counts[c][0] += len(events)
                 counts[c][1] += updates_in(events)
+                counts[c][2] += 1
         finished.append(time.perf_counter())  # ran out of batches before the time was up
 
     threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
@@ -122,41 +170,129 @@ def send(port: int, token: str, runs: list[str], clients: int, seconds: float,
     elapsed = (max(finished) if len(finished) == clients else time.perf_counter()) - started
     if errors:
         raise SystemExit(f"ingest failed: {errors[0]}")
-    return sum(c[0] for c in counts), sum(c[1] for c in counts), elapsed
+    return (sum(c[0] for c in counts), sum(c[1] for c in counts), elapsed,
+            sum(c[2] for c in counts))
+
+
+def measured(server, *args, **kw) -> tuple[int, int, float, int, float]:
+    """:func:`send` with the web CPU seconds it cost appended."""
+    before = web_cpu(server)
+    out = send(*args, **kw)
+    return out + (web_cpu(server) - before,)
+
+
+def one_run_table(env: dict, token: str, kind: str) -> list[tuple]:
+    """Events/s into one run and into a run each, for every web-process count, of one kind."""
+    make = aggregates if kind == "aggregate" else rank_updates
+    rows = []
+    for workers in WORKER_COUNTS:
+        server, port = start_server(env, workers)
+        try:
+            clients = 2 * workers
+            send(port, token, [f"warm-{kind}-{workers}"], clients, 1.5, 0, make)
+            one = measured(server, port, token, [f"one-{kind}-{workers}"], clients, SECONDS, 0,
+                           make)
+            many = measured(server, port, token,
+                            [f"many-{kind}-{workers}-{c}" for c in range(clients)], clients,
+                            SECONDS, 0, make)
+        finally:
+            stop_server(server)
+        rows.append((workers, clients, one, many))
+    label = ("update_aggregate (64 ranks per event)" if kind == "aggregate"
+             else "per-rank update_committed")
+    print(f"\n{label}: batches of ~1,000 rank-updates, {2} clients per web process")
+    print(f"{'web processes':>13} {'one run ev/s':>13} {'rank-upd/s':>11} "
+          f"{'web CPU us/rank-upd':>20} {'a run each rank-upd/s':>22} {'one/each':>9}")
+    for workers, clients, one, many in rows:
+        one_ev, one_ru = one[0] / one[2], one[1] / one[2]
+        many_ru = many[1] / many[2]
+        print(f"{workers:>13} {one_ev:>13,.0f} {one_ru:>11,.0f} {one[4] / one[1] * 1e6:>20.1f} "
+              f"{many_ru:>22,.0f} {one_ru / many_ru:>9.2f}")
+    return rows
+
+
+def cost_model(env: dict, token: str) -> tuple[float, float, float]:
+    """(c_req, c_ev, cpu of a 62-event request), seconds of web CPU, with 1 web process."""
+    server, port = start_server(env, 1)
+    per_request = {}
+    try:
+        for size, rate in ((1, 400.0), (62, 60.0), (1000, 6.0)):
+            make = small_batches(size)
+            send(port, token, [f"cost-warm-{size}"], 2, 1.0, 0, make, rate)
+            ev, _, secs, requests, cpu = measured(server, port, token, [f"cost-{size}"], 2,
+                                                  COST_SECONDS, 0, make, rate)
+            per_request[size] = cpu / requests
+            print(f"requests of {size:>4} event(s): {requests:>6} requests, {ev:>7} events in "
+                  f"{secs:.1f} s, web CPU {cpu:.2f} s = {per_request[size] * 1e3:.2f} ms per "
+                  f"request")
+    finally:
+        stop_server(server)
+    c_ev = (per_request[1000] - per_request[1]) / 999
+    c_req = per_request[1] - c_ev
+    print(f"c_ev  = (cpu(1000) - cpu(1)) / 999 = ({per_request[1000] * 1e3:.2f} - "
+          f"{per_request[1] * 1e3:.2f}) ms / 999 = {c_ev * 1e6:.1f} us per event")
+    print(f"c_req = cpu(1) - c_ev = {c_req * 1e3:.2f} ms per request")
+    print(f"check: c_req + 62 c_ev = {(c_req + 62 * c_ev) * 1e3:.2f} ms; measured 62-event "
+          f"requests {per_request[62] * 1e3:.2f} ms")
+    return c_req, c_ev, per_request[62]
+
+
+def projection(c_req: float, c_ev: float, c_part: float | None) -> None:
+    """Web cores of a 16,384-rank job at one update per second: the SDK's defaults, the old 1 s
+    flush, and one update_aggregate reporter (``c_part``: web CPU per rank-update of aggregates,
+    measured with 1 web process above; its request cost is inside it)."""
+    from recoverydash.sdk.flush import FlushPolicy
+
+    policy = FlushPolicy(world_size=JOB_RANKS)
+    interval = policy.interval()
+    updates = JOB_RANKS * JOB_UPDATES_PER_S
+    beats = JOB_RANKS / HEARTBEAT_S
+    events = updates + beats
+    print(f"\nprojection: {JOB_RANKS:,} ranks, {JOB_UPDATES_PER_S:g} update/s, a heartbeat per "
+          f"rank every {HEARTBEAT_S:.0f} s (web CPU only; PostgreSQL's is not counted)")
+    for name, requests in (
+            (f"SDK default (each rank every min(60, max(1, {JOB_RANKS:,} / 256)) = "
+             f"{interval:.0f} s)", policy.job_requests()),
+            ("old default (each rank every 1 s)", float(JOB_RANKS))):
+        cores = requests * c_req + events * c_ev
+        verdict = "within" if cores <= TARGET_CORES else "over"
+        print(f"- {name}: {requests:,.1f} requests/s, {events:,.0f} events/s; cores = "
+              f"{requests:,.1f} x {c_req * 1e3:.2f} ms + {events:,.0f} x {c_ev * 1e6:.1f} us = "
+              f"{requests * c_req:.2f} + {events * c_ev:.2f} = {cores:.2f} ({verdict} the "
+              f"{TARGET_CORES:g}-core target)")
+    if c_part is not None:
+        # the ranks' own clients still send their heartbeats, on the same policy
+        requests = policy.job_requests()
+        cores = updates * c_part + requests * c_req + beats * c_ev
+        verdict = "within" if cores <= TARGET_CORES else "over"
+        print(f"- one update_aggregate reporter per update (ranks send only heartbeats, every "
+              f"{interval:.0f} s): cores = {updates:,.0f} parts x {c_part * 1e6:.1f} us + "
+              f"{requests:,.1f} x {c_req * 1e3:.2f} ms + {beats:,.0f} x {c_ev * 1e6:.1f} us = "
+              f"{cores:.2f} ({verdict} the {TARGET_CORES:g}-core target)")
 
 
 def main() -> int:
     with bench_database("recoverydash_bench_one") as (name, _url, env, token):
-        server = None
-        rows = []
-        try:
-            kind = "update_aggregate (64 ranks per event)" if AGGREGATE else "update_committed"
-            print(f"PostgreSQL database {name}; batches of {kind} events, 1,000 rank-updates each, "
-                  f"{WORLD} ranks; {SECONDS:.0f} s per measurement; {os.cpu_count()} cores")
-            for workers in WORKER_COUNTS:
-                server, port = start_server(env, workers)
-                clients = 2 * workers
-                send(port, token, [f"warm-{workers}"], clients, 1.5, 0)
-                one = send(port, token, [f"one-{workers}"], clients, SECONDS, 0)
-                many = send(port, token, [f"many-{workers}-{c}" for c in range(clients)], clients,
-                            SECONDS, 0)
-                stop_server(server)
-                server = None
-                rows.append((workers, clients, one, many))
-            print(f"{'web processes':>13} {'clients':>7} {'one run ev/s':>13} "
-                  f"{'rank-upd/s':>11} {'a run each rank-upd/s':>22} {'one/each':>9} "
-                  f"{'old ceiling ev/s':>17}")
-            for workers, clients, one, many in rows:
-                one_ev, one_ru = one[0] / one[2], one[1] / one[2]
-                many_ru = many[1] / many[2]
-                print(f"{workers:>13} {clients:>7} {one_ev:>13,.0f} {one_ru:>11,.0f} "
-                      f"{many_ru:>22,.0f} {one_ru / many_ru:>9.2f} {OLD_CEILING:>17,}")
-            best = max(r[2][1] / r[2][2] for r in rows)
+        cores = os.cpu_count() or 1
+        print(f"PostgreSQL database {name}; {WORLD} ranks; {SECONDS:.0f} s per measurement; "
+              f"{cores} cores")
+        if max(WORKER_COUNTS) > cores:
+            print(f"note: {max(WORKER_COUNTS)} web processes (and their clients) on {cores} "
+                  "cores measure contention, not scaling")
+        best, c_part = {}, None
+        for kind in KINDS:
+            rows = one_run_table(env, token, kind)
+            best[kind] = max(r[2][1] / r[2][2] for r in rows)
+            if kind == "aggregate" and rows[0][0] == 1:
+                c_part = rows[0][2][4] / rows[0][2][1]
+        for kind, rate in best.items():
             print(f"target: at least 50,000 rank-updates/s into one run with 4 web processes; "
-                  f"best measured {best:,.0f}")
-            return 0
-        finally:
-            stop_server(server)
+                  f"best measured ({kind}) {rate:,.0f} (the old run-row lock's ceiling: "
+                  f"{OLD_CEILING:,} events/s)")
+        print(f"\ncost of a request, 1 web process, {COST_SECONDS:.0f} s per size")
+        c_req, c_ev, _ = cost_model(env, token)
+        projection(c_req, c_ev, c_part)
+        return 0
 
 
 if __name__ == "__main__":
