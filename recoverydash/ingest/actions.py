@@ -23,7 +23,9 @@ Order of work inside the transaction, per batch:
    against the run's record, the attempts, the run's counters, contract and ``ingest_seq``;
 7. after commit, hand the touched runs and newly committed generations to
    :func:`after_ingest`, which enqueues their verification and analysis and never fails the
-   request.
+   request; a run whose analysis is queued and not started (its mark, read under the row lock
+   in step 6, younger than :data:`QUEUED_MARK_FRESH_S`) is left out: that analysis reads this
+   batch (one UPDATE per request fewer).
 
 Concurrent batches into one run therefore overlap in everything but step 6; the analysis reads
 rows by seq up to :func:`recoverydash.runs.seq.committed_seq`, which never passes a batch in
@@ -167,12 +169,15 @@ def _ingest_once(project: Project, events: Sequence[ValidEvent]) -> IngestResult
             projection.add(ev)
         projection.flush()
         touched = {ev.model.run_id for ev in fresh}
-        _finish_runs(runs, seqs, fresh, touched, kinds, now, projection)
+        queued = _finish_runs(runs, seqs, fresh, touched, kinds, now, projection)
         result.accepted = len(fresh)
         result.run_pks = sorted(runs[r].pk for r in touched)
         result.generation_pks = sorted(projection.committed_generation_pks)
-        run_pks, generation_pks = list(result.run_pks), list(result.generation_pks)
-        if run_pks:
+        # A run whose analysis is queued (seen under its row lock) needs no request: that
+        # analysis clears the mark only after this commit, then reads this batch.
+        run_pks = [pk for pk in result.run_pks if pk not in queued]
+        generation_pks = list(result.generation_pks)
+        if run_pks or generation_pks:
             transaction.on_commit(lambda: _after_commit(run_pks, generation_pks))
     return result
 
@@ -795,16 +800,26 @@ def _apply_to_attempt(att: Attempt, ev: ValidEvent) -> None:
         att.note_restore_failure(m.generation_id, m.reason, m.message or "", m.time, m.rank)
 
 
+#: A run's analysis queue mark younger than this (seconds) when read under the run's row lock
+#: means an analysis is queued that has not cleared it yet: it will, after this batch commits
+#: (its UPDATE waits for the row lock), and then read this batch, so the batch requests none.
+#: Below request_analysis's own 60 s staleness, so an older mark still goes through it.
+QUEUED_MARK_FRESH_S = 50.0
+
+
 def _finish_runs(runs: dict[str, Run], seqs: dict[int, int], events: Sequence[ValidEvent],
                  touched: set[str], kinds: dict[str, dict[str, str]], now,
-                 projection: _Projection) -> None:
+                 projection: _Projection) -> set[int]:
     """The batch's last step, under the row lock of each run that gained events (held until
     commit, a few statements): check the span kinds against the run's record and record new
     strata; apply the events to the attempts; the counters and times, the seq (raised to the
-    batch's, never lowered: batches commit in any order) and the latest contract."""
+    batch's, never lowered: batches commit in any order) and the latest contract. Returns the
+    pks of the runs whose analysis is queued and not started (:data:`QUEUED_MARK_FRESH_S`)."""
     if not touched:
-        return
+        return set()
     locked = _lock_runs({r: runs[r] for r in touched})
+    queued = {run.pk for run in locked.values() if run.analysis_queued_at is not None
+              and (now - run.analysis_queued_at).total_seconds() < QUEUED_MARK_FRESH_S}
     if any(locked[r].strata.get(s, k) != k for r, ks in kinds.items() for s, k in ks.items()):
         _check_span_kinds({r: Run(strata=dict(run.strata)) for r, run in locked.items()},
                           events)
@@ -836,3 +851,4 @@ def _finish_runs(runs: dict[str, Run], seqs: dict[int, int], events: Sequence[Va
                 run.contract = newest.contract
                 fields.append("contract")
         run.save(update_fields=fields)
+    return queued

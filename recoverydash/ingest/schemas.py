@@ -753,18 +753,28 @@ def _event_checks(i: int, model: Any, body: dict, items: list[ErrorItem]) -> \
     if shared:
         items.append(ErrorItem(i, *shared))
         return None
-    deep = _too_deep_extra(manifest if manifest is not None else model, f"events[{i}]")
-    if deep is None and manifest is not None:
-        deep = _too_deep_extra(model, f"events[{i}]")
-    if deep:
-        items.append(ErrorItem(i, deep, f"expected a value nested at most {MAX_EXTRA_DEPTH} "
-                                        "levels (objects and arrays), got one nested deeper"))
-        return None
     try:
         text = canonical_json(body)
+    except (ValueError, RecursionError):
+        text = None
+    # A value nested d levels holds d objects/arrays, each one "{" or "[" of the text (strings
+    # may add more): an event with at most MAX_EXTRA_DEPTH of them cannot nest deeper, and the
+    # walk over its wire models is skipped (the common per-rank event holds about 5).
+    if text is None or text.count("{") + text.count("[") > MAX_EXTRA_DEPTH:
+        deep = _too_deep_extra(manifest if manifest is not None else model, f"events[{i}]")
+        if deep is None and manifest is not None:
+            deep = _too_deep_extra(model, f"events[{i}]")
+        if deep:
+            items.append(ErrorItem(i, deep, f"expected a value nested at most "
+                                            f"{MAX_EXTRA_DEPTH} levels (objects and arrays), "
+                                            "got one nested deeper"))
+            return None
+    try:
+        if text is None:
+            raise ValueError("not encodable")
         encoded = text.encode("utf-8")
         found = _find_unstorable(body, f"events[{i}]") if b"\\u0000" in encoded else None
-    except (ValueError, UnicodeEncodeError, RecursionError):
+    except (ValueError, UnicodeEncodeError):
         found = _find_unstorable(body, f"events[{i}]") or (
             f"events[{i}]", "expected JSON that can be stored, got numbers out of range")
     if found:

@@ -575,3 +575,23 @@ def test_it_names_the_received_value_of_a_bad_query_parameter(client, read_token
     assert r.status_code == 400
     [item] = r.json()["errors"]
     assert item["path"] == "limit" and item["message"].endswith('got "abc"'), item
+
+
+@pytest.mark.parametrize("mark_age_s, requested", [(None, True), (0, False), (49, False),
+                                                   (51, True), (3600, True)])
+def test_a_batch_requests_no_analysis_while_one_is_queued(
+        client, ingest_token, django_capture_on_commit_callbacks, monkeypatch, mark_age_s,
+        requested):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    post(client, ingest_token, [update("a", 1)])
+    mark = None if mark_age_s is None else timezone.now() - timedelta(seconds=mark_age_s)
+    Run.objects.update(analysis_queued_at=mark)
+    calls = []
+    monkeypatch.setattr("recoverydash.ingest.actions.after_ingest",
+                        lambda r, g: calls.append((r, g)))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert post(client, ingest_token, [update("b", 2)]).status_code == 202
+    assert calls == ([([Run.objects.get().pk], [])] if requested else [])
