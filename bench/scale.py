@@ -18,8 +18,11 @@ default: 64 / 15 = 4.3 heartbeats per update). For each level of absorbed update
    would have);
 2. in a fresh process (its peak RSS is the worker's): the analysis with nothing new, then 1,000
    new updates (64,000 events and their heartbeats) through ingest, then the analysis of them;
-3. bytes per rank-update in PostgreSQL (every table of the run's rows, indexes included), and
-   the web side's CPU per event (``ingest_batch`` process time: events/s per web core).
+3. the web side's CPU per event (``ingest_batch`` process time: events/s per web core). Bytes
+   per rank-update (live bytes, before and after compaction) are bench/storage.py's to measure.
+
+The run saves no checkpoint: generations, shard reports and objects (read whole by every
+analysis, ``runs.analysis.load_generations``) are not part of what this measures.
 
 Then the projection for 1,024 and 16,384 ranks, arithmetic shown. Targets (printed, not asserted):
 analysis of 1,000 new updates < 1 s and flat within 2x across levels, nothing new < 100 ms, peak
@@ -31,7 +34,6 @@ throwaway database is created and dropped).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import resource
@@ -61,6 +63,8 @@ SECONDS_PER_UPDATE = 2.0
 HEARTBEAT_S = 30.0
 BEAT_EVERY = int(HEARTBEAT_S / SECONDS_PER_UPDATE)  # updates between a rank's heartbeats
 NEW = 1000
+#: 1,000,000 takes this 2-core machine about 25 min to build and ~26 GB of PostgreSQL (100,000:
+#: 185 s and 2.6 GB with the machine shared)
 LEVELS = [int(x) for x in os.environ.get("BENCH_LEVELS", "10000,100000").split(",")]
 INGESTED = int(os.environ.get("BENCH_INGESTED", "1000"))
 #: the COPYed history writes event rows (canonical body and hash) up to this update only: beyond
@@ -191,34 +195,6 @@ def bulk_history(run, first: int, last: int, ledger) -> int:
     return seq
 
 
-RUN_TABLES = ("runs_event", "runs_ledgerrow", "runs_heartbeat", "runs_attempt", "runs_analysis")
-
-
-def database_bytes() -> int:
-    """Bytes of the run's tables in PostgreSQL, indexes and TOAST included."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT sum(pg_total_relation_size(t::regclass)) FROM unnest(%s::text[]) t",
-                       [list(RUN_TABLES)])
-        return int(cursor.fetchone()[0])
-
-
-def compacted(updates: int) -> dict:
-    """Compact everything absorbed (``runs.compaction.compact`` with a clock past the retention),
-    VACUUM FULL the run's tables, and measure bytes per rank-update left."""
-    from recoverydash.runs.compaction import compact
-
-    before = database_bytes()
-    t0 = time.perf_counter()
-    deleted = compact(now=datetime.now(timezone.utc) + timedelta(days=3650), batch=50_000,
-                      max_batches=10**9)
-    seconds = time.perf_counter() - t0
-    with connection.cursor() as cursor:
-        for table in RUN_TABLES:
-            cursor.execute(f'VACUUM FULL "{table}"')
-    return {"compacted_rows": deleted, "compact_s": seconds, "bytes_before": before,
-            "bytes_after": database_bytes(), "rank_updates": updates * WORLD}
-
-
 def build(level: int) -> dict:
     """A fresh run with ``level`` absorbed updates; returns what was measured while building."""
     from recoverydash import recovery
@@ -230,10 +206,8 @@ def build(level: int) -> dict:
     from recoverydash.ingest.actions import ingest_batch
 
     ingest_batch(project, [start_event()])
-    base = database_bytes()
     ingested = min(INGESTED, level)
     events, cpu = ingest_updates(project, 1, ingested)
-    ingested_bytes = database_bytes() - base
     run = Run.objects.get(project=project, run_id=RUN_ID)
     bridge.analyze(run)
     analysis = Analysis.objects.get(run=run)
@@ -243,11 +217,11 @@ def build(level: int) -> dict:
         run.refresh_from_db()
         Analysis.objects.filter(pk=analysis.pk).update(state=ledger.to_bytes(),
                                                        ingest_seq=run.ingest_seq)
+        bridge.analyze(run)  # the stored result of the whole history, as the worker's would be
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     return {"run_pk": run.pk, "project_pk": project.pk, "ingest_events": events,
-            "ingest_cpu": cpu, "ingested_rank_updates": ingested * WORLD,
-            "ingested_bytes": ingested_bytes, "bytes": database_bytes() - base}
+            "ingest_cpu": cpu, "ingested_rank_updates": ingested * WORLD}
 
 
 def profiled(fn, *args) -> None:
@@ -268,16 +242,17 @@ def measure(run_pk: int, project_pk: int, level: int) -> dict:
 
     run = Run.objects.get(pk=run_pk)
     project = Project.objects.get(pk=project_pk)
+    from django.test.utils import CaptureQueriesContext
+
     none = []
     for _ in range(3):
-        t0 = time.perf_counter()
-        bridge.analyze(run)
-        none.append(time.perf_counter() - t0)
+        with CaptureQueriesContext(connection) as queries:
+            t0 = time.perf_counter()
+            bridge.analyze(run)
+            none.append(time.perf_counter() - t0)
     if os.environ.get("BENCH_PROFILE") == "none":
         profiled(bridge.analyze, run)
-    before = database_bytes()
     events, cpu = ingest_updates(project, level + 1, level + NEW)
-    new_bytes = database_bytes() - before
     run.refresh_from_db()
     t0 = time.perf_counter()
     if os.environ.get("BENCH_PROFILE") == "new":
@@ -288,9 +263,9 @@ def measure(run_pk: int, project_pk: int, level: int) -> dict:
     t0 = time.perf_counter()
     bridge.analyze(run)
     none_after = time.perf_counter() - t0
-    return {"none_s": statistics.median(none), "new_s": new, "none_after_s": none_after,
+    return {"none_s": statistics.median(none), "none_queries": len(queries.captured_queries), "new_s": new, "none_after_s": none_after,
             "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "events": events, "cpu": cpu, "new_bytes": new_bytes}
+            "events": events, "cpu": cpu}
 
 
 def main() -> None:
@@ -318,11 +293,11 @@ def main() -> None:
                 print(out.stderr[-20000:], file=sys.stderr)
             out.check_returncode()
             measured = json.loads(out.stdout.strip().splitlines()[-1])
-            measured.update(compacted(level + NEW))
             rows.append((level, built, measured))
             print(f"{level:>9,} absorbed updates (built in {build_s:.0f} s): analysis of 1,000 new "
                   f"updates {measured['new_s']:.3f} s, nothing new {measured['none_s'] * 1e3:.1f} ms"
-                  f" (after: {measured['none_after_s'] * 1e3:.1f} ms), worker peak RSS "
+                  f" (after: {measured['none_after_s'] * 1e3:.1f} ms; {measured['none_queries']} queries), "
+                  f"worker peak RSS "
                   f"{measured['rss_mb']:.0f} MB", flush=True)
     finally:
         connection.creation.destroy_test_db(old_name, verbosity=0)
@@ -332,13 +307,11 @@ def main() -> None:
 def report(rows) -> None:
     level, built, m = rows[-1]
     per_core = (m["events"] + built["ingest_events"]) / (m["cpu"] + built["ingest_cpu"])
-    rank_updates = NEW * WORLD
-    ingested_b = m["new_bytes"] / rank_updates
     print()
     print(f"run: {WORLD} ranks, an update every {SECONDS_PER_UPDATE:g} s, a heartbeat per rank "
           f"every {HEARTBEAT_S:g} s ({WORLD / BEAT_EVERY:.2f} per update); levels "
           f"{', '.join(f'{r[0]:,}' for r in rows)} (the first {INGESTED:,} updates and every "
-          f"measured 1,000 through ingest, the rest COPYed in ingest's shape)")
+          f"measured 1,000 through ingest, the rest bulk-built in ingest's shape)")
     news = [r[2]["new_s"] for r in rows]
     print(f"analysis of 1,000 new updates: {', '.join(f'{x:.3f} s' for x in news)} "
           f"(target < 1 s, flat within 2x: max/min {max(news) / min(news):.2f}x)")
@@ -346,15 +319,7 @@ def report(rows) -> None:
     rss = ", ".join(f"{r[2]['rss_mb']:.0f} MB" for r in rows)
     print(f"analysis with nothing new: {nones} (target < 100 ms)")
     print(f"worker peak RSS: {rss} (target < 500 MB)")
-    total = [r[1]["bytes"] / (r[0] * WORLD) for r in rows]
-    print(f"bytes per rank-update in PostgreSQL as ingested (1,000 new updates, every table and "
-          f"index): {ingested_b:.0f} B; whole run: {', '.join(f'{b:.0f} B' for b in total)} "
-          f"(COPYed history has event rows up to update {EVENTS_UPTO:,} only)")
-    after = ", ".join(f"{r[2]['bytes_after'] / r[2]['rank_updates']:.0f} B "
-                      f"({r[2]['compacted_rows']:,} rows deleted in {r[2]['compact_s']:.0f} s)"
-                      for r in rows)
-    print(f"bytes per rank-update after compaction (VACUUM FULL, the stored state included): "
-          f"{after}")
+    print("bytes per rank-update (as ingested, after compaction): bench/storage.py")
     print(f"web side: {per_core:,.0f} events/s per core (ingest_batch process CPU, PostgreSQL's "
           f"own CPU not included)")
     print()
@@ -362,13 +327,10 @@ def report(rows) -> None:
     for ranks, period in ((1024, 2.0), (16384, 5.0)):
         events_s = ranks / period + ranks / HEARTBEAT_S
         cores = events_s / per_core
-        day = 86400 / period
-        tb_month = ranks * day * 30 * ingested_b / 1e12
         analysis_s = m["new_s"] * ranks / WORLD
         print(f"{ranks:,} ranks, an update every {period:g} s: events/s = {ranks:,}/{period:g} + "
               f"{ranks:,}/{HEARTBEAT_S:g} = {events_s:,.0f}; web cores = {events_s:,.0f} / "
-              f"{per_core:,.0f} = {cores:.1f}; storage = {ranks:,} x {day:,.0f} updates/day x 30 x "
-              f"{ingested_b:.0f} B = {tb_month:.2f} TB/month as ingested; analysis of 1,000 new "
+              f"{per_core:,.0f} = {cores:.2f}; analysis of 1,000 new "
               f"updates ~ {m['new_s']:.3f} s x {ranks:,}/{WORLD} = {analysis_s:.1f} s (rows scale "
               f"with ranks; {1000 * period:,.0f} s of training)")
     print(f"(per update: {per_update:.1f} events at {WORLD} ranks)")
