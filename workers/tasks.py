@@ -69,8 +69,9 @@ def sweep_runs() -> None:
 
 @shared_task(name="workers.tasks.evaluate_all_alerts", **RETRY)
 def evaluate_all_alerts() -> None:
-    """Evaluate time-based alert rules of every analysed run not ended: one
-    ``evaluate_alerts_chunk`` task per chunk of runs, every run reached each cycle."""
+    """Evaluate the clock-driven alert rules of every analysed run not ended: one
+    ``evaluate_alerts_chunk`` task per chunk of runs, every run reached each cycle; then request
+    at most RECOVERYDASH_BEAT_REFRESH_BUDGET stale analyses (``analyze_run`` tasks)."""
     from recoverydash.alerts.evaluation import evaluate_all
 
     evaluate_all()
@@ -78,7 +79,9 @@ def evaluate_all_alerts() -> None:
 
 @shared_task(name="workers.tasks.evaluate_alerts_chunk", **RETRY)
 def evaluate_alerts_chunk(run_pks: list[int], refresh_pks: list[int]) -> None:
-    """Evaluate the alert rules of a chunk of runs (analysing ``refresh_pks`` again first)."""
+    """Evaluate the alert rules of a chunk of runs: the clock-driven ones of every run from
+    stored columns, the full evaluation only where alerts change (idempotent). ``refresh_pks``
+    (messages of an older beat; now always empty): analyses requested first."""
     from recoverydash.alerts.evaluation import evaluate_chunk
 
     evaluate_chunk(run_pks, refresh_pks)
