@@ -272,7 +272,7 @@ def save_generation(location: str, generation_id: str, update: int, *,
     if is_coord and client is not None:
         client.checkpoint_started(generation_id, update, shards, components)
     faults.save_point("before_shards", generation_id, update, rank, client=client,
-                      coordinator=is_coord)
+                      coordinator=is_coord, every_rank=True, group=group)
 
     # Never write into a published generation: its files are someone's restore point.
     try:
@@ -381,16 +381,13 @@ def save_generation(location: str, generation_id: str, update: int, *,
         manifest["attempt"] = client.attempt
     published = False
     faults.save_point("before_commit", generation_id, update, rank, client=client,
-                      coordinator=is_coord)
+                      coordinator=is_coord, every_rank=True, group=group)
     if is_coord:
         try:
             storage.write_manifest_atomically(location, manifest, s3_client=s3_client)
             published = True
         except Exception as e:
             log.warning("recoverydash: manifest of %s not written: %r", generation_id, e)
-        if published:
-            faults.save_point("after_commit", generation_id, update, rank, client=client,
-                              coordinator=is_coord)
     if distributed:
         try:
             manifest = _all_gather_json(manifest if published else None, group)[coordinator]
@@ -400,6 +397,10 @@ def save_generation(location: str, generation_id: str, update: int, *,
             return None
     elif not published:
         return None
+    if manifest is not None:
+        # every rank knows the commit here: a drill's after_commit kills them all at one step
+        faults.save_point("after_commit", generation_id, update, rank, client=client,
+                          coordinator=is_coord, every_rank=True, group=group)
     if manifest is not None and is_coord and client is not None:
         client.checkpoint_committed(manifest)
     return manifest
@@ -585,12 +586,9 @@ def publish_files(location: str, generation_id: str, update: int, files: dict[st
     result = PublishResult(False, manifest, warnings=warnings)
     is_coord = not distributed or rank == coordinator
     faults.save_point("before_commit", generation_id, update, rank, client=client,
-                      coordinator=is_coord)
+                      coordinator=is_coord, every_rank=distributed, group=group)
     if is_coord:
         result = _commit_manifest(location, manifest, s3_client, warnings)
-        if result.published and not result.already:
-            faults.save_point("after_commit", generation_id, update, rank, client=client,
-                              coordinator=is_coord)
     if distributed:
         try:
             flags = _all_gather_json([result.published, result.already, result.reason], group)
@@ -599,6 +597,10 @@ def publish_files(location: str, generation_id: str, update: int, files: dict[st
             log.warning("recoverydash: could not learn whether %s was published: %r",
                         generation_id, e)
             return PublishResult(False, manifest, reason=f"unknown: {e!r}")
+    if result.published and not result.already:
+        # every rank knows the commit here: a drill's after_commit kills them all at one step
+        faults.save_point("after_commit", generation_id, update, rank, client=client,
+                          coordinator=is_coord, every_rank=distributed, group=group)
     if result.published and not result.already and client is not None and \
             (not distributed or rank == coordinator):
         client.checkpoint_committed(result.manifest)
@@ -857,7 +859,17 @@ def restore_plan(url: str | None, token: str | None, run_id: str, *,
     (docs/definitions.md#logger-rewind-update: W&B ``resume_from=f"{wandb_id}?_step={u}"``,
     TensorBoard ``purge_step=u + 1``), None on a fresh start; ``attempt`` is the attempt that
     wrote the generation (from its manifest), for ``init(..., restored=plan)``. Never raises: a
-    restart must never wait for the dashboard."""
+    restart must never wait for the dashboard. Under a drill the answer is traced
+    (``faults.on_plan``), so the drill report says what the resumed launch was told."""
+    plan = _restore_plan(url, token, run_id, location=location, world_size=world_size,
+                         dataset_version=dataset_version, config_digest=config_digest,
+                         timeout=timeout, s3_client=s3_client)
+    faults.on_plan(plan)
+    return plan
+
+
+def _restore_plan(url, token, run_id, *, location, world_size, dataset_version, config_digest,
+                  timeout, s3_client) -> dict:
     from recoverydash.recovery.figures import logger_rewind_update
 
     warnings: list = []

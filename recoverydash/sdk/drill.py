@@ -22,10 +22,15 @@ the parameters of every optimizer after its step).
 
 Per drill run, against the control (``compare``):
 
+- ``crash``: whether the named step was reached (a ``fault`` line of that point in the crashed
+  launch's trace; ``reached`` False says the crash did not happen where it was injected) and on
+  which ``ranks``;
 - ``restored`` (the generation the resumed launch loaded, from its trace) against ``expected``,
   the one the rules say: the newest generation whose commit marker (manifest) is in storage
   after the crash, except the corrupted one (a generation without its marker is never
-  restorable; one committed in storage is, even when the server never heard of the commit);
+  restorable; one committed in storage is, even when the server never heard of the commit),
+  and ``plan``: what the resumed launch's ``restore_plan`` answered (source, generation, the
+  generations a server refused with their status), named in the failure when the two differ;
 - ``first_divergence``: the first ``(update, rank, index)`` at which the sequence of positions
   consumed by the lineage (each update as last recorded: the resumed launch's updates replace
   the crashed launch's rolled-back ones) differs from the control's, or None;
@@ -323,9 +328,13 @@ def run_point(opts: DrillOptions, point: str, drill_id: str, workdir: str,
     res: dict[str, Any] = {"point": point, "run_id": run_id, "fault": fault}
     first = _launch(opts, run_id, location, os.path.join(workdir, run_id, "launch1"),
                     os.path.join(workdir, run_id, "launch1.log"), fault, point, drill_id)
-    faults_seen = [d for d in first.lines if d.get("kind") == "fault"]
+    injected = "kill" if point == "corrupt_after_commit" else point
+    faults_seen = [d for d in first.lines if d.get("kind") == "fault"
+                   and d.get("point") == injected]
     res["crash"] = {"returncode": first.returncode, "seconds": first.seconds,
                     "reached": bool(faults_seen), "log": first.log,
+                    "ranks": sorted({d.get("rank") for d in faults_seen
+                                     if isinstance(d.get("rank"), int)}),
                     "generation_id": next((d.get("generation_id") for d in faults_seen), None),
                     "update": next((d.get("update") for d in faults_seen), None)}
     if point == "corrupt_after_commit":
@@ -341,6 +350,9 @@ def run_point(opts: DrillOptions, point: str, drill_id: str, workdir: str,
                      "log": second.log}
     restores = [d for d in second.lines if d.get("kind") == "restore"]
     res["restored"] = restores[0]["generation_id"] if restores else None
+    plans = [d for d in second.lines if d.get("kind") == "plan"]
+    res["plan"] = ({k: plans[0].get(k) for k in ("source", "generation_id", "rejected",
+                                                 "warnings")} if plans else None)
     resumed = updates_of(second.lines)
     restored_update = (min(u for u, _ in resumed) - 1) if resumed else None
     res["restored_update"] = restored_update
@@ -372,8 +384,28 @@ def run_point(opts: DrillOptions, point: str, drill_id: str, workdir: str,
     res["attempt"] = max((d.get("attempt") or 0 for d in second.lines
                           if d.get("kind") == "update"), default=None)
     res["failures"] = drill_failures(res)
+    if res["restored"] != res["expected"]:
+        res["failures"].append(plan_text(res["plan"]))
     res["passed"] = not res["failures"]
     return res
+
+
+def plan_text(plan: dict | None) -> str:
+    """What the resumed launch's ``restore_plan`` answered, as said under a wrong restore:
+    ``the resumed launch's restore plan (<source>) named <generation>`` and, for a refusal, the
+    generations the server listed with their status; or that no plan was traced (the trainer
+    chose its generation without ``restore_plan``)."""
+    if plan is None:
+        return "the resumed launch traced no restore plan (restore_plan was not called)"
+    out = (f"the resumed launch's restore plan ({plan.get('source')}) named "
+           f"{plan.get('generation_id') or 'no generation (a fresh start)'}")
+    rejected = plan.get("rejected") or []
+    if rejected:
+        out += "; not restorable there: " + ", ".join(
+            f"{r.get('generation_id')} ({r.get('status')})" for r in rejected)
+    if plan.get("warnings"):
+        out += "; warnings: " + ", ".join(str(w) for w in plan["warnings"])
+    return out
 
 
 def run_drill(opts: DrillOptions) -> dict:

@@ -13,13 +13,21 @@ rank (default ``all``). Points:
   torn write), then the process dies;
 - ``before_commit``: every shard is written and reported; the manifest (the commit marker) is
   not (only the coordinator's kill matters: it alone writes the manifest);
-- ``after_commit``: the manifest is committed in storage; ``checkpoint_committed`` never
-  reaches the server;
+- ``after_commit``: the manifest is committed in storage and every rank has learnt it (the
+  ranks' gather of the commit); ``checkpoint_committed`` never reaches the server (with
+  ``/all`` every rank dies there; with ``/<rank>`` the coordinator does, the one that sends it);
 - ``kill``: no save is touched; the process dies right after ``commit(update)`` of update
   ``<update>`` (the drill then corrupts a committed shard before the resume).
 
 Before dying, the client's queued events are flushed (up to 5 s), so what the server lacks is
-exactly the protocol step named (a real crash may also lose the last second of events).
+exactly the protocol step named (a real crash may also lose the last second of events). With
+``/all``, at the points every rank reaches at the same step of the save's collectives
+(``before_shards``, ``before_commit``, ``after_commit`` of ``save_generation``; ``before_commit``,
+``after_commit`` of ``publish_files``) the ranks then wait for one another (a barrier of at most
+``ALL_RANKS_WAIT_S`` seconds) before the SIGKILL: otherwise the first rank to die makes the
+launcher (torchrun) SIGTERM the others, which may cut their flush short, and the server would
+lack the survivors' last reports too (their ``update_committed``: the ledger is not settled and
+no generation can be called restorable).
 
 Where each point fires, by save path:
 
@@ -42,7 +50,8 @@ Where each point fires, by save path:
 written): ``update`` (attempt, rank, update, the ``[stratum, epoch, position]`` consumed in the
 recorded order, ``digest``: sha256 of the parameters of every optimizer after its last step,
 ``fingerprint``: per parameter tensor its sum and L2 norm, for comparisons within a tolerance),
-``restore`` (generation id, seconds of ``load_generation``; for the HF and Lightning
+``plan`` (what ``restore_plan`` answered: source, generation id, the generations a server
+refused with their status), ``restore`` (generation id, seconds of ``load_generation``; for the HF and Lightning
 integrations the seconds ``resume_checkpoint`` took to choose and verify the checkpoint, the
 framework's own load is not timed), ``resume`` (the loader restored
 at a cursor), ``first_batch`` (the first batch recorded by the attempt) and ``fault`` (the crash
@@ -71,6 +80,7 @@ FAULT_ENV = "RECOVERYDASH_DRILL_FAULT"
 TRACE_ENV = "RECOVERYDASH_DRILL_TRACE"
 SAVE_POINTS = ("before_shards", "during_shard", "before_commit", "after_commit")
 POINTS = SAVE_POINTS + ("kill",)
+ALL_RANKS_WAIT_S = 15.0
 
 
 class Fault:
@@ -243,6 +253,21 @@ def on_restore(generation_id: str, seconds: float, rank: int) -> None:
     trace("restore", generation_id=generation_id, seconds=seconds, rank=rank)
 
 
+def on_plan(plan: dict) -> None:
+    """From ``restore_plan``: what the restarting trainer was told to load (trace only):
+    ``source``, ``generation_id`` and, for a refusal, ``rejected`` (each generation's id and
+    status) and the ``warnings``' codes."""
+    if not tracing():
+        return
+    try:
+        trace("plan", source=plan.get("source"), generation_id=plan.get("generation_id"),
+              rejected=[{"generation_id": r.get("generation_id"), "status": r.get("status")}
+                        for r in plan.get("rejected") or [] if isinstance(r, dict)],
+              warnings=[w.get("code") for w in plan.get("warnings") or [] if isinstance(w, dict)])
+    except Exception as e:  # pragma: no cover
+        log.warning("recoverydash: drill trace of the restore plan not written: %r", e)
+
+
 def on_resume(recorder: Any, cursor: Any) -> None:
     """From ``ObservedRecorder.load_state_dict``: the loader was restored at ``cursor``."""
     if tracing():
@@ -254,13 +279,17 @@ def _targets(rank: int) -> bool:
 
 
 def save_point(point: str, generation_id: str, update: int, rank: int, *, client: Any = None,
-               files: list[str] | None = None, coordinator: bool = False) -> None:
+               files: list[str] | None = None, coordinator: bool = False,
+               every_rank: bool = False, group: Any = None) -> None:
     """From the save path, at each step of the publication protocol. Dies (SIGKILL) when the
     process's fault names this point and this generation (the first one saved at an update
     ``>= fault.update``) and this rank. ``during_shard`` first truncates the first of ``files``
     (this rank's files of the generation) to half its bytes. ``before_commit`` and
     ``after_commit`` kill the coordinator (and, for ``all``, every rank) at the point.
-    Returns when the fault does not apply."""
+    every_rank: every rank of ``group`` (None: the default process group) calls this point at
+    the same step of a collective; a fault on every rank then waits, after its flush, for the
+    other ranks' (``_wait_for_every_rank``) before dying. Returns when the fault does not
+    apply."""
     global _generation, _fault_spent
     f = _fault
     if f is None or f.point not in SAVE_POINTS or _fault_spent or update < f.update:
@@ -284,16 +313,38 @@ def save_point(point: str, generation_id: str, update: int, rank: int, *, client
         except OSError as e:  # pragma: no cover
             log.warning("recoverydash: drill could not truncate %s: %r", path, e)
     _fault_spent = True
-    _die(client, rank, update, generation_id)
+    _die(client, rank, update, generation_id,
+         together=every_rank and f.rank is None, group=group)
 
 
-def _die(client: Any, rank: int, update: int, generation_id: str | None) -> None:
+def _wait_for_every_rank(group: Any = None, timeout: float = ALL_RANKS_WAIT_S) -> bool:
+    """A barrier of ``group`` (None: the default process group) waited for at most ``timeout``
+    seconds: every rank has flushed and is about to die. False (never raises) when there is no
+    process group, a rank is gone or the wait timed out."""
+    try:
+        import datetime
+
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()) or \
+                dist.get_world_size(group) < 2:
+            return False
+        work = dist.barrier(group=group, async_op=True)
+        return bool(work.wait(timeout=datetime.timedelta(seconds=timeout)))
+    except Exception:  # noqa: BLE001 - a peer already gone: die all the same
+        return False
+
+
+def _die(client: Any, rank: int, update: int, generation_id: str | None, *,
+         together: bool = False, group: Any = None) -> None:
     trace("fault", point=_fault.point if _fault else None, rank=rank, update=update,
-          generation_id=generation_id)
+          generation_id=generation_id, pid=os.getpid())
     try:
         if client is not None:
             client.flush(5)
     except Exception:  # pragma: no cover
         pass
+    if together:
+        _wait_for_every_rank(group)
     os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(60)  # pragma: no cover  (SIGKILL is not deliverable later than this)
