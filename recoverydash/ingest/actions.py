@@ -458,29 +458,39 @@ class _Projection:
         that changed. Raises AttemptConflict for an attempt_started contradicting the stored
         start."""
         new: list[Attempt] = []
+        seen_by_key: dict[tuple[int, int], set[int | None]] = {}
         for key, evs in self.attempt_events.items():
             att = attempts.get(key)
             if att is None:  # created lazily: events may come before attempt_started
                 att = attempts[key] = Attempt(run=self.by_pk[key[0]], attempt=key[1])
                 new.append(att)
-            seen: set[int | None] = set()
+            seen = seen_by_key.setdefault(key, set())
             for ev in evs:
                 if self.now is not None:
                     # an aggregate's ranks were heard from through their reporter
-                    ranks = [ev.model.rank] + ([p.rank for p in ev.model.ranks]
-                                               if ev.model.type == "update_aggregate" else [])
-                    for rank in ranks:
-                        if rank not in seen:
-                            seen.add(rank)
-                            att.note_rank_seen(rank, self.now)
+                    seen.add(ev.model.rank)
+                    if ev.model.type == "update_aggregate":
+                        seen.update(p.rank for p in ev.model.ranks)
                 if ev.model.type == "attempt_started" and att.started_at is None:
                     self.first_started.add(key)
                 _apply_to_attempt(att, ev)
+        merge: list[tuple[Attempt, dict[str, str]]] = []
+        for key, ranks in seen_by_key.items():
+            if not ranks:
+                continue
+            att, stamp = attempts[key], self.now.isoformat()
+            entries = {"c" if r is None else str(r): stamp for r in ranks}
+            if att in new or "rank_seen_at" in att.__dict__:
+                att.note_ranks_seen(entries)
+            else:  # deferred (PostgreSQL): merged in SQL below, the map never read
+                merge.append((att, entries))
         if new:
             Attempt.objects.bulk_create(new)
         for key in self.attempt_events:
             if attempts[key] not in new:
                 attempts[key].save()
+        for att, entries in merge:
+            _merge_rank_seen(att.pk, entries)
 
     # --- writing ------------------------------------------------------------------------------
     def flush(self) -> None:
@@ -753,6 +763,21 @@ def _upsert_objects(gen: Generation, objects: list[dict], default_shard: str,
         CheckpointObject.objects.bulk_create(list(new.values()))
 
 
+def _merge_rank_seen(attempt_pk: int, entries: dict[str, str]) -> None:
+    """``Attempt.note_ranks_seen`` in SQL (PostgreSQL): each key of ``entries`` (a rank, or
+    ``c``) takes its ISO time unless the stored one is later, without reading the map into
+    Python (16,384 entries at 16,384 ranks: decoding and re-encoding it per request cost
+    ~24 ms of web CPU, bench/ingest_one_run.py)."""
+    table = Attempt._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'UPDATE "{table}" AS a SET rank_seen_at = COALESCE(a.rank_seen_at, \'{{}}\'::jsonb) '
+            f"|| COALESCE((SELECT jsonb_object_agg(n.key, n.value) FROM jsonb_each(%s::jsonb) "
+            f"AS n WHERE NOT jsonb_exists(COALESCE(a.rank_seen_at, '{{}}'::jsonb), n.key) "
+            f"OR (a.rank_seen_at ->> n.key) < (n.value #>> '{{}}')), '{{}}'::jsonb) "
+            f"WHERE a.id = %s", [json.dumps(entries), attempt_pk])
+
+
 def _apply_to_attempt(att: Attempt, ev: ValidEvent) -> None:
     """What one event changes on its attempt's row (times, the last update, heartbeat, read
     cursors, SDK losses, start, end, restore). Raises AttemptConflict for an attempt_started
@@ -823,8 +848,12 @@ def _finish_runs(runs: dict[str, Run], seqs: dict[int, int], events: Sequence[Va
     if any(locked[r].strata.get(s, k) != k for r, ks in kinds.items() for s, k in ks.items()):
         _check_span_kinds({r: Run(strata=dict(run.strata)) for r, run in locked.items()},
                           events)
-    attempts = {(a.run_id, a.attempt): a for a in Attempt.objects.select_for_update()
-                .filter(run__in=[r.pk for r in locked.values()]).order_by("pk")}
+    query = Attempt.objects.select_for_update().filter(
+        run__in=[r.pk for r in locked.values()]).order_by("pk")
+    if connection.vendor == "postgresql":
+        # one entry per rank (16,384 at 16,384 ranks): merged in SQL, never read here
+        query = query.defer("rank_seen_at")
+    attempts = {(a.run_id, a.attempt): a for a in query}
     projection.apply_attempts(attempts)
     for run_id in touched:
         run = locked[run_id]

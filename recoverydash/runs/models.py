@@ -295,6 +295,17 @@ class Attempt(models.Model):
         if kept is None or kept < value:
             self.rank_seen_at = {**(self.rank_seen_at or {}), key: value}
 
+    def note_ranks_seen(self, entries: dict) -> None:
+        """:meth:`note_rank_seen` for many reporters at once: ``entries`` maps a reporter key
+        (``str(rank)`` or ``"c"``) to an ISO time; only a later time replaces the kept one. One
+        pass over the map (not one copy of it per rank)."""
+        kept = dict(self.rank_seen_at or {})
+        for key, value in entries.items():
+            old = kept.get(key)
+            if old is None or old < value:
+                kept[key] = value
+        self.rank_seen_at = kept
+
     def note_restore_failure(self, generation_id: str, reason: str, message: str, time,
                              rank: int | None) -> None:
         """Record one ``restore_failed`` (the same generation, reason and rank once: a

@@ -595,3 +595,32 @@ def test_a_batch_requests_no_analysis_while_one_is_queued(
     with django_capture_on_commit_callbacks(execute=True):
         assert post(client, ingest_token, [update("b", 2)]).status_code == 202
     assert calls == ([([Run.objects.get().pk], [])] if requested else [])
+
+
+def test_the_ranks_heard_from_are_merged_into_the_attempt_without_losing_a_later_time(
+        client, ingest_token, monkeypatch):
+    from datetime import datetime, timedelta, timezone as tz
+
+    from django.utils import timezone
+
+    from recoverydash.runs.models import Attempt
+
+    t1 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=tz.utc)
+    monkeypatch.setattr(timezone, "now", lambda: t1)
+    post(client, ingest_token, [update("a", 1, rank=0), update("b", 1, rank=1),
+                                update("g", 1, rank=None)])
+    assert Attempt.objects.get().rank_seen_at == {"0": t1.isoformat(), "1": t1.isoformat(),
+                                                  "c": t1.isoformat()}
+    # a later batch of rank 1 and an aggregate of ranks 2-3 (its reporter has no rank: "c")
+    t2 = t1 + timedelta(seconds=30)
+    monkeypatch.setattr(timezone, "now", lambda: t2)
+    post(client, ingest_token, [update("c", 2, rank=1), event(
+        "update_aggregate", "agg", update=2, ranks=[
+            {"rank": r, "spans": [{"stratum": "main", "epoch": 0, "ranges": [[8 + r, 9 + r]]}]}
+            for r in (2, 3)])])
+    # a batch that began earlier (its clock before t2) and committed later keeps t2
+    monkeypatch.setattr(timezone, "now", lambda: t1 + timedelta(seconds=10))
+    post(client, ingest_token, [update("d", 3, rank=1)])
+    assert Attempt.objects.get().rank_seen_at == {
+        "0": t1.isoformat(), "1": t2.isoformat(), "c": t2.isoformat(),
+        "2": t2.isoformat(), "3": t2.isoformat()}
