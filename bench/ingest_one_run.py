@@ -283,7 +283,7 @@ def projection(c_req: float, c_ev: float, c_part: float | None, wide_cpu: float)
     """Web cores of a 16,384-rank job at one update per second: the SDK's defaults, the old 1 s
     flush, and one update_aggregate reporter (``c_part``: web CPU per rank-update of aggregates,
     measured with 1 web process above; its request cost is inside it)."""
-    from recoverydash.sdk.flush import FlushPolicy
+    from recoverydash.sdk.flush import JOB_REQUESTS_PER_S, MAX_INTERVAL_S, FlushPolicy
 
     policy = FlushPolicy(world_size=JOB_RANKS)
     interval = policy.interval()
@@ -293,8 +293,8 @@ def projection(c_req: float, c_ev: float, c_part: float | None, wide_cpu: float)
     print(f"\nprojection: {JOB_RANKS:,} ranks, {JOB_UPDATES_PER_S:g} update/s, a heartbeat per "
           f"rank every {HEARTBEAT_S:.0f} s (web CPU only; PostgreSQL's is not counted)")
     for name, requests in (
-            (f"SDK default (each rank every min(60, max(1, {JOB_RANKS:,} / 256)) = "
-             f"{interval:.0f} s)", policy.job_requests()),
+            (f"SDK default (each rank every min({MAX_INTERVAL_S:g}, max(1, {JOB_RANKS:,} / "
+             f"{JOB_REQUESTS_PER_S:g})) = {interval:.0f} s)", policy.job_requests()),
             ("old default (each rank every 1 s)", float(JOB_RANKS))):
         cores = requests * c_req + events * c_ev
         verdict = "within" if cores <= TARGET_CORES else "over"

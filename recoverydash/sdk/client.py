@@ -10,8 +10,8 @@ gzips them and POSTs ``{"events": [...]}`` to ``{url}/api/v1/events`` with
 What the host pays: the caller's thread does an atomic append (about a microsecond). The sender
 wakes on a timer (the flush policy of ``recoverydash.sdk.flush``: ``flush_interval``, default
 1 s, +-20%, stretched to ``world_size / job_requests_per_s`` seconds, at most 60 s, in a large job
-so the whole job sends at most about 256 requests a second; a prompt event such as
-checkpoint_committed or attempt_started within 1 s) or when ``batch_max_events`` are waiting,
+so the whole job sends at most about 40 requests a second until that cap; a prompt event such as
+checkpoint_committed, or rank 0's attempt_started, within 1 s) or when ``batch_max_events`` are waiting,
 never per event; each wake encodes the batch with one prebuilt JSON encoder, compresses
 it once with zlib level 1 in gzip framing (zlib releases the GIL while it compresses) and sends
 one request. An idle disk spool is listed at most every ``SPOOL_RESCAN_S`` seconds, not on every
@@ -192,17 +192,20 @@ class Client:
             (``recoverydash.sdk.flush``).
         flush_interval: the shortest periodic wait, seconds (default 1). The wait is
             ``min(max_flush_interval, max(flush_interval, world_size / job_requests_per_s))``:
-            1 s up to 256 processes, 60 s at 16,384, so a whole job sends at most about
-            ``job_requests_per_s`` requests a second (``recoverydash.sdk.flush``).
+            1 s up to 40 processes, 25.6 s at 1,024, 60 s from 2,400 on, so a whole job sends at
+            most about ``job_requests_per_s`` requests a second until the 60 s cap
+            (``recoverydash.sdk.flush``).
         world_size: processes of the job that each run a client like this one (default
             ``$WORLD_SIZE``, else the ``world_size`` of this client's first ``attempt_started``,
             else 1). A single reporter (e.g. of ``update_aggregate``) passes 1.
-        job_requests_per_s: the whole job's request budget (default 256 requests/s).
+        job_requests_per_s: the whole job's request budget (default 40 requests/s: under the
+            server's default per-token rate limit of 50).
         max_flush_interval: the longest periodic wait, seconds (default 60: within the rank
             silence floor of 120 s with jitter).
-        prompt_flush_s: attempt_started, attempt_ended, checkpoint_committed,
-            restore_completed and restore_failed are sent at most this many seconds after they
-            are queued (default 1), whatever the interval.
+        prompt_flush_s: checkpoint_committed and restore_failed, and from rank 0 (or a
+            client without a rank) attempt_started, attempt_ended and restore_completed, are
+            sent at most this many seconds after they are queued (default 1), whatever the
+            interval; other ranks' copies of those three go with their periodic send or close.
         request_timeout: seconds per HTTP request.
         backoff_base / backoff_cap: seconds; pause after k consecutive failures is
             ``min(cap, base * 2**k) * uniform(0.5, 1)``; ``Retry-After`` wins when given (capped at
@@ -398,11 +401,11 @@ class Client:
                        self.max_queue)
             return False
         buf.append((item, time.time()))
-        if self._prompt_since is None and is_prompt(item):
-            policy = self.flush_policy
-            if policy.world_size is None and item.get("type") == "attempt_started":
-                policy.world_size = item.get("world_size") if \
-                    type(item.get("world_size")) is int else None
+        policy = self.flush_policy
+        if policy.world_size is None and type(item) is dict and \
+                item.get("type") == "attempt_started" and type(item.get("world_size")) is int:
+            policy.world_size = item["world_size"]
+        if self._prompt_since is None and is_prompt(item, self.rank):
             self._prompt_since = time.monotonic()
             self._wake.set()  # the sender recomputes its wait: at most prompt_flush_s now
         if len(buf) >= self.batch_max_events:

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from recoverydash.sdk.client import Client
-from recoverydash.sdk.flush import (JOB_REQUESTS_PER_S, MAX_INTERVAL_S, PROMPT_S, PROMPT_TYPES,
-                                    FlushPolicy, is_prompt)
+from recoverydash.sdk.flush import (JOB_REQUESTS_PER_S, LEAD_PROMPT_TYPES, MAX_INTERVAL_S,
+                                    PROMPT_S, PROMPT_TYPES, FlushPolicy, is_prompt)
 
 
 
@@ -23,20 +23,20 @@ def wait_for(pred, timeout=10.0, step=0.02):
 
 
 def test_the_defaults_are_the_documented_ones():
-    assert (JOB_REQUESTS_PER_S, MAX_INTERVAL_S, PROMPT_S) == (256.0, 60.0, 1.0)
-    assert PROMPT_TYPES == {"attempt_started", "attempt_ended", "checkpoint_committed",
-                            "restore_completed", "restore_failed"}
+    assert (JOB_REQUESTS_PER_S, MAX_INTERVAL_S, PROMPT_S) == (40.0, 60.0, 1.0)
+    assert PROMPT_TYPES == {"checkpoint_committed", "restore_failed"}
+    assert LEAD_PROMPT_TYPES == {"attempt_started", "attempt_ended", "restore_completed"}
 
 
 @pytest.mark.parametrize("world, interval, job_requests", [
     (None, 1.0, 1.0),        # unknown: one process
     (1, 1.0, 1.0),
-    (64, 1.0, 64.0),
-    (256, 1.0, 256.0),       # the budget reached at the base interval
-    (512, 2.0, 256.0),
-    (1024, 4.0, 256.0),
-    (8192, 32.0, 256.0),
-    (15360, 60.0, 256.0),    # 15,360 / 256 = 60 s: the cap
+    (8, 1.0, 8.0),
+    (40, 1.0, 40.0),         # the budget reached at the base interval
+    (64, 1.6, 40.0),
+    (1024, 25.6, 40.0),
+    (2400, 60.0, 40.0),      # 2,400 / 40 = 60 s: the cap
+    (4096, 60.0, 4096 / 60),
     (16384, 60.0, 16384 / 60),  # capped: 273.07 requests/s
 ])
 def test_the_interval_spreads_a_job_to_its_request_budget(world, interval, job_requests):
@@ -51,6 +51,7 @@ def test_the_base_interval_is_the_floor_and_the_cap_never_undercuts_it():
     assert FlushPolicy(base_interval=90.0, world_size=16384).interval() == 90.0
     assert FlushPolicy(world_size=16384, job_requests_per_s=1024).interval() == 16.0
     assert FlushPolicy(world_size=16384, max_interval=30).interval() == 30.0
+    assert FlushPolicy(world_size=1024, job_requests_per_s=256).interval() == 4.0
 
 
 def test_the_periodic_deadline_on_a_fake_clock():
@@ -72,15 +73,23 @@ def test_a_prompt_event_is_sent_within_its_bound_never_later_than_the_periodic_s
 
 
 def test_only_a_large_jobs_first_cycle_draws_a_wide_jitter():
-    large, small = FlushPolicy(world_size=16384), FlushPolicy(world_size=64)
+    large, small = FlushPolicy(world_size=16384), FlushPolicy(world_size=40)
     assert large.jitter_range(first=True) == (0.05, 1.2)
     assert large.jitter_range(first=False) == (0.8, 1.2)
     assert small.jitter_range(first=True) == (0.8, 1.2)
 
 
 def test_what_is_prompt():
-    assert is_prompt({"type": "checkpoint_committed"}) and is_prompt({"type": "attempt_started"})
-    assert not is_prompt({"type": "update_committed"}) and not is_prompt({"type": "heartbeat"})
+    for rank in (None, 0, 5):
+        assert is_prompt({"type": "checkpoint_committed"}, rank)
+        assert is_prompt({"type": "restore_failed", "rank": rank})
+        assert not is_prompt({"type": "update_committed"}, rank)
+        assert not is_prompt({"type": "heartbeat", "rank": rank})
+    for kind in ("attempt_started", "attempt_ended", "restore_completed"):
+        # the lead reporter's copy is prompt; the other ranks' go with their periodic send
+        assert is_prompt({"type": kind}, None) and is_prompt({"type": kind}, 0)
+        assert is_prompt({"type": kind, "rank": 0}, 5)
+        assert not is_prompt({"type": kind}, 5) and not is_prompt({"type": kind, "rank": 3}, 0)
     assert not is_prompt(object()) and not is_prompt({})
 
 
@@ -98,14 +107,18 @@ def test_the_client_takes_the_world_size_from_its_argument_the_environment_or_it
     try:
         assert client(world_size=16384).flush_policy.interval() == 60.0
         assert client(world_size=1).flush_policy.interval() == 1.0
-        monkeypatch.setenv("WORLD_SIZE", "4096")
-        assert client().flush_policy.interval() == 16.0
+        monkeypatch.setenv("WORLD_SIZE", "1024")
+        assert client().flush_policy.interval() == 25.6
         monkeypatch.setenv("WORLD_SIZE", "not a number")
         c = client()
         assert c.flush_policy.world_size is None and c.flush_policy.interval() == 1.0
-        c.attempt_started(world_size=2048, dataset_version="d")
-        assert c.flush_policy.world_size == 2048 and c.flush_policy.interval() == 8.0
+        c.attempt_started(world_size=2048, dataset_version="d")  # rank 0: prompt
+        assert c.flush_policy.world_size == 2048 and c.flush_policy.interval() == 51.2
         assert c._prompt_since is not None
+        other = Client("http://127.0.0.1:9", "t", "run-p", attempt=0, rank=7, spool_dir=spool)
+        made.append(other)
+        other.attempt_started(world_size=512, dataset_version="d")  # rank 7: periodic
+        assert other.flush_policy.world_size == 512 and other._prompt_since is None
         d = client(world_size=16384)
         d.update_committed(1, [])
         d.heartbeat(1)
