@@ -40,7 +40,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 
 from recoverydash.runs.analysis import request_analysis
@@ -48,7 +48,7 @@ from recoverydash.runs.models import (GLOBAL_RANK, ApiToken, Attempt, AuditWindo
                                       CheckpointObject, Event, Generation, Heartbeat, LedgerRow,
                                       Project, Run, ShardReport)
 from recoverydash.runs import seq as seq_of
-from recoverydash.runs.folding import fold, unfold
+from recoverydash.runs.folding import fold, foldable, join, unfold
 from recoverydash.runs.queue import VERIFY_GENERATION, enqueue
 
 from .errors import AttemptConflict, BadRequest, Conflict, ErrorItem, MAX_ERRORS
@@ -557,7 +557,7 @@ class _Projection:
         UPDATE: a concurrent batch uniting the same key waits, and sees this one's spans)."""
         if not self.ledger:
             return
-        pending = self._folded()
+        pending = self._join_stored(self._folded())
         if connection.vendor != "postgresql":
             while pending:  # entries come back marked retry when a key may be stored
                 rest = self._unite_existing(pending)
@@ -587,6 +587,97 @@ class _Projection:
                 return
             except UniqueViolation:
                 pending = self._unite_existing(pending)
+
+    def _join_stored(self, pending: dict[tuple, dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+        """Fold across batches: join the batch's rows (:meth:`_folded`) with the stored rows of
+        their ``(run, attempt, update)`` (read FOR UPDATE) where ``runs.folding.join`` chains
+        them (consecutive ranks, each rank's report the previous one's moved by one shift, same
+        samples and tokens). A chain holding stored rows becomes the first of them (by pk):
+        its rank, ranks, shift, spans (the chain's first rank's), ``time`` the earliest of the
+        chain's, ``first_seq`` the lowest, ``last_seq`` this batch's seq (so the analysis reads
+        it again); the chain's other stored rows are deleted and its batch entries not written
+        (rows locked by a concurrent batch are skipped: they stay as they are).
+        A chain of batch entries only is one entry. Returns the entries left to write.
+
+        Exact: every rank's report is given back by ``LedgerRow.parts`` as it was sent (the
+        spans of rank ``rank + k`` are the first rank's moved by ``k * shift``, checked before
+        joining). Only ``time`` is not kept per rank: a row keeps the earliest of its ranks',
+        and what reads a ledger row's time keeps only the earliest per update (the core's
+        ``AttemptLedger.note_time``; compaction's cutoff, on absorbed rows only). A key that
+        a joined row would take and another row holds leaves that chain alone; a concurrent
+        batch's new row taking it (a unique violation) leaves this batch unjoined."""
+        groups: dict[tuple, list[tuple]] = {}
+        for key, entry in pending.items():
+            if key[3] != GLOBAL_RANK and foldable(entry["spans"]):
+                groups.setdefault(key[:3], []).append(key)
+        if not groups:
+            return pending
+        query = (LedgerRow.objects.filter(
+            run__in={g[0] for g in groups}, attempt__in={g[1] for g in groups},
+            update__in={g[2] for g in groups}).exclude(rank=GLOBAL_RANK)
+            .only("pk", "run_id", "attempt", "update", "rank", "ranks", "rank_shift", "spans",
+                  "samples", "tokens", "time", "first_seq"))
+        if connection.vendor == "postgresql":
+            # a row another batch holds is left out (joining is never required): ranks' batches
+            # of one update never wait for each other here, nor sit in a lock cycle
+            query = query.select_for_update(skip_locked=True).order_by("pk")
+        stored: dict[tuple, list[LedgerRow]] = {}
+        for row in query:
+            group = (row.run_id, row.attempt, row.update)
+            if group in groups:
+                stored.setdefault(group, []).append(row)
+        out = dict(pending)
+        changed: list[LedgerRow] = []
+        doomed: list[int] = []
+        for group, keys in groups.items():
+            rows = stored.get(group, [])
+            if len(keys) + len(rows) < 2:
+                continue
+            segs = [{"rank": k[3], "ranks": k[4], "shift": pending[k]["shift"],
+                     "spans": pending[k]["spans"], "samples": pending[k]["samples"],
+                     "tokens": pending[k]["tokens"], "time": pending[k]["time"], "key": k}
+                    for k in keys]
+            segs += [{"rank": r.rank, "ranks": r.ranks, "shift": r.rank_shift, "spans": r.spans,
+                      "samples": r.samples, "tokens": r.tokens, "time": r.time, "row": r}
+                     for r in rows]
+            taken = {(r.rank, r.ranks) for r in rows} | {k[3:] for k in out if k[:3] == group}
+            for members, shift in join(segs):
+                if len(members) < 2:
+                    continue
+                parts = [segs[i] for i in members]
+                new_key = (parts[0]["rank"], sum(p["ranks"] for p in parts))
+                if new_key in taken:
+                    continue
+                taken -= {(p["rank"], p["ranks"]) for p in parts}
+                taken.add(new_key)
+                for p in parts:
+                    out.pop(p.get("key"), None)
+                when = min(p["time"] for p in parts)
+                mine = [p["row"] for p in parts if "row" in p]
+                if not mine:
+                    out[group + new_key] = {"time": when, "spans": list(parts[0]["spans"]),
+                                            "samples": parts[0]["samples"],
+                                            "tokens": parts[0]["tokens"], "shift": shift}
+                    continue
+                keep = min(mine, key=lambda r: r.pk)
+                doomed += [r.pk for r in mine if r is not keep]
+                keep.rank, keep.ranks, keep.rank_shift = new_key[0], new_key[1], shift
+                keep.spans, keep.time = list(parts[0]["spans"]), when
+                keep.first_seq = min(r.first_seq for r in mine)
+                keep.last_seq = self.seqs[group[0]]
+                changed.append(keep)
+        if not changed:
+            return out
+        try:
+            with transaction.atomic():
+                if doomed:
+                    LedgerRow.objects.filter(pk__in=doomed).delete()
+                LedgerRow.objects.bulk_update(
+                    changed, ["rank", "ranks", "rank_shift", "spans", "time", "first_seq",
+                              "last_seq"], batch_size=500)
+        except IntegrityError:
+            return pending
+        return out
 
     def _unite_existing(self, keys: dict[tuple, dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
         """Unite the entries of ``keys`` (rows as :meth:`_folded` gives them) whose key is

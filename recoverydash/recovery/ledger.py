@@ -296,6 +296,18 @@ class Ledger:
                                 seen.add(update)
                                 state.updates.add(update)
                                 continue
+                    elif seen is not None and update in seen and stride >= 1:
+                        # the rank's part read again (a folded row that grew, re-read whole):
+                        # when its open run already holds exactly these positions at this
+                        # update, absorbing it again only keeps the earlier time (what
+                        # _absorb_again finds without walking every run)
+                        run = state.open.get((rank, (stratum, epoch, None), 0))
+                        if run is not None and run[U0] <= update <= run[U1] \
+                                and run[S] == stride \
+                                and run[M] == (stop - start + stride - 1) // stride \
+                                and start == run[A] + (update - run[U0]) * run[ADV]:
+                            state.note_time(update, when)
+                            continue
                     spans = [{"stratum": stratum, "epoch": epoch,
                               "ranges": [[start, stop] if step is None else [start, stop, step]]}]
                 self._absorb_each([LedgerRecord(attempt, update, rank, when, spans)], touched)

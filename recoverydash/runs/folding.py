@@ -12,6 +12,10 @@ holds sample ids; every other part is a row of its own (``ranks`` 1, ``rank_shif
 restart page) sees the per-rank reports it would have seen without folding: a rank absent from
 the update is absent from every row, two ranks reporting one position still both report it.
 
+Within one batch (:func:`fold`) times must be equal; across batches (:func:`join`, stored rows
+with a batch's) they are not compared and the joined row keeps the earliest (the analysis keeps
+only the earliest report time per update; docs/ingest-v1.md#update_aggregate).
+
 Pure functions (no Django); ``runs.models`` and ``ingest.actions`` use them.
 """
 from __future__ import annotations
@@ -101,3 +105,55 @@ def fold(parts: dict) -> list[tuple[int, int, int, dict]]:
         out.append((rank, n, shift, entry))
         i += n
     return out
+
+
+def _first_start(spans: list) -> int:
+    return spans[0]["ranges"][0][0]
+
+
+def join(segments: list[dict]) -> list[tuple[list[int], int]]:
+    """Chains of ``segments`` that together are one folded row, as ``(indices, shift)``: a segment is a dict with
+    ``rank``, ``ranks``, ``shift`` (0 for one rank), ``spans`` (its first rank's), ``samples``
+    and ``tokens`` (a stored row or a batch's entry of one ``(attempt, update)``). Returns lists
+    of indices into ``segments``, each in rank order, that cover consecutive ranks without
+    overlap and whose reports are each the previous rank's moved by one shift: the chain's
+    first segment's spans moved by ``k * shift`` are rank ``rank + k``'s report, exactly as each
+    segment gives it (same samples and tokens, foldable spans, never the global rank; times are
+    not compared: a row keeps the earliest, see ``ingest.actions``). Every segment is in exactly
+    one chain (a chain of one when it continues nothing). Greedy in rank order; a rank in two
+    segments (a rank's own later report beside a folded row) is two chains' business, never
+    united here."""
+    order = sorted(range(len(segments)), key=lambda i: (segments[i]["rank"],
+                                                        segments[i]["ranks"]))
+    chains: list[dict] = []
+    by_end: dict[int, list[dict]] = {}
+    for i in order:
+        seg = segments[i]
+        ok = seg["rank"] != GLOBAL_RANK and foldable(seg["spans"])
+        placed = False
+        for chain in by_end.get(seg["rank"], []) if ok else []:
+            head = segments[chain["members"][0]]
+            if head["samples"] != seg["samples"] or head["tokens"] != seg["tokens"]:
+                continue
+            shift = chain["shift"]
+            if shift is None:
+                shift = _first_start(seg["spans"]) - _first_start(head["spans"])
+            if seg["ranks"] > 1 and seg["shift"] != shift:
+                continue
+            if shifted(head["spans"], chain["ranks"] * shift) != seg["spans"]:
+                continue
+            by_end[seg["rank"]].remove(chain)
+            chain["members"].append(i)
+            chain["ranks"] += seg["ranks"]
+            chain["shift"] = shift
+            by_end.setdefault(chain["rank"] + chain["ranks"], []).append(chain)
+            placed = True
+            break
+        if placed:
+            continue
+        chain = {"rank": seg["rank"], "ranks": seg["ranks"], "members": [i],
+                 "shift": seg["shift"] if seg["ranks"] > 1 else None}
+        chains.append(chain)
+        if ok:
+            by_end.setdefault(seg["rank"] + seg["ranks"], []).append(chain)
+    return [(c["members"], c["shift"] or 0) for c in chains]

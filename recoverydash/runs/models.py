@@ -391,6 +391,10 @@ class LedgerRow(models.Model):
     ``spans`` are rank ``rank``'s, :meth:`parts` gives every rank's report exactly as sent).
     ``spans`` are the wire spans, which are already compact (ranges, strided ranges).
 
+    ``time`` is the earliest of the row's ranks' report times (rows are joined across batches
+    without comparing times: ``ingest.actions._Projection._join_stored``; the analysis keeps
+    only the earliest report time per update).
+
     One row per ``(run, attempt, update, rank, ranks)``. Reports for a stored key are united: a
     later piece appends its spans (to a folded row only with the same ``rank_shift``: moving
     distributes over the union) and raises ``last_seq`` above ``first_seq``. A rank's report may

@@ -248,3 +248,53 @@ def test_it_lets_batches_of_one_run_overlap(monkeypatch):
         a.finish()
     assert took < 5
     assert LedgerRow.objects.count() == 9 and Run.objects.get().event_count == 9
+
+
+def test_per_rank_batches_folding_across_batches_concurrently_keep_every_report(monkeypatch):
+    """Ranks' own batches of one update fold into stored rows while 4 threads post them
+    (rows another batch holds are skipped, never waited for): every rank's report, the earliest
+    time per update and the analysis equal those of the same batches stored unfolded, one row
+    per rank-update."""
+    from unittest import mock
+
+    from recoverydash.ingest.actions import _Projection
+    from recoverydash.runs.models import rank_reports
+
+    _postgres_only()
+    world, per, updates = 16, 2, 30
+    start = event("attempt_started", "start", "run-f", world_size=world,
+                  global_batch_size=world * per, dataset_version="d1")
+
+    def own(u, r):
+        base = (u - 1) * world * per
+        return {"event_id": f"f-{u}-{r}", "type": "update_committed", "run_id": "run-f",
+                "attempt": 0, "rank": r, "update": u, "samples": per,
+                "time": f"2026-11-01T00:00:{u:02d}.{1 + r % 9:03d}Z",
+                "spans": [{"stratum": "main", "epoch": 0,
+                           "ranges": [[base + r, base + r + world * per, world]]}]}
+
+    batches = [[own(u, r) for u in range(lo, lo + 10)] for r in range(world)
+               for lo in (1, 11, 21)]
+    random.Random(3).shuffle(batches)
+    folded, plain = Project.objects.create(name="folded"), Project.objects.create(name="plain")
+    ingest_batch(folded, [start])
+    errors, _ = _post_all(folded, batches, 4, monkeypatch)
+    assert errors == []
+    with mock.patch.object(_Projection, "_join_stored", lambda self, pending: pending):
+        ingest_batch(plain, [start])
+        for batch in batches:
+            ingest_batch(plain, batch)
+
+    def reports(run):
+        out, earliest = {}, {}
+        for key, report in rank_reports(LedgerRow.objects.filter(run=run)).items():
+            out[key] = (report["spans"], report["samples"], report["tokens"])
+            earliest[key[:2]] = min(earliest.get(key[:2], report["time"]), report["time"])
+        return out, earliest
+
+    a, b = Run.objects.get(project=folded), Run.objects.get(project=plain)
+    assert LedgerRow.objects.filter(run=b).count() == world * updates
+    assert LedgerRow.objects.filter(run=a).count() < world * updates
+    assert reports(a) == reports(b)
+    assert len(reports(a)[0]) == world * updates
+    assert analyze(a, now=NOW).result == analyze(b, now=NOW).result

@@ -5,16 +5,19 @@ rank, a duplicate position, a rank's own later report stay what they are."""
 
 from __future__ import annotations
 
+import random
+from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
+from unittest import mock
 
 import pytest
 
 from django.db.models import Q
 
 from recoverydash.dashboard.queries import _windows, restart_detail
-from recoverydash.ingest.actions import ingest_batch
+from recoverydash.ingest.actions import _Projection, ingest_batch
 from recoverydash.runs.analysis import analyze
-from recoverydash.runs.folding import fold, unfold
+from recoverydash.runs.folding import fold, join, unfold
 from recoverydash.runs.models import AuditWindow, LedgerRow, Project, Run, rank_reports
 
 W = 64
@@ -65,17 +68,27 @@ def restart(first_ranks=range(W), first_spans=spans):
     return starts, updates
 
 
-def per_rank(name, starts, updates, extra=()):
-    """The run of ``updates`` sent as per-rank events, each rank its own batches (nothing to
-    fold: one rank per update in a batch)."""
+@contextmanager
+def unjoined():
+    """Ingest without folding across batches (``_Projection._join_stored`` off): the per-rank
+    rows the folded storage replaces, the reference every folded run is compared with."""
+    with mock.patch.object(_Projection, "_join_stored", lambda self, pending: pending):
+        yield
+
+
+def per_rank(name, starts, updates, extra=(), joined=False):
+    """The run of ``updates`` sent as per-rank events, each rank its own batches (one rank per
+    update in a batch); stored one row per rank-update unless ``joined``."""
     project = Project.objects.create(name=name)
-    ingest_batch(project, starts)
-    for rank in range(W):
-        batch = [own(a, u, r, t, s) for a, u, t, parts in updates for r, s in parts if r == rank]
-        if batch:
-            ingest_batch(project, batch)
-    if extra:
-        ingest_batch(project, list(extra))
+    with (nullcontext() if joined else unjoined()):
+        ingest_batch(project, starts)
+        for rank in range(W):
+            batch = [own(a, u, r, t, s) for a, u, t, parts in updates for r, s in parts
+                     if r == rank]
+            if batch:
+                ingest_batch(project, batch)
+        if extra:
+            ingest_batch(project, list(extra))
     return Run.objects.get(project=project)
 
 
@@ -239,3 +252,166 @@ def test_the_restart_page_shows_the_same_ledger_detail_from_folded_rows():
     assert epochs[0] == epochs[1]
     assert sorted(epochs[1]) == sorted([(u, r, 0) for u in (3, 4) for r in (0, 5, 63)]
                                        + [(4, r, 0) for r in (0, 5, 63)])
+
+
+# --- folding across batches: per-rank events, each rank its own requests ----------------------
+
+def at_ms(t: int, ms: int) -> str:
+    """``at(t)`` plus ``ms`` milliseconds (ranks' clocks differ by a few)."""
+    return at(t)[:-1] + f".{ms:03d}Z"
+
+
+def shuffled_batches(updates, seed, per_batch=None, extra=()):
+    """The per-rank events of ``updates`` as batches of one rank each, ranks in a shuffled
+    order, each rank's time ``rank % 7`` ms after the update's second (clocks differ), a rank's
+    events split into batches of ``per_batch`` updates (all in one by default)."""
+    rng = random.Random(seed)
+    order = list(range(W))
+    rng.shuffle(order)
+    batches = []
+    for rank in order:
+        events = []
+        for a, u, t, parts in updates:
+            for r, s in parts:
+                if r == rank:
+                    ev = own(a, u, r, t, s)
+                    ev["time"] = at_ms(t, 1 + (rank * 5) % 7)
+                    events.append(ev)
+        step = per_batch or max(len(events), 1)
+        batches += [events[i:i + step] for i in range(0, len(events), step) if events[i:i + step]]
+    return batches + [list(extra)] if extra else batches
+
+
+def sent(name, starts, batches, joined=True, analyse_every=None):
+    """A run of ``batches`` (after ``starts``), folded across batches unless not ``joined``;
+    analysed after every ``analyse_every`` batches (the incremental path)."""
+    project = Project.objects.create(name=name)
+    with (nullcontext() if joined else unjoined()):
+        ingest_batch(project, starts)
+        for i, batch in enumerate(batches):
+            ingest_batch(project, batch)
+            if analyse_every and i % analyse_every == 0:
+                analyze(Run.objects.get(project=project), now=NOW)
+    return Run.objects.get(project=project)
+
+
+def timeless(run):
+    """``reports(run)`` without times, and the earliest report time per (attempt, update): what
+    folding keeps of the ranks' times (a row keeps the earliest of its ranks')."""
+    out, earliest = {}, {}
+    for key, report in reports(run).items():
+        out[key] = {k: v for k, v in report.items() if k != "time"}
+        earliest[key[:2]] = min(earliest.get(key[:2], report["time"]), report["time"])
+    return out, earliest
+
+
+def assert_same_analysis(got_run, want_run):
+    assert timeless(got_run) == timeless(want_run)
+    want, got = analyze(want_run, now=NOW).result, analyze(got_run, now=NOW).result
+    assert set(got) == set(want)
+    for key in want:
+        assert got[key] == want[key], key
+    return got
+
+
+def test_join_chains_consecutive_shifted_segments_whatever_their_order():
+    def seg(rank, ranks=1, shift=0, u=3, samples=B):
+        return {"rank": rank, "ranks": ranks, "shift": shift, "spans": spans(u, rank),
+                "samples": samples, "tokens": None}
+
+    segs = [seg(5), seg(0, 3, 1), seg(3), seg(4), seg(7), seg(8, samples=3), seg(-1), seg(3)]
+    got = sorted((sorted(m), s) for m, s in join(segs))
+    # 0-2 (a fold), 3, 4, 5 chain; the second rank-3 segment, 7 (6 is missing), 8 (another
+    # sample count) and the global rank stay alone
+    assert got == [([0, 1, 2, 3], 1), ([4], 0), ([5], 0), ([6], 0), ([7], 0)]
+    # a fold of another shift does not continue a chain of shift 1
+    far = {"rank": 3, "ranks": 2, "shift": 2, "spans": spans(3, 3), "samples": B, "tokens": None}
+    assert sorted((sorted(m), s) for m, s in join([seg(0, 3, 1), far])) == [([0], 1), ([1], 2)]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("seed,per_batch,analyse_every", [(1, None, None), (2, 2, 5),
+                                                           (3, 1, 17)])
+def test_per_rank_events_in_separate_batches_fold_into_one_row_per_update(seed, per_batch,
+                                                                          analyse_every):
+    starts, updates = restart()
+    batches = shuffled_batches(updates, seed, per_batch)
+    want_run = sent("per-rank", starts, batches, joined=False)
+    got_run = sent("joined", starts, batches, analyse_every=analyse_every)
+    assert LedgerRow.objects.filter(run=want_run).count() == 9 * W
+    assert stored(got_run) == [(0, 64, 1)] * 9  # the fold grew and its pieces merged
+    row = LedgerRow.objects.get(run=got_run, attempt=1, update=4)
+    assert row.time == datetime(2026, 11, 1, 0, 0, 21, 1000, tzinfo=timezone.utc)  # rank 0's
+    assert row.spans == spans(4, 0)
+    got = assert_same_analysis(got_run, want_run)
+    (item,) = got["restarts"]
+    assert item["resumed_update"] == 3
+
+
+@pytest.mark.django_db
+def test_a_rank_missing_from_separate_batches_stays_missing():
+    starts, updates = restart(first_ranks=[r for r in range(W) if r != 17])
+    batches = shuffled_batches(updates, 4)
+    want_run = sent("per-rank", starts, batches, joined=False)
+    got_run = sent("joined", starts, batches)
+    assert stored(got_run, 1, 4) == [(0, 17, 1), (18, 46, 1)]
+    got = assert_same_analysis(got_run, want_run)
+    (item,) = got["restarts"]
+    (finding,) = [f for f in item["findings"] if f["code"] == "incomplete_first_update"]
+    assert finding["detail"].startswith("rank 17 of 64 never reported update 4")
+    # rank 17's report arrives at last: the two rows are one
+    late = [own(1, 4, 17, 21)]
+    ingest_batch(want_run.project, late)
+    ingest_batch(got_run.project, late)
+    assert stored(got_run, 1, 4) == [(0, 64, 1)]
+    got = assert_same_analysis(got_run, want_run)
+    assert not [f for f in got["restarts"][0]["findings"]
+                if f["code"] == "incomplete_first_update"]
+
+
+@pytest.mark.django_db
+def test_a_duplicate_position_and_a_resend_across_batches_stay_what_they_are():
+    # attempt 1's rank 41 reports rank 40's positions at update 4; rank 9's report is sent
+    # again under another event_id, and rank 12's a second time with one more range
+    def first(u, rank):
+        return spans(u, 40 if rank == 41 else rank)
+
+    starts, updates = restart(first_spans=first)
+    more = [{"stratum": "m", "epoch": 0, "ranges": [[7000, 7002]]}]
+    extra = [own(1, 4, 9, 25, suffix="-again"), own(1, 4, 12, 26, spans(4, 12) + more, "-more")]
+    batches = shuffled_batches(updates, 5, extra=extra)
+    want_run = sent("per-rank", starts, batches, joined=False)
+    got_run = sent("joined", starts, batches, analyse_every=9)
+    # 41 (at 40's position) breaks the fold (which chain takes 42 depends on the arrival
+    # order; the analysis does not); the re-sent rank 9 and the second piece of rank 12 are
+    # rows of their own
+    assert stored(got_run, 1, 4) == [(0, 41, 1), (9, 1, 0), (12, 1, 0), (41, 1, 0), (42, 22, 1)]
+    got = assert_same_analysis(got_run, want_run)
+    base = analyze(aggregated("clean", *restart()), now=NOW).result
+    (stratum,) = got["strata"]
+    (clean,) = base["strata"]
+    assert stratum["duplicates"] == clean["duplicates"] + B
+    # the same events again (same event_ids): duplicates accepted, nothing stored changes
+    before = list(LedgerRow.objects.filter(run=got_run).order_by("pk").values())
+    for batch in batches:
+        ingest_batch(got_run.project, batch)
+    assert list(LedgerRow.objects.filter(run=got_run).order_by("pk").values()) == before
+    assert analyze(got_run, now=NOW).result == analyze(want_run, now=NOW).result
+
+
+@pytest.mark.django_db
+def test_the_restart_page_reads_rows_folded_across_batches_as_per_rank_rows():
+    starts, updates = restart()
+    batches = shuffled_batches(updates, 6)
+    runs = [sent("per-rank", starts, batches, joined=False), sent("joined", starts, batches)]
+    details = []
+    for run in runs:
+        for rank in (0, 5, 63):
+            AuditWindow.objects.create(run=run, attempt=1, update=4, rank=rank, accum_slot=0,
+                                       time=datetime(2026, 11, 1, tzinfo=timezone.utc),
+                                       sample_ids=[f"s4-{rank}"])
+        details.append(restart_detail(run, 1, analyze(run, now=NOW).result["restarts"]))
+        details.append([(w["update"], w["rank"], w["epoch"]) for w in _windows(run, 1, Q())])
+    assert details[0].before == details[2].before and details[0].after == details[2].after
+    assert details[0].windows == details[2].windows
+    assert details[1] == details[3] == [(4, r, 0) for r in (0, 5, 63)]

@@ -397,3 +397,30 @@ def test_a_malformed_plain_row_raises_as_absorb_does_and_keeps_the_rows_before()
         general.absorb(good + [bad], fast=False)
     assert str(plain_error.value) == str(general_error.value)
     assert plain_state.to_bytes() == general.to_bytes()
+
+
+def test_plain_rows_read_again_are_skipped_keeping_the_earlier_time(monkeypatch):
+    # a folded ledger row that grew is read again whole: the ranks already absorbed with these
+    # positions at this update take no general record, and the state is the general path's
+    records = sampler_run(range(1, 11), W=4, m=2)
+    one_key = [LedgerRecord(r.attempt, r.update, r.rank, r.time, r.spans[:1]) for r in records]
+    again = [LedgerRecord(r.attempt, r.update, r.rank, r.time - 0.25 * (r.update == 5),
+                          r.spans) for r in one_key if r.update in (5, 10)]
+    general_records = []
+    each = Ledger._absorb_each
+
+    def counted(self, recs, touched):
+        general_records.extend(recs)
+        return each(self, recs, touched)
+
+    state = Ledger()
+    state.absorb_plain(as_plain_rows(one_key))
+    monkeypatch.setattr(Ledger, "_absorb_each", counted)
+    assert state.absorb_plain(as_plain_rows(again)) == len(again)
+    assert general_records == []
+    monkeypatch.setattr(Ledger, "_absorb_each", each)
+    general = Ledger()
+    general.absorb(one_key, fast=False)
+    general.absorb(again, fast=False)
+    assert state.to_bytes() == general.to_bytes()
+    assert state.attempts[0].update_time(5) == min(r.time for r in again if r.update == 5)
