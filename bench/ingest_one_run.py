@@ -215,40 +215,59 @@ def one_rank_of(world: int, run_id: str):
     """A maker of the request one rank of a ``world``-rank job sends with the SDK's default
     policy at 16,384 ranks: its 60 updates and 2 heartbeats (batch b: rank b % world)."""
     def make(_run: str, batch_no: int) -> list[dict]:
-        rank = batch_no % world
+        rank, k = batch_no % world, batch_no // world  # the rank's k-th request
         out = []
-        for u in range(1, 61):
+        for u in range(1 + 60 * k, 61 + 60 * k):
             base = (u - 1) * world * PER_RANK
             out.append({"event_id": f"{run_id}-{u}-{rank}", "type": "update_committed",
                         "run_id": run_id, "attempt": 0, "time": T, "rank": rank, "update": u,
                         "samples": PER_RANK, "spans": [{"stratum": "main", "epoch": 0, "ranges": [
                             [base + rank, base + world * PER_RANK, world]]}]})
-        out += [{"event_id": f"{run_id}-hb{k}-{rank}", "type": "heartbeat", "run_id": run_id,
-                 "attempt": 0, "time": T, "rank": rank, "update": 30 * (k + 1)}
-                for k in range(2)]
+        out += [{"event_id": f"{run_id}-hb{2 * k + j}-{rank}", "type": "heartbeat",
+                 "run_id": run_id, "attempt": 0, "time": T, "rank": rank,
+                 "update": 60 * k + 30 * (j + 1)} for j in range(2)]
         return out
     return make
 
 
-def wide_attempt(server, port: int, token: str, db: str) -> tuple[float, float]:
-    """(web CPU, wall seconds) per request of :func:`one_rank_of` for a run whose attempt has
-    heard from all 16,384 ranks (``Attempt.rank_seen_at`` filled first), 1 client: the wall
-    time is the request's latency, its run lock and the database's work included."""
+def wide_attempt(server, port: int, token: str, db: str, world: int = JOB_RANKS,
+                 clients: int = 1, run_id: str = "wide") -> tuple[float, float]:
+    """(web CPU per request, requests/s) of :func:`one_rank_of` into one run whose attempt has
+    heard from all ``world`` ranks (``Attempt.rank_seen_at`` filled first), from ``clients``
+    clients: with 1, the wall time per request is its latency, run lock and database work
+    included."""
     import psycopg
 
-    run_id = "wide"
-    make = one_rank_of(JOB_RANKS, run_id)
+    make = one_rank_of(world, run_id)
     send(port, token, [run_id], 1, 0.5, 0, make, 4.0)
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute("UPDATE runs_attempt SET rank_seen_at = (SELECT jsonb_object_agg(r::text, "
                      "'2026-12-01T00:00:00+00:00') FROM generate_series(0, %s) r) WHERE run_id = "
-                     "(SELECT id FROM runs_run WHERE run_id = %s)", (JOB_RANKS - 1, run_id))
-    ev, _, secs, requests, cpu = measured(server, port, token, [run_id], 1, COST_SECONDS, 100,
-                                          make, 40.0)
-    print(f"requests of one rank of a {JOB_RANKS:,}-rank attempt (60 updates + 2 heartbeats, "
-          f"1 client): {requests} requests in {secs:.1f} s, web CPU {cpu / requests * 1e3:.2f} ms, "
-          f"wall {secs / requests * 1e3:.1f} ms per request")
-    return cpu / requests, secs / requests
+                     "(SELECT id FROM runs_run WHERE run_id = %s)", (world - 1, run_id))
+    ev, _, secs, requests, cpu = measured(server, port, token, [run_id], clients, COST_SECONDS,
+                                          1000, make, 40.0)
+    print(f"requests of one rank of a {world:,}-rank attempt (60 updates + 2 heartbeats) from "
+          f"{clients} client(s) into one run: {requests / secs:,.0f} requests/s "
+          f"({ev / secs:,.0f} events/s), web CPU {cpu / requests * 1e3:.2f} ms per request"
+          + (f", latency {secs / requests * 1e3:.1f} ms" if clients == 1 else ""))
+    return cpu / requests, requests / secs
+
+
+def wide_one_run(env: dict, token: str, db: str) -> None:
+    """The requests of a large job's ranks into ONE run, 2 web processes and 4 clients, at 64
+    and at 16,384 ranks: what the run's lock and the attempt row's per-rank map allow, against
+    the requests/s the SDK's default sends at 16,384 ranks."""
+    from recoverydash.sdk.flush import FlushPolicy
+
+    server, port = start_server(env, 2)
+    try:
+        rates = {w: wide_attempt(server, port, token, db, w, 4, f"wide-one-{w}")[1]
+                 for w in (WORLD, JOB_RANKS)}
+    finally:
+        stop_server(server)
+    need = FlushPolicy(world_size=JOB_RANKS).job_requests()
+    print(f"a {JOB_RANKS:,}-rank job sends {need:,.0f} requests/s with the SDK's default; one run "
+          f"took {rates[JOB_RANKS]:,.0f} ({rates[WORLD]:,.0f} at {WORLD} ranks)")
 
 
 def cost_model(env: dict, token: str, db: str) -> tuple[float, float, float]:
@@ -340,6 +359,8 @@ def main() -> int:
         print(f"\ncost of a request, 1 web process, {COST_SECONDS:.0f} s per size")
         c_req, c_ev, wide_cpu = cost_model(env, token, db)
         projection(c_req, c_ev, c_part, wide_cpu)
+        print(f"\none run, 2 web processes, 4 clients, {COST_SECONDS:.0f} s each")
+        wide_one_run(env, token, db)
         return 0
 
 
