@@ -678,16 +678,17 @@ def _windows(run, attempt: int | None, q) -> list:
 
 
 def _digests(run, attempt: int | None, updates: list) -> dict:
-    """``{(update, rank): ids_digest}`` of the attempt's ``update_committed`` events."""
+    """``{(update, rank): ids_digest}`` of the attempt's ``update_committed`` events (their
+    stored body keeps ``update`` and ``ids_digest``, the rank is the row's column:
+    ``ingest.actions.stored_body``)."""
     if attempt is None or not updates:
         return {}
     out = {}
-    for body in (Event.objects.filter(run=run, type="update_committed", attempt=attempt,
-                                      body__update__in=updates)
-                 .values_list("body", flat=True)):
+    for rank, body in (Event.objects.filter(run=run, type="update_committed", attempt=attempt,
+                                            body__update__in=updates)
+                       .values_list("rank", "body")):
         digest = body.get("ids_digest")
         if digest:
-            rank = body.get("rank")
             out[(int(body["update"]), -1 if rank is None else int(rank))] = digest
     return out
 

@@ -357,12 +357,53 @@ def _spans_of(ev: ValidEvent) -> Iterable[tuple[str, Any]]:
             yield f"spans[{j}]", span
 
 
+#: Fields of a ledger event's body that its Event row does not store: its own columns
+#: (event_id, type, attempt, rank, time; run_id is the run) and what its ledger rows hold.
+_HELD_ELSEWHERE = frozenset({"event_id", "type", "run_id", "attempt", "rank", "time", "spans",
+                             "samples", "tokens"})
+#: Fields of an update_aggregate part its ledger rows hold (its rank too, once nothing else of
+#: the part is left).
+_PART_HELD = frozenset({"rank", "spans", "samples", "tokens"})
+
+
+def stored_body(kind: str, body: dict) -> dict:
+    """The body an Event row stores for an accepted event of type ``kind`` with wire body
+    ``body`` (docs/ingest-v1.md#stored-events). Every type but the ledger types: ``body`` itself,
+    as received. ``update_committed`` and ``update_aggregate``: only what the ledger rows do not
+    hold, ``update`` (which readers select on), ``ids_digest`` and every other field, known or
+    not (an aggregate's ``ranks`` then list the parts that keep a field besides ``rank``, and
+    are left out when none does); ``spans``, ``samples`` and ``tokens`` are the ledger rows',
+    the rest the row's columns. The event's ``content_hash`` is of the whole body, so a re-sent
+    event is told from a conflicting one as before."""
+    if kind not in _LEDGER_TYPES:
+        return body
+    out = {k: v for k, v in body.items() if k not in _HELD_ELSEWHERE}
+    if kind == "update_aggregate":
+        parts = [part for part in body.get("ranks") or []
+                 if isinstance(part, dict) and set(part) - _PART_HELD]
+        kept = [{k: v for k, v in part.items() if k not in _PART_HELD - {"rank"}}
+                for part in parts]
+        out.pop("ranks", None)
+        if kept:
+            out["ranks"] = kept
+    return out
+
+
+def _stored_text(ev: ValidEvent) -> str:
+    """The JSON text of :func:`stored_body` (the canonical text as received for every type but
+    the ledger types)."""
+    if ev.model.type not in _LEDGER_TYPES:
+        return ev.canonical
+    return canonical_json(stored_body(ev.model.type, ev.body))
+
+
 def _write_events(runs: dict[str, Run], seqs: dict[int, int], events: Sequence[ValidEvent],
                  now) -> None:
-    """COPY (PostgreSQL) or INSERT the events, stamped with their run's seq."""
+    """COPY (PostgreSQL) or INSERT the events, stamped with their run's seq, each with its
+    :func:`stored_body`."""
     rows = [(runs[ev.model.run_id].pk, ev.model.event_id, ev.model.type, ev.model.attempt,
              ev.model.rank, ev.model.time, now, seqs[runs[ev.model.run_id].pk],
-             ev.content_hash, ev.canonical) for ev in events]
+             ev.content_hash, _stored_text(ev)) for ev in events]
     if not rows:
         return
     columns = ("run_id", "event_id", "type", "attempt", "rank", "time", "received_at",
@@ -372,7 +413,8 @@ def _write_events(runs: dict[str, Run], seqs: dict[int, int], events: Sequence[V
         return
     Event.objects.bulk_create(
         [Event(run_id=r[0], event_id=r[1], type=r[2], attempt=r[3], rank=r[4], time=r[5],
-               received_at=r[6], batch_seq=r[7], content_hash=r[8], body=ev.body)
+               received_at=r[6], batch_seq=r[7], content_hash=r[8],
+               body=stored_body(ev.model.type, ev.body))
          for r, ev in zip(rows, events)], batch_size=500)
 
 

@@ -21,7 +21,9 @@ integer and name a ``generation_id``, and is stored for the analysis to reject a
 ``schema_unsupported``.
 
 Unknown extra fields are ignored by the models but kept: the stored ``Event.body`` is the event's
-JSON object as received (docs/ingest-v1.md#2-common-fields). An unknown field's value may nest at
+JSON object as received (docs/ingest-v1.md#2-common-fields), for the ledger types without what
+their ledger rows hold (``ingest.actions.stored_body``, docs/ingest-v1.md#stored-events). An
+unknown field's value may nest at
 most :data:`MAX_EXTRA_DEPTH` levels of objects and arrays.
 
 Identifiers that appear in dashboard URLs and storage paths (``generation_id`` everywhere it

@@ -80,13 +80,17 @@ def test_it_says_how_to_send_audit_windows_when_none_was_sent(owner_client, know
 
 
 def test_it_compares_the_ids_digest_of_both_attempts_past_the_restore(owner_client, known_run):
+    from recoverydash.ingest.actions import stored_body
     from recoverydash.runs.models import Event
 
     for attempt, digest in ((0, "a" * 32), (1, "b" * 32)):
+        # the body as ingest stores it: the rank is the row's column, not in the body
+        body = stored_body("update_committed", {
+            "type": "update_committed", "update": 1251, "rank": 0, "attempt": attempt,
+            "ids_digest": digest, "spans": []})
+        assert body == {"update": 1251, "ids_digest": digest}
         Event.objects.create(run=known_run, event_id=f"d{attempt}", type="update_committed",
-                             attempt=attempt, rank=0, time=COMMIT, content_hash="x",
-                             body={"type": "update_committed", "update": 1251, "rank": 0,
-                                   "attempt": attempt, "ids_digest": digest, "spans": []})
+                             attempt=attempt, rank=0, time=COMMIT, content_hash="x", body=body)
     html = _page(owner_client, known_run)
     assert "ids_digest of each rank" in html
     assert "aaaaaaaaaaaaa…" in html and "bbbbbbbbbbbbb…" in html and "✖ no" in html

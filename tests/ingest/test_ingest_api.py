@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from ingest_support import URL, batch_order, event, post, strided_batch, update
+from recoverydash.ingest.actions import stored_body
 from recoverydash.runs.models import ApiToken, Event, LedgerRow, Project, Run
 
 pytestmark = pytest.mark.django_db
@@ -108,7 +109,7 @@ def test_it_keeps_runs_of_other_projects_apart(client, ingest_token, other_token
     assert mine.pk != theirs.pk and theirs.event_count == 1 and mine.event_count == 1
     runs = client.get("/api/v1/runs", headers={"Authorization": f"Bearer {full_token}"}).json()
     assert [r["run_id"] for r in runs] == ["run-1"] and runs[0]["event_count"] == 1
-    assert Event.objects.filter(run=theirs).get().body["spans"][0]["ranges"] == [[0, 8]]
+    assert LedgerRow.objects.filter(run=theirs).get().spans[0]["ranges"] == [[0, 8]]
 
 
 # --- 401 / 403 ----------------------------------------------------------------------------------
@@ -336,7 +337,22 @@ def test_it_keeps_unknown_fields_verbatim(client, ingest_token):
     ev["spans"][0]["order"] = "seed=1"
     ev["spans"][0]["future_span_field"] = 1
     assert post(client, ingest_token, [ev]).status_code == 202
-    assert Event.objects.get().body == ev
+    # an update_committed's Event row keeps what its ledger row does not hold (unknown fields
+    # included); the ledger row keeps the spans as sent, unknown span fields included
+    assert Event.objects.get().body == {"update": 1, "future": ev["future"], "ünïcode": "✓"}
+    assert Event.objects.get().body == stored_body("update_committed", ev)
+    row = LedgerRow.objects.get()
+    assert (row.rank, row.update, row.spans) == (ev["rank"], 1, ev["spans"])
+    # any other type's body is kept whole, as received
+    other = {"event_id": "hb", "type": "heartbeat", "run_id": ev["run_id"], "attempt": 0,
+             "rank": 0, "time": ev["time"], "update": 1, "future": [1]}
+    assert post(client, ingest_token, [other]).status_code == 202
+    assert Event.objects.get(event_id="hb").body == other
+    # the same event again is a duplicate, other content under its id a 409 naming it
+    assert post(client, ingest_token, [ev]).json() == {"accepted": 0, "duplicates": 1}
+    changed = dict(ev, samples=3)
+    r = post(client, ingest_token, [changed])
+    assert r.status_code == 409 and "'a'" in r.content.decode()
 
 
 def test_it_refuses_a_stratum_that_switches_from_ranges_to_ids(client, ingest_token):
@@ -624,3 +640,16 @@ def test_the_ranks_heard_from_are_merged_into_the_attempt_without_losing_a_later
     assert Attempt.objects.get().rank_seen_at == {
         "0": t1.isoformat(), "1": t2.isoformat(), "c": t2.isoformat(),
         "2": t2.isoformat(), "3": t2.isoformat()}
+
+
+def test_the_stored_body_of_an_aggregate_keeps_what_its_ledger_rows_do_not_hold():
+    parts = [{"rank": 0, "spans": [], "samples": 2},
+             {"rank": 1, "spans": [], "samples": 2, "ids_digest": "d" * 32, "x_part": [1]}]
+    agg = {"event_id": "g", "type": "update_aggregate", "run_id": "r", "attempt": 0, "rank": 0,
+           "time": "2026-11-01T00:00:00Z", "update": 4, "ranks": parts, "x_note": "kept"}
+    assert stored_body("update_aggregate", agg) == {
+        "update": 4, "x_note": "kept", "ranks": [{"rank": 1, "ids_digest": "d" * 32,
+                                                  "x_part": [1]}]}
+    assert stored_body("update_aggregate", dict(agg, ranks=parts[:1])) == {
+        "update": 4, "x_note": "kept"}
+    assert agg["ranks"] == parts  # the wire body is unchanged
