@@ -56,6 +56,15 @@ sender is still inside a request at the ``atexit_deadline``, the batch it holds 
 to the spool (the next process of the run sends it; should the answer still come, the re-send is
 a duplicate the server counts and ignores).
 
+SIGTERM (torchrun ends the other ranks with it when one fails; Slurm sends it before SIGKILL;
+Python's default action skips ``atexit``): the first client made in the main thread installs
+``install_sigterm_handler``, which writes every client's queue and batch in flight to the disk
+spool (``Client.spool_now``: no network, at most about half a second of waiting), then hands over
+to the previous handler (a framework's callable is called; ``SIG_IGN`` stays ignored; ``SIG_DFL``
+is restored and SIGTERM raised again, so the exit status stays "killed by SIGTERM"). Opt out with
+``handle_sigterm=False`` or ``RECOVERYDASH_HANDLE_SIGTERM=0``. The next process of the run sends
+the spooled events, each with its own attempt.
+
 Counters (``client.counters()``): ``queued`` (accepted by emit), ``sent`` (acknowledged by the
 server, counting re-sends from the spool), ``spooled`` (written to the spool), ``dropped`` (full
 queue or full spool), ``failed`` (rejected by the server for good), ``quarantined`` (set aside in
@@ -79,6 +88,7 @@ import json
 import logging
 import os
 import random
+import signal
 import threading
 import time
 import urllib.error
@@ -213,6 +223,11 @@ class Client:
         atexit_deadline: seconds the interpreter's exit may spend flushing (default 2).
         sync: deliver in the caller's thread (tests); retries are then paused batches in the spool,
             re-sent by the next emit or flush.
+        handle_sigterm: install the SIGTERM hand-over (``install_sigterm_handler``) when this
+            client is made in the main thread: on SIGTERM what is queued is written to the disk
+            spool, then the previous handler runs (or the default action: the process still dies
+            of SIGTERM). Default True unless ``$RECOVERYDASH_HANDLE_SIGTERM`` is ``0``, ``false``,
+            ``no`` or ``off``.
     """
 
     def __init__(self, url: str | None, token: str | None, run_id: str, *,
@@ -227,7 +242,8 @@ class Client:
                  backoff_base: float = 0.5, backoff_cap: float = 30.0,
                  max_retry_after: float = 300.0, atexit_deadline: float = 2.0,
                  sync: bool = False, user_agent: str = "recoverydash-sdk/1",
-                 location: str | None = None, restored: Any = None, s3_client=None):
+                 location: str | None = None, restored: Any = None, s3_client=None,
+                 handle_sigterm: bool | None = None):
         self.url = (url or "").rstrip("/")
         self.endpoint = self.url + "/api/v1/events" if self.url else ""
         self.token = token or ""
@@ -268,6 +284,11 @@ class Client:
         if self.url:
             self._open_spool()
         _register(self)
+        if handle_sigterm is None:
+            handle_sigterm = os.environ.get("RECOVERYDASH_HANDLE_SIGTERM", "1").strip().lower() \
+                not in ("0", "false", "no", "off")
+        if handle_sigterm and self.url and not sync:
+            install_sigterm_handler()
 
     # -- process-local state (rebuilt after fork) --
 
@@ -288,6 +309,7 @@ class Client:
         self._c = {"sent": 0, "spooled": 0, "dropped": 0, "failed": 0, "duplicates": 0,
                    "quarantined": 0}
         self._inflight_batch: list[bytes] | None = None  # the batch inside a request now
+        self._taking = False  # the sender is moving events from the buffer into a batch
         self._fails: dict[bytes, int] = {}  # sha1 of a spooled body -> 5xx answers in a row
         self._last_status: int | None = None    # of the last request: status and answer
         self._last_payload = b""
@@ -535,6 +557,46 @@ class Client:
             self._once(("close", type(e)), logging.WARNING, "recoverydash: close failed: %r", e)
             return False
 
+    def spool_now(self, wait_s: float = 0.5) -> int:
+        """Write what is still in memory (the queue, and the batch in flight, as ``close`` does
+        at its deadline) to the disk spool now, in the calling thread; the next process of the run
+        sends it. No network, no lock the interrupted thread may hold: the SIGTERM path
+        (``install_sigterm_handler``). It waits at most ``wait_s`` seconds for the sender to
+        finish moving events into a batch (CPU work of a few milliseconds). Returns the number
+        of events written (0 with an in-memory spool, whose events die with the process: the
+        queue is left as it is then). Never raises."""
+        try:
+            spool = self._spool
+            if not self.url or self.sync or self._pid != os.getpid() or \
+                    not isinstance(spool, DiskSpool):
+                return 0
+            end = time.monotonic() + wait_s
+            while self._taking and time.monotonic() < end:
+                time.sleep(0.002)  # releases the GIL: the sender finishes its batch
+            events = list(self._inflight_batch or ())
+            while True:
+                try:
+                    item, t = self._buf.popleft()
+                except IndexError:
+                    break
+                ev = self._complete(item, t)
+                if ev is not None:
+                    try:
+                        events.append(_encode(ev).encode())
+                    except (TypeError, ValueError):
+                        self._c["failed"] += 1
+            written = 0
+            for i in range(0, len(events), self.batch_max_events):
+                part = events[i:i + self.batch_max_events]
+                if spool.put(self._body(part), len(part), lock_timeout=wait_s):
+                    written += len(part)
+                    self._c["spooled"] += len(part)  # no lock: the main thread may hold it
+                else:
+                    self._c["dropped"] += len(part)
+            return written
+        except Exception:  # the signal path must never raise
+            return 0
+
     # -- event helpers (docs/ingest-v1.md#4-event-types) --
 
     def attempt_started(self, *, world_size: int, dataset_version: str,
@@ -684,10 +746,14 @@ class Client:
                     self._jitter = random.uniform(*self.flush_policy.jitter_range(first=False))
                 self._prompt_since = None  # before taking: a later prompt event sets it again
                 while True:  # one batch at a time: the buffer stays the bound on memory
-                    batch = self._take()
+                    self._taking = True  # the SIGTERM path waits for this batch to be visible
+                    try:
+                        batch = self._take()
+                        self._inflight_batch = batch or None
+                    finally:
+                        self._taking = False
                     if not batch:
                         break
-                    self._inflight_batch = batch
                     try:
                         self._deliver(batch)
                     finally:
@@ -1119,6 +1185,70 @@ def _after_fork_in_child():
 atexit.register(_atexit_flush)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# --- SIGTERM: spool what is queued, then hand over ------------------------------------------------
+
+_sigterm_previous: Any = None   # the handler ours replaced: SIG_DFL, SIG_IGN or a callable
+_sigterm_running = False
+
+
+def install_sigterm_handler() -> bool:
+    """Install the SDK's SIGTERM handler once per process (``Client`` calls it; opt out with
+    ``Client(handle_sigterm=False)`` or ``RECOVERYDASH_HANDLE_SIGTERM=0``). torchrun sends SIGTERM
+    to the other ranks when one fails, Slurm before its SIGKILL; Python's default action ends the
+    process without ``atexit``, so the queued events were lost. On SIGTERM the handler writes
+    every client's queue and batch in flight to the disk spool (``Client.spool_now``: local
+    files, no network, at most about half a second of waiting for the sender), then hands over:
+    the previous handler when it was a Python callable (a framework's own: Lightning,
+    accelerate, torchelastic) is called with the same arguments; ``SIG_IGN`` keeps the signal
+    ignored; ``SIG_DFL`` is restored and SIGTERM raised again, so the process still dies of
+    SIGTERM (exit status -15, which torchrun and Slurm read).
+
+    Installs only in the main thread of the main interpreter and only when the current handler
+    was set from Python (``signal.getsignal`` is not None), so it can be handed over. Returns
+    True when the handler is (now or already) in place, False when it was not installed."""
+    global _sigterm_previous
+    try:
+        if not hasattr(signal, "SIGTERM") or \
+                threading.current_thread() is not threading.main_thread():
+            return False
+        current = signal.getsignal(signal.SIGTERM)
+        if current is _on_sigterm:
+            return True
+        if current is None:  # set outside Python: it could not be handed over
+            return False
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        _sigterm_previous = current
+        return True
+    except (ValueError, OSError, RuntimeError, AttributeError):
+        return False
+
+
+def _on_sigterm(signum, frame):
+    """The SIGTERM handler (see ``install_sigterm_handler``)."""
+    global _sigterm_running
+    if not _sigterm_running:  # a second SIGTERM during the first goes straight to the hand-over
+        _sigterm_running = True
+        try:
+            for c in list(_clients):
+                try:
+                    c.spool_now()
+                except Exception:  # pragma: no cover - spool_now never raises
+                    pass
+        finally:
+            _sigterm_running = False
+    previous = _sigterm_previous
+    if callable(previous):
+        previous(signum, frame)
+        return
+    if previous == signal.SIG_IGN:
+        return
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except (ValueError, OSError):  # pragma: no cover
+        pass
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 _default_client: Client | None = None

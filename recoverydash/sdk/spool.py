@@ -69,7 +69,7 @@ class MemorySpool:
         self.rejected.append(_rejection(events, status, answer, reason))
         return None
 
-    def put(self, body: bytes, n: int) -> bool:
+    def put(self, body: bytes, n: int, lock_timeout: float | None = None) -> bool:
         with self._lock:
             if self._bytes + len(body) > self.max_bytes:
                 return False
@@ -196,20 +196,36 @@ class DiskSpool:
             except OSError:
                 pass
 
-    def put(self, body: bytes, n: int) -> bool:
-        with self._lock:
-            if self._size() + len(body) > self.max_bytes:
-                return False
-            name = f"{time.time_ns():020d}-{os.getpid()}-{next(self._seq):08d}-n{n}.batch"
-            tmp = os.path.join(self.folder, "." + name + ".tmp")
-            with open(tmp, "wb") as f:
-                f.write(body)
-                f.flush()
-                os.fsync(f.fileno())
-            os.rename(tmp, os.path.join(self.folder, name))
-            self._empty_until = 0.0
-            self._bytes += len(body)
-            return True
+    def put(self, body: bytes, n: int, lock_timeout: float | None = None) -> bool:
+        """Store a gzipped body of ``n`` events as the newest batch (written to a hidden file,
+        fsync-ed, renamed: a reader never sees half a batch). False when the folder would pass
+        ``max_bytes``. ``lock_timeout`` (the SIGTERM path, which may have interrupted a holder
+        of the lock in its own thread): wait at most that many seconds for the lock, then write
+        without it (the names stay unique: time, pid, sequence). Raises OSError when the disk
+        refuses."""
+        if lock_timeout is None:
+            with self._lock:
+                return self._put(body, n)
+        locked = self._lock.acquire(timeout=lock_timeout)
+        try:
+            return self._put(body, n)
+        finally:
+            if locked:
+                self._lock.release()
+
+    def _put(self, body: bytes, n: int) -> bool:
+        if self._size() + len(body) > self.max_bytes:
+            return False
+        name = f"{time.time_ns():020d}-{os.getpid()}-{next(self._seq):08d}-n{n}.batch"
+        tmp = os.path.join(self.folder, "." + name + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, os.path.join(self.folder, name))
+        self._empty_until = 0.0
+        self._bytes += len(body)
+        return True
 
     def claim(self):
         """The oldest unclaimed batch: (handle, body, events), or None. The folder is listed once
