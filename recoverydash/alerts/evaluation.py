@@ -33,14 +33,15 @@ def analyze_and_alert(run_pk: int) -> Analysis | None:
     return analyze_queued(run_pk)
 
 
-def evaluate_stored(sender, run: Run, analysis: Analysis, **kwargs) -> None:
+def evaluate_stored(sender, run: Run, analysis: Analysis, now=None, **kwargs) -> None:
     """Receiver of ``runs.analysis.analysis_stored``: evaluate the run's alert rules inside the
     transaction that stores ``analysis`` (so ``pending_analysis`` turns false only together
     with the alerts of that analysis, docs/ingest-v1.md#recovery), and enqueue the deliveries
-    of the new flips once it commits."""
+    of the new flips once it commits. ``now``: the analysis' own time (an aware datetime; the
+    clock when not given), so the clock-driven rules are judged at the moment analysed."""
     fresh = Run.objects.select_related("project").get(pk=run.pk)
     fresh.analysis = analysis
-    if evaluate_run(fresh):
+    if evaluate_run(fresh, now=now):
         transaction.on_commit(_deliver)
 
 

@@ -17,7 +17,7 @@ import json
 import logging
 import re
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone as dt_timezone
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -35,7 +35,7 @@ from recoverydash.runs.seq import committed_seq
 
 log = logging.getLogger(__name__)
 
-#: Sent inside the transaction that stores an analysis (``run``, ``analysis`` keyword
+#: Sent inside the transaction that stores an analysis (``run``, ``analysis``, ``now`` keyword
 #: arguments), before it commits; the alerts app evaluates its rules there. An exception of a
 #: receiver rolls the analysis back (the sweep analyses the run again).
 analysis_stored = Signal()
@@ -403,7 +403,8 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
         # Receivers (the alert rules, ``alerts.evaluation.evaluate_stored``) run in this
         # transaction, under the Analysis row's lock: readers see the new ingest_seq (and
         # ``pending_analysis`` false) only together with the alerts of this analysis.
-        analysis_stored.send(sender=Analysis, run=run, analysis=analysis)
+        analysis_stored.send(sender=Analysis, run=run, analysis=analysis,
+                             now=datetime.fromtimestamp(now, tz=dt_timezone.utc))
     return analysis, outcome
 
 
