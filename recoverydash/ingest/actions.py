@@ -506,6 +506,7 @@ class _Projection:
             if att is None:  # created lazily: events may come before attempt_started
                 att = attempts[key] = Attempt(run=self.by_pk[key[0]], attempt=key[1])
                 new.append(att)
+            att.seq = self.seqs[key[0]]  # read again by the next analysis (Attempt.seq)
             seen = seen_by_key.setdefault(key, set())
             for ev in evs:
                 if self.now is not None:
@@ -760,8 +761,10 @@ class _Projection:
     def _project_generation(self, ev: ValidEvent) -> None:
         m, body = ev.model, ev.body
         run = self.runs[m.run_id]
+        seq = self.seqs[run.pk]  # Generation.seq: every save below marks the generation changed
         if m.type == "checkpoint_started":
             gen = self._generation(run, m.generation_id)
+            gen.seq = seq
             gen.attempt = m.attempt if gen.attempt is None else gen.attempt
             if gen.manifest is None:  # the manifest, once in, is the authority
                 gen.update = m.update
@@ -771,9 +774,10 @@ class _Projection:
             gen.save()
         elif m.type == "shard_written":
             gen = self._generation(run, m.generation_id)
+            gen.seq = seq
             if gen.attempt is None:
                 gen.attempt = m.attempt
-                gen.save(update_fields=["attempt"])
+            gen.save(update_fields=["attempt", "seq"])
             ShardReport.objects.update_or_create(
                 generation=gen, shard=m.shard,
                 defaults={"update": m.update, "object_list": body["objects"],
@@ -791,6 +795,7 @@ class _Projection:
             if first and isinstance(found, str) and "/" in found and not gen.found_at:
                 gen.found_at = found.rsplit("/", 1)[0][:2000]  # relative URIs resolve here
             if gen.record_manifest(manifest, digest, committed_at, m.time, m.attempt):
+                gen.seq = seq
                 gen.save()
                 self.committed_generation_pks.add(gen.pk)
                 if first and ev.manifest is not None:

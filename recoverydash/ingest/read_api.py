@@ -171,6 +171,7 @@ def recovery_view(run: Run) -> dict:
             result, now, run.first_event_at),
         "updates_at_risk": result.get("updates_at_risk", 0),
         "generations": result.get("generations", []),
+        "generations_summary": result.get("generations_summary"),
         "restarts": result.get("restarts", []),
         "strata": result.get("strata", []),
         "alerts": alerts,

@@ -122,6 +122,8 @@ import importlib
 _EXPORTS = {
     "RestorePlan": "analysis", "RunAnalysis": "analysis", "analyze": "analysis",
     "restore_plan": "analysis", "split_clock_driven": "analysis",
+    "GENERATIONS_SHOWN": "analysis", "generations_summary": "analysis",
+    "shown_generations": "analysis",
     "Costs": "costs",
     "DEFAULT_CONTRACT": "contract", "effective_contract": "contract",
     "GenerationVerdict": "generations", "Reason": "generations",

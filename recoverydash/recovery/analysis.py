@@ -57,7 +57,10 @@ class RunAnalysis:
     update_interval: dict | None = None
 
     def to_dict(self) -> dict:
+        """Spec 5's fields and ours (see the class docstring). ``generations`` is bounded
+        (:func:`shown_generations`); ``generations_summary`` counts them all."""
         last = self.last_restorable
+        shown = shown_generations(self.generations, last)
         return {
             "run_id": self.run_id,
             "health": self.health,
@@ -66,7 +69,8 @@ class RunAnalysis:
                 "committed_at": format_time(last.committed_at)},
             "seconds_since_last_restorable": self.seconds_since_last_restorable,
             "updates_at_risk": self.updates_at_risk,
-            "generations": [g.to_dict() for g in self.generations],
+            "generations": [g.to_dict() for g in shown],
+            "generations_summary": generations_summary(self.generations, len(shown)),
             "restarts": [r.to_dict() for r in self.restarts],
             "strata": [s.to_dict() for s in self.strata],
             "costs": self.costs.to_dict(),
@@ -76,6 +80,31 @@ class RunAnalysis:
             "ended_at": format_time(self.ended_at),
             "update_interval": self.update_interval,
         }
+
+
+#: At most this many generations are listed in full in :meth:`RunAnalysis.to_dict`
+#: (docs/definitions.md#generation-status, "Listed generations").
+GENERATIONS_SHOWN = 200
+
+
+def shown_generations(verdicts: list, last: GenerationVerdict | None = None) -> list:
+    """The generations a result lists in full: the newest :data:`GENERATIONS_SHOWN` of
+    ``verdicts`` (in their order, by update then start), and ``last`` (the last restorable)
+    when it is older; in the order of ``verdicts``. Every one when there are no more."""
+    if len(verdicts) <= GENERATIONS_SHOWN:
+        return list(verdicts)
+    cut = len(verdicts) - GENERATIONS_SHOWN
+    return [v for i, v in enumerate(verdicts)
+            if i >= cut or (last is not None and v.generation_id == last.generation_id)]
+
+
+def generations_summary(verdicts: list, shown: int) -> dict:
+    """``{"total": int, "shown": int, "by_status": {status: int}}``: every generation counted
+    by status; ``shown`` how many the result lists in full (:func:`shown_generations`)."""
+    by_status: dict = {}
+    for v in verdicts:
+        by_status[v.status] = by_status.get(v.status, 0) + 1
+    return {"total": len(verdicts), "shown": shown, "by_status": dict(sorted(by_status.items()))}
 
 
 #: Keys of :meth:`RunAnalysis.to_dict` that may change with the analysis time alone while the

@@ -262,6 +262,12 @@ def health(newest: AttemptRecord, contract: Mapping, last, seconds: float, age: 
     return "ok"
 
 
+#: At most this many teeth (resets) in the :func:`tslrc_sawtooth` series
+#: (docs/definitions.md#seconds-since-last-restorable): a longer run keeps, in each of this many
+#: equal slices of the series' time range, the tooth with the highest peak.
+TSLRC_TEETH = 500
+
+
 def tslrc_sawtooth(restorable: list, first_event_at: float, end: float) -> dict:
     """docs/definitions.md#seconds-since-last-restorable as a series over the run: at each time
     t, t minus ``committed_at`` of the newest (by ``(update, committed_at)``) generation among
@@ -272,10 +278,16 @@ def tslrc_sawtooth(restorable: list, first_event_at: float, end: float) -> dict:
     restarts and its last point equals :func:`seconds_since_last_restorable` at ``end`` (``now``,
     or the run's end). A generation committed later than a newer one (a slow save of a lower
     update) does not reset it. Returns ``{"time": [RFC 3339], "seconds": [float]}``: the origin
-    at 0, then at each reset its peak and 0 at the same time, and the value at ``end``."""
+    at 0, then at each reset its peak and 0 at the same time, and the value at ``end``.
+
+    Bounded: with more than :data:`TSLRC_TEETH` resets, the time range from the origin to the
+    last point is cut into :data:`TSLRC_TEETH` equal slices and each slice keeps only its tooth
+    with the highest peak (the earliest of equal ones): every kept peak and reset is exact, the
+    highest peak of every slice is kept, and the last point is the headline's; between two kept
+    teeth the drawn line joins them (the lower teeth in between are not drawn)."""
     commits = sorted((t, u) for u, t in restorable if t is not None and u is not None)
     origin = first_event_at
-    times, seconds = [origin], [0.0]
+    teeth = []  # (reset time, peak)
     since, best = origin, None
     for t, update in commits:
         if best is not None and (update, t) <= best:
@@ -284,10 +296,23 @@ def tslrc_sawtooth(restorable: list, first_event_at: float, end: float) -> dict:
         if t <= origin:
             since = t
             continue
-        times += [t, t]
-        seconds += [max(0.0, t - since), 0.0]
+        teeth.append((t, max(0.0, t - since)))
         since = t
-    if end > times[-1]:
+    top = teeth[-1][0] if teeth else origin  # the last reset, kept or not
+    last = max(end, top)
+    if len(teeth) > TSLRC_TEETH:
+        width = (last - origin) / TSLRC_TEETH
+        kept: dict = {}
+        for t, peak in teeth:
+            slot = min(int((t - origin) / width), TSLRC_TEETH - 1) if width > 0 else 0
+            if slot not in kept or peak > kept[slot][1]:
+                kept[slot] = (t, peak)
+        teeth = [kept[slot] for slot in sorted(kept)]
+    times, seconds = [origin], [0.0]
+    for t, peak in teeth:
+        times += [t, t]
+        seconds += [peak, 0.0]
+    if end > top:
         times.append(end)
         seconds.append(max(0.0, end - since))
     return {"time": [format_time(t) for t in times], "seconds": seconds}

@@ -17,6 +17,8 @@ import json
 import logging
 import re
 import time
+import zlib
+from dataclasses import asdict
 from datetime import datetime, timedelta, timezone as dt_timezone
 
 from django.conf import settings
@@ -48,50 +50,94 @@ def _ts(moment) -> float | None:
     return moment.timestamp() if moment is not None else None
 
 
-def load_attempts(run: Run) -> tuple[list, list]:
-    """``(AttemptRecord list, RestoreRecord list)`` of a run, from its Attempt rows."""
+def _attempt_entry(a: Attempt) -> dict:
+    """One Attempt row as the core reads it: ``{"attempt": AttemptRecord fields, "restore":
+    RestoreRecord fields or None}`` (JSON values)."""
+    record = recovery.AttemptRecord(
+        attempt=a.attempt, started_at=_ts(a.started_at), world_size=a.world_size,
+        dataset_version=a.dataset_version or None, global_batch_size=a.global_batch_size,
+        micro_batch_size=a.micro_batch_size, grad_accum_steps=a.grad_accum_steps,
+        config_digest=a.config_digest or None, sampler=a.sampler or {},
+        resumed_from=a.resumed_from, contract=a.contract, ended_at=_ts(a.ended_at),
+        end_reason=a.end_reason or None, end_update=a.end_update,
+        end_fetched=list(a.fetched or []),  # the furthest read cursors, end included
+        last_event_at=_ts(a.last_event_at))
+    restore = None
+    if a.restored_at is not None:
+        restore = asdict(recovery.RestoreRecord(
+            attempt=a.attempt, generation_id=a.restore_generation_id or None,
+            seconds=float(a.restore_seconds or 0.0), time=_ts(a.restored_at)))
+    return {"attempt": asdict(record), "restore": restore}
+
+
+def _attempt_records(entries) -> tuple[list, list]:
+    """``(AttemptRecord list, RestoreRecord list)`` of attempt entries (:func:`_attempt_entry`)
+    in the order given."""
     attempts, restores = [], []
-    for a in Attempt.objects.filter(run=run).order_by("attempt"):
-        attempts.append(recovery.AttemptRecord(
-            attempt=a.attempt, started_at=_ts(a.started_at), world_size=a.world_size,
-            dataset_version=a.dataset_version or None, global_batch_size=a.global_batch_size,
-            micro_batch_size=a.micro_batch_size, grad_accum_steps=a.grad_accum_steps,
-            config_digest=a.config_digest or None, sampler=a.sampler or {},
-            resumed_from=a.resumed_from, contract=a.contract, ended_at=_ts(a.ended_at),
-            end_reason=a.end_reason or None, end_update=a.end_update,
-            end_fetched=list(a.fetched or []),  # the furthest read cursors, end included
-            last_event_at=_ts(a.last_event_at)))
-        if a.restored_at is not None:
-            restores.append(recovery.RestoreRecord(
-                attempt=a.attempt, generation_id=a.restore_generation_id or None,
-                seconds=float(a.restore_seconds or 0.0), time=_ts(a.restored_at)))
+    for entry in entries:
+        attempts.append(recovery.AttemptRecord(**entry["attempt"]))
+        if entry["restore"] is not None:
+            restores.append(recovery.RestoreRecord(**entry["restore"]))
     return attempts, restores
 
 
-def load_generations(run: Run) -> list:
-    """GenerationRecord per Generation row, with its shard reports and storage results."""
+def load_attempts(run: Run) -> tuple[list, list]:
+    """``(AttemptRecord list, RestoreRecord list)`` of a run, from its Attempt rows."""
+    return _attempt_records(_attempt_entry(a) for a in
+                            Attempt.objects.filter(run=run).order_by("attempt"))
+
+
+def _generation_entries(run: Run, since: int = -1, statuses: dict | None = None) -> dict:
+    """``{Generation pk: GenerationRecord fields (JSON values)}`` of the run's generations whose
+    ``seq`` is above ``since`` (-1: every generation), with their shard reports and storage
+    results: three queries, each bounded by those generations (through the ``(run, seq)``
+    index when ``since`` >= 0). ``statuses``, when given, receives ``{pk: [status, reasons]}``
+    as the rows hold them."""
+    rows = Generation.objects.filter(run=run)
+    if since >= 0:
+        rows = rows.filter(seq__gt=since)
+    gens = list(rows.order_by("pk"))
+    if not gens:
+        return {}
+    pks = [g.pk for g in gens]
     shards: dict[int, dict] = {}
-    for s in ShardReport.objects.filter(generation__run=run):
-        shards.setdefault(s.generation_id, {})[s.shard] = recovery.ShardRecord(
-            update=s.update, objects=s.object_list, time=_ts(s.reported_at))
+    for s in ShardReport.objects.filter(generation_id__in=pks):
+        shards.setdefault(s.generation_id, {})[s.shard] = {
+            "update": s.update, "objects": s.object_list, "time": _ts(s.reported_at)}
     checks: dict[int, dict] = {}
-    for o in (CheckpointObject.objects.filter(generation__run=run, in_manifest=True,
+    for o in (CheckpointObject.objects.filter(generation_id__in=pks, in_manifest=True,
                                               check_status__in=CHECKED)
               .values_list("generation_id", "uri", "check_status")):
         checks.setdefault(o[0], {})[o[1]] = o[2]
-    records = []
-    for g in Generation.objects.filter(run=run).order_by("pk"):
+    out = {}
+    for g in gens:
+        if statuses is not None:
+            statuses[g.pk] = [g.status, g.reasons]
         manifests = [g.manifest] if g.manifest is not None else []
         other = getattr(g, "conflicting_manifest", None)
         if g.manifest_conflict and other:
             manifests.append(other)
-        records.append(recovery.GenerationRecord(
-            generation_id=g.generation_id, attempt=g.attempt if g.attempt is not None else 0,
-            update=g.update, started_at=_ts(g.started_at), required_shards=g.required_shards,
-            components=g.components, shards=shards.get(g.pk, {}), manifests=manifests,
-            committed_at=_ts(g.commit_reported_at or g.committed_at),
-            object_checks=checks.get(g.pk, {})))
-    return records
+        out[g.pk] = {
+            "generation_id": g.generation_id, "attempt": g.attempt if g.attempt is not None else 0,
+            "update": g.update, "started_at": _ts(g.started_at),
+            "required_shards": g.required_shards, "components": g.components,
+            "shards": dict(sorted(shards.get(g.pk, {}).items())), "manifests": manifests,
+            "committed_at": _ts(g.commit_reported_at or g.committed_at),
+            "object_checks": dict(sorted(checks.get(g.pk, {}).items()))}
+    return out
+
+
+def _generation_record(entry: dict) -> "recovery.GenerationRecord":
+    fields = dict(entry)
+    fields["shards"] = {name: recovery.ShardRecord(**shard)
+                        for name, shard in entry["shards"].items()}
+    return recovery.GenerationRecord(**fields)
+
+
+def load_generations(run: Run) -> list:
+    """GenerationRecord per Generation row (in pk order), with its shard reports and storage
+    results."""
+    return [_generation_record(e) for e in _generation_entries(run).values()]
 
 
 def load_input(run: Run) -> "recovery.RunInput":
@@ -103,6 +149,78 @@ def load_input(run: Run) -> "recovery.RunInput":
         run_id=run.run_id, attempts=attempts, ledger=[], heartbeats=[],
         generations=load_generations(run), restores=restores, contract=run.contract or None,
         first_event_at=_ts(run.first_event_at))
+
+
+#: The format of ``Analysis.inputs`` (:class:`StoredInputs`); another one is rebuilt.
+INPUTS_FORMAT = 1
+
+
+class StoredInputs:
+    """What the core reads of a run's Attempt and Generation rows, kept in ``Analysis.inputs``
+    between analyses so that each reads only the rows whose ``seq`` (the seq of their last
+    write: ``Attempt.seq``, ``Generation.seq``, which a shard report, an object or a storage
+    result of the generation moves too) lies above the seq the stored copy reflects.
+
+    ``attempts``: ``{attempt number: attempt entry}`` (:func:`_attempt_entry`);
+    ``generations``: ``{Generation pk: GenerationRecord fields}``; ``statuses``: ``{Generation
+    pk: [status, reasons]}`` as the rows hold them (the analysis writes a row's status only
+    where the new one differs, :func:`_store_generation_statuses`). Serialised as
+    zlib-compressed JSON (:meth:`to_bytes`); the JSON round trip keeps every value (floats by
+    repr)."""
+
+    def __init__(self, attempts: dict | None = None, generations: dict | None = None,
+                 statuses: dict | None = None) -> None:
+        self.attempts = attempts or {}
+        self.generations = generations or {}
+        self.statuses = statuses or {}
+
+    @classmethod
+    def from_bytes(cls, blob) -> "StoredInputs | None":
+        """The stored copy, or None when ``blob`` is empty, unreadable or of another
+        :data:`INPUTS_FORMAT` (then every row is read again)."""
+        if not blob:
+            return None
+        try:
+            doc = json.loads(zlib.decompress(bytes(blob)))
+        except (zlib.error, ValueError):
+            return None
+        if not isinstance(doc, dict) or doc.get("format") != INPUTS_FORMAT:
+            return None
+        return cls({int(k): v for k, v in doc["attempts"].items()},
+                   {int(k): v for k, v in doc["generations"].items()},
+                   {int(k): v for k, v in doc["statuses"].items()})
+
+    def to_bytes(self) -> bytes:
+        """The copy as zlib-compressed JSON, read back by :meth:`from_bytes`."""
+        return zlib.compress(json.dumps({"format": INPUTS_FORMAT, "attempts": self.attempts,
+                                         "generations": self.generations,
+                                         "statuses": self.statuses},
+                                        separators=(",", ":")).encode(), 6)
+
+    def read_changes(self, run: Run, since: int) -> int:
+        """Replace the entries of the run's attempts and generations whose row ``seq`` is above
+        ``since`` (-1: all, the copy rebuilt). Returns how many rows were read."""
+        rows = Attempt.objects.filter(run=run)
+        if since >= 0:
+            rows = rows.filter(seq__gt=since)
+        else:
+            self.attempts, self.generations, self.statuses = {}, {}, {}
+        changed = [(a.attempt, _attempt_entry(a)) for a in rows]
+        self.attempts.update(changed)
+        gens = _generation_entries(run, since, self.statuses)
+        self.generations.update(gens)
+        return len(changed) + len(gens)
+
+    def run_input(self, run: Run) -> "recovery.RunInput":
+        """The core's ``RunInput`` (as :func:`load_input` reads it: attempts by number,
+        generations by pk)."""
+        attempts, restores = _attempt_records(self.attempts[k] for k in sorted(self.attempts))
+        return recovery.RunInput(
+            run_id=run.run_id, attempts=attempts, ledger=[], heartbeats=[],
+            generations=[_generation_record(self.generations[k])
+                         for k in sorted(self.generations)],
+            restores=restores, contract=run.contract or None,
+            first_event_at=_ts(run.first_event_at))
 
 
 CHUNK = 5000
@@ -240,15 +358,23 @@ def absorb_new(run: Run, ledger: "recovery.Ledger", since: int, upto: int) -> tu
     return n_rows, n_beats
 
 
-def _store_generation_statuses(run: Run, result: dict) -> None:
+def _store_generation_statuses(verdicts: list, inputs: StoredInputs) -> int:
     """Copy each generation's status and reasons (docs/definitions.md#generation-status) onto its
-    row, where they changed."""
-    current = {g.generation_id: g for g in Generation.objects.filter(run=run)
-               .only("pk", "generation_id", "status", "reasons")}
-    for g in result.get("generations", []):
-        row = current.get(g["generation_id"])
-        if row is not None and (row.status != g["status"] or row.reasons != g["reasons"]):
-            Generation.objects.filter(pk=row.pk).update(status=g["status"], reasons=g["reasons"])
+    row where they differ from what the row holds (``inputs.statuses``, kept up to date here):
+    one UPDATE per changed generation, no read. Returns how many rows were written."""
+    written = 0
+    pks = {entry["generation_id"]: pk for pk, entry in inputs.generations.items()}
+    for verdict in verdicts:  # every generation (the result lists the newest only)
+        g = verdict.to_dict()
+        pk = pks.get(g["generation_id"])
+        if pk is None:
+            continue
+        held = inputs.statuses.get(pk)
+        if held is None or held[0] != g["status"] or held[1] != g["reasons"]:
+            Generation.objects.filter(pk=pk).update(status=g["status"], reasons=g["reasons"])
+            inputs.statuses[pk] = [g["status"], g["reasons"]]
+            written += 1
+    return written
 
 
 def _clock_driven_only(analysis: Analysis, stored: dict, since: int, state,
@@ -311,7 +437,11 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
     ``last_seq`` and heartbeats whose ``seq`` are above the seq the state reflects
     (:func:`absorb_new`; a row that gained a piece is absorbed again; the core unites reports of
     one rank for one update). A state of another format than ``ledger.STATE_FORMAT`` is rebuilt
-    from every row. Attempts, generations and restores are read whole. The work runs outside any
+    from every row. Attempts, restores and generations (with their shard reports and storage
+    results) come from the copy kept in ``Analysis.inputs`` (:class:`StoredInputs`), of which
+    only the rows whose ``seq`` is above the stored one are read again; with the run's ingest
+    seq unchanged since the stored analysis (nothing ingested, no storage result or contract
+    changed: ``runs.seq.mark_changed``) no row of the run's tables is read at all. The work runs outside any
     transaction (readers and ingest are never blocked by it); the result is written in a short transaction that locks the row and
     keeps whichever of two concurrent analyses reflects more events.
 
@@ -346,12 +476,25 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
         Analysis.objects.filter(pk=analysis.pk).update(error=message, error_at=timezone.now(),
                                                        error_seq=target_seq)
         raise AnalysisFailed(message)
+    # The attempts and generations as the last analysis read them (StoredInputs), continued
+    # with the rows written since (their seq above the one the copy reflects), or all rows.
+    inputs = StoredInputs.from_bytes(analysis.inputs) if since >= 0 else None
+    inputs_since = since if inputs is not None else -1
+    inputs = inputs if inputs is not None else StoredInputs()
+    unchanged = inputs_since >= 0 and target_seq == since and not analysis.error
     try:
         if ledger is None:
             ledger = recovery.Ledger()
-        absorbed = absorb_new(run, ledger, since, target_seq)
+        if unchanged:
+            # nothing written since the stored analysis (no batch, no storage result, no
+            # contract edit: each moves the run's ingest seq, runs.seq.mark_changed): no row
+            # of the run is read, the core runs on the stored state and inputs
+            absorbed, read = (0, 0), 0
+        else:
+            absorbed = absorb_new(run, ledger, since, target_seq)
+            read = inputs.read_changes(run, inputs_since)
         run.refresh_from_db()
-        outcome = recovery.analyze(load_input(run), now, ledger=ledger,
+        outcome = recovery.analyze(inputs.run_input(run), now, ledger=ledger,
                                    settle_seconds=settings.RECOVERYDASH_SETTLE_S)
         result = outcome.to_dict()
         # nothing absorbed into a continued state: the stored bytes are that state already
@@ -369,7 +512,7 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
         # the row again, locked, without the state and result read above (what is compared
         # below is the result as read above: a concurrent analysis that stored one since then
         # moved ingest_seq, or analysed the same inputs)
-        analysis = Analysis.objects.select_for_update().defer("state", "result").get(
+        analysis = Analysis.objects.select_for_update().defer("state", "result", "inputs").get(
             pk=analysis.pk)
         if analysis.ingest_seq > target_seq:
             return analysis, outcome  # a concurrent analysis saw more events: keep it
@@ -389,6 +532,12 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
             analysis.state = state
             analysis.state_format = STATE_FORMAT
             fields += ["state", "state_format"]
+        # compared with what the rows hold (no read): a row another writer left behind the
+        # result is put right even when the result itself is unchanged
+        written = _store_generation_statuses(outcome.generations, inputs)
+        if read or written or inputs_since < 0 or analysis.ingest_seq != since:
+            analysis.inputs = inputs.to_bytes()
+            fields.append("inputs")
         if timed is not None:
             _merge_result(analysis, timed)
         analysis.result = result
@@ -398,8 +547,6 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
         analysis.duration_s = time.monotonic() - started
         analysis.error, analysis.error_at, analysis.error_seq = "", None, -1
         analysis.save(update_fields=fields)
-        if timed is None:
-            _store_generation_statuses(run, result)
         # Receivers (the alert rules, ``alerts.evaluation.evaluate_stored``) run in this
         # transaction, under the Analysis row's lock: readers see the new ingest_seq (and
         # ``pending_analysis`` false) only together with the alerts of this analysis.

@@ -7,6 +7,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from recoverydash.recovery.contract import DEFAULT_CONTRACT
+from recoverydash.runs.seq import mark_changed
 
 #: The fields of a contract (docs/ingest-v1.md#attempt_started ``contract``).
 CONTRACT_FIELDS: tuple[str, ...] = tuple(DEFAULT_CONTRACT)
@@ -18,6 +19,7 @@ def save_contract(run, values: dict) -> dict:
     carrying a contract replaces this one again (the latest one wins). Returns the stored
     contract. The caller has checked the values (types and ranges)."""
     with transaction.atomic():
+        mark_changed(run.pk)  # an input of the analysis changes without an ingest batch
         locked = type(run).objects.select_for_update().get(pk=run.pk)
         contract = dict(locked.contract or {})
         for key in CONTRACT_FIELDS:
@@ -25,5 +27,6 @@ def save_contract(run, values: dict) -> dict:
                 contract[key] = values[key]
         locked.contract = contract
         locked.save(update_fields=["contract"])
+    run.ingest_seq = locked.ingest_seq
     run.contract = contract
     return contract

@@ -282,9 +282,13 @@ class Attempt(models.Model):
     # When the server last received an event of each reporter of this attempt (its clock, not
     # the trainer's): {"<rank>" or "c" (no rank): RFC 3339}; figures.reporter_ages reads it.
     rank_seen_at = models.JSONField(default=dict, blank=True)
+    # The ingest seq of the batch that last wrote the row (recoverydash.runs.seq): the analysis
+    # reads only the attempts whose seq lies above the one its stored inputs reflect.
+    seq = models.BigIntegerField(db_default=0, default=0)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "attempt"], name="uniq_attempt")]
+        indexes = [models.Index(fields=["run", "seq"], name="attempt_run_seq")]
 
     def note_rank_seen(self, rank: int | None, received_at) -> None:
         """Record that an event of ``rank`` (None: a reporter without a rank) arrived at
@@ -517,12 +521,18 @@ class Generation(models.Model):
     status = models.CharField(max_length=16, choices=STATUS_CHOICES, default="pending")
     reasons = models.JSONField(default=list, blank=True)
     verified_at = models.DateTimeField(null=True, blank=True)
+    # The seq of the last write of anything the analysis reads of this generation: the row,
+    # its shard reports, its objects and their storage results (ingest stamps the batch's seq;
+    # a storage check that changes a result takes a seq of its own, runs.seq.mark_changed).
+    # The analysis reads only the generations whose seq lies above the one it reflects.
+    seq = models.BigIntegerField(db_default=0, default=0)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["run", "generation_id"], name="uniq_generation")
         ]
-        indexes = [models.Index(fields=["run", "update"], name="generation_run_update")]
+        indexes = [models.Index(fields=["run", "update"], name="generation_run_update"),
+                   models.Index(fields=["run", "seq"], name="generation_run_seq")]
 
     def record_manifest(self, manifest: dict, manifest_hash: str, committed_at, reported_at,
                         attempt: int) -> bool:
@@ -711,6 +721,10 @@ class Analysis(models.Model):
     # state is the only record of them, and it is never rebuilt from the rows that are left.
     state_format = models.IntegerField(default=0)
     compacted_at = models.DateTimeField(null=True, blank=True)
+    # The run's attempts, restores and generations as the core reads them (runs.analysis
+    # ``StoredInputs``: zlib-compressed JSON), as of ``ingest_seq``: each analysis reads only
+    # the Attempt and Generation rows whose seq lies above it and replaces those entries.
+    inputs = models.BinaryField(null=True, blank=True)
 
     def save(self, *args, **kwargs):
         """Save, with ``clock`` derived from ``result`` (``clock_of``) and its columns

@@ -32,7 +32,10 @@ from typing import Iterable
 
 from django.db import connection, transaction
 
-from .models import Run
+from django.db.models import F
+from django.db.models.functions import Greatest
+
+from .models import Generation, Run
 
 #: The PostgreSQL sequence every batch takes its seq from (created by migration 0009).
 SEQUENCE = "recoverydash_ingest_seq"
@@ -81,3 +84,22 @@ def committed_seq(run_pk: int) -> int:
         # READ COMMITTED: this statement's snapshot is taken after the lock was granted, so it
         # sees every batch that held the lock.
         return Run.objects.filter(pk=run_pk).values_list("ingest_seq", flat=True).get()
+
+
+def mark_changed(run_pk: int, generation_pk: int | None = None) -> int:
+    """Inside the caller's transaction, before it writes: take a seq for a change of the run's
+    analysis inputs that no ingest batch makes (a storage check's result, a contract edited
+    outside the trainer), raise ``Run.ingest_seq`` to it and stamp generation
+    ``generation_pk``'s ``seq`` with it (the generation whose objects or results change), so
+    that the next analysis reads what changed and an unchanged ``ingest_seq`` means unchanged
+    inputs. PostgreSQL: the run's shared advisory lock and a seq from the sequence, as a batch
+    (:func:`take_seq`); SQLite: the run's count raised by one. Returns the seq."""
+    if concurrent():
+        seq = take_seq([run_pk])
+        Run.objects.filter(pk=run_pk).update(ingest_seq=Greatest(F("ingest_seq"), seq))
+    else:
+        Run.objects.filter(pk=run_pk).update(ingest_seq=F("ingest_seq") + 1)
+        seq = Run.objects.filter(pk=run_pk).values_list("ingest_seq", flat=True).get()
+    if generation_pk is not None:
+        Generation.objects.filter(pk=generation_pk).update(seq=seq)
+    return seq

@@ -25,12 +25,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from recoverydash.runs.analysis import request_analysis
 from recoverydash.runs.models import Analysis, CheckpointObject, Generation
 from recoverydash.runs.queue import VERIFY_GENERATION, enqueue
+from recoverydash.runs.seq import mark_changed
 from recoverydash.storage import paths
 from recoverydash.storage.locations import Locations, Resolved
 from recoverydash.storage.objects import (
@@ -72,19 +74,36 @@ class VerifyOutcome:
     out_of_time: int = 0
 
 
+def _save_result(obj: CheckpointObject, status: str, fields: list) -> None:
+    """Save ``fields`` of ``obj`` with its new ``check_status`` ``status``, in one transaction
+    with the change marker when the status changes (``runs.seq.mark_changed``: the generation's
+    seq and the run's ingest seq move, so the next analysis reads the generation again and an
+    unchanged ingest seq still means unchanged inputs)."""
+    changed = obj.check_status != status
+    obj.check_status = status
+    with transaction.atomic():
+        if changed:
+            run_pk = Generation.objects.filter(pk=obj.generation_id).values_list(
+                "run_id", flat=True).first()
+            if run_pk is not None:
+                mark_changed(run_pk, obj.generation_id)
+        obj.save(update_fields=fields)
+
+
 def _store(obj: CheckpointObject, result: ObjectCheck, resolved: str = "") -> None:
     """Store a finished check. Observed size and digest are kept only when the object verified:
-    what a failing object holds is never stored, so no page or API can show it."""
+    what a failing object holds is never stored, so no page or API can show it. A changed
+    status marks the generation changed (:func:`_save_result`)."""
     ok = result.status == "ok"
-    obj.check_status = result.status
     obj.check_detail = (result.detail or "")[:2000]
     obj.observed_size = result.observed_size if ok else None
     obj.observed_sha256 = (result.observed_sha256 or "") if ok else ""
     obj.resolved_uri = resolved[:2000]
     obj.checked_at = timezone.now()
     obj.check_attempts = 0
-    obj.save(update_fields=["check_status", "check_detail", "observed_size", "observed_sha256",
-                            "resolved_uri", "checked_at", "check_attempts"])
+    _save_result(obj, result.status, ["check_status", "check_detail", "observed_size",
+                                      "observed_sha256", "resolved_uri", "checked_at",
+                                      "check_attempts"])
 
 
 def _start(obj: CheckpointObject) -> bool:
@@ -168,10 +187,10 @@ def verify_objects(objects, locations: Locations, base: str | None = None,
             result = ObjectCheck("storage_unverified", f"cannot verify: {exc}")
         except TransientStorageError as exc:
             # This object only: stored as its state, checked again by the sweep.
-            obj.check_status, obj.check_detail = "error", f"storage did not answer: {exc}"[:2000]
+            obj.check_detail = f"storage did not answer: {exc}"[:2000]
             obj.checked_at, obj.check_attempts = timezone.now(), 0
-            obj.save(update_fields=["check_status", "check_detail", "checked_at",
-                                    "check_attempts"])
+            _save_result(obj, "error", ["check_status", "check_detail", "checked_at",
+                                        "check_attempts"])
             out.transient += 1
             continue
         if result.timed_out and looked > 1:

@@ -202,3 +202,48 @@ def test_the_cursor_gap_is_resume_minus_expected_position_in_one_epoch(resume_at
          "resume": {"stratum": "main", "epoch": 1, "position": 0}, "gap": None},
         {"stratum": "other", "expected": None,
          "resume": {"stratum": "other", "epoch": 0, "position": 3}, "gap": None}]
+
+
+def test_the_tslrc_sawtooth_keeps_the_highest_tooth_of_each_slice_beyond_its_bound():
+    """docs/definitions.md#seconds-since-last-restorable: up to TSLRC_TEETH resets the series
+    is every tooth; beyond, each of TSLRC_TEETH equal slices of [origin, end] keeps its highest
+    tooth, exact, and the last point is still the headline's."""
+    from recoverydash.recovery.figures import TSLRC_TEETH, parse_time
+    small = [(u, 10.0 * u) for u in range(1, TSLRC_TEETH + 1)]
+    series = tslrc_sawtooth(small, 0.0, 10.0 * TSLRC_TEETH + 7)
+    assert len(series["time"]) == 2 + 2 * TSLRC_TEETH
+    assert series["seconds"][-1] == 7.0
+    # 4 resets per slice: gaps 3, 5, 1, 1 seconds, slice width 10 s (end 10 * TSLRC_TEETH)
+    commits, t = [], 0.0
+    for slot in range(TSLRC_TEETH):
+        for gap in (3.0, 5.0, 1.0, 1.0):
+            t += gap
+            commits.append((len(commits) + 1, t))
+    end = 10.0 * TSLRC_TEETH + 0.5
+    series = tslrc_sawtooth(commits, 0.0, end)
+    peaks = [(parse_time(x), y) for x, y in zip(series["time"][1:-1:2], series["seconds"][1:-1:2])]
+    assert len(peaks) == TSLRC_TEETH
+    assert [p for _, p in peaks] == [5.0] * TSLRC_TEETH  # each slice: resets at +3, +8, +9, +10
+    assert peaks[1] == (18.0, 5.0)  # the second slice's 5 s tooth, at its reset time
+    assert series["seconds"][2:-1:2] == [0.0] * TSLRC_TEETH
+    assert series["seconds"][-1] == 0.5 and parse_time(series["time"][-1]) == end
+
+
+def test_a_result_lists_the_newest_generations_and_counts_them_all():
+    """docs/definitions.md#listed-generations: beyond GENERATIONS_SHOWN the result lists the
+    newest ones and the last restorable, and counts every generation by status."""
+    from recoverydash.recovery import (GENERATIONS_SHOWN, GenerationVerdict, generations_summary,
+                                       shown_generations)
+    verdicts = [GenerationVerdict(f"g{i}", 0, i, "rejected" if i else "restorable")
+                for i in range(GENERATIONS_SHOWN + 50)]
+    shown = shown_generations(verdicts, verdicts[0])
+    assert [v.generation_id for v in shown] == ["g0"] + [f"g{i}" for i in
+                                                          range(50, GENERATIONS_SHOWN + 50)]
+    assert generations_summary(verdicts, len(shown)) == {
+        "total": GENERATIONS_SHOWN + 50, "shown": GENERATIONS_SHOWN + 1,
+        "by_status": {"rejected": GENERATIONS_SHOWN + 49, "restorable": 1}}
+    assert shown_generations(verdicts[:GENERATIONS_SHOWN]) == verdicts[:GENERATIONS_SHOWN]
+    run = worked_example(80_000)
+    out = analyze(run, now=NOW).to_dict()
+    assert out["generations_summary"] == {"total": 1, "shown": 1,
+                                          "by_status": {"restorable": 1}}

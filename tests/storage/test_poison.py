@@ -13,6 +13,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from recoverydash.runs.seq import mark_changed
 from recoverydash.runs.models import CheckpointObject, Generation
 from recoverydash.storage import verification
 from recoverydash.storage.locations import LocationRefused, check_location
@@ -212,6 +213,8 @@ def test_the_sweep_requeues_a_generation_left_unchecked_and_waits_for_a_running_
     CheckpointObject.objects.filter(generation=gen).exclude(check_status="pending").update(
         checked_at=long_ago)
     Generation.objects.filter(pk=gen.pk).update(status="committed")
+    # the writers of these rows mark the generation changed (runs.seq.mark_changed)
+    mark_changed(gen.run_id, gen.pk)
     settings.RECOVERYDASH_VERIFY_STALE_S = 600
     assert verification.sweep_unverified() == 1
     assert {o.check_status for o in CheckpointObject.objects.filter(generation=gen)} == {"ok"}
