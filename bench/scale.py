@@ -21,8 +21,11 @@ default: 64 / 15 = 4.3 heartbeats per update). For each level of absorbed update
 3. the web side's CPU per event (``ingest_batch`` process time: events/s per web core). Bytes
    per rank-update (live bytes, before and after compaction) are bench/storage.py's to measure.
 
-The run saves no checkpoint: generations, shard reports and objects (read whole by every
-analysis, ``runs.analysis.load_generations``) are not part of what this measures.
+The run saves ``BENCH_CHECKPOINTS`` checkpoints (default 20), spread evenly over the history,
+each a generation of 64 shards (one per rank: model and optimizer objects, rank 0 also the other
+required components: 131 objects) committed through ingest and its objects stored ``ok`` with
+the verifier's change marker (``runs.seq.mark_changed``), so every one is restorable and the
+analysis carries them (read once, then kept in ``Analysis.inputs``).
 
 Then the projection for 1,024 and 16,384 ranks, arithmetic shown. Targets (printed, not asserted):
 analysis of 1,000 new updates < 1 s and flat within 2x across levels, nothing new < 100 ms, peak
@@ -34,6 +37,7 @@ throwaway database is created and dropped).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import resource
@@ -71,6 +75,7 @@ INGESTED = int(os.environ.get("BENCH_INGESTED", "1000"))
 #: it the Python side of building them is what would take the machine hours (the analysis never
 #: reads the events table; its size is reported from the ingested updates)
 EVENTS_UPTO = int(os.environ.get("BENCH_EVENTS_UPTO", "10000"))
+CHECKPOINTS = int(os.environ.get("BENCH_CHECKPOINTS", "20"))
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 RUN_ID = "scale"
 
@@ -195,6 +200,48 @@ def bulk_history(run, first: int, last: int, ledger) -> int:
     return seq
 
 
+def commit_event(update: int) -> dict:
+    """A checkpoint of the run at ``update``: 64 shards, the manifest's data cursor at the
+    ledger's frontier (``update * GBS``)."""
+    from recoverydash.recovery.contract import DEFAULT_REQUIRED_COMPONENTS
+
+    gid = f"ckpt-{update:08d}"
+    extra = [c for c in DEFAULT_REQUIRED_COMPONENTS if c not in ("model", "optimizer")]
+    objects = [{"uri": f"file:///ckpt/{gid}/{c}-{rank}.pt", "shard": f"rank{rank}",
+                "component": c, "size": 1000 + rank,
+                "sha256": hashlib.sha256(f"{gid}/{c}/{rank}".encode()).hexdigest()}
+               for rank in range(WORLD) for c in (["model", "optimizer"] +
+                                                  (extra if rank == 0 else []))]
+    manifest = {"schema_revision": 1, "generation_id": gid, "update": update,
+                "world_size": WORLD, "required_shards": [f"rank{r}" for r in range(WORLD)],
+                "components": sorted({o["component"] for o in objects}), "objects": objects,
+                "dataset_version": "ds", "committed_at": at(update).isoformat(),
+                "data_progress": {"cursor": [{"stratum": "main", "epoch": 0,
+                                              "position": update * GBS}]}}
+    return {"event_id": f"commit-{update}", "type": "checkpoint_committed", "run_id": RUN_ID,
+            "attempt": 0, "time": at(update).isoformat(), "manifest": manifest}
+
+
+def checkpoints(project, run, level: int) -> int:
+    """:data:`CHECKPOINTS` checkpoints spread over updates 1..``level`` through ingest, their
+    objects stored ``ok`` with the change marker a verifier writes (one per generation)."""
+    from django.db import transaction
+
+    from recoverydash.ingest.actions import ingest_batch
+    from recoverydash.runs.models import CheckpointObject, Generation
+    from recoverydash.runs.seq import mark_changed
+
+    updates = sorted({max(1, level * (k + 1) // CHECKPOINTS) for k in range(CHECKPOINTS)})
+    for update in updates:
+        ingest_batch(project, [commit_event(update)])
+    for gen in Generation.objects.filter(run=run):
+        with transaction.atomic():
+            mark_changed(run.pk, gen.pk)
+            CheckpointObject.objects.filter(generation=gen, in_manifest=True).update(
+                check_status="ok", checked_at=datetime.now(timezone.utc))
+    return len(updates)
+
+
 def build(level: int) -> dict:
     """A fresh run with ``level`` absorbed updates; returns what was measured while building."""
     from recoverydash import recovery
@@ -217,11 +264,15 @@ def build(level: int) -> dict:
         run.refresh_from_db()
         Analysis.objects.filter(pk=analysis.pk).update(state=ledger.to_bytes(),
                                                        ingest_seq=run.ingest_seq)
-        bridge.analyze(run)  # the stored result of the whole history, as the worker's would be
+    saved = checkpoints(project, run, level) if CHECKPOINTS else 0
+    bridge.analyze(run)  # the stored result of the whole history, as the worker's would be
+    result = Analysis.objects.get(run=run).result or {}
+    statuses = (result.get("generations_summary") or {}).get("by_status") or {}
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     return {"run_pk": run.pk, "project_pk": project.pk, "ingest_events": events,
-            "ingest_cpu": cpu, "ingested_rank_updates": ingested * WORLD}
+            "ingest_cpu": cpu, "ingested_rank_updates": ingested * WORLD,
+            "checkpoints": saved, "statuses": statuses}
 
 
 def profiled(fn, *args) -> None:
@@ -298,7 +349,8 @@ def main() -> None:
                   f"updates {measured['new_s']:.3f} s, nothing new {measured['none_s'] * 1e3:.1f} ms"
                   f" (after: {measured['none_after_s'] * 1e3:.1f} ms; {measured['none_queries']} queries), "
                   f"worker peak RSS "
-                  f"{measured['rss_mb']:.0f} MB", flush=True)
+                  f"{measured['rss_mb']:.0f} MB; {built['checkpoints']} checkpoints of "
+                  f"{WORLD} shards ({built['statuses']})", flush=True)
     finally:
         connection.creation.destroy_test_db(old_name, verbosity=0)
     report(rows)
