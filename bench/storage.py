@@ -23,11 +23,15 @@ What it does, by itself (a few minutes on 2 shared cores):
    until nothing is left to delete) and measures the same;
 5. prints both tables and ``Analysis.state`` per rank-update, against the targets.
 
+``BENCH_MODES=per-rank,per-rank-unjoined`` adds the per-rank run without folding ledger rows
+across batches and prints the ratio of the two ingest times (same process).
+
 Run: ``.venv/bin/python bench/storage.py``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -47,6 +51,9 @@ HEARTBEAT_S = 30.0
 PER_RANK = 8  # samples per rank per update
 ORDER = "e1875493d62216fc6d36670795049f08"  # the SDK's order digest of the epoch
 TABLES = ("runs_event", "runs_ledgerrow", "runs_heartbeat")
+#: ``per-rank``, ``aggregate``, and ``per-rank-unjoined`` (per-rank without folding across
+#: batches: the baseline of the ingest time, printed as a ratio when both per-rank modes run)
+MODES = os.environ.get("BENCH_MODES", "per-rank,aggregate").split(",")
 TARGET_INGESTED, TARGET_COMPACTED = 400, 50
 T0 = datetime.now(timezone.utc) - timedelta(days=10)
 
@@ -159,6 +166,18 @@ def sizes(connection) -> dict:
     return out
 
 
+@contextlib.contextmanager
+def _unjoined():
+    """Ingest without folding ledger rows across batches (the baseline of ``per-rank-unjoined``:
+    one ledger row per rank-update, as before ``_Projection._join_stored``)."""
+    from unittest import mock
+
+    from recoverydash.ingest.actions import _Projection
+
+    with mock.patch.object(_Projection, "_join_stored", lambda self, pending: pending):
+        yield
+
+
 def measure(mode: str) -> dict:
     """Ingest, measure, analyse, compact, measure, in a database of its own."""
     with bench_database(f"recoverydash_storage_{mode.replace('-', '_')}") as (name, url, env, _):
@@ -185,11 +204,12 @@ def measure(mode: str) -> dict:
         project = Project.objects.create(name=f"bench-{mode}")
         ingest_batch(project, [start_event()])
         started = time.monotonic()
-        batches = per_rank_batches() if mode == "per-rank" else aggregate_batches()
+        batches = aggregate_batches() if mode == "aggregate" else per_rank_batches()
         n_batches = 0
-        for batch in batches:
-            ingest_batch(project, batch)
-            n_batches += 1
+        with (_unjoined() if mode == "per-rank-unjoined" else contextlib.nullcontext()):
+            for batch in batches:
+                ingest_batch(project, batch)
+                n_batches += 1
         took = time.monotonic() - started
         ingested = sizes(connection)
         run = Run.objects.get(project=project)
@@ -238,8 +258,14 @@ def main() -> int:
     print(f"bench/storage.py: live bytes (live rows copied with their indexes; pg_table_size with "
           f"TOAST, pg_indexes_size), heartbeats 1 per rank per {HEARTBEAT_S:.0f} s at 1 update per "
           f"{UPDATE_S:.0f} s, batches of {BATCH} updates")
-    for mode in ("per-rank", "aggregate"):
-        report(mode, measure(mode))
+    got = {}
+    for mode in MODES:
+        got[mode] = measure(mode)
+        report(mode, got[mode])
+    if "per-rank" in got and "per-rank-unjoined" in got:
+        a, b = got["per-rank"]["seconds"], got["per-rank-unjoined"]["seconds"]
+        print(f"\nper-rank ingest with folding across batches / without (same process): "
+              f"{a:.1f} / {b:.1f} s = {a / b:.2f}")
     return 0
 
 

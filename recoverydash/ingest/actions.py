@@ -655,22 +655,13 @@ class _Projection:
                 groups.setdefault(key[:3], []).append(key)
         if not groups:
             return pending
-        query = (LedgerRow.objects.filter(
-            run__in={g[0] for g in groups}, attempt__in={g[1] for g in groups},
-            update__in={g[2] for g in groups}).exclude(rank=GLOBAL_RANK)
-            .only("pk", "run_id", "attempt", "update", "rank", "ranks", "rank_shift", "spans",
-                  "samples", "tokens", "time", "first_seq"))
-        if connection.vendor == "postgresql":
-            # a row another batch holds is left out (joining is never required): ranks' batches
-            # of one update never wait for each other here, nor sit in a lock cycle
-            query = query.select_for_update(skip_locked=True).order_by("pk")
-        stored: dict[tuple, list[LedgerRow]] = {}
-        for row in query:
+        stored: dict[tuple, list[Any]] = {}
+        for row in _stored_rows(groups):
             group = (row.run_id, row.attempt, row.update)
             if group in groups:
                 stored.setdefault(group, []).append(row)
         out = dict(pending)
-        changed: list[LedgerRow] = []
+        changed: list[Any] = []
         doomed: list[int] = []
         for group, keys in groups.items():
             rows = stored.get(group, [])
@@ -715,9 +706,7 @@ class _Projection:
             with transaction.atomic():
                 if doomed:
                     LedgerRow.objects.filter(pk__in=doomed).delete()
-                LedgerRow.objects.bulk_update(
-                    changed, ["rank", "ranks", "rank_shift", "spans", "time", "first_seq",
-                              "last_seq"], batch_size=500)
+                _update_joined(changed)
         except IntegrityError:
             return pending
         return out
@@ -807,6 +796,73 @@ class _Projection:
 #: What an attempt_started declares about its launch; a second one for the attempt must agree.
 _START_FIELDS = ("world_size", "dataset_version", "global_batch_size", "micro_batch_size",
                  "grad_accum_steps", "config_digest", "resumed_from")
+
+
+def _stored_rows(groups) -> Iterable[Any]:
+    """The stored rows, but the global rank's, of every ``(run pk, attempt, update)`` of
+    ``groups`` (and of other combinations of those values: the caller filters), with the fields
+    :meth:`_Projection._join_stored` reads. PostgreSQL: one raw query (the ORM's model
+    instances cost more than the rest), ``FOR UPDATE SKIP LOCKED``: a row another batch holds
+    is left out (joining is never required), so ranks' batches of one update never wait for
+    each other here, nor sit in a lock cycle."""
+    runs = sorted({g[0] for g in groups})
+    attempts = sorted({g[1] for g in groups})
+    updates = sorted({g[2] for g in groups})
+    if connection.vendor != "postgresql":
+        return list(LedgerRow.objects.filter(run__in=runs, attempt__in=attempts,
+                                             update__in=updates).exclude(rank=GLOBAL_RANK)
+                    .only("pk", "run_id", "attempt", "update", "rank", "ranks", "rank_shift",
+                          "spans", "samples", "tokens", "time", "first_seq"))
+    sql = ('SELECT id, run_id, attempt, "update", rank, ranks, rank_shift, spans::text, '
+           f'samples, tokens, time, first_seq FROM "{LedgerRow._meta.db_table}" '
+           'WHERE run_id = ANY(%s) AND attempt = ANY(%s) AND "update" = ANY(%s) '
+           'AND rank <> %s ORDER BY id FOR UPDATE SKIP LOCKED')
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [runs, attempts, updates, GLOBAL_RANK])
+        found = cursor.fetchall()
+    spans = json.loads("[" + ",".join(row[7] for row in found) + "]")
+    return [_StoredRow(row, mine) for row, mine in zip(found, spans)]
+
+
+class _StoredRow:
+    """A stored ledger row as :func:`_stored_rows` reads it on PostgreSQL (the attributes of a
+    LedgerRow that :meth:`_Projection._join_stored` and :func:`_update_joined` use)."""
+
+    __slots__ = ("pk", "run_id", "attempt", "update", "rank", "ranks", "rank_shift", "spans",
+                 "samples", "tokens", "time", "first_seq", "last_seq")
+
+    def __init__(self, row: tuple, spans: list):
+        (self.pk, self.run_id, self.attempt, self.update, self.rank, self.ranks,
+         self.rank_shift, _, self.samples, self.tokens, self.time, self.first_seq) = row
+        self.spans = spans
+        self.last_seq = None
+
+
+_JOINED_FIELDS = ("rank", "ranks", "rank_shift", "spans", "time", "first_seq", "last_seq")
+
+
+def _update_joined(rows: list) -> None:
+    """Write the joined rows' :data:`_JOINED_FIELDS`: on PostgreSQL one ``UPDATE ... FROM
+    (VALUES ...)`` per 500 rows (the ORM's ``bulk_update`` builds a CASE per field and row,
+    most of a batch's CPU), elsewhere ``bulk_update``."""
+    if connection.vendor != "postgresql":
+        LedgerRow.objects.bulk_update(rows, list(_JOINED_FIELDS), batch_size=500)
+        return
+    table = LedgerRow._meta.db_table
+    for lo in range(0, len(rows), 500):
+        chunk = rows[lo:lo + 500]
+        values = ", ".join(["(%s, %s, %s, %s, %s::jsonb, %s::timestamptz, %s, %s)"] * len(chunk))
+        params: list[Any] = []
+        for r in chunk:
+            params += [r.pk, r.rank, r.ranks, r.rank_shift, json.dumps(r.spans), r.time,
+                       r.first_seq, r.last_seq]
+        sql = (f'UPDATE "{table}" AS t SET rank = v.rank, ranks = v.ranks, '
+               'rank_shift = v.rank_shift, spans = v.spans, time = v.time, '
+               'first_seq = v.first_seq, last_seq = v.last_seq FROM (VALUES '
+               f'{values}) AS v(id, rank, ranks, rank_shift, spans, time, first_seq, last_seq) '
+               'WHERE t.id = v.id')
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
 
 
 def _put(rows: dict[tuple, dict[str, Any]], key: tuple, entry: dict[str, Any]) -> None:
