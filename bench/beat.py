@@ -51,17 +51,18 @@ MASS_OPEN_UPTO = int(os.environ.get("BENCH_MASS_OPEN_UPTO", "1000"))
 
 def fabricate(count: int, tag: str) -> list:
     from recoverydash.runs import analysis as bridge
-    from recoverydash.runs.models import Analysis, Attempt, Project, Run
+    from recoverydash.runs.models import Analysis, Attempt, Project, RankSeen, Run
 
     project = Project.objects.create(name=f"fleet{tag}")
     started = timezone.now() - timedelta(hours=3)
-    seen = {str(r): started.isoformat() for r in range(RANKS)}
     runs = Run.objects.bulk_create([Run(project=project, run_id=f"run{i:05d}", ingest_seq=1,
                                         first_event_at=started, last_received_at=started)
                                     for i in range(count)], batch_size=2000)
-    Attempt.objects.bulk_create([Attempt(run=r, attempt=0, started_at=started,
-                                         world_size=RANKS, last_event_at=started,
-                                         rank_seen_at=seen) for r in runs], batch_size=2000)
+    attempts = Attempt.objects.bulk_create([Attempt(run=r, attempt=0, started_at=started,
+                                                    world_size=RANKS, last_event_at=started)
+                                            for r in runs], batch_size=2000)
+    RankSeen.objects.bulk_create([RankSeen(attempt=a, reporter=str(r), seen_at=started)
+                                  for a in attempts for r in range(RANKS)], batch_size=5000)
     bridge.analyze(runs[0])
     template = Analysis.objects.get(run=runs[0])
     old = timezone.now() - timedelta(minutes=10)
@@ -98,7 +99,7 @@ def cycle(evaluation, reached) -> tuple[float, int, int]:
 def measure(count: int, template: list) -> list:
     from recoverydash.alerts import evaluation
     from recoverydash.alerts.models import Alert
-    from recoverydash.runs.models import Attempt
+    from recoverydash.runs.models import Attempt, RankSeen
 
     runs = fabricate(count, str(count))
     if count > MASS_OPEN_UPTO:  # the steady state built in bulk: each run's two alerts open
@@ -119,9 +120,8 @@ def measure(count: int, template: list) -> list:
         first, n1, f1 = cycle(evaluation, full) if count <= MASS_OPEN_UPTO else (None, 0, 0)
         steady, n2, f2 = cycle(evaluation, full)
         back = [r.pk for r in runs[::10]]
-        now = timezone.now().isoformat()
-        Attempt.objects.filter(run_id__in=back).update(
-            rank_seen_at={str(r): now for r in range(RANKS)})
+        RankSeen.note({pk: [str(r) for r in range(RANKS)] for pk in Attempt.objects
+                       .filter(run_id__in=back).values_list("pk", flat=True)}, timezone.now())
         some, n3, f3 = cycle(evaluation, full)
     firing = Alert.objects.filter(run__in=runs, state="firing").count()
     opened = list(Alert.objects.filter(run=runs[1], state="firing"))  # not among those back

@@ -233,7 +233,7 @@ def one_rank_of(world: int, run_id: str):
 def wide_attempt(server, port: int, token: str, db: str, world: int = JOB_RANKS,
                  clients: int = 1, run_id: str = "wide") -> tuple[float, float]:
     """(web CPU per request, requests/s) of :func:`one_rank_of` into one run whose attempt has
-    heard from all ``world`` ranks (``Attempt.rank_seen_at`` filled first), from ``clients``
+    heard from all ``world`` ranks (its RankSeen rows filled first), from ``clients``
     clients: with 1, the wall time per request is its latency, run lock and database work
     included."""
     import psycopg
@@ -241,9 +241,10 @@ def wide_attempt(server, port: int, token: str, db: str, world: int = JOB_RANKS,
     make = one_rank_of(world, run_id)
     send(port, token, [run_id], 1, 0.5, 0, make, 4.0)
     with psycopg.connect(db, autocommit=True) as conn:
-        conn.execute("UPDATE runs_attempt SET rank_seen_at = (SELECT jsonb_object_agg(r::text, "
-                     "'2026-12-01T00:00:00+00:00') FROM generate_series(0, %s) r) WHERE run_id = "
-                     "(SELECT id FROM runs_run WHERE run_id = %s)", (world - 1, run_id))
+        conn.execute("INSERT INTO runs_rankseen (attempt_id, reporter, seen_at) SELECT a.id, "
+                     "r::text, '2026-12-01T00:00:00+00:00' FROM runs_attempt a, "
+                     "generate_series(0, %s) r WHERE a.run_id = (SELECT id FROM runs_run WHERE "
+                     "run_id = %s) ON CONFLICT DO NOTHING", (world - 1, run_id))
     ev, _, secs, requests, cpu = measured(server, port, token, [run_id], clients, COST_SECONDS,
                                           1000, make, 40.0)
     print(f"requests of one rank of a {world:,}-rank attempt (60 updates + 2 heartbeats) from "
@@ -255,7 +256,7 @@ def wide_attempt(server, port: int, token: str, db: str, world: int = JOB_RANKS,
 
 def wide_one_run(env: dict, token: str, db: str) -> None:
     """The requests of a large job's ranks into ONE run, 2 web processes and 4 clients, at 64
-    and at 16,384 ranks: what the run's lock and the attempt row's per-rank map allow, against
+    and at 16,384 ranks: what the run's lock and the attempt's per-rank rows allow, against
     the requests/s the SDK's default sends at 16,384 ranks."""
     from recoverydash.sdk.flush import FlushPolicy
 

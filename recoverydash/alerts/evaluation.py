@@ -123,7 +123,8 @@ def clock_changes(pks: list[int], now) -> tuple[list[int], list[int], int]:
     """Which of runs ``pks`` (not ended) the clock-driven rules (``rules.CLOCK_RULES``) would
     change now, from a few bulk reads of stored columns: per run its ``Analysis.clock``
     (``runs.models.clock_of``), contract, first and last event times, its newest attempt's
-    ``ended_at`` and ``rank_seen_at``, and its open alerts. For each run the same
+    ``ended_at`` and its reporters' RankSeen rows in aggregate (``rules.silences_of``: per attempt
+    a count, the newest and oldest time, and the rows of silent ranks only), and its open alerts. For each run the same
     ``rules.clock_conditions`` as the full evaluation gives the (rule, subject, severity) that
     hold now; the run changes when that set differs from what its open alerts of those rules
     list (a rule newly holding, cleared, a subject added or removed, a severity changed), or when
@@ -134,7 +135,7 @@ def clock_changes(pks: list[int], now) -> tuple[list[int], list[int], int]:
     from django.db.models import OuterRef, Subquery
 
     from recoverydash.alerts.models import Alert
-    from recoverydash.alerts.rules import CLOCK_RULES, clock_conditions, silence_from
+    from recoverydash.alerts.rules import CLOCK_RULES, clock_conditions, silences_of
     from recoverydash.recovery.contract import effective_contract
     from recoverydash.runs.models import Attempt
 
@@ -142,10 +143,12 @@ def clock_changes(pks: list[int], now) -> tuple[list[int], list[int], int]:
                 .values_list("run_id", "clock", "run__run_id", "run__contract",
                              "run__first_event_at", "run__last_received_at"))
     newest = Attempt.objects.filter(run_id=OuterRef("run_id")).order_by("-attempt")
-    attempts = {run_id: (attempt, ended_at, seen) for run_id, attempt, ended_at, seen in
+    attempts = {run_id: (pk, attempt, ended_at) for run_id, pk, attempt, ended_at in
                 Attempt.objects.filter(run_id__in=pks,
                                        attempt=Subquery(newest.values("attempt")[:1]))
-                .values_list("run_id", "attempt", "ended_at", "rank_seen_at")}
+                .values_list("run_id", "pk", "attempt", "ended_at")}
+    clocks = {row[0]: row[1] or {} for row in rows}
+    silences = silences_of({r: a for r, a in attempts.items() if r in clocks}, clocks, now)
     alerts: dict[int, list] = {}
     for row in (Alert.objects.filter(run_id__in=pks).exclude(state="resolved")
                 .values_list("pk", "run_id", "rule", "dedup_key", "subjects")):
@@ -153,8 +156,7 @@ def clock_changes(pks: list[int], now) -> tuple[list[int], list[int], int]:
     changed, holding = [], []
     for run_id, clock, name, contract, first_event_at, last_received_at in rows:
         clock = clock or {}
-        newest_attempt = attempts.get(run_id)
-        silence = None if newest_attempt is None else silence_from(*newest_attempt, clock, now)
+        silence = silences.get(run_id)
         found = clock_conditions(clock, effective_contract(contract), now=now,
                                  first_event_at=first_event_at,
                                  last_received_at=last_received_at, silence=silence)

@@ -34,7 +34,7 @@ a state rule about the run, its subjects listed generically).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -53,6 +53,7 @@ from recoverydash.recovery.figures import (
     seconds_since_last_restorable,
     silence_limit,
     silent_reporters,
+    youngest_silent,
 )
 
 __all__ = ["CLOCK_RULES", "DEFAULT_CONTRACT", "EVENT_RULES", "RULES", "Condition", "Rule",
@@ -199,15 +200,22 @@ def silence_conditions(silence: dict | None) -> list[Condition]:
 
     ``silence``: ``{"attempt": int | None, "ended": bool (the attempt sent attempt_ended),
     "median": the core's median_update_interval of the attempt (seconds) or None, "ages": the
-    core's reporter_ages {reporter: seconds}}``, or None (nothing to say). The limits are the
+    core's reporter_ages {reporter: seconds}}``, or None (nothing to say); read in bulk
+    (:func:`silences_of`) it also holds ``"reporters"`` (how many) and ``"youngest"`` (the
+    youngest reporter's age) and ``ages`` only the reporters above the ``rank_silent`` limit
+    while some reporter is not (the core's ``silent_reporters``). The limits are the
     core's ``silence_limit`` with the floors RECOVERYDASH_RUN_SILENT_S and
     RECOVERYDASH_RANK_SILENT_FLOOR_S. ``rank_silent`` only while the attempt has not ended."""
-    if not silence or not silence.get("ages"):
+    if not silence:
+        return []
+    ages, median = silence.get("ages") or {}, silence.get("median")
+    reporters = silence.get("reporters", len(ages))
+    if not reporters:
         return []
     out = []
-    ages, median = silence["ages"], silence.get("median")
     run_floor = float(settings.RECOVERYDASH_RUN_SILENT_S)
-    quiet = attempt_silent(ages, median, run_floor)
+    quiet = (youngest_silent(silence["youngest"], median, run_floor) if "youngest" in silence
+             else attempt_silent(ages, median, run_floor))
     who = f"attempt {silence['attempt']}" if silence.get("attempt") is not None else "the run"
     if quiet is not None:
         limit = silence_limit(median, RUN_SILENT_INTERVALS, run_floor)
@@ -220,14 +228,14 @@ def silence_conditions(silence: dict | None) -> list[Condition]:
         out.append(found)
     elif not silence.get("ended"):
         rank_floor = float(settings.RECOVERYDASH_RANK_SILENT_FLOOR_S)
-        stopped = silent_reporters(ages, median, rank_floor)
+        stopped = silent_reporters(ages, median, rank_floor, reporters)
         limit = silence_limit(median, RANK_SILENT_INTERVALS, rank_floor)
         for k in sorted(stopped, key=natural_key):
             name = f"Rank {k}" if k.isdigit() else "The reporter without a rank"
             out.append(Condition(
                 "rank_silent", k, "warning",
                 f"{name} of {who} sent nothing for {duration(stopped[k])} while "
-                f"{len(ages) - len(stopped)} other reporter(s) keep reporting (limit "
+                f"{reporters - len(stopped)} other reporter(s) keep reporting (limit "
                 f"{duration(limit)}: {RANK_SILENT_INTERVALS} × the median update interval, at "
                 f"least {duration(rank_floor)}). A dead rank usually hangs the job.",
                 detail=who))
@@ -379,33 +387,86 @@ def stored_median(result: dict | None, attempt: int) -> float | None:
     return float(median) if isinstance(median, (int, float)) else None
 
 
-def silence_from(attempt: int, ended_at, rank_seen_at: dict, result: dict | None,
+def silence_from(attempt: int, ended_at, seen_at: dict, result: dict | None,
                  now: datetime) -> dict | None:
     """``silence_conditions``' input for the newest attempt ``attempt`` (its ``ended_at`` and
-    ``rank_seen_at``, as stored on the Attempt row) and the stored analysis ``result`` (or
-    clock): the reporters' ages (the core's ``reporter_ages`` at ``now``) and
-    :func:`stored_median`. None when no reporter of the attempt reported."""
-    if not rank_seen_at:
+    ``seen_at``, ``{reporter: time}`` of its RankSeen rows, ``Attempt.ranks_seen``) and the
+    stored analysis ``result`` (or clock): the reporters' ages (the core's ``reporter_ages`` at
+    ``now``) and :func:`stored_median`. None when no reporter of the attempt reported."""
+    if not seen_at:
         return None
     return {"attempt": attempt, "ended": ended_at is not None,
             "median": stored_median(result, attempt),
-            "ages": reporter_ages(rank_seen_at, now)}
+            "ages": reporter_ages(seen_at, now)}
 
 
 def silence_of(run, now: datetime, result: dict | None = None) -> dict | None:
     """What ``silence_conditions`` needs of the run's newest attempt (docs/definitions.md#silence),
-    read from stored state only: ``Attempt.rank_seen_at`` (when the server last received an
-    event of each reporter) and the median update interval the stored analysis ``result``
-    (default: the run's) observed (:func:`silence_from`). No raw row is read, so a run whose
-    raw rows were compacted is watched as before. None without an attempt that reported."""
-    live = (run.attempts.only("attempt", "ended_at", "rank_seen_at").order_by("-attempt")
-            .first())
+    read from stored state only: its RankSeen rows (when the server last received an event of
+    each reporter) and the median update interval the stored analysis ``result`` (default: the
+    run's) observed (:func:`silence_from`). No raw row is read, so a run whose raw rows were
+    compacted is watched as before. None without an attempt that reported."""
+    live = run.attempts.only("pk", "attempt", "ended_at").order_by("-attempt").first()
     if live is None:
         return None
     if result is None:
         analysis = getattr(run, "analysis", None)
         result = analysis.result if analysis is not None else None
-    return silence_from(live.attempt, live.ended_at, live.rank_seen_at, result, now)
+    return silence_from(live.attempt, live.ended_at, live.ranks_seen(), result, now)
+
+
+#: Seconds below the ``rank_silent`` limit from which :func:`silences_of` reads a reporter's row
+#: (the limit is then compared exactly, in Python, on the core's ``reporter_ages``).
+_CUTOFF_MARGIN = timedelta(milliseconds=1)
+
+
+def silences_of(newest: dict, clocks: dict, now: datetime) -> dict:
+    """:func:`silence_of` for many runs in at most two queries (the beat's bulk path,
+    ``alerts.evaluation.clock_changes``). ``newest``: ``{run pk: (attempt pk, attempt,
+    ended_at)}`` of each run's newest attempt; ``clocks``: ``{run pk: Analysis.clock}``.
+
+    One aggregate over the attempts' RankSeen rows gives per attempt how many reporters it has
+    and its newest and oldest time; only an attempt not ended whose oldest reporter is past the
+    ``rank_silent`` limit while its youngest is not has its rows past that limit read (one query
+    for all of them). Returns ``{run pk: silence}`` in ``silence_conditions``' bulk form
+    (``"reporters"``, ``"youngest"``, ``ages`` the silent reporters); a run whose newest
+    attempt has no reporter is left out (None: its ``last_received_at`` alone). The conditions
+    are exactly those of :func:`silence_of`'s full map."""
+    from django.db.models import Count, Max, Min, Q
+
+    from recoverydash.runs.models import RankSeen
+
+    by_attempt = {pk: run_id for run_id, (pk, _, _) in newest.items()}
+    if not by_attempt:
+        return {}
+    rank_floor = float(settings.RECOVERYDASH_RANK_SILENT_FLOOR_S)
+    out, wanted = {}, {}
+    for attempt_pk, n, youngest_at, oldest_at in (
+            RankSeen.objects.filter(attempt_id__in=by_attempt).values("attempt_id")
+            .annotate(n=Count("id"), newest=Max("seen_at"), oldest=Min("seen_at"))
+            .values_list("attempt_id", "n", "newest", "oldest")):
+        run_id = by_attempt[attempt_pk]
+        _, attempt, ended_at = newest[run_id]
+        median = stored_median(clocks.get(run_id), attempt)
+        ages = reporter_ages({"youngest": youngest_at, "oldest": oldest_at}, now)
+        out[run_id] = {"attempt": attempt, "ended": ended_at is not None, "median": median,
+                       "reporters": n, "youngest": ages["youngest"], "ages": {}}
+        limit = silence_limit(median, RANK_SILENT_INTERVALS, rank_floor)
+        if ended_at is None and ages["oldest"] > limit >= ages["youngest"]:
+            wanted[attempt_pk] = (now - timedelta(seconds=limit)) + _CUTOFF_MARGIN
+    if wanted:
+        rows: dict = {}
+        query = Q()
+        for attempt_pk, cutoff in wanted.items():
+            query |= Q(attempt_id=attempt_pk, seen_at__lte=cutoff)
+        for attempt_pk, reporter, seen_at in (RankSeen.objects.filter(query)
+                                              .values_list("attempt_id", "reporter", "seen_at")):
+            rows.setdefault(attempt_pk, {})[reporter] = seen_at
+        for attempt_pk, seen in rows.items():
+            silence = out[by_attempt[attempt_pk]]
+            silence["ages"] = silent_reporters(reporter_ages(seen, now), silence["median"],
+                                               rank_floor, silence["reporters"])
+    return out
 
 
 def evaluate_run(run, now: datetime | None = None) -> list[AlertFlip]:

@@ -48,6 +48,7 @@ from recoverydash.runs.models import (GLOBAL_RANK, ApiToken, Attempt, AuditWindo
                                       CheckpointObject, Event, Generation, Heartbeat, LedgerRow,
                                       Project, Run, ShardReport)
 from recoverydash.runs import seq as seq_of
+from recoverydash.runs.models import RankSeen, reporter_key
 from recoverydash.runs.folding import fold, foldable, join, unfold
 from recoverydash.runs.queue import VERIFY_GENERATION, enqueue
 
@@ -496,8 +497,9 @@ class _Projection:
 
     def apply_attempts(self, attempts: dict[tuple[int, int], Attempt]) -> None:
         """Apply the batch's events to ``attempts`` (every attempt row of the batch's runs, read
-        under the run lock; missing ones are created here) in batch order, and write the rows
-        that changed. Raises AttemptConflict for an attempt_started contradicting the stored
+        under the run lock; missing ones are created here) in batch order, write the rows
+        that changed, and note the reporters the batch heard from (``RankSeen.note``: one
+        statement, a row per reporter of the batch). Raises AttemptConflict for an attempt_started contradicting the stored
         start."""
         new: list[Attempt] = []
         seen_by_key: dict[tuple[int, int], set[int | None]] = {}
@@ -517,23 +519,14 @@ class _Projection:
                 if ev.model.type == "attempt_started" and att.started_at is None:
                     self.first_started.add(key)
                 _apply_to_attempt(att, ev)
-        merge: list[tuple[Attempt, dict[str, str]]] = []
-        for key, ranks in seen_by_key.items():
-            if not ranks:
-                continue
-            att, stamp = attempts[key], self.now.isoformat()
-            entries = {"c" if r is None else str(r): stamp for r in ranks}
-            if att in new or "rank_seen_at" in att.__dict__:
-                att.note_ranks_seen(entries)
-            else:  # deferred (PostgreSQL): merged in SQL below, the map never read
-                merge.append((att, entries))
         if new:
             Attempt.objects.bulk_create(new)
         for key in self.attempt_events:
             if attempts[key] not in new:
                 attempts[key].save()
-        for att, entries in merge:
-            _merge_rank_seen(att.pk, entries)
+        # the batch's reporters only: a row each (RankSeen.note), never the attempt's world
+        RankSeen.note({attempts[key].pk: [reporter_key(r) for r in ranks]
+                       for key, ranks in seen_by_key.items() if ranks}, self.now)
 
     # --- writing ------------------------------------------------------------------------------
     def flush(self) -> None:
@@ -957,21 +950,6 @@ def _upsert_objects(gen: Generation, objects: list[dict], default_shard: str,
         CheckpointObject.objects.bulk_create(list(new.values()))
 
 
-def _merge_rank_seen(attempt_pk: int, entries: dict[str, str]) -> None:
-    """``Attempt.note_ranks_seen`` in SQL (PostgreSQL): each key of ``entries`` (a rank, or
-    ``c``) takes its ISO time unless the stored one is later, without reading the map into
-    Python (16,384 entries at 16,384 ranks: decoding and re-encoding it per request cost
-    ~24 ms of web CPU, bench/ingest_one_run.py)."""
-    table = Attempt._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f'UPDATE "{table}" AS a SET rank_seen_at = COALESCE(a.rank_seen_at, \'{{}}\'::jsonb) '
-            f"|| COALESCE((SELECT jsonb_object_agg(n.key, n.value) FROM jsonb_each(%s::jsonb) "
-            f"AS n WHERE NOT jsonb_exists(COALESCE(a.rank_seen_at, '{{}}'::jsonb), n.key) "
-            f"OR (a.rank_seen_at ->> n.key) < (n.value #>> '{{}}')), '{{}}'::jsonb) "
-            f"WHERE a.id = %s", [json.dumps(entries), attempt_pk])
-
-
 def _apply_to_attempt(att: Attempt, ev: ValidEvent) -> None:
     """What one event changes on its attempt's row (times, the last update, heartbeat, read
     cursors, SDK losses, start, end, restore). Raises AttemptConflict for an attempt_started
@@ -1044,9 +1022,6 @@ def _finish_runs(runs: dict[str, Run], seqs: dict[int, int], events: Sequence[Va
                           events)
     query = Attempt.objects.select_for_update().filter(
         run__in=[r.pk for r in locked.values()]).order_by("pk")
-    if connection.vendor == "postgresql":
-        # one entry per rank (16,384 at 16,384 ranks): merged in SQL, never read here
-        query = query.defer("rank_seen_at")
     attempts = {(a.run_id, a.attempt): a for a in query}
     projection.apply_attempts(attempts)
     for run_id in touched:

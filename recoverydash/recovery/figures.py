@@ -6,7 +6,7 @@ Times are POSIX seconds (UTC) unless a docstring says otherwise.
 
 Figures: :func:`last_restorable`, :func:`seconds_since_last_restorable`,
 :func:`checkpoint_stale`, :func:`updates_at_risk`, :func:`health`, :func:`run_ended_at`,
-:func:`logger_rewind_update`, :func:`median_update_interval`, :func:`reporter_ages`,
+:func:`logger_rewind_update`, :func:`median_update_interval`, :func:`reporter_ages`, :func:`youngest_silent`,
 :func:`silence_limit`, :func:`silent_reporters`, :func:`attempt_silent`.
 Chart series: :func:`tslrc_sawtooth`, :func:`committed_frontier`, :func:`fetched_cursor`.
 Per-restart figures are in :mod:`.restarts`, per-stratum counts in :mod:`.counting`, costs in
@@ -201,20 +201,29 @@ def attempt_silent(ages: Mapping, median_interval: float | None,
     RUN_SILENT_INTERVALS, floor_s)``, else None (also None with no reporter)."""
     if not ages:
         return None
-    youngest = min(ages.values())
+    return youngest_silent(min(ages.values()), median_interval, floor_s)
+
+
+def youngest_silent(youngest: float, median_interval: float | None,
+                    floor_s: float = RUN_SILENT_FLOOR_S) -> float | None:
+    """:func:`attempt_silent` from the age of the attempt's youngest reporter alone (seconds; what
+    a bulk read of the newest time per attempt gives): ``youngest`` when above the limit, else
+    None."""
     limit = silence_limit(median_interval, RUN_SILENT_INTERVALS, floor_s)
     return youngest if youngest > limit else None
 
 
 def silent_reporters(ages: Mapping, median_interval: float | None,
-                     floor_s: float = RANK_SILENT_FLOOR_S) -> dict:
+                     floor_s: float = RANK_SILENT_FLOOR_S, reporters: int | None = None) -> dict:
     """docs/definitions.md#silence: the reporters of an attempt that stopped while others keep
     reporting: ``{reporter: age}`` for each whose age is above ``silence_limit(median_interval,
     RANK_SILENT_INTERVALS, floor_s)`` while some reporter's is not. Empty when every reporter is
-    silent (that is :func:`attempt_silent`) or none is."""
+    silent (that is :func:`attempt_silent`) or none is. ``reporters``: how many reporters the
+    attempt has when ``ages`` holds only some of them (every one above the limit, read in bulk
+    by ``alerts.rules.silences_of``); default ``len(ages)``."""
     limit = silence_limit(median_interval, RANK_SILENT_INTERVALS, floor_s)
     silent = {k: a for k, a in ages.items() if a > limit}
-    if not silent or len(silent) == len(ages):
+    if not silent or len(silent) == (len(ages) if reporters is None else reporters):
         return {}
     return silent
 

@@ -10,6 +10,7 @@ The raw event log is the record of what trainers said; every typed table can be 
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 
 from django.conf import settings
@@ -279,9 +280,8 @@ class Attempt(models.Model):
     # Restores that did not complete (docs/ingest-v1.md#restore_failed), in the order reported:
     # [{"generation_id", "reason", "message", "time": RFC 3339, "rank": int | None}].
     restore_failures = models.JSONField(default=list, blank=True)
-    # When the server last received an event of each reporter of this attempt (its clock, not
-    # the trainer's): {"<rank>" or "c" (no rank): RFC 3339}; figures.reporter_ages reads it.
-    rank_seen_at = models.JSONField(default=dict, blank=True)
+    # When the server last received an event of each reporter of this attempt: one RankSeen
+    # row per reporter (ingest writes only the batch's reporters; see RankSeen).
     # The ingest seq of the batch that last wrote the row (recoverydash.runs.seq): the analysis
     # reads only the attempts whose seq lies above the one its stored inputs reflect.
     seq = models.BigIntegerField(db_default=0, default=0)
@@ -291,24 +291,17 @@ class Attempt(models.Model):
         indexes = [models.Index(fields=["run", "seq"], name="attempt_run_seq")]
 
     def note_rank_seen(self, rank: int | None, received_at) -> None:
-        """Record that an event of ``rank`` (None: a reporter without a rank) arrived at
-        ``received_at`` (an aware datetime; only a later time replaces the kept one)."""
-        key = "c" if rank is None else str(rank)
-        value = received_at.isoformat()
-        kept = (self.rank_seen_at or {}).get(key)
-        if kept is None or kept < value:
-            self.rank_seen_at = {**(self.rank_seen_at or {}), key: value}
+        """Record (in the database, the attempt saved) that an event of ``rank`` (None: a
+        reporter without a rank) arrived at ``received_at`` (an aware datetime; only a later
+        time replaces the kept one): :meth:`RankSeen.note` for one reporter."""
+        RankSeen.note({self.pk: [reporter_key(rank)]}, received_at)
 
-    def note_ranks_seen(self, entries: dict) -> None:
-        """:meth:`note_rank_seen` for many reporters at once: ``entries`` maps a reporter key
-        (``str(rank)`` or ``"c"``) to an ISO time; only a later time replaces the kept one. One
-        pass over the map (not one copy of it per rank)."""
-        kept = dict(self.rank_seen_at or {})
-        for key, value in entries.items():
-            old = kept.get(key)
-            if old is None or old < value:
-                kept[key] = value
-        self.rank_seen_at = kept
+    def ranks_seen(self) -> dict:
+        """``{reporter: aware datetime}`` of this attempt's RankSeen rows (``"<rank>"``, or
+        ``"c"`` for events without a rank), ranks in numeric order, ``"c"`` last: what the
+        core's ``reporter_ages`` reads. Empty when no reporter reported."""
+        return seen_map(RankSeen.objects.filter(attempt_id=self.pk)
+                        .values_list("reporter", "seen_at"))
 
     def note_restore_failure(self, generation_id: str, reason: str, message: str, time,
                              rank: int | None) -> None:
@@ -385,6 +378,69 @@ class Attempt(models.Model):
 
 GLOBAL_RANK = -1  # a ledger report with a null rank: the coordinator's global view
 
+
+
+def reporter_key(rank: int | None) -> str:
+    """A reporter's key (RankSeen.reporter, the core's ``reporter_ages``): ``str(rank)``, or
+    ``"c"`` for events without a rank."""
+    return "c" if rank is None else str(rank)
+
+
+def seen_map(rows) -> dict:
+    """``{reporter: seen_at}`` of ``(reporter, seen_at)`` pairs, ranks in numeric order and
+    ``"c"`` (no rank) last."""
+    return dict(sorted(rows, key=lambda r: (not r[0].isdigit(),
+                                            int(r[0]) if r[0].isdigit() else 0)))
+
+
+class RankSeen(models.Model):
+    """When the server last received an event of one reporter of an attempt (the server's clock,
+    not the trainer's): ``reporter`` is ``"<rank>"``, or ``"c"`` for events without a rank
+    (docs/definitions.md#last-event-age; the silence rules read it, ``alerts.rules.silence_of``).
+
+    One row per (attempt, reporter), so a request costs a row per reporter it carries, not one
+    per rank of the world (:meth:`note`); an ``update_aggregate`` notes each of its ranks."""
+
+    attempt = models.ForeignKey(Attempt, on_delete=models.CASCADE, related_name="ranks_seen_rows",
+                                db_index=False)  # the unique key leads with it
+    reporter = models.CharField(max_length=16)
+    seen_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["attempt", "reporter"],
+                                               name="uniq_rank_seen")]
+
+    @classmethod
+    def note(cls, reporters: dict, at) -> int:
+        """Record that each reporter of ``reporters`` (``{attempt pk: iterable of reporter keys}``,
+        :func:`reporter_key`) was heard from at ``at`` (an aware datetime): one
+        ``INSERT ... ON CONFLICT (attempt, reporter) DO UPDATE`` for all of them, keeping the
+        later of the stored and the new time (a batch whose clock is earlier, committed later,
+        moves nothing back). Rows written: one per (attempt, reporter) given, whatever the
+        attempt's world size. Returns that count (0: no statement)."""
+        from django.db import connection
+
+        pairs = [[pk, key] for pk, keys in reporters.items() for key in dict.fromkeys(keys)]
+        if not pairs:
+            return 0
+        field = cls._meta.get_field("seen_at")
+        stamp = field.get_db_prep_value(at, connection)
+        table = connection.ops.quote_name(cls._meta.db_table)
+        if connection.vendor == "postgresql":
+            source = ("SELECT p.attempt_id, p.reporter, %s::timestamptz FROM unnest(%s::bigint[], "
+                      "%s::text[]) AS p(attempt_id, reporter)")
+            params = [stamp, [p[0] for p in pairs], [p[1] for p in pairs]]
+            later = "GREATEST(excluded.seen_at, {t}.seen_at)"
+        else:  # SQLite: one JSON parameter (no limit on bound variables); WHERE true parses
+            source = ("SELECT json_extract(p.value, '$[0]'), json_extract(p.value, '$[1]'), %s "
+                      "FROM json_each(%s) AS p WHERE true")
+            params = [stamp, json.dumps(pairs)]
+            later = "MAX(excluded.seen_at, {t}.seen_at)"
+        with connection.cursor() as cursor:
+            cursor.execute(f"INSERT INTO {table} (attempt_id, reporter, seen_at) {source} "
+                           f"ON CONFLICT (attempt_id, reporter) DO UPDATE SET seen_at = "
+                           f"{later.format(t=table)}", params)
+        return len(pairs)
 
 class LedgerRow(models.Model):
     """Positions data-parallel ranks contributed to one committed update

@@ -17,6 +17,7 @@ from recoverydash.alerts import evaluation
 from recoverydash.alerts.models import Alert, AlertFlip
 from recoverydash.alerts.rules import evaluate_run
 from recoverydash.runs.models import Analysis, Attempt, Run
+from seen_rows import set_ranks_seen
 
 pytestmark = pytest.mark.django_db
 
@@ -94,8 +95,7 @@ def varied_fleet(project):
         Analysis.objects.create(run=run, result=result, health=health, ingest_seq=1,
                                 computed_at=T0)
         if seen is not None:
-            Attempt.objects.create(run=run, attempt=0, ended_at=ended,
-                                   rank_seen_at={k: v.isoformat() for k, v in seen.items()})
+            set_ranks_seen(Attempt.objects.create(run=run, attempt=0, ended_at=ended), seen)
         return run
 
     h = timedelta(hours=1)
@@ -179,9 +179,9 @@ def test_it_raises_and_resolves_exactly_what_a_full_evaluation_of_every_run_does
     # "stale" turns critical past twice its limit, an acknowledged alert that still holds stays
     # as it is, and a per-subject alert stored before alerts grouped is resolved
     later = T0 + 2 * h + timedelta(minutes=10)
-    Attempt.objects.filter(run=runs["rank-gone"]).update(rank_seen_at={
+    set_ranks_seen(Attempt.objects.filter(run=runs["rank-gone"]), {
         "0": later.isoformat(), "1": (T0 + 1.9 * h).isoformat(), "2": later.isoformat()})
-    Attempt.objects.filter(run=runs["silent"]).update(rank_seen_at={"0": later.isoformat()})
+    set_ranks_seen(Attempt.objects.filter(run=runs["silent"]), {"0": later.isoformat()})
     Alert.objects.get(run=runs["very-stale"]).change_state("acknowledged", by="oncall")
     Alert.objects.create(run=runs["slow-ranks"], rule="generation_rejected", subject="g9",
                          dedup_key="slow-ranks:generation_rejected:g9", severity="warning",

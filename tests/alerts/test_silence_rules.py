@@ -13,6 +13,7 @@ import pytest
 from recoverydash.alerts.models import Alert
 from recoverydash.alerts.rules import DEFAULT_CONTRACT, conditions, evaluate_run, silence_of
 from recoverydash.runs.models import Analysis, Attempt, LedgerRow, Run
+from seen_rows import set_ranks_seen
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
 
@@ -89,7 +90,7 @@ def test_it_measures_silence_from_the_stored_state_and_resolves_when_the_rank_re
 @pytest.mark.django_db
 def test_it_takes_the_floors_when_the_analysis_observed_no_interval_of_the_attempt(project):
     run = Run.objects.create(project=project, run_id="q", first_event_at=T0, last_received_at=T0)
-    Attempt.objects.create(run=run, attempt=1, rank_seen_at={"0": T0.isoformat()})
+    set_ranks_seen(Attempt.objects.create(run=run, attempt=1), {"0": T0.isoformat()})
     for stored in ({"attempt": 0, "median_s": 600.0},  # of the attempt before
                    {"attempt": 1, "median_s": None},  # fewer than two updates
                    None):  # stored before the core wrote it
@@ -114,7 +115,7 @@ def test_a_compacted_run_still_raises_and_resolves_its_silence_alerts(project, s
     """Updates 1-4 and 6 of two ranks, 10 s apart on rank 0's clock (rank 1 a second later):
     the core keeps each update's earliest report, steps 10, 10, 10 and 20 / 2 = 10 s per update:
     a median of 10 s, kept in the stored analysis. Once the raw rows are compacted the silence
-    rules read the same stored figure and the attempt's ``rank_seen_at``."""
+    rules read the same stored figure and the attempt's RankSeen rows."""
     from recoverydash.ingest.actions import ingest_batch
     from recoverydash.runs import analysis as bridge
     from recoverydash.runs.compaction import compact
@@ -132,9 +133,9 @@ def test_a_compacted_run_still_raises_and_resolves_its_silence_alerts(project, s
     assert compact(now=dj_timezone.now() + timedelta(days=30)) > 0
     assert LedgerRow.objects.filter(run=run).count() == 0
     seen = T0 + timedelta(seconds=100)
-    Attempt.objects.filter(run=run).update(rank_seen_at={"0": seen.isoformat(),
-                                                         "1": (seen - timedelta(seconds=51))
-                                                         .isoformat()})
+    set_ranks_seen(Attempt.objects.filter(run=run), {"0": seen.isoformat(),
+                                                     "1": (seen - timedelta(seconds=51))
+                                                     .isoformat()})
     run = Run.objects.select_related("analysis").get(pk=run.pk)
     now = seen + timedelta(seconds=1)
     assert silence_of(run, now) == {"attempt": 0, "ended": False, "median": 10.0,
@@ -149,7 +150,7 @@ def test_a_compacted_run_still_raises_and_resolves_its_silence_alerts(project, s
     assert run_silent.summary == ("No event from attempt 0 for 31s (limit 30s: 3 × its median "
                                   "update interval of 10s, at least 25s) while the run has not "
                                   "ended.")
-    Attempt.objects.filter(run=run).update(rank_seen_at={"0": later.isoformat(),
-                                                         "1": later.isoformat()})
+    set_ranks_seen(Attempt.objects.filter(run=run), {"0": later.isoformat(),
+                                                     "1": later.isoformat()})
     [flip] = silence_flips(run, later)
     assert (flip.alert.rule, flip.new_state) == ("run_silent", "resolved")

@@ -58,14 +58,14 @@ def test_it_says_an_ended_run_ended_and_is_not_over_the_limit(owner_client, know
 def test_it_shows_each_ranks_last_event_and_marks_the_silent_one(owner_client, known_run,
                                                                   settings):
     from recoverydash.runs.models import Attempt
+    from seen_rows import set_ranks_seen
 
     live = Attempt.objects.filter(run=known_run).order_by("-attempt").first()
     Attempt.objects.filter(pk=live.pk).update(ended_at=None, end_reason="")
     now = datetime.now(timezone.utc)
     live.refresh_from_db()
-    live.rank_seen_at = {"0": (now - timedelta(seconds=3)).isoformat(),
-                         "1": (now - timedelta(seconds=400)).isoformat()}
-    live.save()
+    set_ranks_seen(live, {"0": (now - timedelta(seconds=3)).isoformat(),
+                          "1": (now - timedelta(seconds=400)).isoformat()})
     html = page(owner_client, known_run)
     # ages at the page's clock: rank 0 a few seconds, rank 1 400 s (over the 120 s floor)
     assert re.search(r'last event <span class="">rank 0 [3-9](\.\d)?s ago</span> · '

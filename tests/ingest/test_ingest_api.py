@@ -625,8 +625,7 @@ def test_the_ranks_heard_from_are_merged_into_the_attempt_without_losing_a_later
     monkeypatch.setattr(timezone, "now", lambda: t1)
     post(client, ingest_token, [update("a", 1, rank=0), update("b", 1, rank=1),
                                 update("g", 1, rank=None)])
-    assert Attempt.objects.get().rank_seen_at == {"0": t1.isoformat(), "1": t1.isoformat(),
-                                                  "c": t1.isoformat()}
+    assert Attempt.objects.get().ranks_seen() == {"0": t1, "1": t1, "c": t1}
     # a later batch of rank 1 and an aggregate of ranks 2-3 (its reporter has no rank: "c")
     t2 = t1 + timedelta(seconds=30)
     monkeypatch.setattr(timezone, "now", lambda: t2)
@@ -637,9 +636,7 @@ def test_the_ranks_heard_from_are_merged_into_the_attempt_without_losing_a_later
     # a batch that began earlier (its clock before t2) and committed later keeps t2
     monkeypatch.setattr(timezone, "now", lambda: t1 + timedelta(seconds=10))
     post(client, ingest_token, [update("d", 3, rank=1)])
-    assert Attempt.objects.get().rank_seen_at == {
-        "0": t1.isoformat(), "1": t2.isoformat(), "c": t2.isoformat(),
-        "2": t2.isoformat(), "3": t2.isoformat()}
+    assert Attempt.objects.get().ranks_seen() == {"0": t1, "1": t2, "2": t2, "3": t2, "c": t2}
 
 
 def test_the_stored_body_of_an_aggregate_keeps_what_its_ledger_rows_do_not_hold():

@@ -12,6 +12,7 @@ from recoverydash.recovery.figures import (
     reporter_ages,
     silence_limit,
     silent_reporters,
+    youngest_silent,
 )
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
@@ -62,6 +63,17 @@ def test_it_names_the_ranks_that_stopped_while_others_report():
     assert silent_reporters({"0": 130.0, "1": 140.0}, 10.0) == {}     # all silent: run_silent
     assert silent_reporters({"0": 1.0, "1": 2.0}, 10.0) == {}
     assert silent_reporters({"0": 1.0, "1": 61.0}, 10.0, floor_s=60.0) == {"1": 61.0}
+
+
+def test_it_reads_the_same_figures_from_a_bulk_summary():
+    """What the beat reads in bulk: the youngest age alone, and only the reporters over the
+    rank limit with the attempt's count of reporters."""
+    assert youngest_silent(901.0, 10.0) == 901.0 == attempt_silent({"0": 901.0, "1": 950.0}, 10.0)
+    assert youngest_silent(900.0, 10.0) is None  # 900 is not above 900
+    assert youngest_silent(1801.0, 600.0) == 1801.0
+    assert silent_reporters({"1": 121.0, "3": 400.0}, 10.0, reporters=4) == {"1": 121.0, "3": 400.0}
+    assert silent_reporters({"1": 121.0, "3": 400.0}, 10.0, reporters=2) == {}  # all silent
+    assert silent_reporters({}, 10.0, reporters=16384) == {}
 
 
 def test_it_never_calls_an_ended_run_stale():
