@@ -65,8 +65,17 @@ is restored and SIGTERM raised again, so the exit status stays "killed by SIGTER
 ``handle_sigterm=False`` or ``RECOVERYDASH_HANDLE_SIGTERM=0``. The next process of the run sends
 the spooled events, each with its own attempt.
 
+SIGKILL (nothing runs): with a disk spool and a flush interval longer than ``write_ahead_s``
+(default 2 s; a large job's interval reaches 60 s), the sender thread writes the events queued
+for ``write_ahead_s`` to a write-ahead file of the spool (``DiskSpool.write_ahead``: one gzipped
+batch, replaced as the batch grows, not fsync-ed) and still sends them from memory at the flush
+time, then deletes the file. A SIGKILL loses at most the events of the last ``write_ahead_s``
+seconds plus one write; the next process of the run releases the dead process's file as an
+ordinary spooled batch (``DiskSpool.release_stale_claims``) and sends it in time order.
+
 Counters (``client.counters()``): ``queued`` (accepted by emit), ``sent`` (acknowledged by the
-server, counting re-sends from the spool), ``spooled`` (written to the spool), ``dropped`` (full
+server, counting re-sends from the spool), ``spooled`` (written to the spool), ``written_ahead``
+(events written to the write-ahead file, still sent from memory), ``dropped`` (full
 queue or full spool), ``failed`` (rejected by the server for good), ``quarantined`` (set aside in
 ``rejected/``: refused for good, or poison), ``duplicates`` (already stored).
 
@@ -223,6 +232,13 @@ class Client:
         atexit_deadline: seconds the interpreter's exit may spend flushing (default 2).
         sync: deliver in the caller's thread (tests); retries are then paused batches in the spool,
             re-sent by the next emit or flush.
+        write_ahead_s: with a disk spool and a flush interval longer than this (a large job:
+            ``recoverydash.sdk.flush``), events queued for this many seconds (default 2) are
+            written by the sender thread to a write-ahead file in the spool
+            (``DiskSpool.write_ahead``) and still sent from memory at the flush time; a process
+            killed with SIGKILL loses at most the events of its last ``write_ahead_s`` seconds
+            (plus the time of one write), the next process of the run sends the rest. 0 turns
+            it off.
         handle_sigterm: install the SIGTERM hand-over (``install_sigterm_handler``) when this
             client is made in the main thread: on SIGTERM what is queued is written to the disk
             spool, then the previous handler runs (or the default action: the process still dies
@@ -243,7 +259,7 @@ class Client:
                  max_retry_after: float = 300.0, atexit_deadline: float = 2.0,
                  sync: bool = False, user_agent: str = "recoverydash-sdk/1",
                  location: str | None = None, restored: Any = None, s3_client=None,
-                 handle_sigterm: bool | None = None):
+                 handle_sigterm: bool | None = None, write_ahead_s: float = 2.0):
         self.url = (url or "").rstrip("/")
         self.endpoint = self.url + "/api/v1/events" if self.url else ""
         self.token = token or ""
@@ -275,6 +291,7 @@ class Client:
         self.backoff_cap = backoff_cap
         self.max_retry_after = max_retry_after
         self.atexit_deadline = atexit_deadline
+        self.write_ahead_s = float(write_ahead_s or 0.0)
         self.user_agent = user_agent
         self._once = _Once()
         self._spool_args = (spool_dir, spool_max_bytes, spool_max_age_s)
@@ -307,9 +324,15 @@ class Client:
         self._dropped_full = 0      # idem
         self._inflight = 0          # events taken from the buffer, not yet sent/spooled/failed
         self._c = {"sent": 0, "spooled": 0, "dropped": 0, "failed": 0, "duplicates": 0,
-                   "quarantined": 0}
+                   "quarantined": 0, "written_ahead": 0}
         self._inflight_batch: list[bytes] | None = None  # the batch inside a request now
         self._taking = False  # the sender is moving events from the buffer into a batch
+        # Write-ahead (write_ahead_s): encoded events taken from the buffer, also written to the
+        # spool's write-ahead file _ahead_file, sent from memory at the next send.
+        self._ahead: list[bytes] = []
+        self._ahead_bytes = 0
+        self._ahead_file: str | None = None
+        self._ahead_armed = True  # False: the sender waits without a write-ahead deadline
         self._fails: dict[bytes, int] = {}  # sha1 of a spooled body -> 5xx answers in a row
         self._last_status: int | None = None    # of the last request: status and answer
         self._last_payload = b""
@@ -371,7 +394,7 @@ class Client:
                 c = dict(self._c)
             c["queued"] = self._queued
             c["dropped"] += self._dropped_full
-            c["pending"] = len(self._buf) + self._inflight
+            c["pending"] = len(self._buf) + self._inflight + len(self._ahead)
             c["spool_events"] = self._spool.pending_events() if self._spool is not None else 0
             return c
         except Exception:  # pragma: no cover - counters must never hurt
@@ -423,6 +446,9 @@ class Client:
                        self.max_queue)
             return False
         buf.append((item, time.time()))
+        if not self._ahead_armed:  # the sender now times this event's write-ahead
+            self._ahead_armed = True
+            self._wake.set()
         policy = self.flush_policy
         if policy.world_size is None and type(item) is dict and \
                 item.get("type") == "attempt_started" and type(item.get("world_size")) is int:
@@ -488,7 +514,7 @@ class Client:
                         if left is not None and left <= 0:
                             return False
                         self._cond.wait(0.5 if left is None else min(left, 0.5))
-                    done = not self._buf and self._inflight == 0
+                    done = not self._buf and self._inflight == 0 and not self._ahead
                 if done and len(self._spool) == 0:
                     return True
                 # the spool still holds batches: wait for the pause to end, then drain again
@@ -525,6 +551,9 @@ class Client:
                 self._drain_spool(force=True)
             # Whatever is still queued: spool it here (fast, local) so a later process sends it.
             left = []
+            if self._ahead and not (self._thread is not None and self._thread.is_alive()):
+                left, self._ahead, self._ahead_bytes = list(self._ahead), [], 0
+            journal, self._ahead_file = self._ahead_file, None
             while self._buf:
                 try:
                     item, t = self._buf.popleft()
@@ -535,6 +564,8 @@ class Client:
                     left.append(_encode(ev).encode())
             if left:
                 self._store(left)
+            if journal and isinstance(self._spool, DiskSpool):
+                self._spool.drop_ahead(journal)
             pending = self._inflight
             inflight = self._inflight_batch
             if inflight and self._thread is not None and self._thread.is_alive():
@@ -734,7 +765,9 @@ class Client:
                 with self._lock:
                     stopping = self._stopping
                     req = self._flush_req
-                self._sleep_until_due()
+                if not self._sleep_until_due():
+                    self._write_ahead()  # the oldest queued event reached write_ahead_s
+                    continue
                 with self._lock:
                     stopping = self._stopping
                     req = self._flush_req
@@ -748,7 +781,12 @@ class Client:
                 while True:  # one batch at a time: the buffer stays the bound on memory
                     self._taking = True  # the SIGTERM path waits for this batch to be visible
                     try:
-                        batch = self._take()
+                        # the written-ahead events first (the oldest), then the buffer
+                        batch = self._ahead + self._take(
+                            self.batch_max_events - len(self._ahead),
+                            self.batch_max_bytes - self._ahead_bytes)
+                        journal = self._ahead_file
+                        self._ahead, self._ahead_bytes, self._ahead_file = [], 0, None
                         self._inflight_batch = batch or None
                     finally:
                         self._taking = False
@@ -759,6 +797,8 @@ class Client:
                     finally:
                         self._inflight = 0
                         self._inflight_batch = None
+                        if journal:  # its events are now sent, spooled or set aside
+                            self._spool.drop_ahead(journal)
                 if not self._paused() or stopping or req > self._flush_done:
                     self._drain_spool(force=stopping or req > self._flush_done)
                 with self._cond:
@@ -772,16 +812,19 @@ class Client:
                 self._once(("run", type(e)), logging.WARNING, "recoverydash: sender error: %r", e)
                 time.sleep(0.05)
 
-    def _sleep_until_due(self):
+    def _sleep_until_due(self) -> bool:
         """Sleep until the flush policy's next send (periodic deadline, or a queued prompt
         event's bound), the end of a pause (the spool is drained then), a full batch, a flush
-        or close. Woken early by a prompt event, it recomputes the deadline."""
+        or close: returns True. Returns False instead when the oldest queued event has waited
+        ``write_ahead_s`` before any of those (``_write_ahead_left``). Woken early by a prompt
+        event or by the first event queued after the buffer was empty, it recomputes."""
         while True:
             with self._lock:
                 if self._stopping or self._flush_req > self._flush_done:
                     break
-            if len(self._buf) >= self.batch_max_events:
-                break
+            if len(self._buf) + len(self._ahead) >= self.batch_max_events or \
+                    self._ahead_bytes >= self.batch_max_bytes:
+                break  # a full batch
             now = time.monotonic()
             wait = self.flush_policy.due(self._cycle_start, self._jitter,
                                          self._prompt_since) - now
@@ -790,18 +833,69 @@ class Client:
                 wait = paused_left
             if wait <= 0:
                 break
-            woken = self._wake.wait(wait)
+            ahead_left = self._write_ahead_left()
+            if ahead_left is not None and ahead_left <= 0:
+                self._wake.clear()
+                return False
+            timeout = wait if ahead_left is None else min(wait, ahead_left)
+            woken = self._wake.wait(timeout)
             self._wake.clear()
-            if not woken and wait == paused_left:
+            if not woken and timeout == paused_left:
                 break  # the pause is over: drain the spool
         self._wake.clear()
+        return True
 
-    def _take(self) -> list[bytes]:
-        """Up to ``batch_max_events`` / ``batch_max_bytes`` of encoded events from the buffer."""
+    def _write_ahead_left(self) -> float | None:
+        """Seconds until the oldest queued event has waited ``write_ahead_s``; None when there
+        is no write-ahead: off, no disk spool, a flush interval within the bound (the send comes
+        first), or nothing queued (then the next emit wakes the sender)."""
+        if self.write_ahead_s <= 0 or not isinstance(self._spool, DiskSpool) or \
+                self.flush_policy.interval() <= self.write_ahead_s:
+            return None
+        self._ahead_armed = False  # before looking at the buffer: an emit after it wakes us
+        try:
+            queued_at = self._buf[0][1]
+        except IndexError:
+            return None
+        self._ahead_armed = True
+        return queued_at + self.write_ahead_s - time.time()
+
+    def _write_ahead(self):
+        """Move the queued events (up to one batch) to the write-ahead file (sender thread):
+        ``_ahead`` holds them encoded, ``DiskSpool.write_ahead`` writes them all as one file
+        that replaces the previous one; they are sent from memory at the next send. A full
+        batch is sent at once; a full spool leaves them in memory only."""
+        self._taking = True
+        try:
+            part = self._take(self.batch_max_events - len(self._ahead),
+                              self.batch_max_bytes - self._ahead_bytes)
+            self._ahead.extend(part)
+            self._ahead_bytes += sum(len(e) for e in part)
+            self._inflight = 0
+        finally:
+            self._taking = False
+        if not part:
+            return
+        name = None
+        try:
+            name = self._spool.write_ahead(self._body(self._ahead), len(self._ahead),
+                                           self._ahead_file)
+        except OSError as e:
+            self._once(("write-ahead", type(e)), logging.WARNING,
+                       "recoverydash: write-ahead to the spool failed: %r", e)
+        if name:
+            self._ahead_file = name
+            self._count("written_ahead", len(part))
+
+    def _take(self, max_events: int | None = None, max_bytes: int | None = None) -> list[bytes]:
+        """Up to ``max_events`` / ``max_bytes`` (default ``batch_max_events`` /
+        ``batch_max_bytes``) of encoded events from the buffer."""
         batch: list[bytes] = []
         size = 0
         buf = self._buf
-        while buf and len(batch) < self.batch_max_events and size < self.batch_max_bytes:
+        max_events = self.batch_max_events if max_events is None else max_events
+        max_bytes = self.batch_max_bytes if max_bytes is None else max_bytes
+        while buf and len(batch) < max_events and size < max_bytes:
             try:
                 item, t = buf.popleft()
             except IndexError:

@@ -110,8 +110,9 @@ class DiskSpool:
 
     A process claims a file by renaming it to ``<name>.claimed-<pid>``; ack deletes it, nack renames
     it back. Claims of processes that no longer exist on this host are released on open and before
-    each drain. Bounded by ``max_bytes`` (a full spool refuses new batches) and ``max_age_s``
-    (older files are deleted and counted dropped)."""
+    each drain. A client's write-ahead file (``write_ahead``) is named ``<name>.ahead-<pid>`` and
+    released the same way when its process is gone. Bounded by ``max_bytes`` (a full spool refuses
+    new batches) and ``max_age_s`` (older files are deleted and counted dropped)."""
 
     def __init__(self, folder: str, max_bytes: int, max_age_s: float):
         self.folder = folder
@@ -127,6 +128,7 @@ class DiskSpool:
         self._candidates: deque = deque()  # names of one listing, oldest first, to claim in turn
         self.rejected_folder = os.path.join(folder, "rejected")
         self._rejected_bytes: int | None = None  # scanned on the first rejection
+        self._journals: dict[str, int] = {}  # this process's live write-ahead files -> bytes
         self.release_stale_claims()
 
     def reject(self, events: list[bytes], status: int | None, answer: bytes,
@@ -183,12 +185,17 @@ class DiskSpool:
         return total
 
     def release_stale_claims(self):
+        """Give back, as ordinary batches, the claims and write-ahead files of processes that no
+        longer exist on this host (and those of this pid that this object did not write: a
+        previous process that had the same pid, as in a container)."""
         mine = os.getpid()
         for e in self._entries():
-            m = re.search(r"\.claimed-(\d+)$", e)
+            m = re.search(r"\.(claimed|ahead)-(\d+)$", e)
             if not m:
                 continue
-            pid = int(m.group(1))
+            if e in self._journals:  # our own live write-ahead file
+                continue
+            pid = int(m.group(2))
             if pid != mine and _pid_alive(pid):
                 continue
             try:
@@ -226,6 +233,46 @@ class DiskSpool:
         self._empty_until = 0.0
         self._bytes += len(body)
         return True
+
+    def write_ahead(self, body: bytes, n: int, previous: str | None = None) -> str | None:
+        """The write-ahead of events still in the sender's memory (``Client(write_ahead_s=)``):
+        store a gzipped body of ``n`` events as ``<time_ns>-<pid>-<seq>-n<n>.batch.ahead-<pid>``
+        (a hidden file renamed into place), then delete ``previous`` (the file it supersedes:
+        the body holds its events too). Returns the new file's name, or None when the folder
+        would pass ``max_bytes`` (``previous`` is kept then). Not fsync-ed: it is there for a
+        process killed with SIGKILL (the page cache outlives the process), not for a power loss.
+
+        Nothing drains such a file while its process lives: ``claim`` skips it and
+        ``has_pending`` does not count it; the process sends its events from memory and then
+        calls ``drop_ahead``. When the process dies first, ``release_stale_claims`` (run by the
+        next process of the run on open and before each drain) renames it to ``.batch``: an
+        ordinary batch, drained in time order. Raises OSError when the disk refuses."""
+        with self._lock:
+            old = self._journals.get(previous, 0) if previous else 0
+            if self._size() - old + len(body) > self.max_bytes:
+                return None
+            name = f"{time.time_ns():020d}-{os.getpid()}-{next(self._seq):08d}-n{n}.batch" \
+                f".ahead-{os.getpid()}"
+            tmp = os.path.join(self.folder, "." + name + ".tmp")
+            with open(tmp, "wb") as f:
+                f.write(body)
+            self._journals[name] = len(body)
+            os.rename(tmp, os.path.join(self.folder, name))
+            self._bytes += len(body)
+        if previous:
+            self.drop_ahead(previous)
+        return name
+
+    def drop_ahead(self, name: str):
+        """Delete a write-ahead file of this process (its events were sent, spooled or set
+        aside from memory)."""
+        with self._lock:
+            size = self._journals.pop(name, 0)
+            try:
+                os.unlink(os.path.join(self.folder, name))
+                self._bytes = max(0, self._bytes - size)
+            except OSError:
+                pass
 
     def claim(self):
         """The oldest unclaimed batch: (handle, body, events), or None. The folder is listed once
@@ -284,7 +331,9 @@ class DiskSpool:
         now = time.monotonic()
         if now < self._empty_until:
             return False
-        if any(".batch" in e and not e.startswith(".") for e in self._entries()):
+        journals = self._journals
+        if any(".batch" in e and not e.startswith(".") and e not in journals
+               for e in self._entries()):
             return True
         self._empty_until = now + SPOOL_RESCAN_S
         return False

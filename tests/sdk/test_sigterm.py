@@ -9,6 +9,7 @@ the ended process arrive with their own event ids and attempt number."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -21,10 +22,14 @@ from .conftest import REPO
 N = 1234
 
 
+PRINT_READY = 'print("ready", flush=True)'
+
+
 def child(spool: str, url: str, body: str, after: str = "", **client_kw) -> subprocess.Popen:
     """A process that runs ``body``, makes a client of run ``run-t`` attempt 3 rank 0 (flush
     interval 60 s: its first periodic send is at least 48 s away; no batch fills), queues ``N``
-    update_committed events, prints ``ready``, runs ``after`` and waits to be signalled."""
+    update_committed events, runs ``after`` (default: print ``ready``; else it prints it) and
+    waits to be signalled."""
     kw = ", ".join(f"{k}={v!r}" for k, v in client_kw.items())
     code = textwrap.dedent(f"""
         import os, signal, sys, time
@@ -34,8 +39,7 @@ def child(spool: str, url: str, body: str, after: str = "", **client_kw) -> subp
                    flush_interval=60.0, max_flush_interval=60.0, batch_max_events=5000, {kw})
         for u in range(1, {N} + 1):
             c.update_committed(u, [{{"stratum": "main", "epoch": 0, "ranges": [[u, u + 1]]}}])
-        print("ready", flush=True)
-        {textwrap.indent(textwrap.dedent(after), ' ' * 8).strip()}
+        {textwrap.indent(textwrap.dedent(after or PRINT_READY), ' ' * 8).strip()}
         while True:
             time.sleep(0.05)
     """)
@@ -47,6 +51,8 @@ def child(spool: str, url: str, body: str, after: str = "", **client_kw) -> subp
 
 def signal_when_ready(proc: subprocess.Popen, sig: int) -> tuple[int, str, str]:
     try:
+        ready, _, _ = select.select([proc.stdout], [], [], 60)  # a guard, not a measurement
+        assert ready, "the child never said ready"
         assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=30)
@@ -101,6 +107,7 @@ def test_an_ignored_sigterm_stays_ignored_and_the_queue_is_spooled_anyway(ingest
     rc, out, err = signal_when_ready(child(spool, ingest.url, """
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     """, after=f"""
+        print("ready", flush=True)
         while c.counters()["spool_events"] < {N}:   # the process lives on after SIGTERM
             time.sleep(0.01)
         print("spooled", c.counters()["spool_events"], flush=True)
@@ -132,3 +139,79 @@ def test_no_handler_is_installed_outside_the_main_thread():
     t.join()
     assert results == [False] or before is client_mod._on_sigterm
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+# --- write-ahead: what a SIGKILL costs ------------------------------------------------------------
+
+def journals(spool: str, run_id: str = "run-t") -> list[str]:
+    folder = os.path.join(spool, run_id)
+    return sorted(e for e in os.listdir(folder) if ".ahead-" in e and not e.startswith("."))
+
+
+WAIT_FOR_JOURNAL = """
+        def journal_holds(n):   # waits for the sender's write-ahead file of n events
+            while not any(".ahead-" in e and f"-n{n}.batch" in e
+                          for e in os.listdir(c._spool.folder)):
+                time.sleep(0.005)
+"""
+
+
+def test_sigkill_loses_at_most_the_events_of_the_write_ahead_bound(ingest, spool):
+    """Before: with a 60 s flush interval a SIGKILL lost every event of the last minute (here
+    1,234 + 100). Now the events queued for ``write_ahead_s`` are in the spool's write-ahead
+    file: the 1,234 queued before it was written arrive, and of the 100 queued after it at most
+    those 100 are missing; exactly the events the file held at the kill arrive."""
+    M = 100
+    rc, _, err = signal_when_ready(child(spool, ingest.url, "", write_ahead_s=0.3, after=(
+        WAIT_FOR_JOURNAL + f"""
+        journal_holds({N})
+        for u in range({N} + 1, {N + M} + 1):
+            c.update_committed(u, [])
+        print("ready", flush=True)
+    """)), signal.SIGKILL)
+    assert rc == -signal.SIGKILL, err
+    assert ingest.requests == []
+    [journal] = journals(spool)   # what the killed process had written ahead
+    kept = int(journal.split("-n")[1].split(".")[0])
+    assert N <= kept <= N + M
+    assert next_attempt_delivers(ingest, spool) == expected_ids(kept)
+    assert journals(spool) == []  # released as a batch and sent
+
+
+def test_sigterm_after_a_write_ahead_delivers_everything_oldest_first(ingest, spool):
+    """The write-ahead file (events 1..1,234) and the SIGTERM handler's batch (1,235..1,334) are
+    both in the spool: the next attempt sends them in time order, each event once."""
+    rc, _, err = signal_when_ready(child(spool, ingest.url, "", write_ahead_s=0.3, after=(
+        WAIT_FOR_JOURNAL + f"""
+        journal_holds({N})
+        c.write_ahead_s = 0   # the next events stay in memory: only SIGTERM writes them
+        for u in range({N} + 1, {N + 100} + 1):
+            c.update_committed(u, [])
+        print("ready", flush=True)
+    """)), signal.SIGTERM)
+    assert rc == -signal.SIGTERM, err
+    assert next_attempt_delivers(ingest, spool) == expected_ids(N + 100)
+    sent = [e["update"] for r in ingest.requests for e in r["events"]]
+    assert sent == list(range(1, N + 101))
+
+
+def test_a_live_client_sends_written_ahead_events_once_and_removes_the_file(ingest, spool):
+    c = Client(ingest.url, "tok-1", "run-t", attempt=3, rank=0, spool_dir=spool,
+               flush_interval=60.0, write_ahead_s=0.05, handle_sigterm=False)
+    try:
+        for u in range(1, 6):
+            c.update_committed(u, [])
+        end = __import__("time").monotonic() + 20
+        while not journals(spool) and __import__("time").monotonic() < end:
+            __import__("time").sleep(0.01)
+        [journal] = journals(spool)
+        assert journal.endswith(f".batch.ahead-{os.getpid()}") and "-n5.batch" in journal
+        counters = c.counters()
+        assert counters["written_ahead"] == 5 and counters["pending"] == 5
+        assert counters["spool_events"] == 0 and ingest.requests == []
+        assert c.flush(10)
+        assert sorted(ingest.stored) == expected_ids(5)
+        assert set(ingest.deliveries.values()) == {1}
+        assert journals(spool) == [] and c.counters()["pending"] == 0
+    finally:
+        c.close(0.5)
