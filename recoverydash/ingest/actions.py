@@ -493,7 +493,8 @@ class _Projection:
             self.ledger[key] = {"time": m.time, "spans": list(spans), "samples": samples,
                                 "tokens": tokens}
             return
-        _unite_entry(entry, {"spans": spans, "samples": samples, "tokens": tokens})
+        _unite_entry(entry, {"spans": spans, "samples": samples, "tokens": tokens,
+                             "time": m.time})
 
     def apply_attempts(self, attempts: dict[tuple[int, int], Attempt]) -> None:
         """Apply the batch's events to ``attempts`` (every attempt row of the batch's runs, read
@@ -729,11 +730,12 @@ class _Projection:
                     _put(rest, key[:3] + (rank, 1), dict(entry, spans=list(spans), shift=0,
                                                          retry=True))
                 continue
-            row.unite(entry["spans"], entry["samples"], entry["tokens"], self.seqs[key[0]])
+            row.unite(entry["spans"], entry["samples"], entry["tokens"], self.seqs[key[0]],
+                      entry["time"])
             changed.append(row)
         if changed:
-            LedgerRow.objects.bulk_update(changed, ["spans", "samples", "tokens", "last_seq"],
-                                          batch_size=500)
+            LedgerRow.objects.bulk_update(changed, ["spans", "samples", "tokens", "time",
+                                                    "last_seq"], batch_size=500)
         return rest
 
     def _generation(self, run: Run, generation_id: str) -> Generation:
@@ -871,7 +873,11 @@ def _put(rows: dict[tuple, dict[str, Any]], key: tuple, entry: dict[str, Any]) -
 
 def _unite_entry(entry: dict[str, Any], other: dict[str, Any]) -> None:
     """Unite a further report of one rank for one update into ``entry`` (as
-    ``LedgerRow.unite``): spans not present are appended, counts keep the larger value."""
+    ``LedgerRow.unite``): spans not present are appended, counts keep the larger value, the
+    time the earlier."""
+    when = other.get("time")
+    if when is not None and when < entry["time"]:
+        entry["time"] = when
     for span in other["spans"]:
         if span not in entry["spans"]:
             entry["spans"].append(span)

@@ -490,11 +490,16 @@ class LedgerRow(models.Model):
         each exactly as that rank reported it)."""
         return unfold(self.rank, self.ranks, self.rank_shift, self.spans)
 
-    def unite(self, spans: list[dict], samples: int | None, tokens: int | None, seq: int) -> None:
+    def unite(self, spans: list[dict], samples: int | None, tokens: int | None, seq: int,
+              time=None) -> None:
         """Unite a further report of the same ``(attempt, update, rank)`` into this row: spans
         not already present are appended (peers and re-sent reports add nothing), counts keep
-        the larger value (tensor/pipeline peers repeat the same count), ``last_seq`` becomes
-        the batch's seq while ``first_seq`` stays."""
+        the larger value (tensor/pipeline peers repeat the same count), ``time`` the earlier of
+        the row's and ``time`` (as :func:`rank_reports` and a joined row keep it: the result
+        does not depend on which report arrived first), ``last_seq`` becomes the batch's seq
+        while ``first_seq`` stays."""
+        if time is not None and (self.time is None or time < self.time):
+            self.time = time
         for span in spans:
             if span not in self.spans:
                 self.spans.append(span)
