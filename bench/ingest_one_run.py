@@ -32,6 +32,10 @@ updates and 2 heartbeats per 60 s, recoverydash/sdk/flush.py). And the projectio
 target of 2 web cores (the old default of a 1 s flush per rank beside it). PostgreSQL's own CPU
 is not in these figures (web processes only).
 
+Last, what noting one request's rank costs the database at 16,384 ranks (``ranks_seen_write``): the
+RankSeen upsert of that rank's row against the jsonb merge of the whole ``rank_seen_at`` map it
+replaced, in this process.
+
 This machine may have 2 cores: 4 web processes and their clients then share them, so the 4-process
 rows measure contention, not scaling (the bench says so when it sees fewer cores than processes).
 
@@ -271,6 +275,51 @@ def wide_one_run(env: dict, token: str, db: str) -> None:
           f"took {rates[JOB_RANKS]:,.0f} ({rates[WORLD]:,.0f} at {WORLD} ranks)")
 
 
+def ranks_seen_write(db: str, world: int = JOB_RANKS, reps: int = 200) -> None:
+    """What noting one request's reporter costs the database at ``world`` ranks, in this process
+    (autocommit, one statement each, ``reps`` requests of ranks 0, 1, ...): the RankSeen upsert
+    (``runs.models.RankSeen.note``'s PostgreSQL statement, one row) against the statement it
+    replaced, the jsonb merge of the whole ``rank_seen_at`` map (8a8a710), on a scratch table
+    holding one ``world``-entry map. Both are written under the run's row lock by ingest."""
+    import psycopg
+
+    stamp = "2026-12-01T01:00:00+00:00"
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("CREATE TEMP TABLE bench_old_map (id bigint PRIMARY KEY, rank_seen_at jsonb)")
+        conn.execute("INSERT INTO bench_old_map SELECT 1, jsonb_object_agg(r::text, "
+                     "'2026-12-01T00:00:00+00:00') FROM generate_series(0, %s) r", (world - 1,))
+        [(attempt_pk,)] = conn.execute(
+            "SELECT a.id FROM runs_attempt a JOIN runs_run r ON r.id = a.run_id "
+            "WHERE r.run_id = %s", (f"wide-one-{world}",)).fetchall()
+        conn.execute("INSERT INTO runs_rankseen (attempt_id, reporter, seen_at) SELECT %s, "
+                     "r::text, '2026-12-01T00:00:00+00:00' FROM generate_series(0, %s) r "
+                     "ON CONFLICT DO NOTHING", (attempt_pk, world - 1))
+        old = ("UPDATE bench_old_map AS a SET rank_seen_at = COALESCE(a.rank_seen_at, '{}'::jsonb) "
+               "|| COALESCE((SELECT jsonb_object_agg(n.key, n.value) FROM jsonb_each(%s::jsonb) "
+               "AS n WHERE NOT jsonb_exists(COALESCE(a.rank_seen_at, '{}'::jsonb), n.key) "
+               "OR (a.rank_seen_at ->> n.key) < (n.value #>> '{}')), '{}'::jsonb) WHERE a.id = 1")
+        new = ("INSERT INTO runs_rankseen (attempt_id, reporter, seen_at) SELECT p.attempt_id, "
+               "p.reporter, %s::timestamptz FROM unnest(%s::bigint[], %s::text[]) AS "
+               "p(attempt_id, reporter) ON CONFLICT (attempt_id, reporter) DO UPDATE SET seen_at "
+               "= GREATEST(excluded.seen_at, runs_rankseen.seen_at)")
+        times = {}
+        for name, run in (("old jsonb merge of the map", lambda r: conn.execute(
+                              old, (json.dumps({str(r): stamp}),))),
+                          ("RankSeen upsert of the rank", lambda r: conn.execute(
+                              new, (stamp, [attempt_pk], [str(r)])))):
+            for r in range(20):  # warm
+                run(r)
+            start = time.perf_counter()
+            for r in range(reps):
+                run(r)
+            times[name] = (time.perf_counter() - start) / reps
+        size = conn.execute("SELECT pg_column_size(rank_seen_at) FROM bench_old_map").fetchone()[0]
+    (old_name, old_s), (new_name, new_s) = times.items()
+    print(f"noting one request's rank at {world:,} ranks ({reps} requests, one statement each, "
+          f"wall): {old_name} ({size:,} B value) {old_s * 1e3:.2f} ms, {new_name} "
+          f"{new_s * 1e3:.2f} ms: {old_s / new_s:.0f} x less")
+
+
 def cost_model(env: dict, token: str, db: str) -> tuple[float, float, float]:
     """(c_req, c_ev, web CPU of one request of a 16,384-rank job's rank), seconds, with 1 web
     process."""
@@ -362,6 +411,7 @@ def main() -> int:
         projection(c_req, c_ev, c_part, wide_cpu)
         print(f"\none run, 2 web processes, 4 clients, {COST_SECONDS:.0f} s each")
         wide_one_run(env, token, db)
+        ranks_seen_write(db)
         return 0
 
 
