@@ -215,3 +215,56 @@ def test_a_trainer_killed_with_a_full_spool_delivers_the_rest_when_restarted(
     assert (main["duplicates"], main["omissions"], main["consumed"]) == (0, 0, 80)
     (restart,) = report["restarts"]
     assert (restart["resumed_from"], restart["verdict"]) == ("g10", "exact")
+
+
+SIGTERMED = """
+import sys, time
+from recoverydash.sdk import Client, CountingRecorder
+url, token, spool = sys.argv[1:4]
+c = Client(url, token, "live-term", attempt=0, rank=0, spool_dir=spool, flush_interval=60.0,
+           max_flush_interval=60.0, batch_max_events=5000, write_ahead_s=0)
+rec = CountingRecorder(c, rank=0, world_size=1, dataset_length=1000, shuffle=False,
+                       dataset_version="ds-1", heartbeat_interval=0)
+rec.start(global_batch_size=4)
+c.flush(10)   # attempt_started is on the server; the updates below stay in memory
+for update in range(1, 41):
+    rec.consumed(4)
+    rec.commit(update)
+print("ready", c.counters()["pending"], flush=True)
+time.sleep(600)   # ended here by SIGTERM, as torchrun ends the other ranks
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rank_ended_by_sigterm_has_its_queued_updates_stored_by_the_next_attempt(
+        proxy, live_server, full_token, tmp_path):
+    """Against the real ingest app: 40 update_committed events queued (a 60 s flush interval),
+    the process ended by SIGTERM; it dies of SIGTERM, and the next attempt's client sends the 40
+    from the spool: stored under attempt 0, each once."""
+    spool = str(tmp_path / "spool")
+    proxy.up()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("RECOVERYDASH_HANDLE_SIGTERM", None)
+    first = subprocess.Popen([sys.executable, "-c", textwrap.dedent(SIGTERMED), proxy.url,
+                              full_token, spool], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert first.stdout.readline().split() == ["ready", "40"]
+        assert stored("live-term") == ["live-term:0:0:start"]
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(30) == -signal.SIGTERM
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    later = Client(proxy.url, full_token, "live-term", attempt=1, rank=0, spool_dir=spool,
+                   flush_interval=0.05, handle_sigterm=False)
+    try:
+        assert later.flush(30), later.counters()
+    finally:
+        later.close(1)
+    assert sorted(stored("live-term")) == sorted(
+        ["live-term:0:0:start"] + [f"live-term:0:0:u{u}" for u in range(1, 41)])
+    assert all(s == 202 for s in proxy.statuses)
+    report = recovery(live_server, full_token, "live-term")
+    (main,) = report["strata"]
+    assert (main["duplicates"], main["omissions"], main["consumed"]) == (0, 0, 160)
