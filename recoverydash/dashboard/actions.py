@@ -54,9 +54,15 @@ def create_token(project, name: str, scopes: list[str]) -> tuple[ApiToken, str]:
 
 
 def revoke_token(project, token_pk: int) -> bool:
-    """Revoke one live token of ``project``; False when there is no such live token."""
-    return bool(ApiToken.objects.filter(project=project, pk=token_pk, revoked_at__isnull=True)
+    """Revoke one live token of ``project``; False when there is no such live token. This
+    process's token cache is emptied (a queryset update sends no post_save): the token is
+    refused here at once, elsewhere within ``RECOVERYDASH_TOKEN_CACHE_S``."""
+    from recoverydash.ingest.auth import forget_tokens
+
+    done = bool(ApiToken.objects.filter(project=project, pk=token_pk, revoked_at__isnull=True)
                 .update(revoked_at=timezone.now()))
+    forget_tokens()
+    return done
 
 
 def create_webhook(project, *, name: str, url: str, kind: str, min_severity: str,

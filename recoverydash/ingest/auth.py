@@ -78,6 +78,9 @@ def require_token(request: HttpRequest, scope: str) -> ApiToken:
 #: unknown or revoked one is looked up every time (a new token works at once).
 _tokens: dict[str, tuple[float, ApiToken]] = {}
 _tokens_lock = threading.Lock()
+#: Raised by every :func:`forget_tokens`: a look-up that began before a revoke in this process
+#: must not put the token it read (live then) back into the emptied cache.
+_tokens_epoch = [0]
 #: Entries kept at most (a process serves a few projects' tokens; past this the cache restarts).
 TOKEN_CACHE_SIZE = 1024
 
@@ -97,10 +100,13 @@ def live_token(raw: str) -> ApiToken | None:
     hit = _tokens.get(key)
     if hit is not None and now - hit[0] < ttl:
         return hit[1]
+    epoch = _tokens_epoch[0]
     token = ApiToken.authenticate(raw)
     with _tokens_lock:
         if token is None:
             _tokens.pop(key, None)
+        elif epoch != _tokens_epoch[0]:
+            pass  # revoked (or edited) in this process meanwhile: not cached
         else:
             if len(_tokens) >= TOKEN_CACHE_SIZE:
                 _tokens.clear()
@@ -109,8 +115,10 @@ def live_token(raw: str) -> ApiToken | None:
 
 
 def forget_tokens(**_: Any) -> None:
-    """Empty this process's token cache (connected to ApiToken's post_save and post_delete)."""
+    """Empty this process's token cache (connected to ApiToken's post_save and post_delete;
+    called by writers that bypass them, such as a queryset ``update`` revoking tokens)."""
     with _tokens_lock:
+        _tokens_epoch[0] += 1
         _tokens.clear()
 
 

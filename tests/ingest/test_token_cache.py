@@ -75,3 +75,33 @@ def test_a_ttl_of_zero_looks_every_request_up(client, project, clock, settings):
         with CaptureQueriesContext(connection) as q:
             assert post(client, raw, [update(eid, 1)]).status_code == 202
         assert token_queries(q) == 1
+
+
+def test_a_revoke_from_the_dashboard_is_refused_at_once(client, project, clock, settings):
+    """The dashboard's revoke (a queryset update: no post_save) empties the cache too."""
+    from recoverydash.dashboard.actions import revoke_token
+
+    settings.RECOVERYDASH_TOKEN_CACHE_S = 5.0
+    token, raw = ApiToken.issue(project, ["ingest"])
+    assert post(client, raw, [update("a", 1)]).status_code == 202
+    assert revoke_token(project, token.pk)
+    assert post(client, raw, [update("b", 1)]).status_code == 401
+
+
+def test_a_look_up_racing_a_revoke_does_not_cache_the_token_it_read(project, clock, settings,
+                                                                      monkeypatch):
+    """A look-up that read the token live while this process revoked it does not put it back
+    into the emptied cache (the next request looks it up again and is refused)."""
+    settings.RECOVERYDASH_TOKEN_CACHE_S = 5.0
+    token, raw = ApiToken.issue(project, ["ingest"])
+    real = ApiToken.authenticate
+
+    def racing(value):
+        found = real(value)  # live when read ...
+        token.revoke()  # ... revoked by another thread of this process before it is cached
+        return found
+
+    monkeypatch.setattr(ApiToken, "authenticate", staticmethod(racing))
+    assert auth.live_token(raw) is not None
+    monkeypatch.setattr(ApiToken, "authenticate", staticmethod(real))
+    assert auth.live_token(raw) is None
