@@ -550,10 +550,11 @@ class Client:
             if self.sync:
                 self._drain_spool(force=True)
             # Whatever is still queued: spool it here (fast, local) so a later process sends it.
-            left = []
+            left, journal = [], None
             if self._ahead and not (self._thread is not None and self._thread.is_alive()):
+                # written ahead, never sent (a sender that died): spooled as a batch below
                 left, self._ahead, self._ahead_bytes = list(self._ahead), [], 0
-            journal, self._ahead_file = self._ahead_file, None
+                journal, self._ahead_file = self._ahead_file, None
             while self._buf:
                 try:
                     item, t = self._buf.popleft()
@@ -605,6 +606,8 @@ class Client:
             while self._taking and time.monotonic() < end:
                 time.sleep(0.002)  # releases the GIL: the sender finishes its batch
             events = list(self._inflight_batch or ())
+            if self._ahead and self._ahead_file is None:  # not on disk (the spool was full)
+                events.extend(self._ahead)
             while True:
                 try:
                     item, t = self._buf.popleft()
@@ -625,7 +628,7 @@ class Client:
                 else:
                     self._c["dropped"] += len(part)
             return written
-        except Exception:  # the signal path must never raise
+        except Exception:  # noqa: BLE001 - the signal path must never raise
             return 0
 
     # -- event helpers (docs/ingest-v1.md#4-event-types) --
@@ -1328,7 +1331,7 @@ def _on_sigterm(signum, frame):
             for c in list(_clients):
                 try:
                     c.spool_now()
-                except Exception:  # pragma: no cover - spool_now never raises
+                except Exception:  # noqa: BLE001, S110 - spool_now never raises
                     pass
         finally:
             _sigterm_running = False

@@ -193,9 +193,9 @@ class DiskSpool:
             m = re.search(r"\.(claimed|ahead)-(\d+)$", e)
             if not m:
                 continue
-            if e in self._journals:  # our own live write-ahead file
-                continue
             pid = int(m.group(2))
+            if pid == mine and e in self._journals:  # our own live write-ahead file
+                continue
             if pid != mine and _pid_alive(pid):
                 continue
             try:

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 from recoverydash.sdk.client import Client
 
@@ -201,9 +202,9 @@ def test_a_live_client_sends_written_ahead_events_once_and_removes_the_file(inge
     try:
         for u in range(1, 6):
             c.update_committed(u, [])
-        end = __import__("time").monotonic() + 20
-        while not journals(spool) and __import__("time").monotonic() < end:
-            __import__("time").sleep(0.01)
+        end = time.monotonic() + 20
+        while not journals(spool) and time.monotonic() < end:
+            time.sleep(0.01)
         [journal] = journals(spool)
         assert journal.endswith(f".batch.ahead-{os.getpid()}") and "-n5.batch" in journal
         counters = c.counters()
@@ -215,3 +216,22 @@ def test_a_live_client_sends_written_ahead_events_once_and_removes_the_file(inge
         assert journals(spool) == [] and c.counters()["pending"] == 0
     finally:
         c.close(0.5)
+
+
+def test_a_write_ahead_file_left_by_an_earlier_holder_of_this_pid_is_sent(ingest, spool):
+    """In a container the restarted trainer often gets the pid of the killed one: a write-ahead
+    file named with this pid that this process did not write is released and sent too."""
+    import gzip
+    import json
+
+    folder = os.path.join(spool, "run-t")
+    os.makedirs(folder)
+    events = [{"type": "update_committed", "run_id": "run-t", "attempt": 3, "rank": 0,
+               "update": u, "spans": [], "time": "2026-12-01T00:00:00.000+00:00",
+               "event_id": f"run-t:3:0:u{u}"} for u in (1, 2, 3)]
+    pid = os.getpid()
+    name = f"{time.time_ns():020d}-{pid}-00000000-n3.batch.ahead-{pid}"
+    with open(os.path.join(folder, name), "wb") as f:
+        f.write(gzip.compress(json.dumps({"events": events}).encode()))
+    assert next_attempt_delivers(ingest, spool) == expected_ids(3)
+    assert journals(spool) == []
