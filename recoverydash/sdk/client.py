@@ -1288,6 +1288,7 @@ if hasattr(os, "register_at_fork"):
 
 _sigterm_previous: Any = None   # the handler ours replaced: SIG_DFL, SIG_IGN or a callable
 _sigterm_running = False
+_sigterm_installed = False  # ours was installed in this process (a fork's child inherits it)
 
 
 def install_sigterm_handler() -> bool:
@@ -1303,9 +1304,12 @@ def install_sigterm_handler() -> bool:
     SIGTERM (exit status -15, which torchrun and Slurm read).
 
     Installs only in the main thread of the main interpreter and only when the current handler
-    was set from Python (``signal.getsignal`` is not None), so it can be handed over. Returns
-    True when the handler is (now or already) in place, False when it was not installed."""
-    global _sigterm_previous
+    was set from Python (``signal.getsignal`` is not None), so it can be handed over, and only
+    once per process: a handler set after ours (a framework's, which calls the one it replaced)
+    is left in place by a later client, since putting ours in front of it again would make the
+    two call each other without end. Returns True when the handler is (now or already) in
+    place, False when it was not installed."""
+    global _sigterm_previous, _sigterm_installed
     try:
         if not hasattr(signal, "SIGTERM") or \
                 threading.current_thread() is not threading.main_thread():
@@ -1313,10 +1317,11 @@ def install_sigterm_handler() -> bool:
         current = signal.getsignal(signal.SIGTERM)
         if current is _on_sigterm:
             return True
-        if current is None:  # set outside Python: it could not be handed over
+        if current is None or _sigterm_installed:  # set outside Python; or replaced after ours
             return False
         signal.signal(signal.SIGTERM, _on_sigterm)
         _sigterm_previous = current
+        _sigterm_installed = True
         return True
     except (ValueError, OSError, RuntimeError, AttributeError):
         return False

@@ -104,6 +104,32 @@ def test_a_framework_handler_installed_before_the_client_is_called_after_spoolin
     assert next_attempt_delivers(ingest, spool) == expected_ids()
 
 
+def test_a_framework_handler_chaining_to_ours_is_not_put_behind_ours_by_a_later_client(
+        ingest, spool):
+    """A framework installs its handler after the first client (it calls the one it replaced:
+    ours); a second client made after it leaves it in place. Before: the second client put ours
+    in front again, ours called the framework's, which called ours ... without end (a
+    RecursionError raised into the training loop; the process did not die of SIGTERM)."""
+    rc, out, err = signal_when_ready(child(spool, ingest.url, "", after="""
+        previous = signal.getsignal(signal.SIGTERM)
+        calls = []
+        def framework(signum, frame):
+            calls.append(signum)
+            print("framework handler:", len(calls), flush=True)
+            if len(calls) > 3:
+                os._exit(9)
+            previous(signum, frame)
+        signal.signal(signal.SIGTERM, framework)
+        other = Client(c.url, "tok-1", "run-o", attempt=0, rank=0, spool_dir=c._spool_args[0])
+        print("handler", signal.getsignal(signal.SIGTERM).__name__, file=sys.stderr, flush=True)
+        print("ready", flush=True)
+    """), signal.SIGTERM)
+    assert rc == -signal.SIGTERM, (out, err)
+    assert "handler framework" in err
+    assert out.splitlines() == ["framework handler: 1"]
+    assert next_attempt_delivers(ingest, spool) == expected_ids()
+
+
 def test_an_ignored_sigterm_stays_ignored_and_the_queue_is_spooled_anyway(ingest, spool):
     rc, out, err = signal_when_ready(child(spool, ingest.url, """
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
