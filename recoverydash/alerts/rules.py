@@ -405,14 +405,22 @@ def silence_of(run, now: datetime, result: dict | None = None) -> dict | None:
     read from stored state only: its RankSeen rows (when the server last received an event of
     each reporter) and the median update interval the stored analysis ``result`` (default: the
     run's) observed (:func:`silence_from`). No raw row is read, so a run whose raw rows were
-    compacted is watched as before. None without an attempt that reported."""
-    live = run.attempts.only("pk", "attempt", "ended_at").order_by("-attempt").first()
-    if live is None:
+    compacted is watched as before. None without an attempt that reported. One query (the
+    newest attempt's rows, joined to it)."""
+    from django.db.models import Subquery
+
+    from recoverydash.runs.models import RankSeen, seen_map
+
+    newest = run.attempts.order_by("-attempt").values("pk")[:1]
+    rows = list(RankSeen.objects.filter(attempt_id=Subquery(newest))
+                .values_list("reporter", "seen_at", "attempt__attempt", "attempt__ended_at"))
+    if not rows:  # no attempt, or its reporters never reported: silence_from's None
         return None
     if result is None:
         analysis = getattr(run, "analysis", None)
         result = analysis.result if analysis is not None else None
-    return silence_from(live.attempt, live.ended_at, live.ranks_seen(), result, now)
+    _, _, attempt, ended_at = rows[0]
+    return silence_from(attempt, ended_at, seen_map((k, t) for k, t, _, _ in rows), result, now)
 
 
 #: Seconds below the ``rank_silent`` limit from which :func:`silences_of` reads a reporter's row
