@@ -151,7 +151,8 @@ def test_nothing_new_writes_only_the_clock_driven_figures_and_equals_a_rebuild(
     sqls = [q["sql"] for q in queries.captured_queries]
     writes = [sql for sql in sqls if sql.startswith("UPDATE") and "runs_analysis" in sql]
     assert len(writes) == 2  # the merge of the clock-driven keys, the row's small columns
-    assert not any('"generations"' in sql or '"strata"' in sql or '"committed_cursor"' in sql
+    # PostgreSQL merges into the stored jsonb; SQLite rewrites the result (_merge_result)
+    assert connection.vendor != "postgresql" or not any('"generations"' in sql or '"strata"' in sql or '"committed_cursor"' in sql
                    for sql in writes)
     assert not any(sql.startswith('SELECT "runs_generation"."id", "runs_generation"."generation_id",'
                               ' "runs_generation"."status"') or
