@@ -627,8 +627,9 @@ class _Projection:
 
     def _join_stored(self, pending: dict[tuple, dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
         """Fold across batches: join the batch's rows (:meth:`_folded`) with the stored rows of
-        their ``(run, attempt, update)`` (read FOR UPDATE) where ``runs.folding.join`` chains
-        them (consecutive ranks, each rank's report the previous one's moved by one shift, same
+        their ``(run, attempt, update)`` that may neighbour them (:func:`_stored_rows`, read FOR
+        UPDATE; on PostgreSQL the rows just left and right of each) where ``runs.folding.join``
+        chains them (consecutive ranks, each rank's report the previous one's moved by one shift, same
         samples and tokens). A chain holding stored rows becomes the first of them (by pk):
         its rank, ranks, shift, spans (the chain's first rank's), ``time`` the earliest of the
         chain's, ``first_seq`` the lowest, ``last_seq`` this batch's seq (so the analysis reads
@@ -793,30 +794,52 @@ _START_FIELDS = ("world_size", "dataset_version", "global_batch_size", "micro_ba
                  "grad_accum_steps", "config_digest", "resumed_from")
 
 
-def _stored_rows(groups) -> Iterable[Any]:
-    """The stored rows, but the global rank's, of every ``(run pk, attempt, update)`` of
-    ``groups`` (and of other combinations of those values: the caller filters), with the fields
-    :meth:`_Projection._join_stored` reads. PostgreSQL: one raw query (the ORM's model
-    instances cost more than the rest), ``FOR UPDATE SKIP LOCKED``: a row another batch holds
-    is left out (joining is never required), so ranks' batches of one update never wait for
-    each other here, nor sit in a lock cycle."""
-    runs = sorted({g[0] for g in groups})
-    attempts = sorted({g[1] for g in groups})
-    updates = sorted({g[2] for g in groups})
+def _stored_rows(groups: dict[tuple, list[tuple]]) -> Iterable[Any]:
+    """The stored rows a batch's rows may join (:meth:`_Projection._join_stored`), with the
+    fields it reads. ``groups`` is ``{(run pk, attempt, update): [batch key, ...]}``, a key
+    ``(run pk, attempt, update, rank, ranks)``; never the global rank's rows.
+
+    PostgreSQL: only the candidate neighbours of each batch key holding ranks ``r .. r + n - 1``:
+    the two stored rows of its ``(run, attempt, update)`` with the greatest starts ``<= r + n``
+    (the right neighbour starting at ``r + n``, and the left neighbour ending at ``r - 1`` or a
+    row already holding ``r``), one statement of index scans on ``uniq_ledger`` (a ``VALUES``
+    list of keys, ``LATERAL ... ORDER BY rank DESC LIMIT 2``), each row once. A row not read is
+    not joined and stays a row of its own (joining is never required: exact either way), so an
+    update holding thousands of rows costs a request a few rows per key, not all of them.
+    ``FOR UPDATE SKIP LOCKED``: a row another batch holds is left out, so ranks' batches of one
+    update never wait for each other here, nor sit in a lock cycle. One raw query (the ORM's
+    model instances cost more than the rest). Elsewhere (SQLite): every stored row of those
+    runs, attempts and updates (the caller filters)."""
     if connection.vendor != "postgresql":
+        runs = sorted({g[0] for g in groups})
+        attempts = sorted({g[1] for g in groups})
+        updates = sorted({g[2] for g in groups})
         return list(LedgerRow.objects.filter(run__in=runs, attempt__in=attempts,
                                              update__in=updates).exclude(rank=GLOBAL_RANK)
                     .only("pk", "run_id", "attempt", "update", "rank", "ranks", "rank_shift",
                           "spans", "samples", "tokens", "time", "first_seq"))
-    sql = ('SELECT id, run_id, attempt, "update", rank, ranks, rank_shift, spans::text, '
-           f'samples, tokens, time, first_seq FROM "{LedgerRow._meta.db_table}" '
-           'WHERE run_id = ANY(%s) AND attempt = ANY(%s) AND "update" = ANY(%s) '
-           'AND rank <> %s ORDER BY id FOR UPDATE SKIP LOCKED')
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [runs, attempts, updates, GLOBAL_RANK])
-        found = cursor.fetchall()
-    spans = json.loads("[" + ",".join(row[7] for row in found) + "]")
-    return [_StoredRow(row, mine) for row, mine in zip(found, spans)]
+    probes = sorted({key[:3] + (key[3] + key[4],) for keys in groups.values() for key in keys})
+    found: dict[int, tuple] = {}
+    table = LedgerRow._meta.db_table
+    for lo in range(0, len(probes), 500):
+        chunk = probes[lo:lo + 500]
+        values = ", ".join(["(%s::bigint, %s::integer, %s::bigint, %s::integer)"] * len(chunk))
+        params: list[Any] = [x for probe in chunk for x in probe]
+        sql = ('SELECT l.id, l.run_id, l.attempt, l."update", l.rank, l.ranks, l.rank_shift, '
+               'l.spans::text, l.samples, l.tokens, l.time, l.first_seq '
+               f'FROM (VALUES {values}) AS w(run_id, attempt, upd, top) '
+               'CROSS JOIN LATERAL (SELECT id, run_id, attempt, "update", rank, ranks, '
+               f'rank_shift, spans, samples, tokens, time, first_seq FROM "{table}" t '
+               'WHERE t.run_id = w.run_id AND t.attempt = w.attempt AND t."update" = w.upd '
+               'AND t.rank <= w.top AND t.rank <> %s ORDER BY t.rank DESC, t.ranks DESC '
+               'LIMIT 2 FOR UPDATE SKIP LOCKED) AS l')
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params + [GLOBAL_RANK])
+            for row in cursor.fetchall():
+                found.setdefault(row[0], row)
+    rows = [found[pk] for pk in sorted(found)]
+    spans = json.loads("[" + ",".join(row[7] for row in rows) + "]")
+    return [_StoredRow(row, mine) for row, mine in zip(rows, spans)]
 
 
 class _StoredRow:
