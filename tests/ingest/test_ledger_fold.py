@@ -415,3 +415,23 @@ def test_the_restart_page_reads_rows_folded_across_batches_as_per_rank_rows():
     assert details[0].before == details[2].before and details[0].after == details[2].after
     assert details[0].windows == details[2].windows
     assert details[1] == details[3] == [(4, r, 0) for r in (0, 5, 63)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_row_reads_only_its_neighbours_and_still_joins_both():
+    from django.db import connection, transaction
+
+    from recoverydash.ingest.actions import _stored_rows
+
+    project = Project.objects.create(name="neighbours")
+    ingest_batch(project, [started(1)])
+    for rank in (0, 2, 4, 6, 8, 10):  # one batch each: gaps, so six rows of one rank
+        ingest_batch(project, [own(1, 4, rank, 21)])
+    run = Run.objects.get(project=project)
+    assert stored(run, 1, 4) == [(r, 1, 0) for r in (0, 2, 4, 6, 8, 10)]
+    with transaction.atomic():
+        read = sorted(r.rank for r in _stored_rows({(run.pk, 1, 4): [(run.pk, 1, 4, 5, 1)]}))
+    # PostgreSQL reads the right neighbour (6) and the left one (4); SQLite every row
+    assert read == ([4, 6] if connection.vendor == "postgresql" else [0, 2, 4, 6, 8, 10])
+    ingest_batch(project, [own(1, 4, 5, 22)])
+    assert stored(run, 1, 4) == [(0, 1, 0), (2, 1, 0), (4, 3, 1), (8, 1, 0), (10, 1, 0)]
