@@ -57,21 +57,32 @@ to the spool (the next process of the run sends it; should the answer still come
 a duplicate the server counts and ignores).
 
 SIGTERM (torchrun ends the other ranks with it when one fails; Slurm sends it before SIGKILL;
-Python's default action skips ``atexit``): the first client made in the main thread installs
-``install_sigterm_handler``, which writes every client's queue and batch in flight to the disk
-spool (``Client.spool_now``: no network, at most about half a second of waiting), then hands over
-to the previous handler (a framework's callable is called; ``SIG_IGN`` stays ignored; ``SIG_DFL``
-is restored and SIGTERM raised again, so the exit status stays "killed by SIGTERM"). Opt out with
-``handle_sigterm=False`` or ``RECOVERYDASH_HANDLE_SIGTERM=0``. The next process of the run sends
-the spooled events, each with its own attempt.
+Python's default action skips ``atexit``). ``install_sigterm_handler`` writes every client's
+queue and batch in flight to the disk spool (``Client.spool_now``: no network, at most about half
+a second of waiting), then hands over to the previous handler (a framework's callable is called;
+``SIG_IGN`` stays ignored; ``SIG_DFL`` is restored and SIGTERM raised again, so the exit status
+stays "killed by SIGTERM"); the next process of the run sends the spooled events, each with its
+own attempt. A Python handler runs only in the main thread between bytecodes: a rank blocked in a
+collective in C (``all_reduce`` waiting for a failed rank, where torchrun's SIGTERM finds it)
+never runs it, and the handler turns "dies at once" into "lives until torchrun's SIGKILL 30 s
+later". So by default a client installs it only for a single-process job
+(``single_process_job``: world size 1, not under torchrun), whose SIGTERM then spools the whole
+queue; a rank of a multi-process job (or one of unknown world size) keeps SIGTERM's default
+action, dies at once and loses what the write-ahead below had not written (at most the last
+``write_ahead_s`` seconds). ``handle_sigterm=True`` or ``RECOVERYDASH_HANDLE_SIGTERM=1`` installs
+it anyway (when SIGTERM cannot find the main thread in C); ``handle_sigterm=False`` or
+``RECOVERYDASH_HANDLE_SIGTERM=0`` never.
 
-SIGKILL (nothing runs): with a disk spool and a flush interval longer than ``write_ahead_s``
-(default 2 s; a large job's interval reaches 60 s), the sender thread writes the events queued
-for ``write_ahead_s`` to a write-ahead file of the spool (``DiskSpool.write_ahead``: one gzipped
-batch, replaced as the batch grows, not fsync-ed) and still sends them from memory at the flush
-time, then deletes the file. A SIGKILL loses at most the events of the last ``write_ahead_s``
-seconds plus one write; the next process of the run releases the dead process's file as an
-ordinary spooled batch (``DiskSpool.release_stale_claims``) and sends it in time order.
+SIGKILL (nothing runs), and SIGTERM without the handler: with a disk spool, the sender thread
+writes the events queued for ``write_ahead_s`` (default 2 s; a large job's flush interval reaches
+60 s, a 1 s interval's jittered wait 1.2 s) to a write-ahead file of the spool
+(``DiskSpool.write_ahead``: one gzipped batch, replaced as the batch grows, not fsync-ed) and
+still sends them from memory at the flush time, then deletes the file. Such a kill loses at most
+the events of the last ``write_ahead_s`` seconds (or of the last jittered flush interval, when
+that is shorter) plus one write, and, while a send is under way (a slow server: each socket wait
+up to ``request_timeout``), the fresh events of that batch and those queued behind it; the next
+process of the run releases the dead process's file as an ordinary spooled batch
+(``DiskSpool.release_stale_claims``) and sends it in time order.
 
 Counters (``client.counters()``): ``queued`` (accepted by emit), ``sent`` (acknowledged by the
 server, counting re-sends from the spool), ``spooled`` (written to the spool), ``written_ahead``
@@ -232,18 +243,21 @@ class Client:
         atexit_deadline: seconds the interpreter's exit may spend flushing (default 2).
         sync: deliver in the caller's thread (tests); retries are then paused batches in the spool,
             re-sent by the next emit or flush.
-        write_ahead_s: with a disk spool and a flush interval longer than this (a large job:
-            ``recoverydash.sdk.flush``), events queued for this many seconds (default 2) are
-            written by the sender thread to a write-ahead file in the spool
-            (``DiskSpool.write_ahead``) and still sent from memory at the flush time; a process
-            killed with SIGKILL loses at most the events of its last ``write_ahead_s`` seconds
-            (plus the time of one write), the next process of the run sends the rest. 0 turns
-            it off.
+        write_ahead_s: with a disk spool, events queued for this many seconds (default 2)
+            before their send are written by the sender thread to a write-ahead file in the
+            spool (``DiskSpool.write_ahead``) and still sent from memory at the flush time; a
+            process killed with SIGKILL (or SIGTERM without the handler) loses at most the
+            events of its last ``write_ahead_s`` seconds (plus the time of one write, and a send
+            under way), the next process of the run sends the rest. 0 turns it off.
         handle_sigterm: install the SIGTERM hand-over (``install_sigterm_handler``) when this
             client is made in the main thread: on SIGTERM what is queued is written to the disk
             spool, then the previous handler runs (or the default action: the process still dies
-            of SIGTERM). Default True unless ``$RECOVERYDASH_HANDLE_SIGTERM`` is ``0``, ``false``,
-            ``no`` or ``off``.
+            of SIGTERM). Caveat: a Python handler never runs while the main thread is blocked in
+            C (a collective waiting for a failed rank), so such a process then lives on until
+            SIGKILL. None (default): ``$RECOVERYDASH_HANDLE_SIGTERM`` when set (``0``,
+            ``false``, ``no``, ``off``: no; anything else: yes), else only for a single-process
+            job (``single_process_job(world_size)``; a world size unknown here is decided by
+            this client's first ``attempt_started``).
     """
 
     def __init__(self, url: str | None, token: str | None, run_id: str, *,
@@ -301,9 +315,16 @@ class Client:
         if self.url:
             self._open_spool()
         _register(self)
+        # "auto" (the default): only a single-process job, whose SIGTERM handler can never be
+        # held up behind a collective of other ranks (install_sigterm_handler)
+        self._sigterm_auto = False
         if handle_sigterm is None:
-            handle_sigterm = os.environ.get("RECOVERYDASH_HANDLE_SIGTERM", "1").strip().lower() \
-                not in ("0", "false", "no", "off")
+            setting = os.environ.get("RECOVERYDASH_HANDLE_SIGTERM", "").strip().lower()
+            if setting:
+                handle_sigterm = setting not in ("0", "false", "no", "off")
+            else:
+                handle_sigterm = single_process_job(world_size)
+                self._sigterm_auto = not handle_sigterm and world_size is None
         if handle_sigterm and self.url and not sync:
             install_sigterm_handler()
 
@@ -453,6 +474,10 @@ class Client:
         if policy.world_size is None and type(item) is dict and \
                 item.get("type") == "attempt_started" and type(item.get("world_size")) is int:
             policy.world_size = item["world_size"]
+            if self._sigterm_auto:  # the world size was unknown when the client was made
+                self._sigterm_auto = False
+                if self.url and not self.sync and single_process_job(item["world_size"]):
+                    install_sigterm_handler()  # (does nothing outside the main thread)
         if self._prompt_since is None and is_prompt(item, self.rank):
             self._prompt_since = time.monotonic()
             self._wake.set()  # the sender recomputes its wait: at most prompt_flush_s now
@@ -850,10 +875,11 @@ class Client:
 
     def _write_ahead_left(self) -> float | None:
         """Seconds until the oldest queued event has waited ``write_ahead_s``; None when there
-        is no write-ahead: off, no disk spool, a flush interval within the bound (the send comes
-        first), or nothing queued (then the next emit wakes the sender)."""
-        if self.write_ahead_s <= 0 or not isinstance(self._spool, DiskSpool) or \
-                self.flush_policy.interval() <= self.write_ahead_s:
+        is no write-ahead: off, no disk spool, or nothing queued (then the next emit wakes the
+        sender). Whatever the flush interval: a 1 s interval's jittered wait reaches 1.2 s, a
+        1.8 s one's 2.16 s, past the 2 s bound (a healthy sender then sends first and writes
+        nothing ahead)."""
+        if self.write_ahead_s <= 0 or not isinstance(self._spool, DiskSpool):
             return None
         self._ahead_armed = False  # before looking at the buffer: an emit after it wakes us
         try:
@@ -1291,9 +1317,30 @@ _sigterm_running = False
 _sigterm_installed = False  # ours was installed in this process (a fork's child inherits it)
 
 
+def single_process_job(world_size: int | None) -> bool:
+    """Whether this process is known to be a whole job of one process: ``world_size`` (the
+    client's, else ``$WORLD_SIZE``) is 1 and the process was not started by torchrun /
+    torchelastic (``$TORCHELASTIC_RUN_ID`` and ``$LOCAL_RANK`` unset). Only then does
+    ``Client`` install the SIGTERM handler by default: a rank of a multi-process job is, when
+    torchrun sends SIGTERM, most likely blocked in a collective in C (``all_reduce`` waiting for
+    the failed rank), where a Python handler never runs, so the handler would keep it alive
+    until torchrun's SIGKILL 30 s later instead of letting SIGTERM end it at once."""
+    if world_size is None:
+        try:
+            world_size = int(os.environ.get("WORLD_SIZE", "")) or None
+        except ValueError:
+            world_size = None
+    return world_size == 1 and not os.environ.get("TORCHELASTIC_RUN_ID") and \
+        not os.environ.get("LOCAL_RANK")
+
+
 def install_sigterm_handler() -> bool:
-    """Install the SDK's SIGTERM handler once per process (``Client`` calls it; opt out with
-    ``Client(handle_sigterm=False)`` or ``RECOVERYDASH_HANDLE_SIGTERM=0``). torchrun sends SIGTERM
+    """Install the SDK's SIGTERM handler once per process (``Client`` calls it by default only
+    for a single-process job, ``single_process_job``; ``Client(handle_sigterm=True)`` or
+    ``RECOVERYDASH_HANDLE_SIGTERM=1`` for any job, ``False`` / ``0`` never). Caveat: Python runs
+    it only in the main thread between bytecodes; a process whose main thread is blocked in C (a
+    collective waiting for a failed rank) does not run it, so instead of dying of SIGTERM at once
+    it lives until SIGKILL (torchrun's, 30 s later). torchrun sends SIGTERM
     to the other ranks when one fails, Slurm before its SIGKILL; Python's default action ends the
     process without ``atexit``, so the queued events were lost. On SIGTERM the handler writes
     every client's queue and batch in flight to the disk spool (``Client.spool_now``: local

@@ -222,7 +222,7 @@ import sys, time
 from recoverydash.sdk import Client, CountingRecorder
 url, token, spool = sys.argv[1:4]
 c = Client(url, token, "live-term", attempt=0, rank=0, spool_dir=spool, flush_interval=60.0,
-           max_flush_interval=60.0, batch_max_events=5000, write_ahead_s=0)
+           max_flush_interval=60.0, batch_max_events=5000, write_ahead_s=0, handle_sigterm=True)
 rec = CountingRecorder(c, rank=0, world_size=1, dataset_length=1000, shuffle=False,
                        dataset_version="ds-1", heartbeat_interval=0)
 rec.start(global_batch_size=4)

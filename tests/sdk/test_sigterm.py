@@ -30,7 +30,10 @@ def child(spool: str, url: str, body: str, after: str = "", **client_kw) -> subp
     """A process that runs ``body``, makes a client of run ``run-t`` attempt 3 rank 0 (flush
     interval 60 s: its first periodic send is at least 48 s away; no batch fills), queues ``N``
     update_committed events, runs ``after`` (default: print ``ready``; else it prints it) and
-    waits to be signalled."""
+    waits to be signalled. ``handle_sigterm`` defaults to True here; pass None for the
+    client's own default."""
+    client_kw.setdefault("handle_sigterm", True)  # the handler under test (not the default of a
+    # process whose world size is unknown: single_process_job)
     kw = ", ".join(f"{k}={v!r}" for k, v in client_kw.items())
     code = textwrap.dedent(f"""
         import os, signal, sys, time
@@ -152,6 +155,59 @@ def test_the_opt_out_leaves_sigterm_alone(ingest, spool):
                                    signal.SIGTERM)
     assert rc == -signal.SIGTERM, err
     assert next_attempt_delivers(ingest, spool) == []
+
+
+def test_by_default_the_handler_is_installed_only_for_a_single_process_job(ingest, spool):
+    """The default (``handle_sigterm=None``, no ``$RECOVERYDASH_HANDLE_SIGTERM``): a process of
+    unknown world size keeps SIGTERM's default action (it dies at once, its queue with it:
+    the write-ahead is what keeps a multi-rank job's events); ``world_size=1`` outside torchrun
+    installs the handler; ``$RECOVERYDASH_HANDLE_SIGTERM=1`` installs it for any job."""
+    rc, _, err = signal_when_ready(child(spool, ingest.url, "", handle_sigterm=None),
+                                   signal.SIGTERM)
+    assert rc == -signal.SIGTERM, err
+    assert next_attempt_delivers(ingest, spool) == []
+    rc, _, err = signal_when_ready(child(spool, ingest.url, "", handle_sigterm=None,
+                                         world_size=1), signal.SIGTERM)
+    assert rc == -signal.SIGTERM, err
+    assert next_attempt_delivers(ingest, spool) == expected_ids()
+    ingest.stored.clear()
+    rc, _, err = signal_when_ready(child(spool, ingest.url, """
+        os.environ["RECOVERYDASH_HANDLE_SIGTERM"] = "1"
+    """, handle_sigterm=None, world_size=8), signal.SIGTERM)
+    assert rc == -signal.SIGTERM, err
+    assert next_attempt_delivers(ingest, spool) == expected_ids()
+
+
+def test_a_process_of_unknown_world_size_installs_the_handler_at_its_single_process_start(
+        ingest, spool):
+    """World size unknown when the client is made, then ``attempt_started(world_size=1)``: a
+    single-process job; the handler is installed then and spools the queue on SIGTERM."""
+    rc, _, err = signal_when_ready(child(spool, ingest.url, "", handle_sigterm=None, after="""
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        c.attempt_started(world_size=1, dataset_version="ds-1")
+        assert signal.getsignal(signal.SIGTERM).__name__ == "_on_sigterm"
+        print("ready", flush=True)
+    """), signal.SIGTERM)
+    assert rc == -signal.SIGTERM, err
+    delivered = next_attempt_delivers(ingest, spool)
+    assert [i for i in delivered if ":u" in i] == expected_ids()
+    assert [ingest.stored[i]["type"] for i in delivered if ":u" not in i] == ["attempt_started"]
+
+
+def test_single_process_job(monkeypatch):
+    from recoverydash.sdk.client import single_process_job
+
+    for name in ("WORLD_SIZE", "TORCHELASTIC_RUN_ID", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    assert (single_process_job(None), single_process_job(1), single_process_job(2)) == \
+        (False, True, False)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert single_process_job(None) is True
+    monkeypatch.setenv("LOCAL_RANK", "0")   # under torchrun, even with one process
+    assert single_process_job(None) is False
+    monkeypatch.delenv("LOCAL_RANK")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "j1")
+    assert single_process_job(1) is False
 
 
 def test_no_handler_is_installed_outside_the_main_thread():
