@@ -98,7 +98,13 @@ def component_missing(manifest: dict, required_components) -> Reason | None:
     needed = list(dict.fromkeys(list(required_components) + list(manifest.get("components") or [])))
     problems = [f"no object for component {c}" for c in needed if c not in carried]
     shards = list(manifest.get("required_shards") or [])
-    by_shard = {s: {c for o in objects if o.get("shard") == s for c in held(o)} for s in shards}
+    held_by: dict = {}  # one pass over the objects (not one per required shard)
+    for o in objects:
+        try:
+            held_by.setdefault(o.get("shard"), set()).update(held(o))
+        except TypeError:  # an unhashable shard value equals no required shard (a dict key)
+            continue
+    by_shard = {s: held_by.get(s, set()) for s in shards}
     for component in sorted(c for c in carried if c is not None):
         holders = [s for s in shards if component in by_shard[s]]
         lacking = [s for s in shards if by_shard[s] and component not in by_shard[s]]
