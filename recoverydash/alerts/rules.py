@@ -297,15 +297,23 @@ def conditions(result: dict, contract: dict, *, now: datetime, first_event_at: d
     if not ended:
         found += clock_conditions(result, contract, now=now, first_event_at=first_event_at,
                                   last_received_at=last_received_at, silence=silence)
-    finished = [g for g in generations if g["status"] in ("restorable", "rejected")]
+    # every generation counted (the result lists only the newest ones in full)
+    by_status = (result.get("generations_summary") or {}).get("by_status")
+    if by_status is None:
+        by_status = {}
+        for g in generations:
+            by_status[g["status"]] = by_status.get(g["status"], 0) + 1
+    finished = by_status.get("restorable", 0) + by_status.get("rejected", 0)
     if finished and not last:
+        restorable = by_status.get("restorable", 0)
         elsewhere = [g["generation_id"] for g in generations if g["status"] == "restorable"]
-        if elsewhere:
-            summary = (f"No restorable generation in the live lineage: {', '.join(elsewhere[:5])} "
+        if restorable:
+            named = ", ".join(elsewhere[:5]) or f"{restorable} older generation(s)"
+            summary = (f"No restorable generation in the live lineage: {named} "
                        "restorable in another attempt's lineage only (the live attempt resumed "
                        "from a state recoverydash cannot tie to them).")
         else:
-            summary = (f"None of the {len(finished)} committed generation(s) is restorable: a "
+            summary = (f"None of the {finished} committed generation(s) is restorable: a "
                        "failure now would restart from scratch.")
         found.append(Condition("no_restorable_generation", "", "critical", summary))
     for g in generations:
