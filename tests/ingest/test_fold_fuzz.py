@@ -115,17 +115,23 @@ def timeless(run):
     return out, earliest
 
 
+def ingest_analysing(project, starts, batches, rng):
+    """Ingest ``starts`` then each batch into ``project``, folded and joined, analysing the run
+    after about 30 % of the batches (``rng``): the incremental path. Returns the run."""
+    ingest_batch(project, starts)
+    for batch in batches:
+        ingest_batch(project, batch)
+        if rng.random() < 0.3:
+            analyze(Run.objects.get(project=project), now=NOW)
+    return Run.objects.get(project=project)
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize("seed", range(16))
 def test_folded_ingest_in_any_order_equals_unfolded_one_event_per_batch(seed):
     starts, batches = scenario(seed)
-    rng = random.Random(seed + 1000)
-    got_p = Project.objects.create(name=f"g{seed}")
-    ingest_batch(got_p, starts)
-    for b in batches:
-        ingest_batch(got_p, b)
-        if rng.random() < 0.3:
-            analyze(Run.objects.get(project=got_p), now=NOW)
+    got_run = ingest_analysing(Project.objects.create(name=f"g{seed}"), starts, batches,
+                               random.Random(seed + 1000))
     mid_p = Project.objects.create(name=f"m{seed}")
     with nofold():
         ingest_batch(mid_p, starts)
@@ -138,7 +144,7 @@ def test_folded_ingest_in_any_order_equals_unfolded_one_event_per_batch(seed):
         for b in batches:
             for ev in b:
                 ingest_batch(want_p, [ev])
-    got_run, want_run = Run.objects.get(project=got_p), Run.objects.get(project=want_p)
+    want_run = Run.objects.get(project=want_p)
     want = analyze(want_run, now=NOW).result
     got = analyze(got_run, now=NOW).result
     bad = [k for k in want if got[k] != want[k]]
@@ -193,14 +199,9 @@ def test_folded_ingest_in_any_order_equals_the_core_fed_the_wire_events(seed):
     """The stored analysis of the fuzzed batches (folded, joined, analysed incrementally)
     equals the core's analysis of the same events read directly, field by field."""
     starts, batches = scenario(seed)
-    rng = random.Random(seed + 7)
-    project = Project.objects.create(name=f"c{seed}")
-    ingest_batch(project, starts)
-    for batch in batches:
-        ingest_batch(project, batch)
-        if rng.random() < 0.3:
-            analyze(Run.objects.get(project=project), now=NOW)
-    got = json.loads(json.dumps(analyze(Run.objects.get(project=project), now=NOW).result))
+    run = ingest_analysing(Project.objects.create(name=f"c{seed}"), starts, batches,
+                           random.Random(seed + 7))
+    got = json.loads(json.dumps(analyze(run, now=NOW).result))
     wire = as_wire(starts + [e for b in batches for e in b])
     want = json.loads(json.dumps(core_analyze(RunInput.from_events(wire, {}), NOW).to_dict()))
     assert [k for k in want if got.get(k) != want[k]] == []
