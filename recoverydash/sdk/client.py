@@ -70,8 +70,11 @@ later". So by default a client installs it only for a single-process job
 queue; a rank of a multi-process job (or one of unknown world size) keeps SIGTERM's default
 action, dies at once and loses what the write-ahead below had not written (at most the last
 ``write_ahead_s`` seconds). ``handle_sigterm=True`` or ``RECOVERYDASH_HANDLE_SIGTERM=1`` installs
-it anyway (when SIGTERM cannot find the main thread in C); ``handle_sigterm=False`` or
-``RECOVERYDASH_HANDLE_SIGTERM=0`` never.
+it for any job, with a watchdog thread (``_start_sigterm_watchdog``, when no other wakeup fd is
+set): when the main thread has not run the handler 0.5 s after SIGTERM (it is in C), the watchdog
+spools the queues and ends the process by SIGTERM's default action (exit -15) itself; without
+the watchdog the caveat above stands. ``handle_sigterm=False`` or
+``RECOVERYDASH_HANDLE_SIGTERM=0`` never installs it.
 
 SIGKILL (nothing runs), and SIGTERM without the handler: with a disk spool, the sender thread
 writes the events queued for ``write_ahead_s`` (default 2 s; a large job's flush interval reaches
@@ -253,8 +256,9 @@ class Client:
             client is made in the main thread: on SIGTERM what is queued is written to the disk
             spool, then the previous handler runs (or the default action: the process still dies
             of SIGTERM). Caveat: a Python handler never runs while the main thread is blocked in
-            C (a collective waiting for a failed rank), so such a process then lives on until
-            SIGKILL. None (default): ``$RECOVERYDASH_HANDLE_SIGTERM`` when set (``0``,
+            C (a collective waiting for a failed rank); the watchdog thread then spools and ends
+            the process by SIGTERM 0.5 s later, and where it could not start (another wakeup fd
+            was set) such a process lives on until SIGKILL. None (default): ``$RECOVERYDASH_HANDLE_SIGTERM`` when set (``0``,
             ``false``, ``no``, ``off``: no; anything else: yes), else only for a single-process
             job (``single_process_job(world_size)``; a world size unknown here is decided by
             this client's first ``attempt_started``).
@@ -1340,7 +1344,9 @@ def install_sigterm_handler() -> bool:
     ``RECOVERYDASH_HANDLE_SIGTERM=1`` for any job, ``False`` / ``0`` never). Caveat: Python runs
     it only in the main thread between bytecodes; a process whose main thread is blocked in C (a
     collective waiting for a failed rank) does not run it, so instead of dying of SIGTERM at once
-    it lives until SIGKILL (torchrun's, 30 s later). torchrun sends SIGTERM
+    it would live until SIGKILL (torchrun's, 30 s later): the watchdog started with it
+    (``_start_sigterm_watchdog``) then spools and ends the process by SIGTERM after
+    ``WATCHDOG_GRACE_S`` (0.5 s), unless another wakeup fd was set first. torchrun sends SIGTERM
     to the other ranks when one fails, Slurm before its SIGKILL; Python's default action ends the
     process without ``atexit``, so the queued events were lost. On SIGTERM the handler writes
     every client's queue and batch in flight to the disk spool (``Client.spool_now``: local
@@ -1369,23 +1375,153 @@ def install_sigterm_handler() -> bool:
         signal.signal(signal.SIGTERM, _on_sigterm)
         _sigterm_previous = current
         _sigterm_installed = True
+        _start_sigterm_watchdog()
         return True
     except (ValueError, OSError, RuntimeError, AttributeError):
         return False
 
 
+# The watchdog: Python runs ``_on_sigterm`` only in the main thread between bytecodes, never while
+# it is blocked in C (a collective waiting for a failed rank). CPython's C-level signal handler
+# writes the signal number to the wakeup fd at once (``signal.set_wakeup_fd``); a daemon thread
+# blocked on that pipe sees SIGTERM and, when the Python handler has not started within
+# WATCHDOG_GRACE_S, spools the queues itself and, when SIGTERM's disposition before ours was the
+# default, restores SIG_DFL process-wide (libc ``signal`` through ctypes: ``signal.signal`` works
+# in the main thread only) and raises SIGTERM again: the process dies of SIGTERM as it would have
+# without the SDK. Without libc's ``signal`` it ends the process with SIGKILL (exit -9). When the
+# disposition before ours was a framework's callable or SIG_IGN, it only spools (those run, or
+# not, when the main thread can, as without the SDK). A forked child unsets the inherited wakeup
+# fd in its at-fork hook; a SIGTERM it receives before that hook ran (or in a fork made from C
+# without Python's at-fork hooks) would reach the parent's watchdog.
+WATCHDOG_GRACE_S = 0.5
+_spooling = threading.Lock()    # one of the handler and the watchdog spools a SIGTERM
+_handler_calls = 0   # times _on_sigterm started in this process (the watchdog stands aside)
+_watchdog_fds: tuple[int, int] | None = None  # (read, write) of the wakeup pipe, this process
+
+
+def _start_sigterm_watchdog() -> bool:
+    """Start the SIGTERM watchdog (main thread, once per process, from
+    ``install_sigterm_handler``). Only when no wakeup fd was set (asyncio's loop, another
+    library's): ``set_wakeup_fd`` returns the previous one, which is then put back and the
+    watchdog skipped (the handler alone: it waits for the main thread). Returns True when it
+    runs."""
+    global _watchdog_fds
+    if _watchdog_fds is not None or not hasattr(signal, "set_wakeup_fd"):
+        return _watchdog_fds is not None
+    r, w = os.pipe()   # non-inheritable: an exec-ed child does not get them
+    try:
+        os.set_blocking(w, False)
+        previous = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        if previous != -1:
+            signal.set_wakeup_fd(previous)
+            raise OSError("a wakeup fd is already set")
+    except (OSError, ValueError):
+        os.close(r)
+        os.close(w)
+        return False
+    _watchdog_fds = (r, w)
+    threading.Thread(target=_sigterm_watchdog, args=(r,), name="recoverydash-sigterm-watchdog",
+                     daemon=True).start()
+    return True
+
+
+def _sigterm_watchdog(fd: int):
+    """The watchdog thread (see ``_start_sigterm_watchdog``): reads signal numbers from the
+    wakeup pipe; other signals are ignored."""
+    seen = _handler_calls
+    while True:
+        try:
+            data = os.read(fd, 512)
+        except InterruptedError:  # pragma: no cover - PEP 475 retries
+            continue
+        except OSError:
+            return  # closed (a fork's child closed its copy)
+        if not data:
+            return
+        terms = data.count(int(signal.SIGTERM))
+        if not terms:
+            continue
+        seen += terms
+        end = time.monotonic() + WATCHDOG_GRACE_S
+        while _handler_calls < seen and time.monotonic() < end:
+            time.sleep(0.01)
+        if _handler_calls < seen:
+            seen = _handler_calls  # (coalesced signals run the handler once)
+            _watchdog_takes_over(seen)
+
+
+def _watchdog_takes_over(calls: int):
+    """SIGTERM found the main thread in C: spool every client's queue from this thread
+    (``spool_now`` takes no lock the main thread may hold; a duplicate of the batch in flight is
+    counted and ignored by the server), then, when the disposition before ours was SIG_DFL and
+    ours is still the handler, end the process by SIGTERM's default action."""
+    if not _spooling.acquire(blocking=False):
+        return  # the handler is spooling
+    try:
+        for c in list(_clients):
+            try:
+                c.spool_now()
+            except Exception:  # noqa: BLE001, S110 - spool_now never raises
+                pass
+    finally:
+        _spooling.release()
+    if _handler_calls > calls or signal.getsignal(signal.SIGTERM) is not _on_sigterm or \
+            _sigterm_previous != signal.SIG_DFL:
+        return  # a framework's handler (or SIG_IGN) decides; it runs when the main thread can
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.signal.restype = ctypes.c_void_p
+        libc.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
+        if libc.signal(int(signal.SIGTERM), None) == ctypes.c_void_p(-1).value:  # SIG_ERR
+            raise OSError(ctypes.get_errno(), "signal(SIGTERM, SIG_DFL) failed")
+        os.kill(os.getpid(), signal.SIGTERM)
+    except Exception:  # noqa: BLE001 - no libc signal(): still end the process as SIGTERM would
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(5)  # pragma: no cover - the process is ending
+
+
+def _watchdog_after_fork_in_child():
+    """A forked child (a DataLoader worker) inherits the wakeup fd, not the thread: its SIGTERM
+    would be written to the parent's pipe and wake the parent's watchdog. Unset it (the forking
+    thread is the child's main thread) and close the child's copies of the pipe."""
+    global _watchdog_fds
+    fds, _watchdog_fds = _watchdog_fds, None
+    if fds is None:
+        return
+    try:
+        signal.set_wakeup_fd(-1)
+    except (ValueError, OSError):  # pragma: no cover
+        pass
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:  # pragma: no cover
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_watchdog_after_fork_in_child)
+
+
 def _on_sigterm(signum, frame):
     """The SIGTERM handler (see ``install_sigterm_handler``)."""
-    global _sigterm_running
+    global _sigterm_running, _handler_calls
+    _handler_calls += 1
     if not _sigterm_running:  # a second SIGTERM during the first goes straight to the hand-over
         _sigterm_running = True
+        locked = _spooling.acquire(timeout=2.0)  # the watchdog may be spooling (then it is done)
         try:
-            for c in list(_clients):
-                try:
-                    c.spool_now()
-                except Exception:  # noqa: BLE001, S110 - spool_now never raises
-                    pass
+            if locked:
+                for c in list(_clients):
+                    try:
+                        c.spool_now()
+                    except Exception:  # noqa: BLE001, S110 - spool_now never raises
+                        pass
         finally:
+            if locked:
+                _spooling.release()
             _sigterm_running = False
     previous = _sigterm_previous
     if callable(previous):
