@@ -584,14 +584,7 @@ class Client:
                 # written ahead, never sent (a sender that died): spooled as a batch below
                 left, self._ahead, self._ahead_bytes = list(self._ahead), [], 0
                 journal, self._ahead_file = self._ahead_file, None
-            while self._buf:
-                try:
-                    item, t = self._buf.popleft()
-                except IndexError:
-                    break
-                ev = self._complete(item, t)
-                if ev is not None:
-                    left.append(_encode(ev).encode())
+            left += self._take_queued()
             if left:
                 self._store(left)
             if journal and isinstance(self._spool, DiskSpool):
@@ -618,6 +611,23 @@ class Client:
             self._once(("close", type(e)), logging.WARNING, "recoverydash: close failed: %r", e)
             return False
 
+    def _take_queued(self) -> list[bytes]:
+        """Empty the queue: every queued event completed and encoded (bytes of its JSON), in
+        queue order; an event that cannot be encoded is counted ``failed``. The caller writes
+        them to the spool (``close`` at its deadline, ``spool_now`` on SIGTERM)."""
+        out: list[bytes] = []
+        while True:
+            try:
+                item, t = self._buf.popleft()
+            except IndexError:
+                return out
+            ev = self._complete(item, t)
+            if ev is not None:
+                try:
+                    out.append(_encode(ev).encode())
+                except (TypeError, ValueError):
+                    self._c["failed"] += 1
+
     def spool_now(self, wait_s: float = 0.5) -> int:
         """Write what is still in memory (the queue, and the batch in flight, as ``close`` does
         at its deadline) to the disk spool now, in the calling thread; the next process of the run
@@ -637,17 +647,7 @@ class Client:
             events = list(self._inflight_batch or ())
             if self._ahead and self._ahead_file is None:  # not on disk (the spool was full)
                 events.extend(self._ahead)
-            while True:
-                try:
-                    item, t = self._buf.popleft()
-                except IndexError:
-                    break
-                ev = self._complete(item, t)
-                if ev is not None:
-                    try:
-                        events.append(_encode(ev).encode())
-                    except (TypeError, ValueError):
-                        self._c["failed"] += 1
+            events += self._take_queued()
             written = 0
             for i in range(0, len(events), self.batch_max_events):
                 part = events[i:i + self.batch_max_events]
