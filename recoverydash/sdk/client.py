@@ -131,6 +131,10 @@ from recoverydash.sdk.spool import DiskSpool, MemorySpool, run_folder
 
 log = logging.getLogger("recoverydash.sdk")
 
+#: The SDK's own random source for jitter and back-off: the trainer's seeded global ``random``
+#: is never drawn from (a draw at the sender's times would change a seeded run's sequence).
+_JITTER = random.Random()
+
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 #: A spooled batch the server answers 5xx to this many times in a row is searched for poison.
 POISON_AFTER = 3
@@ -369,7 +373,7 @@ class Client:
         # The flush policy's cycle (recoverydash.sdk.flush): its start and jitter, and when the
         # oldest prompt event still queued was queued (None: none is), all time.monotonic().
         self._cycle_start = time.monotonic()
-        self._jitter = random.uniform(*self.flush_policy.jitter_range(first=True))
+        self._jitter = _JITTER.uniform(*self.flush_policy.jitter_range(first=True))
         self._prompt_since: float | None = None
         self._failures = 0          # consecutive retryable failures (backoff exponent)
 
@@ -808,7 +812,7 @@ class Client:
                     # a periodic send: the next cycle starts (a prompt, full or flush send
                     # leaves the cycle as it is: the job's ranks stay spread)
                     self._cycle_start = now
-                    self._jitter = random.uniform(*self.flush_policy.jitter_range(first=False))
+                    self._jitter = _JITTER.uniform(*self.flush_policy.jitter_range(first=False))
                 self._prompt_since = None  # before taking: a later prompt event sets it again
                 while True:  # one batch at a time: the buffer stays the bound on memory
                     self._taking = True  # the SIGTERM path waits for this batch to be visible
@@ -1046,7 +1050,7 @@ class Client:
         if status is None or status in RETRYABLE_STATUSES:
             self._failures += 1
             pause = min(self.backoff_cap, self.backoff_base * 2 ** (self._failures - 1))
-            pause *= random.uniform(0.5, 1.0)
+            pause *= _JITTER.uniform(0.5, 1.0)
             ra = _retry_after_seconds((headers or {}).get("Retry-After"), self.max_retry_after)
             if ra is not None:
                 pause = ra

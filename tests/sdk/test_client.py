@@ -273,3 +273,23 @@ def test_a_heartbeat_reports_dropped_events_without_listing_the_spool(ingest, sp
     assert c.flush(5)
     hb = [e for e in ingest.stored.values() if e["type"] == "heartbeat"]
     assert [e.get("sdk_dropped") for e in hb] == [1]
+
+
+def test_the_trainers_seeded_global_random_is_never_drawn_from(ingest, spool):
+    """The sender's jitter and back-off draw from the SDK's own generator: a seeded trainer's
+    ``random`` sequence is the same with a client sending beside it (a draw at the sender's
+    times made seeded runs differ from one launch to the next)."""
+    import random
+
+    random.seed(1234)
+    want = [random.random() for _ in range(5)]
+    random.seed(1234)
+    c = make(ingest, spool, flush_interval=0.01)
+    for u in range(1, 30):
+        c.update_committed(u, [{"stratum": "main", "epoch": 0, "ranges": [[u, u + 1]]}])
+        time.sleep(0.005)
+    assert c.flush(5)
+    ingest.stop()  # a refused send: the back-off's draw too
+    c.heartbeat(30)
+    c.flush(0.5)
+    assert [random.random() for _ in range(5)] == want
