@@ -1454,6 +1454,12 @@ def _sigterm_watchdog(fd: int):
             _watchdog_takes_over(seen)
 
 
+def _spool_every_client() -> None:
+    """``spool_now`` of every client of the process (each never raises): the SIGTERM paths."""
+    for c in list(_clients):
+        c.spool_now()
+
+
 def _watchdog_takes_over(calls: int):
     """SIGTERM found the main thread in C: spool every client's queue from this thread
     (``spool_now`` takes no lock the main thread may hold; a duplicate of the batch in flight is
@@ -1462,11 +1468,7 @@ def _watchdog_takes_over(calls: int):
     if not _spooling.acquire(blocking=False):
         return  # the handler is spooling
     try:
-        for c in list(_clients):
-            try:
-                c.spool_now()
-            except Exception:  # noqa: BLE001, S110 - spool_now never raises
-                pass
+        _spool_every_client()
     finally:
         _spooling.release()
     if _handler_calls > calls or signal.getsignal(signal.SIGTERM) is not _on_sigterm or \
@@ -1518,11 +1520,7 @@ def _on_sigterm(signum, frame):
         locked = _spooling.acquire(timeout=2.0)  # the watchdog may be spooling (then it is done)
         try:
             if locked:
-                for c in list(_clients):
-                    try:
-                        c.spool_now()
-                    except Exception:  # noqa: BLE001, S110 - spool_now never raises
-                        pass
+                _spool_every_client()
         finally:
             if locked:
                 _spooling.release()
