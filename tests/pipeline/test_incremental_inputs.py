@@ -66,21 +66,38 @@ def verify(generations) -> None:
 
 
 class RowsRead:
-    """Rows returned by SELECTs of the analysis input tables while active (cursor rowcount)."""
+    """Rows returned by SELECTs of the analysis input tables while active (the cursor's
+    rowcount; SQLite reports none for a SELECT, so there the statement's rows are counted by a
+    ``SELECT COUNT(*)`` of it, outside this count)."""
 
     def __init__(self):
         self.rows = {t: 0 for t in INPUT_TABLES}
         self.queries = []
+        self._counting = False
 
     def __call__(self, execute, sql, params, many, context):
         out = execute(sql, params, many, context)
+        if self._counting:
+            return out
         self.queries.append(sql)
         if sql.startswith("SELECT"):
             head = sql.split(" WHERE ")[0]
             for table in INPUT_TABLES:
                 if f'FROM "{table}"' in head:
-                    self.rows[table] += max(context["cursor"].rowcount, 0)
+                    self.rows[table] += self._rows_of(sql, params, context)
         return out
+
+    def _rows_of(self, sql, params, context) -> int:
+        n = context["cursor"].rowcount
+        if n >= 0:
+            return n
+        self._counting = True
+        try:
+            with context["connection"].cursor() as cursor:
+                cursor.execute(f"SELECT COUNT(*) FROM ({sql}) AS counted", params)
+                return cursor.fetchone()[0]
+        finally:
+            self._counting = False
 
 
 def rebuilt(run: Run, now: float) -> dict:
