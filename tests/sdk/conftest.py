@@ -17,6 +17,31 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
+def wait_for(pred, timeout=10.0, step=0.02) -> bool:
+    """Poll ``pred`` every ``step`` seconds until it is true or ``timeout`` seconds passed;
+    returns its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(step)
+    return pred()
+
+
+def drained_by_next_attempt(ingest, spool, run_id: str, attempt: int) -> list[str]:
+    """A client of ``attempt`` of ``run_id`` (no SIGTERM handler) drains the run's spool in
+    ``spool`` into ``ingest``; returns the stored event ids as stored (unsorted)."""
+    from recoverydash.sdk.client import Client
+
+    later = Client(ingest.url, "tok-1", run_id, attempt=attempt, rank=0, spool_dir=spool,
+                   flush_interval=0.05, handle_sigterm=False)
+    try:
+        assert later.flush(30)
+    finally:
+        later.close(0.5)
+    return list(ingest.stored)
+
+
 def free_port() -> int:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

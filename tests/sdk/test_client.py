@@ -13,16 +13,7 @@ import pytest
 
 from recoverydash.sdk.client import Client
 
-from .conftest import REPO
-
-
-def wait_for(pred, timeout=10.0, step=0.02):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(step)
-    return pred()
+from .conftest import REPO, wait_for
 
 
 _made: list[Client] = []

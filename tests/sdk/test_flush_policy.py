@@ -3,7 +3,6 @@ waits on a fake clock, and the client's wiring of it."""
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -11,15 +10,7 @@ from recoverydash.sdk.client import Client
 from recoverydash.sdk.flush import (JOB_REQUESTS_PER_S, LEAD_PROMPT_TYPES, MAX_INTERVAL_S,
                                     PROMPT_S, PROMPT_TYPES, FlushPolicy, is_prompt)
 
-
-
-def wait_for(pred, timeout=10.0, step=0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(step)
-    return pred()
+from .conftest import wait_for
 
 
 def test_the_defaults_are_the_documented_ones():

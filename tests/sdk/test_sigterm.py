@@ -18,7 +18,7 @@ import time
 
 from recoverydash.sdk.client import Client
 
-from .conftest import REPO
+from .conftest import REPO, drained_by_next_attempt
 
 N = 1234
 
@@ -69,13 +69,7 @@ def signal_when_ready(proc: subprocess.Popen, sig: int) -> tuple[int, str, str]:
 
 def next_attempt_delivers(ingest, spool) -> list[str]:
     """A client of attempt 4 of the run drains its spool; returns the stored event ids."""
-    later = Client(ingest.url, "tok-1", "run-t", attempt=4, rank=0, spool_dir=spool,
-                   flush_interval=0.05, handle_sigterm=False)
-    try:
-        assert later.flush(30)
-    finally:
-        later.close(0.5)
-    return sorted(ingest.stored)
+    return sorted(drained_by_next_attempt(ingest, spool, "run-t", 4))
 
 
 def expected_ids(n: int = N) -> list[str]:

@@ -24,9 +24,7 @@ import time
 
 import pytest
 
-from recoverydash.sdk.client import Client
-
-from .conftest import REPO, free_port
+from .conftest import REPO, drained_by_next_attempt, free_port
 
 pytest.importorskip("torch.distributed")
 
@@ -58,13 +56,8 @@ else:
 
 def next_attempt_delivers(ingest, spool) -> list[str]:
     """A client of attempt 1 of run-g drains its spool; returns the stored event ids."""
-    later = Client(ingest.url, "tok-1", "run-g", attempt=1, rank=0, spool_dir=spool,
-                   flush_interval=0.05, handle_sigterm=False)
-    try:
-        assert later.flush(30)
-    finally:
-        later.close(0.5)
-    return sorted(ingest.stored, key=lambda i: int(i.rsplit("u", 1)[1]))
+    return sorted(drained_by_next_attempt(ingest, spool, "run-g", 1),
+                  key=lambda i: int(i.rsplit("u", 1)[1]))
 
 
 def _ready(proc: subprocess.Popen, timeout: float) -> None:
