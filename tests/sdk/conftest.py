@@ -64,6 +64,7 @@ class FakeIngest:
         self.deliveries: dict[str, int] = {}
         self.script: list[tuple[int, dict]] = []
         self.delay = 0.0  # seconds each request waits before it is answered
+        self.gate = None  # a threading.Event: while it is not set, every POST waits for it
         self.runs: list[dict] = []  # GET /api/v1/runs answers this list
         self.runs_status = 200      # ... with this status (403: a token without read scope)
         self.gets: list[str] = []
@@ -96,6 +97,8 @@ class FakeIngest:
                 events = json.loads(body)["events"]
                 if fake.delay:
                     time.sleep(fake.delay)
+                if fake.gate is not None:
+                    fake.gate.wait(30)
                 with fake.lock:
                     fake.requests.append({"path": self.path, "headers": dict(self.headers),
                                           "raw_len": len(raw), "events": events,
