@@ -609,16 +609,16 @@ def run_figures(run, now: datetime | None = None) -> dict:
     return {"version": version, "figures": figures, "json": text}
 
 
-_SCRIPT_ESCAPES = {ord(">"): "\\u003E", ord("<"): "\\u003C", ord("&"): "\\u0026"}
-
-
 def script_json(payload: dict) -> str:
     """``payload`` as compact JSON that is safe inside ``<script type="application/json">``
     (``<``, ``>`` and ``&`` escaped, as Django's ``json_script`` does), marked safe. Serialised
     once per analysis version and cached with the figures: the run page and ``charts.json``
     send the same string."""
     text = json.dumps(payload, separators=(",", ":"), allow_nan=False, default=str)
-    return mark_safe(text.translate(_SCRIPT_ESCAPES))
+    # three C-speed replaces: str.translate with a mapping walks the text in Python-level
+    # lookups (68 ms for the 750 KiB page of bench/dashboard.py, against about 1 ms)
+    return mark_safe(text.replace("&", "\\u0026").replace("<", "\\u003C")
+                     .replace(">", "\\u003E"))
 
 
 def points_in(figure: dict) -> int:
