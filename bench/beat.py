@@ -109,13 +109,13 @@ def measure(count: int, template: list) -> list:
                   opened_at=a.opened_at, last_seen_at=a.last_seen_at)
             for r in runs for a in template], batch_size=2000)
     full = []
-    real = evaluation.notify
+    real = evaluation.evaluate_runs
 
-    def counted(run, now=None):
-        full.append(run.pk)
-        real(run, now=now)
+    def counted(runs, now=None):
+        full.extend(run.pk for run in runs)
+        return real(runs, now=now)
 
-    with mock.patch.object(evaluation, "notify", side_effect=counted), \
+    with mock.patch.object(evaluation, "evaluate_runs", side_effect=counted), \
             mock.patch("recoverydash.runs.analysis.request_analysis", return_value=True):
         first, n1, f1 = cycle(evaluation, full) if count <= MASS_OPEN_UPTO else (None, 0, 0)
         steady, n2, f2 = cycle(evaluation, full)

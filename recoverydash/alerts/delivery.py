@@ -72,13 +72,14 @@ def run_url(run) -> str:
     return settings.SITE_URL + reverse("run", args=[run.project.name, run.run_id])
 
 
-def flip_payload(flip: AlertFlip) -> dict:
+def flip_payload(flip: AlertFlip, runbook_urls: dict | None = None) -> dict:
     """The body of a flip (docs/ingest-v1.md#6-alert-webhooks): version, status, alert (an
     ``alerts`` item of docs/ingest-v1.md#recovery, plus its ``subject``, ``subjects``, ``url``
     and the project's ``runbook_url`` for the rule or null) as it was at that flip
     (``AlertFlip.snapshot``), run (with its ``project``), the dedup key and ``change``: null for
     a state change, ``{"added": [subject, ...], "removed": [...]}`` when the open alert's
-    subjects changed (``status`` is then the state it stays in)."""
+    subjects changed (``status`` is then the state it stays in). ``runbook_urls``: the
+    ``RuleRunbook`` urls read beforehand, ``{(project pk, rule): url}`` (default: read here)."""
     from django.urls import reverse
 
     from recoverydash.alerts.models import RuleRunbook
@@ -88,8 +89,12 @@ def flip_payload(flip: AlertFlip) -> dict:
     health = getattr(getattr(run, "analysis", None), "health", None) or "ok"
     snapshot = dict(flip.snapshot or alert.snapshot())
     snapshot["url"] = settings.SITE_URL + reverse("alert_detail", args=[alert.pk])
-    snapshot["runbook_url"] = (RuleRunbook.objects.filter(project=run.project, rule=alert.rule)
-                               .values_list("url", flat=True).first())
+    if runbook_urls is None:
+        snapshot["runbook_url"] = (RuleRunbook.objects.filter(project=run.project,
+                                                              rule=alert.rule)
+                                   .values_list("url", flat=True).first())
+    else:
+        snapshot["runbook_url"] = runbook_urls.get((run.project_id, alert.rule))
     return {
         "version": "1",
         "status": flip.new_state,
@@ -101,22 +106,79 @@ def flip_payload(flip: AlertFlip) -> dict:
     }
 
 
+#: Analysis columns a flip's body never reads (its ``health`` only): not loaded with its run.
+_HEAVY = ("alert__run__analysis__state", "alert__run__analysis__inputs",
+          "alert__run__analysis__result")
+
+
 def process_flips(limit: int = 500) -> list[int]:
     """Create deliveries for unprocessed flips; returns the new delivery primary keys.
 
-    Each flip is claimed with ``UPDATE ... WHERE processed_at IS NULL``: only the worker whose
-    update changed one row goes on, so two workers never notify the same flip twice. A flip
-    whose deliveries cannot be made (any error) is logged and left unclaimed for the next pass;
-    the flips after it are processed all the same.
+    Up to ``limit`` flips, oldest first, in one transaction (:func:`_process_together`: a few
+    queries whatever their number): each is claimed (``processed_at`` set on the rows locked
+    ``FOR UPDATE SKIP LOCKED`` still unprocessed, so two workers never notify the same flip
+    twice) and its deliveries made in one ``bulk_create``. A flip whose body cannot be made
+    (any error) is logged and left unclaimed for the next pass; the others are processed all
+    the same. Should the pass fail as a whole (a delivery row already there, a database
+    error), it is done again flip by flip, each in its own transaction (:func:`_process_flip`).
     """
-    created: list[int] = []
     pending = list(AlertFlip.objects.filter(processed_at__isnull=True)
                    .order_by("pk").values_list("pk", flat=True)[:limit])
+    if not pending:
+        return []
+    try:
+        return _process_together(pending)
+    except Exception:
+        log.warning("%d alert flips: deliveries not created together; flip by flip",
+                    len(pending), exc_info=True)
+    created: list[int] = []
     for flip_pk in pending:
         try:  # one flip's failure must not stop the others' notifications
             created.extend(_process_flip(flip_pk))
         except Exception:
             log.exception("alert flip %s: deliveries not created; tried again next pass", flip_pk)
+    return created
+
+
+def _process_together(pks: list[int]) -> list[int]:
+    """Claim the flips ``pks`` not processed and not held by another worker, and create their
+    deliveries, in one transaction of a fixed number of queries; returns the new deliveries'
+    primary keys (flip by flip, endpoints in primary-key order). What each flip gets is what
+    :func:`_process_flip` gives it."""
+    from recoverydash.alerts.models import RuleRunbook
+
+    created: list[int] = []
+    with transaction.atomic():
+        flips = list(AlertFlip.objects.select_for_update(skip_locked=True, of=("self",))
+                     .filter(pk__in=pks, processed_at__isnull=True)
+                     .select_related("alert__run__project", "alert__run__analysis")
+                     .defer(*_HEAVY).order_by("pk"))
+        if not flips:
+            return created
+        projects = {f.alert.run.project_id for f in flips if f.notify}
+        runbooks = {(p, rule): url for p, rule, url in
+                    RuleRunbook.objects.filter(project_id__in=projects)
+                    .values_list("project_id", "rule", "url")}
+        endpoints: dict[int, list[WebhookEndpoint]] = {}
+        for endpoint in (WebhookEndpoint.objects.filter(project_id__in=projects, enabled=True)
+                         .order_by("pk")):
+            endpoints.setdefault(endpoint.project_id, []).append(endpoint)
+        claimed, deliveries = [], []
+        for flip in flips:
+            if flip.notify:
+                try:
+                    payload = flip_payload(flip, runbooks)
+                except Exception:  # this flip is left for the next pass, the others go on
+                    log.exception("alert flip %s: deliveries not created; tried again next pass",
+                                  flip.pk)
+                    continue
+                deliveries += [Delivery(flip=flip, endpoint=e, payload=payload)
+                               for e in endpoints.get(flip.alert.run.project_id, ())
+                               if e.wants(payload["alert"]["severity"])]
+            claimed.append(flip.pk)
+        AlertFlip.objects.filter(pk__in=claimed).update(processed_at=timezone.now())
+        if deliveries:
+            created = [d.pk for d in Delivery.objects.bulk_create(deliveries)]
     return created
 
 
@@ -130,12 +192,13 @@ def _process_flip(flip_pk: int) -> list[int]:
         if not claimed:
             return created
         flip = AlertFlip.objects.select_related("alert__run__project",
-                                                "alert__run__analysis").get(pk=flip_pk)
+                                                "alert__run__analysis").defer(*_HEAVY) \
+            .get(pk=flip_pk)
         if not flip.notify:
             return created
         payload = flip_payload(flip)
         endpoints = WebhookEndpoint.objects.filter(project=flip.alert.run.project,
-                                                   enabled=True)
+                                                   enabled=True).order_by("pk")
         for endpoint in endpoints:
             if not endpoint.wants(payload["alert"]["severity"]):
                 continue

@@ -17,7 +17,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from recoverydash.alerts.delivery import process_flips
-from recoverydash.alerts.rules import evaluate_run
+from recoverydash.alerts.rules import evaluate_run, evaluate_runs
 from recoverydash.runs.analysis import analyze_queued
 from recoverydash.runs.models import Analysis, Run
 from recoverydash.runs.queue import DELIVER_WEBHOOK, EVALUATE_ALERTS_CHUNK, enqueue
@@ -48,14 +48,6 @@ def evaluate_stored(sender, run: Run, analysis: Analysis, now=None, **kwargs) ->
 def _deliver() -> None:
     for pk in process_flips():
         enqueue(DELIVER_WEBHOOK, pk)
-
-
-def notify(run: Run, now=None) -> None:
-    """Evaluate the run's alert rules (at ``now``, default the clock) and enqueue a webhook
-    delivery for each new flip."""
-    run = Run.objects.select_related("analysis", "project").get(pk=run.pk)
-    if evaluate_run(run, now=now):
-        _deliver()
 
 
 def refresh_stale(now=None, refresh_after_s: float | None = None,
@@ -177,16 +169,23 @@ def clock_changes(pks: list[int], now) -> tuple[list[int], list[int], int]:
     return changed, holding, len(rows)
 
 
+#: The Analysis columns the evaluation never reads from the run it is given (``rules.evaluate_runs``
+#: reads the result itself, under the row's lock): not loaded with the runs of a chunk.
+_HEAVY = ("analysis__state", "analysis__inputs", "analysis__result")
+
+
 def evaluate_chunk(pks: list[int], refresh: list[int] = (), now=None) -> int:
     """The ``evaluate_alerts_chunk`` task: evaluate the alert rules of runs ``pks`` (run primary
     keys) not ended. The clock-driven conditions of every run are computed from stored columns
     (:func:`clock_changes`, microseconds a run); only runs whose alerts that would change go
-    through the full evaluation (``rules.evaluate_run``, which then opens, resolves or
-    re-groups exactly what it would have done for every run); the open alerts that still hold
-    unchanged get their ``last_seen_at`` in one UPDATE (their summary keeps the words of their
-    last full evaluation). ``refresh`` (messages of an older beat): analyses requested first.
-    Idempotent; one run's failure never stops the others. ``now``: the clock (default: read
-    once for the chunk). Returns how many runs were evaluated."""
+    through the full evaluation, all of them in one transaction (``rules.evaluate_runs``: bulk
+    reads and writes, exactly what ``rules.evaluate_run`` makes of each run; should it fail,
+    run by run, so one run's failure never stops the others), and their flips become
+    deliveries in one pass once it commits; the open alerts that still hold unchanged get their
+    ``last_seen_at`` in one UPDATE (their summary keeps the words of their last full
+    evaluation). ``refresh`` (messages of an older beat): analyses requested first.
+    Idempotent. ``now``: the clock (default: read once for the chunk). Returns how many runs
+    were evaluated."""
     from recoverydash.alerts.models import Alert
     from recoverydash.runs.analysis import request_analysis
 
@@ -197,11 +196,22 @@ def evaluate_chunk(pks: list[int], refresh: list[int] = (), now=None) -> int:
     if holding:
         Alert.objects.filter(pk__in=holding).exclude(state="resolved") \
             .update(last_seen_at=now)
-    for run in Run.objects.select_related("analysis", "project").filter(pk__in=changed) \
-            .order_by("pk"):
-        try:  # one run's failure must not stop the others' alerts
-            notify(run, now=now)
-        except Exception:
-            count -= 1
-            log.exception("run %s: alert evaluation failed", run.pk)
+    if not changed:
+        return count
+    runs = list(Run.objects.select_related("analysis").defer(*_HEAVY).filter(pk__in=changed)
+                .order_by("pk"))
+    try:
+        flipped = bool(evaluate_runs(runs, now=now))
+    except Exception:  # one run's failure must not stop the others' alerts
+        log.warning("alert evaluation of %d runs together failed; run by run", len(runs),
+                    exc_info=True)
+        flipped = False
+        for run in runs:
+            try:
+                flipped = bool(evaluate_runs([run], now=now)) or flipped
+            except Exception:
+                count -= 1
+                log.exception("run %s: alert evaluation failed", run.pk)
+    if flipped:
+        _deliver()
     return count

@@ -126,6 +126,14 @@ class Alert(models.Model):
         False while silenced), carrying the alert as it is now (``snapshot``). Returns None
         when the set of subjects is the same (a refined summary is no change) or the alert is
         resolved. The caller holds the alert's row (``select_for_update``) and has saved it."""
+        flip = self.subjects_change_flip(before, now=now)
+        if flip is not None:
+            flip.save()
+        return flip
+
+    def subjects_change_flip(self, before: list[str], *, now=None) -> "AlertFlip | None":
+        """The flip :meth:`record_subjects_change` stores, unsaved (``alerts.rules.evaluate_runs``
+        creates those of many alerts in one ``bulk_create``); None when nothing is to be told."""
         if self.state == "resolved":
             return None
         after = [s["subject"] for s in self.subjects or []]
@@ -141,11 +149,9 @@ class Alert(models.Model):
             words.append(f"removed {', '.join(s or '(run)' for s in removed)}")
         reason = (f"subjects changed: {'; '.join(words)} "
                   f"({len(after)} subject{'s' if len(after) != 1 else ''} now)")
-        return AlertFlip.objects.create(alert=self, old_state=self.state, new_state=self.state,
-                                        reason=reason, created_at=now,
-                                        notify=not self.is_silenced(now),
-                                        snapshot=self.snapshot(),
-                                        change={"added": added, "removed": removed})
+        return AlertFlip(alert=self, old_state=self.state, new_state=self.state, reason=reason,
+                         created_at=now, notify=not self.is_silenced(now),
+                         snapshot=self.snapshot(), change={"added": added, "removed": removed})
 
 
 class AlertFlip(models.Model):

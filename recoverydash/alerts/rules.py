@@ -375,11 +375,17 @@ def restore_failures_of(run) -> list[dict]:
     out = []
     for a in run.attempts.only("attempt", "restore_failures", "restore_generation_id") \
             .order_by("attempt"):
-        for f in a.restore_failures or []:
-            out.append({"attempt": a.attempt, "generation_id": f["generation_id"],
-                        "reason": f["reason"], "message": f.get("message") or "",
-                        "restored": a.restore_generation_id})
+        out += failures_of_attempt(a.attempt, a.restore_failures, a.restore_generation_id)
     return out
+
+
+def failures_of_attempt(attempt: int, restore_failures: list | None,
+                        restored: str) -> list[dict]:
+    """One attempt's ``Attempt.restore_failures`` (and its ``restore_generation_id``
+    ``restored``) in the shape ``restore_failed_conditions`` takes."""
+    return [{"attempt": attempt, "generation_id": f["generation_id"], "reason": f["reason"],
+             "message": f.get("message") or "", "restored": restored}
+            for f in restore_failures or []]
 
 
 def stored_median(result: dict | None, attempt: int) -> float | None:
@@ -501,84 +507,169 @@ def evaluate_run(run, now: datetime | None = None) -> list[AlertFlip]:
     raced on the open-alert constraint when the run had no open alert to lock), and each
     evaluates the newest stored analysis. The analysis itself stores its result under the same
     lock and evaluates in that transaction (``alerts.evaluation.evaluate_stored``).
+    :func:`evaluate_runs` of the one run: the same code for one run and for a chunk.
     """
+    return evaluate_runs([run], now=now)
+
+
+def evaluate_runs(runs, now: datetime | None = None) -> list[AlertFlip]:
+    """:func:`evaluate_run` of every run of ``runs`` (Run objects, their ``analysis`` loaded or
+    None: a run without one is skipped) at one clock ``now`` (aware datetime, default the
+    clock), in one transaction with a fixed number of queries whatever the number of runs:
+    the runs' Analysis rows locked in run order (``select_for_update``: concurrent
+    evaluations and analyses of a run are serialised as with one run, and two chunks lock in
+    the same order), then in bulk their stored results, attempts (restore failures and the
+    newest attempt), the newest attempts' RankSeen rows (``silence_from``, every reporter as
+    :func:`silence_of` reads them), their open alerts (locked) and event-rule alerts; the
+    writes are a ``bulk_update`` of the alerts kept, a ``bulk_create`` of the alerts opened,
+    one ``bulk_update`` of those resolved and a ``bulk_create`` of the flips, in the order the
+    run-by-run evaluation makes them (run by run, rule by rule, then resolutions). Each run's
+    alerts and flips are exactly what :func:`evaluate_run` alone makes of it. Returns the new
+    flips (saved, ``alert`` set). Raises whatever a run's evaluation raises (nothing is then
+    written: the caller evaluates run by run to isolate it, ``alerts.evaluation``)."""
+    from recoverydash.runs.models import Attempt, RankSeen, seen_map
+
     now = now or timezone.now()
-    if getattr(run, "analysis", None) is None:
+    by_pk = {r.pk: r for r in runs if getattr(r, "analysis", None) is not None}
+    if not by_pk:
         return []
-    flips: list[AlertFlip] = []
+    pks = sorted(by_pk)
     with transaction.atomic():
-        analysis = Analysis.objects.select_for_update().filter(run_id=run.pk).first()
-        if analysis is None:
+        results = dict(Analysis.objects.select_for_update().filter(run_id__in=pks)
+                       .order_by("run_id").values_list("run_id", "result"))
+        if not results:
             return []
-        ended = analysis.result.get("health") == "ended"
-        holding = conditions(analysis.result, contract_of(run), now=now,
-                             first_event_at=run.first_event_at,
-                             last_received_at=run.last_received_at, ended=ended,
-                             restore_failures=restore_failures_of(run),
-                             silence=silence_of(run, now, analysis.result))
-        groups: dict[str, list[Condition]] = {}
-        for c in holding:
-            groups.setdefault(c.rule, []).append(c)
-        open_alerts, legacy = {}, []
-        for a in (Alert.objects.select_for_update().filter(run=run).exclude(state="resolved")
-                  .order_by("opened_at", "pk")):
-            if a.dedup_key == group_key(run, a.rule):
-                open_alerts[a.rule] = a
-            else:
-                legacy.append(a)  # one alert per subject, stored before alerts grouped
-        told: set[tuple[str, str]] = set()  # (rule, subject) of every event-rule alert so far
-        for rule, subject, subjects in (Alert.objects.filter(run=run, rule__in=EVENT_RULES)
-                                        .values_list("rule", "subject", "subjects")):
+        failures: dict[int, list[dict]] = {}
+        newest: dict[int, tuple] = {}  # run pk -> (attempt pk, attempt, ended_at)
+        for run_id, attempt_pk, attempt, ended_at, restore_failures, restored in (
+                Attempt.objects.filter(run_id__in=results).order_by("run_id", "attempt")
+                .values_list("run_id", "pk", "attempt", "ended_at", "restore_failures",
+                             "restore_generation_id")):
+            newest[run_id] = (attempt_pk, attempt, ended_at)
+            if restore_failures:  # restore_failures_of, in bulk
+                failures.setdefault(run_id, []).extend(
+                    failures_of_attempt(attempt, restore_failures, restored))
+        seen: dict[int, list] = {}
+        by_attempt = {a[0]: r for r, a in newest.items()}
+        for attempt_pk, reporter, seen_at in (RankSeen.objects.filter(attempt_id__in=by_attempt)
+                                              .values_list("attempt_id", "reporter", "seen_at")):
+            seen.setdefault(by_attempt[attempt_pk], []).append((reporter, seen_at))
+        open_of: dict[int, list[Alert]] = {}
+        for a in (Alert.objects.select_for_update().filter(run_id__in=results)
+                  .exclude(state="resolved").order_by("run_id", "opened_at", "pk")):
+            open_of.setdefault(a.run_id, []).append(a)
+        told_of: dict[int, set] = {}  # (rule, subject) of every event-rule alert so far
+        for run_id, rule, subject, subjects in (
+                Alert.objects.filter(run_id__in=results, rule__in=EVENT_RULES)
+                .values_list("run_id", "rule", "subject", "subjects")):
+            told = told_of.setdefault(run_id, set())
             told.add((rule, subject))
             told.update((rule, s["subject"]) for s in subjects or [])
-        for rule, found in groups.items():
-            info = rule_info(rule)
-            alert = open_alerts.get(rule)
-            items = [{"subject": c.subject, "kind": info.subject, "severity": c.severity,
-                      "summary": c.summary, "detail": c.detail} for c in found]
-            if info.sticky:
-                kept = list(alert.subjects or []) if alert is not None else []
-                have = {i["subject"] for i in kept}
-                fresh = [i for i in items if i["subject"] not in have
-                         and (rule, i["subject"]) not in told]
-                current = {i["subject"]: i for i in items}
-                # an event's words may be refined by a later analysis; its subject stays
-                items = [current.get(i["subject"], i) for i in kept] + fresh
-                if alert is None and not fresh:
-                    continue  # already told; a person resolved it
-            items.sort(key=lambda i: natural_key(i["subject"]))
-            summary, severity = group_summary(rule, items), _worst(items)
-            if alert is not None:
-                before = [s["subject"] for s in alert.subjects or []]
-                alert.summary, alert.severity, alert.subjects = summary, severity, items
-                alert.last_seen_at = now
-                alert.save(update_fields=["summary", "severity", "subjects", "last_seen_at"])
-                # a subject joining (or leaving) the open alert is told, the state unchanged
-                # (an alert stored before it listed subjects has no list to compare with)
-                flip = alert.record_subjects_change(before, now=now) if before else None
-                if flip:
+        kept, opened, resolved, steps = [], [], [], []
+        for run_id in sorted(results):
+            run, result = by_pk[run_id], results[run_id]
+            silence = None
+            if seen.get(run_id):
+                _, attempt, ended_at = newest[run_id]
+                silence = silence_from(attempt, ended_at, seen_map(seen[run_id]), result, now)
+            holding = conditions(result, contract_of(run), now=now,
+                                 first_event_at=run.first_event_at,
+                                 last_received_at=run.last_received_at,
+                                 ended=result.get("health") == "ended",
+                                 restore_failures=failures.get(run_id, []), silence=silence)
+            _plan_run(run, holding, open_of.get(run_id, []), told_of.get(run_id, set()), now,
+                      kept, opened, resolved, steps)
+        if kept:
+            Alert.objects.bulk_update([a for a, _ in kept],
+                                      ["summary", "severity", "subjects", "last_seen_at"])
+        if opened:
+            Alert.objects.bulk_create(opened)
+        wall = timezone.now()  # Alert.change_state's clock
+        was: dict[int, tuple[str, str]] = {}  # id(alert) -> (state before, reason)
+        for alert, reason in resolved:  # Alert.change_state("resolved"), in bulk
+            was[id(alert)] = (alert.state, reason)
+            alert.state, alert.resolved_at, alert.resolved_by = "resolved", wall, ""
+        if resolved:
+            Alert.objects.bulk_update([a for a, _ in resolved],
+                                      ["state", "resolved_at", "resolved_by"])
+        flips: list[AlertFlip] = []
+        for kind, alert, extra in steps:
+            if kind == "opened":
+                flips.append(AlertFlip(alert=alert, old_state="", new_state="firing",
+                                       reason=alert.summary, created_at=now,
+                                       snapshot=alert.snapshot()))
+            elif kind == "subjects":
+                flip = alert.subjects_change_flip(extra, now=now)
+                if flip is not None:
                     flips.append(flip)
-                continue
-            alert = Alert.objects.create(run=run, rule=rule, subject=items[0]["subject"],
-                                         subjects=items, dedup_key=group_key(run, rule),
-                                         severity=severity, summary=summary, opened_at=now,
-                                         last_seen_at=now)
-            flips.append(AlertFlip.objects.create(alert=alert, old_state="", new_state="firing",
-                                                  reason=summary, created_at=now,
-                                                  snapshot=alert.snapshot()))
-        for rule, alert in open_alerts.items():
-            if rule in groups:
-                continue
-            if rule_info(rule).sticky:
-                continue  # facts of the past stay until a person resolves them, ended or not
-            flip = alert.change_state("resolved", reason="the condition cleared")
-            if flip:
-                flips.append(flip)
-        for alert in legacy:
-            if rule_info(alert.rule).sticky:
-                continue  # its subject is told; a person resolves it, ended or not
-            flip = alert.change_state("resolved", reason="the condition cleared" if alert.rule
-                                      not in groups else "grouped into one alert per rule")
-            if flip:
-                flips.append(flip)
+            else:
+                old_state, reason = was[id(alert)]
+                flips.append(AlertFlip(alert=alert, old_state=old_state, new_state="resolved",
+                                       reason=reason, created_at=wall,
+                                       notify=not alert.is_silenced(wall),
+                                       snapshot=alert.snapshot()))
+        if flips:
+            AlertFlip.objects.bulk_create(flips)
     return flips
+
+
+def _plan_run(run, holding: list[Condition], open_alerts: list, told: set, now: datetime,
+              kept: list, opened: list, resolved: list, steps: list) -> None:
+    """What :func:`evaluate_runs` writes for one run: its conditions ``holding`` grouped per
+    rule against its open alerts (locked, opened_at order) and the (rule, subject) pairs its
+    event-rule alerts ever ``told``. Appends to ``kept`` ``(alert, subjects before)`` of the
+    open alerts updated, to ``opened`` the new alerts (unsaved), to ``resolved``
+    ``(alert, reason)`` and to ``steps`` ``(kind, alert, extra)`` in the order their flips are
+    made (``opened``; ``subjects`` with the subjects before; ``resolved``)."""
+    groups: dict[str, list[Condition]] = {}
+    for c in holding:
+        groups.setdefault(c.rule, []).append(c)
+    by_rule, legacy = {}, []
+    for a in open_alerts:
+        if a.dedup_key == group_key(run, a.rule):
+            by_rule[a.rule] = a
+        else:
+            legacy.append(a)  # one alert per subject, stored before alerts grouped
+    for rule, found in groups.items():
+        info = rule_info(rule)
+        alert = by_rule.get(rule)
+        items = [{"subject": c.subject, "kind": info.subject, "severity": c.severity,
+                  "summary": c.summary, "detail": c.detail} for c in found]
+        if info.sticky:
+            keep = list(alert.subjects or []) if alert is not None else []
+            have = {i["subject"] for i in keep}
+            fresh = [i for i in items if i["subject"] not in have
+                     and (rule, i["subject"]) not in told]
+            current = {i["subject"]: i for i in items}
+            # an event's words may be refined by a later analysis; its subject stays
+            items = [current.get(i["subject"], i) for i in keep] + fresh
+            if alert is None and not fresh:
+                continue  # already told; a person resolved it
+        items.sort(key=lambda i: natural_key(i["subject"]))
+        summary, severity = group_summary(rule, items), _worst(items)
+        if alert is not None:
+            before = [s["subject"] for s in alert.subjects or []]
+            alert.summary, alert.severity, alert.subjects = summary, severity, items
+            alert.last_seen_at = now
+            kept.append((alert, before))
+            # a subject joining (or leaving) the open alert is told, the state unchanged
+            # (an alert stored before it listed subjects has no list to compare with)
+            if before:
+                steps.append(("subjects", alert, before))
+            continue
+        alert = Alert(run=run, rule=rule, subject=items[0]["subject"], subjects=items,
+                      dedup_key=group_key(run, rule), severity=severity, summary=summary,
+                      opened_at=now, last_seen_at=now)
+        opened.append(alert)
+        steps.append(("opened", alert, None))
+    for rule, alert in by_rule.items():
+        if rule in groups or rule_info(rule).sticky:
+            continue  # facts of the past stay until a person resolves them, ended or not
+        resolved.append((alert, "the condition cleared"))
+        steps.append(("resolved", alert, None))
+    for alert in legacy:
+        if rule_info(alert.rule).sticky:
+            continue  # its subject is told; a person resolves it, ended or not
+        resolved.append((alert, "the condition cleared" if alert.rule not in groups
+                         else "grouped into one alert per rule"))
+        steps.append(("resolved", alert, None))

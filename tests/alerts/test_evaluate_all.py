@@ -41,9 +41,9 @@ def test_it_reaches_every_run_not_ended_chunk_by_chunk(project, settings):
     real = evaluation.clock_changes
     with mock.patch.object(evaluation, "clock_changes",
                            side_effect=lambda pks, now: chunks.append(pks) or real(pks, now)), \
-            mock.patch.object(evaluation, "notify") as notify:
+            mock.patch.object(evaluation, "evaluate_runs") as evaluate_runs:
         assert evaluation.evaluate_all(chunk=200, refresh_budget=0) == 2_501
-    notify.assert_not_called()  # nothing holds for any of them: no full evaluation
+    evaluate_runs.assert_not_called()  # nothing holds for any of them: no full evaluation
     assert [pk for pks in chunks for pk in pks] == [r.pk for i, r in enumerate(runs)
                                                     if i not in (5, 2_000)]  # each once, in order
     assert [len(pks) for pks in chunks] == [200] * 12 + [101]
@@ -155,10 +155,10 @@ def test_it_raises_and_resolves_exactly_what_a_full_evaluation_of_every_run_does
             expected = (alerts_now(), flips_now())
             transaction.set_rollback(True)
         evaluated = []
-        real = evaluation.notify
-        with mock.patch.object(evaluation, "notify",
-                               side_effect=lambda run, now: evaluated.append(run.run_id)
-                               or real(run, now=now)):
+        real = evaluation.evaluate_runs
+        with mock.patch.object(evaluation, "evaluate_runs",
+                               side_effect=lambda runs, now: evaluated.extend(
+                                   r.run_id for r in runs) or real(runs, now=now)):
             assert evaluation.evaluate_all(chunk=4, refresh_budget=0, now=now) == 10
         assert (alerts_now(), flips_now()) == expected
         assert sorted(evaluated) == sorted(expect_full)

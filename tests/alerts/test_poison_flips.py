@@ -32,10 +32,10 @@ def test_a_flip_whose_payload_fails_is_left_for_the_next_pass_and_the_next_flip_
     bad, good = two_runs
     real = delivery.flip_payload
 
-    def payload(flip):
+    def payload(flip, *args):
         if flip.pk == bad.pk:
             raise KeyError("restarts")
-        return real(flip)
+        return real(flip, *args)
 
     monkeypatch.setattr(delivery, "flip_payload", payload)
     assert delivery.deliver_due() == 1
