@@ -33,6 +33,15 @@ RSS < 500 MB.
 
 Run: ``.venv/bin/python bench/scale.py`` (DATABASE_URL defaults to the local PostgreSQL; a
 throwaway database is created and dropped).
+
+``BENCH_KEEP_DB=name`` keeps each level's database (``name_<level>``) and reuses it on the next
+run instead of building it again (1M takes 10-18 min): a reused database has grown by the 1,000
+updates every earlier measurement ingested, so its level is read from it (``Attempt.last_update``,
+printed) and the next 1,000 follow it. When its stored state was written in another format than
+the code's ``ledger.STATE_FORMAT``, it is first stored again in that format (or, older than
+``ledger.CONTINUED_FORMAT``, rebuilt by the core from the same synthetic history, as
+:func:`bulk_history` built it: :func:`rebuild_state`), then analysed once by the worker. Drop one with
+``dropdb name_<level>``.
 """
 
 from __future__ import annotations
@@ -180,15 +189,7 @@ def bulk_history(run, first: int, last: int, ledger) -> int:
             cursor.execute(beat_sql, [run.pk, lo, hi])
             if lo <= EVENTS_UPTO:
                 cursor.execute(event_sql, [run.pk, now, RUN_ID, lo, min(hi, EVENTS_UPTO)])
-    for lo in range(first, last + 1, 1000):
-        hi = min(last, lo + 999)
-        rows = [(0, u, r, t0 + SECONDS_PER_UPDATE * u, None, "main", 0, (u - 1) * GBS + r,
-                 u * GBS, WORLD) for u in range(lo, hi + 1) for r in range(WORLD)]
-        ledger.absorb_plain(rows)
-        ledger.beats.absorb([recovery.HeartbeatRecord(
-            0, r, t0 + SECONDS_PER_UPDATE * u, u,
-            [{"stratum": "main", "epoch": 0, "position": u * GBS + 2 * GBS}])
-            for u in range(lo, hi + 1) for r in range(WORLD) if (u + r) % BEAT_EVERY == 0])
+    absorb_synthetic(ledger, first, last)
     seq = seq0 + steps - 1
     Run.objects.filter(pk=run.pk).update(ingest_seq=seq, last_received_at=now,
                                          last_event_at=at(last))
@@ -242,6 +243,33 @@ def checkpoints(project, run, level: int) -> int:
     return len(updates)
 
 
+def absorb_synthetic(ledger, first: int, last: int) -> None:
+    """Absorb updates ``first..last`` of the synthetic history (:func:`update_events`' ledger
+    reports and heartbeats) into ``ledger`` by the core, in chunks of 1,000 updates (rows in
+    ``(update, rank)`` order, as the worker's raw read yields them)."""
+    from recoverydash import recovery
+
+    t0 = T0.timestamp()
+    for lo in range(first, last + 1, 1000):
+        hi = min(last, lo + 999)
+        rows = [(0, u, r, t0 + SECONDS_PER_UPDATE * u, None, "main", 0, (u - 1) * GBS + r,
+                 u * GBS, WORLD) for u in range(lo, hi + 1) for r in range(WORLD)]
+        ledger.absorb_plain(rows)
+        ledger.beats.absorb([recovery.HeartbeatRecord(
+            0, r, t0 + SECONDS_PER_UPDATE * u, u,
+            [{"stratum": "main", "epoch": 0, "position": u * GBS + 2 * GBS}])
+            for u in range(lo, hi + 1) for r in range(WORLD) if (u + r) % BEAT_EVERY == 0])
+
+
+def store_state(run, ledger) -> None:
+    """Store ``ledger`` as the run's analysis state at the run's ingest seq (what the worker
+    would have stored after absorbing every row)."""
+    from recoverydash.runs import analysis as bridge
+
+    run.refresh_from_db()
+    bridge.store_state(run, ledger, run.ingest_seq)
+
+
 def build(level: int) -> dict:
     """A fresh run with ``level`` absorbed updates; returns what was measured while building."""
     from recoverydash import recovery
@@ -261,9 +289,7 @@ def build(level: int) -> dict:
     ledger = recovery.Ledger.from_bytes(bytes(analysis.state))
     if level > ingested:
         bulk_history(run, ingested + 1, level, ledger)
-        run.refresh_from_db()
-        Analysis.objects.filter(pk=analysis.pk).update(state=ledger.to_bytes(),
-                                                       ingest_seq=run.ingest_seq)
+        store_state(run, ledger)
     saved = checkpoints(project, run, level) if CHECKPOINTS else 0
     bridge.analyze(run)  # the stored result of the whole history, as the worker's would be
     result = Analysis.objects.get(run=run).result or {}
@@ -294,6 +320,11 @@ def measure(run_pk: int, project_pk: int, level: int) -> dict:
     run = Run.objects.get(pk=run_pk)
     project = Project.objects.get(pk=project_pk)
     from django.test.utils import CaptureQueriesContext
+    from django.urls import get_resolver
+
+    # the URLconf, loaded once per worker process (an alert flip's payload reverses URLs): not
+    # part of any analysis after a worker's first
+    get_resolver().reverse_dict
 
     none = []
     for _ in range(3):
@@ -319,6 +350,85 @@ def measure(run_pk: int, project_pk: int, level: int) -> dict:
             "events": events, "cpu": cpu}
 
 
+KEEP_DB = os.environ.get("BENCH_KEEP_DB", "")
+
+
+def _admin(sql: str) -> None:
+    """Run ``sql`` (CREATE/DROP DATABASE) on the server's ``postgres`` database."""
+    import psycopg
+
+    params = connection.get_connection_params()
+    params = {k: v for k, v in params.items() if k in ("host", "port", "user", "password")}
+    with psycopg.connect(dbname="postgres", autocommit=True, **params) as conn:
+        conn.execute(sql)
+
+
+def _use_database(name: str) -> None:
+    connection.close()
+    connection.settings_dict["NAME"] = name
+
+
+def kept(level: int) -> tuple[dict, int]:
+    """The kept database of ``level`` (``BENCH_KEEP_DB``): ``(built, current level)``, built and
+    marked complete when absent or incomplete, else reused (its state rebuilt by
+    :func:`rebuild_state` when of another format)."""
+    from django.core.management import call_command
+    from django.db.utils import OperationalError
+
+    name = f"{KEEP_DB}_{level}"
+    try:
+        _use_database(name)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT body FROM bench_scale_built")
+            built = json.loads(cursor.fetchone()[0])
+    except Exception as exc:  # noqa: BLE001 - absent, or incomplete: (re)build it
+        if not isinstance(exc, OperationalError):
+            print(f"{name}: not a complete build ({type(exc).__name__}); rebuilding",
+                  file=sys.stderr)
+        _use_database("postgres")
+        _admin(f'DROP DATABASE IF EXISTS "{name}"')
+        _admin(f'CREATE DATABASE "{name}"')
+        _use_database(name)
+        call_command("migrate", verbosity=0)
+        t0 = time.perf_counter()
+        built = build(level)
+        built["build_s"] = time.perf_counter() - t0
+        with connection.cursor() as cursor:
+            cursor.execute("CREATE TABLE bench_scale_built (body text)")
+            cursor.execute("INSERT INTO bench_scale_built VALUES (%s)", [json.dumps(built)])
+        return built, level
+    call_command("migrate", verbosity=0)  # the code's migrations since the build
+    return built, rebuild_state(built)
+
+
+def rebuild_state(built: dict) -> int:
+    """Bring a reused database's stored state to the code's format: when it is of another one,
+    load it and store it again when the code continues it (``ledger.CONTINUED_FORMAT``), else
+    rebuild it by the core from the synthetic history up to the run's last update (every update
+    of the run, bulk-built or ingested, has the shape :func:`update_events` gives); then let the
+    worker analyse once. Returns the run's last update (the level measured)."""
+    from recoverydash import recovery
+    from recoverydash.recovery.ledger import CONTINUED_FORMAT, STATE_FORMAT
+    from recoverydash.runs import analysis as bridge
+    from recoverydash.runs.models import Analysis, Attempt, Run
+
+    run = Run.objects.get(pk=built["run_pk"])
+    level = Attempt.objects.get(run=run, attempt=0).last_update
+    analysis = Analysis.objects.get(run=run)
+    if analysis.state_format != STATE_FORMAT:
+        t0 = time.perf_counter()
+        if analysis.state_format >= CONTINUED_FORMAT:  # the same state, another layout
+            ledger = recovery.Ledger.from_bytes(bytes(analysis.state))
+        else:
+            ledger = recovery.Ledger()
+            absorb_synthetic(ledger, 1, level)
+        store_state(run, ledger)
+        bridge.analyze(run)
+        print(f"state of format {analysis.state_format} rebuilt to {STATE_FORMAT} in "
+              f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return level
+
+
 def main() -> None:
     from django.test.utils import setup_test_environment
 
@@ -328,14 +438,21 @@ def main() -> None:
         return
     setup_test_environment()
     old_name = connection.settings_dict["NAME"]
-    connection.creation.create_test_db(verbosity=0, autoclobber=True)
-    name = connection.settings_dict["NAME"]
+    if not KEEP_DB:
+        connection.creation.create_test_db(verbosity=0, autoclobber=True)
     rows = []
     try:
-        for level in LEVELS:
-            t0 = time.perf_counter()
-            built = build(level)
-            build_s = time.perf_counter() - t0
+        for wanted in LEVELS:
+            if KEEP_DB:
+                built, level = kept(wanted)
+                build_s = built["build_s"]
+            else:
+                level = wanted
+                t0 = time.perf_counter()
+                built = build(level)
+                build_s = time.perf_counter() - t0
+            name = connection.settings_dict["NAME"]
+            connection.close()
             env = dict(os.environ, BENCH_LEVELS=str(level))
             out = subprocess.run([sys.executable, __file__, "--measure", str(built["run_pk"]),
                                   str(built["project_pk"]), name],
@@ -352,7 +469,8 @@ def main() -> None:
                   f"{measured['rss_mb']:.0f} MB; {built['checkpoints']} checkpoints of "
                   f"{WORLD} shards ({built['statuses']})", flush=True)
     finally:
-        connection.creation.destroy_test_db(old_name, verbosity=0)
+        if not KEEP_DB:
+            connection.creation.destroy_test_db(old_name, verbosity=0)
     report(rows)
 
 

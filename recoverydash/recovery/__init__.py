@@ -111,6 +111,10 @@ ledger's fold by :func:`analyze`. Everything else (attempts, generations, restor
 is passed whole to :func:`analyze` each time. A state loaded from an older format
 (``Ledger.state_format`` below ``ledger.STATE_FORMAT``) holds no heartbeats: a caller folding them
 incrementally rebuilds it from its rows.
+
+With no new input at all, the clock-driven figures (``split_clock_driven``) at a later time come
+from the small ``clock_basis`` of the last analysis (``clock_driven_at``), equal to a full
+analysis at that time, or None when an update would settle by age meanwhile.
 """
 from __future__ import annotations
 
@@ -122,6 +126,7 @@ import importlib
 _EXPORTS = {
     "RestorePlan": "analysis", "RunAnalysis": "analysis", "analyze": "analysis",
     "restore_plan": "analysis", "split_clock_driven": "analysis",
+    "clock_basis": "analysis", "clock_driven_at": "analysis",
     "GENERATIONS_SHOWN": "analysis", "generations_summary": "analysis",
     "shown_generations": "analysis",
     "Costs": "costs",

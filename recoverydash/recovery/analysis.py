@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .costs import Costs, costs
+import math
+from types import SimpleNamespace
+
+from .costs import Costs, cost_basis, costs_at
 from .counting import count_strata
-from .figures import (committed_frontier, fetched_cursor, health, last_restorable,
+from .figures import (committed_frontier, fetched_cursor, health_at, health_basis,
+                      last_restorable,
                       logger_rewind_update, restorable_on, run_ended_at,
                       seconds_since_last_restorable, tslrc_sawtooth, update_interval,
                       updates_at_risk)
@@ -55,6 +59,9 @@ class RunAnalysis:
     #: the newest attempt's median update interval (:func:`.figures.update_interval`):
     #: ``{"attempt", "median_s"}``, what the silence rules compare reporters' ages with
     update_interval: dict | None = None
+    #: what the clock-driven figures are recomputed from at a later time without the inputs
+    #: (:func:`clock_basis`), None when they cannot be
+    clock_basis: dict | None = None
 
     def to_dict(self) -> dict:
         """Spec 5's fields and ours (see the class docstring). ``generations`` is bounded
@@ -155,6 +162,11 @@ def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None,
         first_event = min(known) if known else now
     if not attempts:
         empty = RunAnalysis(run.run_id, now, "ok", None, None, 0, first_event_at=first_event)
+        basis = {"format": CLOCK_BASIS_FORMAT, "now": now, "settle_seconds": settle_seconds,
+                 "earliest_unsettled": None, "first_event_at": first_event,
+                 "last_committed_at": None, "ended_at": None, "health": None, "costs": None,
+                 "restorable": []}
+        empty.clock_basis = basis if run.first_event_at is not None else None
         empty.seconds_since_last_restorable = seconds_since_last_restorable(empty, now)
         empty.charts = {"committed_cursor": [], "fetched": [],
                         "tslrc": tslrc_sawtooth([], first_event, now)}
@@ -181,24 +193,117 @@ def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None,
                            restorable_elsewhere=[v.generation_id for v in elsewhere],
                            elsewhere_reasons=reasons, first_event_at=first_event,
                            ended_at=run_ended_at(attempts[live]))
-    since = analysis.seconds_since_last_restorable = seconds_since_last_restorable(analysis, now)
     analysis.update_interval = update_interval(view.ledger, live)
     try:
-        analysis.costs = costs(view.ledger, attempts, live_lineage, restarts, verdicts,
-                               on_lineage, now, first_event)
+        basis_costs = cost_basis(view.ledger, attempts, live_lineage, restarts, verdicts,
+                                 on_lineage, first_event)
     except Exception as exc:  # noqa: BLE001 - the cost figures must never take the verdicts down
-        analysis.costs = Costs(findings=[{"code": "costs_unavailable",
-                                          "detail": f"{type(exc).__name__}: {exc}"}])
-    analysis.health = health(attempts[live], contract, last, since, now - first_event, restarts,
-                             verdicts)
+        basis_costs = {"unavailable": f"{type(exc).__name__}: {exc}"}
+    basis = {
+        "format": CLOCK_BASIS_FORMAT, "now": now, "settle_seconds": settle_seconds,
+        "earliest_unsettled": view.earliest_unsettled(), "first_event_at": first_event,
+        "last_committed_at": None if last is None else last.committed_at,
+        "ended_at": analysis.ended_at,
+        "health": health_basis(attempts[live], contract, last, restarts, verdicts),
+        "costs": basis_costs,
+        "restorable": [[v.update, v.committed_at] for v in on_lineage]}
+    timed = _clock_driven(basis, now)
+    analysis.seconds_since_last_restorable = timed["seconds_since_last_restorable"]
+    analysis.costs = timed["costs"]
+    analysis.health = timed["health"]
     analysis.charts = {
         "committed_cursor": committed_frontier(view.ledger, attempts, view.resumes),
         "fetched": fetched_cursor(view.beats, attempts),
-        "tslrc": tslrc_sawtooth([(v.update, v.committed_at) for v in on_lineage], first_event,
-                                now if analysis.ended_at is None
-                                else min(now, analysis.ended_at)),
+        "tslrc": timed["tslrc"],
     }
+    # a first event taken from ``now`` (none known) moves with the clock: no basis then
+    analysis.clock_basis = basis if first_event is not None and (
+        run.first_event_at is not None
+        or any(a.started_at is not None for a in attempts.values())) else None
     return analysis
+
+
+#: Format of :func:`clock_basis`'s dict; a basis of another one is not used.
+CLOCK_BASIS_FORMAT = 1
+
+
+def clock_basis(analysis: RunAnalysis) -> dict | None:
+    """What :func:`clock_driven_at` recomputes the clock-driven figures from, as a JSON-ready
+    dict of finite numbers (None when the analysis has none, or a value is not finite):
+    ``now`` and ``settle_seconds`` of the analysis, ``earliest_unsettled``
+    (:meth:`.view.RunView.earliest_unsettled`), ``first_event_at``, ``last_committed_at`` and
+    ``ended_at`` (POSIX seconds or None), ``health`` (:func:`.figures.health_basis`, None for a
+    run without attempts), ``costs`` (:func:`.costs.cost_basis`, or ``{"unavailable":
+    detail}``, None without attempts) and ``restorable`` (``[update, committed_at]`` of the
+    live lineage's restorable generations, :func:`.figures.tslrc_sawtooth`'s input). Its size
+    grows with the restorable generations and restarts, never with updates or heartbeats."""
+    basis = analysis.clock_basis
+    if basis is None or not _finite(basis):
+        return None
+    return basis
+
+
+def _finite(value) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_finite(v) for v in value)
+    return True
+
+
+def clock_driven_at(basis, now: float, settle_seconds: float) -> dict | None:
+    """The clock-driven part of the analysis at ``now`` (POSIX seconds), as
+    :func:`split_clock_driven` gives it of :meth:`RunAnalysis.to_dict` (``health``,
+    ``seconds_since_last_restorable``, ``costs``, ``charts: {"tslrc"}``), computed from
+    ``basis`` (:func:`clock_basis` of an analysis of the same inputs) without the inputs: equal
+    to that of a full :func:`analyze` of the same inputs at ``now``, whose other keys then equal
+    those of the analysis the basis came from.
+
+    None when that does not hold or cannot be told: ``basis`` missing or of another
+    :data:`CLOCK_BASIS_FORMAT`, ``now`` before the basis' own time, ``settle_seconds`` not the
+    basis' own, or an update unsettled at the basis' time settling by age at ``now``
+    (docs/definitions.md#updates-counted-once-complete: counts, frontiers and verdicts may
+    change then, so the caller analyses in full)."""
+    if not isinstance(basis, dict) or basis.get("format") != CLOCK_BASIS_FORMAT:
+        return None
+    if not now >= basis["now"] or settle_seconds != basis["settle_seconds"]:
+        return None
+    earliest = basis["earliest_unsettled"]
+    if earliest is not None and not now - settle_seconds < earliest:
+        return None
+    timed = _clock_driven(basis, now)
+    return {"health": timed["health"],
+            "seconds_since_last_restorable": timed["seconds_since_last_restorable"],
+            "costs": timed["costs"].to_dict(), "charts": {"tslrc": timed["tslrc"]}}
+
+
+def _clock_driven(basis: dict, now: float) -> dict:
+    """``{"seconds_since_last_restorable", "health", "costs" (Costs), "tslrc"}`` at ``now`` from
+    a clock basis (the one computation :func:`analyze` and :func:`clock_driven_at` share)."""
+    first_event, ended = basis["first_event_at"], basis["ended_at"]
+    last = basis["last_committed_at"]
+    clock = SimpleNamespace(
+        last_restorable=None if last is None else SimpleNamespace(committed_at=last),
+        first_event_at=first_event, ended_at=ended)
+    since = seconds_since_last_restorable(clock, now)
+    if basis["health"] is None:  # a run without attempts
+        return {"seconds_since_last_restorable": since, "health": "ok", "costs": Costs(),
+                "tslrc": tslrc_sawtooth([], first_event, now)}
+    found = basis["costs"]
+    if "unavailable" in found:
+        spent = Costs(findings=[{"code": "costs_unavailable", "detail": found["unavailable"]}])
+    else:
+        try:
+            spent = costs_at(found, now)
+        except Exception as exc:  # noqa: BLE001 - the cost figures never take the verdicts down
+            spent = Costs(findings=[{"code": "costs_unavailable",
+                                     "detail": f"{type(exc).__name__}: {exc}"}])
+    return {"seconds_since_last_restorable": since,
+            "health": health_at(basis["health"], since, now - first_event), "costs": spent,
+            "tslrc": tslrc_sawtooth([tuple(p) for p in basis["restorable"]], first_event,
+                                    now if ended is None else min(now, ended))}
 
 
 def _why_not_live(attempts: dict, resumes: dict, live: int, lineage: Lineage) -> str:

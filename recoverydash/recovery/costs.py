@@ -113,9 +113,22 @@ def costs(ledger, attempts: dict, live_lineage, restarts: list, verdicts: list, 
     the live attempt's Lineage; ``restarts``: Restart list; ``verdicts``: GenerationVerdict list;
     ``on_lineage``: the restorable verdicts of the live lineage; ``now`` and ``first_event``:
     POSIX seconds. Wall time runs from the first event to ``now``, or to the newest attempt's
-    failure time once it ended."""
+    failure time once it ended. The same as :func:`costs_at` of :func:`cost_basis` at
+    ``now``."""
+    return costs_at(cost_basis(ledger, attempts, live_lineage, restarts, verdicts, on_lineage,
+                               first_event), now)
+
+
+def cost_basis(ledger, attempts: dict, live_lineage, restarts: list, verdicts: list,
+               on_lineage: list, first_event: float) -> dict:
+    """Everything :func:`costs` reads of a run apart from the clock, as a JSON-ready dict
+    (arguments as :func:`costs`'): ``first_event`` and ``end`` (the newest attempt's failure
+    time once it ended, else None: the clock), ``wall_what`` (the phrase of the wall time's
+    clock_skew finding), ``useful`` (seconds), ``failures``, ``median_save`` (seconds or None),
+    ``observed`` (:func:`observed_interval`, seconds or None), ``incidents`` and ``findings``
+    (the clock_skew findings of the durations other than the wall time, in order)."""
     newest = attempts[max(attempts)]
-    end = newest.failure_time() if newest.end_reason is not None else now
+    ended = newest.end_reason is not None
     skews: list[Reason] = []
 
     def clamped(seconds, what):
@@ -124,10 +137,6 @@ def costs(ledger, attempts: dict, live_lineage, restarts: list, verdicts: list, 
             skews.append(skew)
         return value
 
-    wall = clamped((end if end is not None else now) - first_event,
-                   "the newest attempt ended before the run's first event"
-                   if newest.end_reason is not None
-                   else "the run's first event is later than now (a trainer clock ahead)") or 0.0
     useful = 0.0
     for seg in live_lineage.segments:
         state = ledger.attempts.get(seg.attempt)
@@ -150,14 +159,34 @@ def costs(ledger, attempts: dict, live_lineage, restarts: list, verdicts: list, 
              for v in verdicts
              if v.manifest is not None and v.committed_at is not None and v.started_at is not None]
     saves = [d for d in saves if d is not None]
-    median = save_cost(saves)
+    return {
+        "first_event": first_event, "end": newest.failure_time() if ended else None,
+        "wall_what": ("the newest attempt ended before the run's first event" if ended
+                      else "the run's first event is later than now (a trainer clock ahead)"),
+        "useful": useful, "failures": failures, "median_save": save_cost(saves),
+        "observed": observed_interval([v.committed_at for v in on_lineage]),
+        "incidents": [{"attempt": r.attempt, "lost_updates": r.lost_updates,
+                       "lost_seconds": r.lost_seconds, "recovery_seconds": r.recovery_seconds}
+                      for r in restarts],
+        "findings": [f.to_dict() for f in skews]}
+
+
+def costs_at(basis: dict, now: float) -> Costs:
+    """The run's :class:`Costs` at ``now`` (POSIX seconds) from ``basis`` (:func:`cost_basis`):
+    the wall time from the first event to ``now`` or to the newest attempt's end (clamped,
+    :func:`clamp_duration`: its finding comes first), and what divides by it (:func:`goodput`,
+    :func:`mtbf`, :func:`young_interval`)."""
+    end = basis["end"]
+    wall, skew = clamp_duration((end if end is not None else now) - basis["first_event"],
+                                basis["wall_what"])
+    wall = wall or 0.0
+    useful, failures, median = basis["useful"], basis["failures"], basis["median_save"]
     between = mtbf(wall, failures)
     return Costs(
-        incidents=[{"attempt": r.attempt, "lost_updates": r.lost_updates,
-                    "lost_seconds": r.lost_seconds, "recovery_seconds": r.recovery_seconds}
-                   for r in restarts],
+        incidents=[dict(i) for i in basis["incidents"]],
         wall_seconds=wall, useful_seconds=useful, goodput=goodput(useful, wall),
         failures=failures, mtbf_seconds=between, median_save_seconds=median,
         young_interval_seconds=young_interval(median, between),
-        observed_interval_seconds=observed_interval([v.committed_at for v in on_lineage]),
-        findings=[f.to_dict() for f in skews])
+        observed_interval_seconds=basis["observed"],
+        findings=([skew.to_dict()] if skew is not None else []) + [dict(f) for f in
+                                                                    basis["findings"]])

@@ -252,21 +252,41 @@ def health(newest: AttemptRecord, contract: Mapping, last, seconds: float, age: 
     * ``ok`` otherwise.
 
     ``contract``: the effective contract (:func:`.contract.effective_contract`); ``restarts``:
-    Restart list; ``verdicts``: GenerationVerdict list."""
-    max_age = float(contract["max_checkpoint_age_s"])
-    if newest.end_reason in ENDED_REASONS:
-        return "ended"
-    if last is None and age > max_age:
-        return "failing"
+    Restart list; ``verdicts``: GenerationVerdict list. The same as :func:`health_at` of
+    :func:`health_basis`."""
+    return health_at(health_basis(newest, contract, last, restarts, verdicts), seconds, age)
+
+
+def health_basis(newest: AttemptRecord, contract: Mapping, last, restarts: list,
+                 verdicts: list) -> dict:
+    """What :func:`health` reads of a run apart from the clock, as a JSON-ready dict:
+    ``ended`` (bool), ``restorable`` (``last`` is not None), ``max_age`` (the contract's
+    ``max_checkpoint_age_s``, seconds), ``replay_failing`` (the last restart broke the replay
+    or omission limit) and ``at_risk`` (a generation newer than ``last`` was rejected, or the
+    newest attempt ended ``failed``/``preempted``). Arguments as :func:`health`'s."""
+    replay_failing = False
     if restarts:
         final = restarts[-1]
-        if final.replayed > int(contract["max_replay_samples"]) \
-                or final.omitted > int(contract["max_omission_samples"]):
-            return "failing"
+        replay_failing = final.replayed > int(contract["max_replay_samples"]) \
+            or final.omitted > int(contract["max_omission_samples"])
     newer_rejected = any(v.status == "rejected" and (last is None or (v.update or 0) > last.update)
                          for v in verdicts)
-    if checkpoint_stale(seconds, max_age) or newer_rejected \
-            or newest.end_reason in ("failed", "preempted"):
+    return {"ended": newest.end_reason in ENDED_REASONS, "restorable": last is not None,
+            "max_age": float(contract["max_checkpoint_age_s"]), "replay_failing": replay_failing,
+            "at_risk": newer_rejected or newest.end_reason in ("failed", "preempted")}
+
+
+def health_at(basis: Mapping, seconds: float | None, age: float) -> str:
+    """docs/definitions.md#health (the order of :func:`health`) from ``basis``
+    (:func:`health_basis`), ``seconds`` (:func:`seconds_since_last_restorable`) and ``age``
+    (seconds since the run's first event)."""
+    if basis["ended"]:
+        return "ended"
+    if not basis["restorable"] and age > basis["max_age"]:
+        return "failing"
+    if basis["replay_failing"]:
+        return "failing"
+    if checkpoint_stale(seconds, basis["max_age"]) or basis["at_risk"]:
         return "at_risk"
     return "ok"
 

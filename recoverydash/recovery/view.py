@@ -104,6 +104,27 @@ class RunView:
         self._settled[attempt] = top
         return top
 
+    def earliest_unsettled(self) -> float | None:
+        """The earliest first report time (POSIX seconds) of an update that is not settled at
+        ``now`` (:meth:`settled_upto`), None when every update is settled or ``now`` is None.
+        With the inputs unchanged, :meth:`settled_upto` answers the same at every later
+        analysis time ``t`` with ``t - settle_seconds`` below it (computed so: the comparison
+        the age rule makes), and at no time when it is None. Reads only the unsettled updates
+        (the newest of the live attempt, all first reported after ``now - settle_seconds``)."""
+        if self.now is None:
+            return None
+        earliest = None
+        for attempt in self.attempts:
+            top = self.settled_upto(attempt)
+            state = self.ledger.attempts.get(attempt)
+            if top is None or state is None:
+                continue
+            for update in state.updates.iter_equal_or_larger(top + 1):
+                when = state.update_time(update)
+                if when is not None and (earliest is None or when < earliest):
+                    earliest = when
+        return earliest
+
     def is_settled(self, attempt: int, update: int) -> bool:
         """Whether ``update`` of ``attempt`` is settled (:meth:`settled_upto`)."""
         top = self.settled_upto(attempt)

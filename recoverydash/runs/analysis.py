@@ -28,7 +28,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from recoverydash import recovery
-from recoverydash.recovery.ledger import STATE_FORMAT
+from recoverydash.recovery.ledger import CONTINUED_FORMAT, STATE_FORMAT
 from recoverydash.runs.folding import unfold
 from recoverydash.runs.models import (GLOBAL_RANK, Analysis, Attempt, CheckpointObject,
                                       Generation, Heartbeat, LedgerRow, Run, ShardReport)
@@ -414,9 +414,25 @@ def _merge_result(analysis: Analysis, timed: dict) -> None:
     Analysis.objects.filter(pk=analysis.pk).update(result=merged)
 
 
+def store_state(run: Run, ledger: "recovery.Ledger", seq: int) -> None:
+    """Store ``ledger`` as the run's incremental state reflecting every row up to ingest seq
+    ``seq`` (a benchmark's or a migration's write: the next analysis continues it, absorbing
+    rows above ``seq``). Creates the Analysis row if needed."""
+    analysis, _ = Analysis.objects.get_or_create(run=run)
+    Analysis.objects.filter(pk=analysis.pk).update(state=ledger.to_bytes(),
+                                                   state_format=STATE_FORMAT, ingest_seq=seq)
+
+
 def analyze(run: Run, now: float | None = None) -> Analysis:
-    """Bring the run's stored analysis up to date and return it (see ``analyze_with_result``)."""
-    return analyze_with_result(run, now)[0]
+    """Bring the run's stored analysis up to date and return it (see ``analyze_with_result``).
+
+    With nothing new since the stored analysis (the run's ingest seq unchanged, no error) and
+    its clock basis holding at ``now`` (``recovery.clock_driven_at``: no update settles by age
+    meanwhile), only the clock-driven figures are recomputed from ``Analysis.clock_basis`` and
+    merged into the stored result (:func:`_clock_only`): neither the ledger state nor the
+    stored inputs are read, no generation is judged again, and what is stored equals a full
+    analysis at ``now``."""
+    return _analyze(run, now, outcome=False)[0]
 
 
 class AnalysisFailed(Exception):
@@ -431,13 +447,15 @@ _INPUT_ERRORS = (ValueError, OverflowError, TypeError, KeyError, IndexError, Ari
 
 
 def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "recovery.RunAnalysis"]:
-    """Bring the run's stored analysis up to date; returns the row and the core's RunAnalysis.
+    """Bring the run's stored analysis up to date; returns the row and the core's RunAnalysis
+    (always a full analysis: :func:`analyze` may take the clock-only path instead).
 
     Incremental: the ledger state kept in ``Analysis.state`` absorbs only ledger rows whose
     ``last_seq`` and heartbeats whose ``seq`` are above the seq the state reflects
     (:func:`absorb_new`; a row that gained a piece is absorbed again; the core unites reports of
-    one rank for one update). A state of another format than ``ledger.STATE_FORMAT`` is rebuilt
-    from every row. Attempts, restores and generations (with their shard reports and storage
+    one rank for one update). A state of a format older than ``ledger.CONTINUED_FORMAT`` is
+    rebuilt from every row; one of that format or newer is continued (and written in
+    ``ledger.STATE_FORMAT``). Attempts, restores and generations (with their shard reports and storage
     results) come from the copy kept in ``Analysis.inputs`` (:class:`StoredInputs`), of which
     only the rows whose ``seq`` is above the stored one are read again; with the run's ingest
     seq unchanged since the stored analysis (nothing ingested, no storage result or contract
@@ -447,30 +465,83 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
 
     Raises AnalysisFailed (after storing the error) when the core refuses the inputs.
     """
+    return _analyze(run, now, outcome=True)
+
+
+def _clock_only(run: Run, analysis: Analysis, target_seq: int, now: float,
+                started: float) -> Analysis | None:
+    """The clock-only path of :func:`analyze`: when nothing was written since the stored
+    analysis (``target_seq`` is its ingest seq, it holds no error, its state is of the code's
+    format) and its ``clock_basis`` holds at ``now`` (``recovery.clock_driven_at``), merge the
+    clock-driven figures at ``now`` into the stored result (:func:`_merge_result`), set
+    ``health``, ``computed_at`` and ``duration_s``, send ``analysis_stored``, and return the
+    row. None when the path does not apply (the caller analyses in full); ``analysis`` is read
+    without ``state`` and ``inputs``, and neither is read here."""
+    basis, stored = analysis.clock_basis, analysis.result
+    if analysis.ingest_seq != target_seq or analysis.error or target_seq <= 0 \
+            or analysis.state_format < CONTINUED_FORMAT or not isinstance(stored, dict) \
+            or not stored:
+        return None
+    timed = recovery.clock_driven_at(basis, now, settings.RECOVERYDASH_SETTLE_S)
+    if timed is None:
+        return None
+    with transaction.atomic():
+        locked = Analysis.objects.select_for_update().defer(
+            "state", "result", "inputs", "clock_basis").get(pk=analysis.pk)
+        if locked.ingest_seq > target_seq or (locked.ingest_seq == target_seq
+                                              and locked.computed_at != analysis.computed_at):
+            return locked  # a concurrent analysis stored as many events or more since: keep it
+        if locked.ingest_seq != target_seq or locked.error:
+            return None
+        locked.run = run
+        locked.result = stored
+        _merge_result(locked, timed)
+        merged = dict(stored)
+        merged.update({k: v for k, v in timed.items() if k != "charts"})
+        merged["charts"] = {**(stored.get("charts") or {}), **timed["charts"]}
+        locked.result = merged
+        locked.health = timed["health"]
+        locked.computed_at = timezone.now()
+        locked.duration_s = time.monotonic() - started
+        locked.save(update_fields=["health", "computed_at", "duration_s"])
+        analysis_stored.send(sender=Analysis, run=run, analysis=locked,
+                             now=datetime.fromtimestamp(now, tz=dt_timezone.utc))
+    return locked
+
+
+def _analyze(run: Run, now: float | None, outcome: bool) -> tuple[Analysis, "recovery.RunAnalysis | None"]:
+    """:func:`analyze_with_result`, or with ``outcome`` False :func:`analyze` (the clock-only
+    path allowed; the RunAnalysis is None when it was taken)."""
     started = time.monotonic()
     now = time.time() if now is None else now
-    analysis, _ = Analysis.objects.get_or_create(run=run)
+    analysis, _ = Analysis.objects.defer("state", "inputs").get_or_create(run=run)
     # Read the seq first: every row stamped at or below it is committed and none will be
     # written (recoverydash.runs.seq: waits for the batches in flight on the run).
     target_seq = committed_seq(run.pk)
+    if not outcome:
+        done = _clock_only(run, analysis, target_seq, now, started)
+        if done is not None:
+            return done, None
+    stored_state, stored_inputs = Analysis.objects.filter(pk=analysis.pk).values_list(
+        "state", "inputs").get()
     ledger = None
-    if analysis.state:
+    if stored_state:
         # The stored state is that of the last analysis that succeeded (a refused one stores
         # none), so it is continued after a refusal too.
         try:
-            ledger = recovery.Ledger.from_bytes(bytes(analysis.state))
+            ledger = recovery.Ledger.from_bytes(bytes(stored_state))
         except ValueError:
             log.warning("run %s: stored ledger state unreadable; rebuilding", run.pk)
-        if ledger is not None and ledger.state_format != STATE_FORMAT:
-            log.info("run %s: ledger state of format %s, not %s; rebuilding", run.pk,
-                     ledger.state_format, STATE_FORMAT)
+        if ledger is not None and ledger.state_format < CONTINUED_FORMAT:
+            log.info("run %s: ledger state of format %s, older than %s; rebuilding", run.pk,
+                     ledger.state_format, CONTINUED_FORMAT)
             ledger = None
     since = analysis.ingest_seq if ledger is not None else -1
     if ledger is None and analysis.compacted_at is not None:
         # docs/retention.md: raw rows the state had absorbed are gone; a rebuild from what is
         # left would be an analysis of part of the run presented as the whole.
-        message = (f"the stored ledger state cannot be continued (unreadable or of another "
-                   f"format than {STATE_FORMAT}) and raw rows it had absorbed were compacted "
+        message = (f"the stored ledger state cannot be continued (unreadable or of a format "
+                   f"older than {CONTINUED_FORMAT}) and raw rows it had absorbed were compacted "
                    f"on {analysis.compacted_at.isoformat()}: not rebuilt from the rest "
                    f"(docs/retention.md)")
         Analysis.objects.filter(pk=analysis.pk).update(error=message, error_at=timezone.now(),
@@ -478,7 +549,7 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
         raise AnalysisFailed(message)
     # The attempts and generations as the last analysis read them (StoredInputs), continued
     # with the rows written since (their seq above the one the copy reflects), or all rows.
-    inputs = StoredInputs.from_bytes(analysis.inputs) if since >= 0 else None
+    inputs = StoredInputs.from_bytes(stored_inputs) if since >= 0 else None
     inputs_since = since if inputs is not None else -1
     inputs = inputs if inputs is not None else StoredInputs()
     unchanged = inputs_since >= 0 and target_seq == since and not analysis.error
@@ -494,9 +565,9 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
             absorbed = absorb_new(run, ledger, since, target_seq)
             read = inputs.read_changes(run, inputs_since)
         run.refresh_from_db()
-        outcome = recovery.analyze(inputs.run_input(run), now, ledger=ledger,
-                                   settle_seconds=settings.RECOVERYDASH_SETTLE_S)
-        result = outcome.to_dict()
+        found = recovery.analyze(inputs.run_input(run), now, ledger=ledger,
+                                 settle_seconds=settings.RECOVERYDASH_SETTLE_S)
+        result = found.to_dict()
         # nothing absorbed into a continued state: the stored bytes are that state already
         # (serialising and rewriting them would cost what the run's history weighs)
         state = None if since >= 0 and absorbed == (0, 0) else ledger.to_bytes()
@@ -515,9 +586,10 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
         analysis = Analysis.objects.select_for_update().defer("state", "result", "inputs").get(
             pk=analysis.pk)
         if analysis.ingest_seq > target_seq:
-            return analysis, outcome  # a concurrent analysis saw more events: keep it
+            return analysis, found  # a concurrent analysis saw more events: keep it
         fields = ["health", "ingest_seq", "computed_at", "duration_s", "error", "error_at",
-                  "error_seq"]
+                  "error_seq", "clock_basis"]
+        analysis.clock_basis = recovery.clock_basis(found)
         # nothing absorbed and the stored result equal but for its clock-driven figures
         # (recovery.split_clock_driven): only those are written, merged into the stored jsonb
         # (a few hundred bytes instead of the result with its generations and chart series),
@@ -534,7 +606,7 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
             fields += ["state", "state_format"]
         # compared with what the rows hold (no read): a row another writer left behind the
         # result is put right even when the result itself is unchanged
-        written = _store_generation_statuses(outcome.generations, inputs)
+        written = _store_generation_statuses(found.generations, inputs)
         if read or written or inputs_since < 0 or analysis.ingest_seq != since:
             analysis.inputs = inputs.to_bytes()
             fields.append("inputs")
@@ -552,7 +624,7 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
         # ``pending_analysis`` false) only together with the alerts of this analysis.
         analysis_stored.send(sender=Analysis, run=run, analysis=analysis,
                              now=datetime.fromtimestamp(now, tz=dt_timezone.utc))
-    return analysis, outcome
+    return analysis, found
 
 
 def analyze_queued(run_pk: int) -> Analysis | None:

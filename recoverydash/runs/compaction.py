@@ -26,15 +26,17 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from recoverydash.recovery.ledger import STATE_FORMAT
+from recoverydash.recovery.ledger import CONTINUED_FORMAT
 from recoverydash.runs.models import Analysis, AuditWindow, Event, Heartbeat, LedgerRow
 
 RAW_TYPES = ("update_committed", "update_aggregate", "heartbeat")
 
 
 def _absorbed(seq_field: str):
-    """The run's stored state, of the current format, reflects the row's seq."""
-    return Exists(Analysis.objects.filter(run=OuterRef("run"), state_format=STATE_FORMAT,
+    """The run's stored state, of a format the analysis continues (``ledger.CONTINUED_FORMAT``
+    or newer), reflects the row's seq."""
+    return Exists(Analysis.objects.filter(run=OuterRef("run"),
+                                          state_format__gte=CONTINUED_FORMAT,
                                           ingest_seq__gte=OuterRef(seq_field)))
 
 

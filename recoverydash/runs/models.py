@@ -746,6 +746,16 @@ def clock_columns(clock: dict) -> dict:
             "clock_ended_s": clock.get("ended_at")}
 
 
+class AnalysisManager(models.Manager):
+    """``Analysis.objects``: rows read without their two blobs, ``state`` and ``inputs`` (they
+    weigh what the run's history weighs and only the analysis reads them, by ``values_list``
+    or on first access of the attribute): a reader of the result, the alert rules under the
+    row's lock included, never transfers them."""
+
+    def get_queryset(self):
+        return super().get_queryset().defer("state", "inputs")
+
+
 class Analysis(models.Model):
     """The stored analysis of a run: the recovery core's result and its incremental state.
 
@@ -755,6 +765,8 @@ class Analysis(models.Model):
     result reflects. Figures that depend on the current time (seconds since last restorable)
     are computed when read, from ``result``.
     """
+
+    objects = AnalysisManager()
 
     run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="analysis")
     computed_at = models.DateTimeField(default=timezone.now)
@@ -786,6 +798,14 @@ class Analysis(models.Model):
     # ``StoredInputs``: zlib-compressed JSON), as of ``ingest_seq``: each analysis reads only
     # the Attempt and Generation rows whose seq lies above it and replaces those entries.
     inputs = models.BinaryField(null=True, blank=True)
+    # What the clock-driven figures of ``result`` are recomputed from at a later time with
+    # nothing new (``recovery.clock_basis``; None: an analysis before it, or none to keep):
+    # such an analysis reads neither ``state`` nor ``inputs`` (runs.analysis).
+    clock_basis = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        # ``run.analysis`` (a related access) defers the blobs too (AnalysisManager)
+        base_manager_name = "objects"
 
     def save(self, *args, **kwargs):
         """Save, with ``clock`` derived from ``result`` (``clock_of``) and its columns

@@ -89,9 +89,14 @@ def test_it_refuses_to_rebuild_a_compacted_run_from_the_rows_left(project, scena
     bridge.analyze(run, now=NOW)
     compact(now=LATER)
     Analysis.objects.filter(run=run).update(state=b"not a state")
+    # with nothing new the clock-only path reads no state (the stored result stands); any
+    # analysis that reads it refuses
+    assert bridge.analyze(run, now=NOW + 60).error == ""
     with pytest.raises(bridge.AnalysisFailed, match="compacted"):
-        bridge.analyze(run, now=NOW)
+        bridge.analyze_with_result(run, now=NOW + 60)
     assert "docs/retention.md" in Analysis.objects.get(run=run).error
+    with pytest.raises(bridge.AnalysisFailed, match="compacted"):
+        bridge.analyze(run, now=NOW + 120)  # the stored error: no clock-only path either
 
 
 def test_it_compacts_nothing_when_compaction_is_off(project, scenario_loader, tmp_path,

@@ -87,7 +87,7 @@ def test_a_costs_failure_never_fails_the_verdicts(monkeypatch):
     def broken(*args, **kwargs):
         raise ValueError("math domain error")
 
-    monkeypatch.setattr(analysis_module, "costs", broken)
+    monkeypatch.setattr(analysis_module, "cost_basis", broken)
     result = analyze(worked_example(80_048), now=2100.0)
     assert result.costs.findings == [{"code": "costs_unavailable",
                                       "detail": "ValueError: math domain error"}]

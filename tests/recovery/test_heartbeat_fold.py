@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from recoverydash.recovery import HeartbeatFold, HeartbeatRecord, Ledger
 from recoverydash.recovery.heartbeats import CHART_POINTS
+from recoverydash.recovery.ledger import STATE_FORMAT
+
+from state_formats import format_4
 
 
 def beat(i, attempt=0, rank=0, fetched=None):
@@ -68,10 +71,30 @@ def test_a_state_of_format_3_loads_without_heartbeats_and_says_its_format():
 
     ledger = Ledger()
     ledger.beats.absorb([beat(1)])
-    doc = json.loads(zlib.decompress(ledger.to_bytes()))
+    doc = json.loads(zlib.decompress(format_4(ledger)))
     assert doc["format"] == 4
     doc["format"] = 3
     del doc["heartbeats"]
     old = Ledger.from_bytes(zlib.compress(json.dumps(doc).encode()))
     assert old.state_format == 3 and old.beats.attempts == {}
-    assert Ledger.from_bytes(ledger.to_bytes()).state_format == 4
+    assert Ledger.from_bytes(ledger.to_bytes()).state_format == STATE_FORMAT == 5
+
+
+def test_a_state_of_format_4_loads_whole_and_is_written_again_in_format_5():
+    """Format 5 changes the layout only: a format 4 state (times base64 in the JSON) loads
+    into the same ledger, continued (``state_format`` 4, not below ``CONTINUED_FORMAT``)."""
+    from recoverydash.recovery import LedgerRecord
+    from recoverydash.recovery.ledger import CONTINUED_FORMAT
+
+    ledger = Ledger.from_records(
+        [LedgerRecord(0, u, r, 100.0 + u + 0.25 * r,
+                      [{"stratum": "s", "epoch": 0, "ranges": [[4 * u + r, 4 * u + r + 1]]}])
+         for u in list(range(200)) + [10_000] for r in range(4)]
+        + [LedgerRecord(1, 3, None, 5.5, [{"stratum": "s", "epoch": 0, "ids": [7, 9]}])])
+    ledger.beats.absorb([beat(i) for i in range(500)])
+    old = Ledger.from_bytes(format_4(ledger))
+    assert old.state_format == CONTINUED_FORMAT == 4
+    assert old.to_bytes() == ledger.to_bytes()
+    assert [old.update_time(0, u) for u in (0, 199, 200, 10_000)] == [100.0, 299.0, None, 10_100.0]
+    again = Ledger.from_bytes(ledger.to_bytes())
+    assert again.state_format == STATE_FORMAT and again.to_bytes() == ledger.to_bytes()
