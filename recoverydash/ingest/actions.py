@@ -20,7 +20,11 @@ Order of work inside the transaction, per batch:
    stored keys are united under their row lock), heartbeats, audit windows, generations, shard
    reports, checkpoint objects, all stamped with the seq;
 6. last, under each run's row lock (a few statements before commit): the span kinds again
-   against the run's record, the attempts, the run's counters, contract and ``ingest_seq``;
+   against the run's record, the attempts, the run's counters, contract and ``ingest_seq``.
+   A batch of updates, heartbeats and audit windows only (:data:`_HOT_TYPES`: the SDK's
+   requests) does this in raw statements on PostgreSQL (:func:`_finish_hot`): one ``UPDATE
+   ... RETURNING`` per run (the lock, the counters, the strata), the batch's attempts read
+   ``FOR UPDATE`` and written back in one statement each way, the reporters in one;
 7. after commit, hand the touched runs and newly committed generations to
    :func:`after_ingest`, which enqueues their verification and analysis and never fails the
    request; a run whose analysis is queued and not started (its mark, read under the row lock
@@ -208,16 +212,49 @@ def after_ingest(run_pks: list[int], committed_generation_pks: list[int]) -> Non
 def _get_runs(project: Project, run_ids: set[str]) -> dict[str, Run]:
     """The batch's runs of ``project`` (created if new), not locked."""
     wanted = sorted(run_ids)
-    runs = {r.run_id: r for r in Run.objects.filter(project=project, run_id__in=wanted)}
+    runs = _read_runs(project, wanted)
     missing = [r for r in wanted if r not in runs]
     if missing:
         # ignore_conflicts: a concurrent batch may create the same run; its insert waits for
         # that batch's commit, and the read below then sees the run.
         Run.objects.bulk_create([Run(project=project, run_id=r) for r in missing],
                                 ignore_conflicts=True)
-        runs.update({r.run_id: r for r in Run.objects.filter(project=project,
-                                                             run_id__in=missing)})
+        runs.update(_read_runs(project, missing))
     return runs
+
+
+#: The Run columns ingest reads before the end (:func:`_read_runs`); the rest stay deferred.
+_RUN_FIELDS = ("id", "project_id", "run_id", "ingest_seq", "strata", "drill_id", "is_drill")
+
+
+def _read_runs(project: Project, run_ids: list[str]) -> dict[str, Run]:
+    """``{run_id: Run}`` of the stored runs among ``run_ids`` of ``project``, not locked. On
+    PostgreSQL one raw statement of :data:`_RUN_FIELDS` (the ORM's query building was a
+    measurable part of a small request), the instances made by ``Run.from_db`` so that any
+    other field is deferred (read from the database if something asks), never a default."""
+    if connection.vendor != "postgresql":
+        return {r.run_id: r for r in Run.objects.filter(project=project, run_id__in=run_ids)}
+    columns = ", ".join(f'"{name}"' for name in _RUN_FIELDS).replace('"strata"',
+                                                                     '"strata"::text')
+    with connection.cursor() as cursor:
+        cursor.execute(f'SELECT {columns} FROM "{Run._meta.db_table}" WHERE project_id = %s '
+                       'AND run_id = ANY(%s::text[])', [project.pk, list(run_ids)])
+        rows = cursor.fetchall()
+    out = {}
+    for row in rows:
+        values = dict(zip(_RUN_FIELDS, row))
+        values["strata"] = json.loads(values["strata"])
+        run = _from_db(Run, values)
+        out[run.run_id] = run
+    return out
+
+
+def _from_db(model, values: dict[str, Any]):
+    """An instance of ``model`` as the ORM makes it from a row (``Model.from_db``) holding only
+    ``values`` (``{attname: value}``, values as the ORM would give them): every other field is
+    deferred, so reading one queries the database instead of answering a default."""
+    names = [f.attname for f in model._meta.concrete_fields if f.attname in values]
+    return model.from_db(connection.alias, names, [values[name] for name in names])
 
 
 def _lock_runs(runs: dict[str, Run]) -> dict[str, Run]:
@@ -428,6 +465,7 @@ def _copy(table: str, columns: Sequence[str], rows: Iterable[tuple]) -> None:
                 copy.write_row(row)
 
 
+_HEARTBEAT_COLUMNS = ("run_id", "attempt", "rank", "time", "update", "fetched", "seq")
 _LEDGER_COLUMNS = ("run_id", "attempt", "update", "rank", "ranks", "rank_shift", "time", "spans",
                    "samples", "tokens", "first_seq", "last_seq")
 
@@ -496,12 +534,33 @@ class _Projection:
         _unite_entry(entry, {"spans": spans, "samples": samples, "tokens": tokens,
                              "time": m.time})
 
-    def apply_attempts(self, attempts: dict[tuple[int, int], Attempt]) -> None:
+    def apply_attempts(self, attempts: dict[tuple[int, int], Attempt], hot: bool = False) -> None:
         """Apply the batch's events to ``attempts`` (every attempt row of the batch's runs, read
         under the run lock; missing ones are created here) in batch order, write the rows
         that changed, and note the reporters the batch heard from (``RankSeen.note``: one
-        statement, a row per reporter of the batch). Raises AttemptConflict for an attempt_started contradicting the stored
-        start."""
+        statement, a row per reporter of the batch). Raises AttemptConflict for an attempt_started
+        contradicting the stored start. ``hot``: the batch holds only :data:`_HOT_TYPES`, and
+        the attempts that existed are written by one statement of :data:`_HOT_ATTEMPT_FIELDS`
+        (:func:`_save_hot_attempts`), not by the ORM's save of every column."""
+        new, seen_by_key = self._apply_events(attempts)
+        if new:
+            Attempt.objects.bulk_create(new)
+        created = {id(att) for att in new}
+        changed = [attempts[key] for key in self.attempt_events
+                   if id(attempts[key]) not in created]
+        if hot:
+            _save_hot_attempts(changed)
+        else:
+            for att in changed:
+                att.save()
+        # the batch's reporters only: a row each (RankSeen.note), never the attempt's world
+        RankSeen.note({attempts[key].pk: [reporter_key(r) for r in ranks]
+                       for key, ranks in seen_by_key.items() if ranks}, self.now)
+
+    def _apply_events(self, attempts: dict[tuple[int, int], Attempt]) -> \
+            tuple[list[Attempt], dict[tuple[int, int], set[int | None]]]:
+        """Apply the batch's events to ``attempts`` in batch order (missing attempts are made
+        here, not saved); returns (the attempts made, the reporters heard from per attempt)."""
         new: list[Attempt] = []
         seen_by_key: dict[tuple[int, int], set[int | None]] = {}
         for key, evs in self.attempt_events.items():
@@ -520,20 +579,18 @@ class _Projection:
                 if ev.model.type == "attempt_started" and att.started_at is None:
                     self.first_started.add(key)
                 _apply_to_attempt(att, ev)
-        if new:
-            Attempt.objects.bulk_create(new)
-        for key in self.attempt_events:
-            if attempts[key] not in new:
-                attempts[key].save()
-        # the batch's reporters only: a row each (RankSeen.note), never the attempt's world
-        RankSeen.note({attempts[key].pk: [reporter_key(r) for r in ranks]
-                       for key, ranks in seen_by_key.items() if ranks}, self.now)
+        return new, seen_by_key
 
     # --- writing ------------------------------------------------------------------------------
     def flush(self) -> None:
         self._flush_ledger()
         if self.heartbeats:
-            Heartbeat.objects.bulk_create(self.heartbeats, batch_size=500)
+            if connection.vendor == "postgresql":
+                _copy(Heartbeat._meta.db_table, _HEARTBEAT_COLUMNS,
+                      ((h.run_id, h.attempt, h.rank, h.time, h.update, json.dumps(h.fetched),
+                        h.seq) for h in self.heartbeats))
+            else:
+                Heartbeat.objects.bulk_create(self.heartbeats, batch_size=500)
         if self.audit:
             AuditWindow.objects.bulk_create(self.audit, batch_size=500)
         for ev in self.generation_events:
@@ -821,22 +878,23 @@ def _stored_rows(groups: dict[tuple, list[tuple]]) -> Iterable[Any]:
     probes = sorted({key[:3] + (key[3] + key[4],) for keys in groups.values() for key in keys})
     found: dict[int, tuple] = {}
     table = LedgerRow._meta.db_table
-    for lo in range(0, len(probes), 500):
-        chunk = probes[lo:lo + 500]
-        values = ", ".join(["(%s::bigint, %s::integer, %s::bigint, %s::integer)"] * len(chunk))
-        params: list[Any] = [x for probe in chunk for x in probe]
-        sql = ('SELECT l.id, l.run_id, l.attempt, l."update", l.rank, l.ranks, l.rank_shift, '
-               'l.spans::text, l.samples, l.tokens, l.time, l.first_seq '
-               f'FROM (VALUES {values}) AS w(run_id, attempt, upd, top) '
-               'CROSS JOIN LATERAL (SELECT id, run_id, attempt, "update", rank, ranks, '
-               f'rank_shift, spans, samples, tokens, time, first_seq FROM "{table}" t '
-               'WHERE t.run_id = w.run_id AND t.attempt = w.attempt AND t."update" = w.upd '
-               'AND t.rank <= w.top AND t.rank <> %s ORDER BY t.rank DESC, t.ranks DESC '
-               'LIMIT 2 FOR UPDATE SKIP LOCKED) AS l')
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params + [GLOBAL_RANK])
-            for row in cursor.fetchall():
-                found.setdefault(row[0], row)
+    # The probes travel as four arrays: one statement text whatever their number (psycopg
+    # parses a statement's text per call unless it has seen it: a VALUES list of 4 parameters
+    # per probe was a new text, and most of the statement's client CPU, every request).
+    sql = ('SELECT l.id, l.run_id, l.attempt, l."update", l.rank, l.ranks, l.rank_shift, '
+           'l.spans::text, l.samples, l.tokens, l.time, l.first_seq '
+           'FROM unnest(%s::bigint[], %s::integer[], %s::bigint[], %s::integer[]) '
+           'AS w(run_id, attempt, upd, top) '
+           'CROSS JOIN LATERAL (SELECT id, run_id, attempt, "update", rank, ranks, '
+           f'rank_shift, spans, samples, tokens, time, first_seq FROM "{table}" t '
+           'WHERE t.run_id = w.run_id AND t.attempt = w.attempt AND t."update" = w.upd '
+           'AND t.rank <= w.top AND t.rank <> %s ORDER BY t.rank DESC, t.ranks DESC '
+           'LIMIT 2 FOR UPDATE SKIP LOCKED) AS l')
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [[p[0] for p in probes], [p[1] for p in probes],
+                             [p[2] for p in probes], [p[3] for p in probes], GLOBAL_RANK])
+        for row in cursor.fetchall():
+            found.setdefault(row[0], row)
     rows = [found[pk] for pk in sorted(found)]
     spans = json.loads("[" + ",".join(row[7] for row in rows) + "]")
     return [_StoredRow(row, mine) for row, mine in zip(rows, spans)]
@@ -867,20 +925,19 @@ def _update_joined(rows: list) -> None:
         LedgerRow.objects.bulk_update(rows, list(_JOINED_FIELDS), batch_size=500)
         return
     table = LedgerRow._meta.db_table
-    for lo in range(0, len(rows), 500):
-        chunk = rows[lo:lo + 500]
-        values = ", ".join(["(%s, %s, %s, %s, %s::jsonb, %s::timestamptz, %s, %s)"] * len(chunk))
-        params: list[Any] = []
-        for r in chunk:
-            params += [r.pk, r.rank, r.ranks, r.rank_shift, json.dumps(r.spans), r.time,
-                       r.first_seq, r.last_seq]
-        sql = (f'UPDATE "{table}" AS t SET rank = v.rank, ranks = v.ranks, '
-               'rank_shift = v.rank_shift, spans = v.spans, time = v.time, '
-               'first_seq = v.first_seq, last_seq = v.last_seq FROM (VALUES '
-               f'{values}) AS v(id, rank, ranks, rank_shift, spans, time, first_seq, last_seq) '
-               'WHERE t.id = v.id')
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
+    # Arrays, not a VALUES list: one statement text whatever the number of rows (see
+    # _stored_rows).
+    sql = (f'UPDATE "{table}" AS t SET rank = v.rank, ranks = v.ranks, '
+           'rank_shift = v.rank_shift, spans = v.spans::jsonb, time = v.time, '
+           'first_seq = v.first_seq, last_seq = v.last_seq FROM unnest(%s::bigint[], '
+           '%s::integer[], %s::integer[], %s::bigint[], %s::text[], %s::timestamptz[], '
+           '%s::bigint[], %s::bigint[]) AS v(id, rank, ranks, rank_shift, spans, time, '
+           'first_seq, last_seq) WHERE t.id = v.id')
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [[r.pk for r in rows], [r.rank for r in rows],
+                             [r.ranks for r in rows], [r.rank_shift for r in rows],
+                             [json.dumps(r.spans) for r in rows], [r.time for r in rows],
+                             [r.first_seq for r in rows], [r.last_seq for r in rows]])
 
 
 def _put(rows: dict[tuple, dict[str, Any]], key: tuple, entry: dict[str, Any]) -> None:
@@ -1033,6 +1090,15 @@ def _apply_to_attempt(att: Attempt, ev: ValidEvent) -> None:
 QUEUED_MARK_FRESH_S = 50.0
 
 
+#: Event types whose only effect on their attempt's row is :data:`_HOT_ATTEMPT_FIELDS` (see
+#: :func:`_apply_to_attempt`) and on their run's row the counters, times, seq and strata: a
+#: batch of these alone ends through :func:`_finish_hot` (the SDK's requests, nearly all).
+_HOT_TYPES = frozenset({"update_committed", "update_aggregate", "heartbeat", "audit_window"})
+#: The attempt columns :func:`_apply_to_attempt` changes for :data:`_HOT_TYPES` (and ``seq``).
+_HOT_ATTEMPT_FIELDS = ("last_event_at", "last_update", "last_update_at", "heartbeat_at",
+                       "fetched", "sdk_losses")
+
+
 def _finish_runs(runs: dict[str, Run], seqs: dict[int, int], events: Sequence[ValidEvent],
                  touched: set[str], kinds: dict[str, dict[str, str]], now,
                  projection: _Projection) -> set[int]:
@@ -1043,6 +1109,8 @@ def _finish_runs(runs: dict[str, Run], seqs: dict[int, int], events: Sequence[Va
     pks of the runs whose analysis is queued and not started (:data:`QUEUED_MARK_FRESH_S`)."""
     if not touched:
         return set()
+    if seq_of.concurrent() and all(ev.model.type in _HOT_TYPES for ev in events):
+        return _finish_hot(runs, seqs, events, touched, kinds, now, projection)
     locked = _lock_runs({r: runs[r] for r in touched})
     queued = {run.pk for run in locked.values() if run.analysis_queued_at is not None
               and (now - run.analysis_queued_at).total_seconds() < QUEUED_MARK_FRESH_S}
@@ -1079,3 +1147,84 @@ def _finish_runs(runs: dict[str, Run], seqs: dict[int, int], events: Sequence[Va
                 fields.append("contract")
         run.save(update_fields=fields)
     return queued
+
+
+def _finish_hot(runs: dict[str, Run], seqs: dict[int, int], events: Sequence[ValidEvent],
+                touched: set[str], kinds: dict[str, dict[str, str]], now,
+                projection: _Projection) -> set[int]:
+    """:func:`_finish_runs` for a batch of :data:`_HOT_TYPES` only (PostgreSQL), the same
+    changes in raw statements: per touched run, in pk order, one ``UPDATE ... RETURNING`` that
+    takes the run's row lock (held until commit, as before) and raises the counters, times and
+    seq (``event_count + n``, ``LEAST``/``GREATEST`` of the times, ``GREATEST`` of the seqs:
+    batches commit in any order) and records the batch's new strata (a stored stratum's kind
+    wins: ``batch || stored``), answering the analysis queue mark and the strata; a stratum
+    whose stored kind differs from the batch's is then the 400 of :func:`_check_span_kinds`
+    (the transaction rolls back). Then the batch's attempts (only those), read ``FOR UPDATE``
+    with the columns these events change, the events applied by :func:`_apply_to_attempt` as
+    on the ORM path, written back in one statement; attempts not stored yet are created by
+    the ORM (the first batch of an attempt). Returns the pks of runs whose analysis is queued
+    and not started, as :func:`_finish_runs`."""
+    times: dict[str, list] = {}
+    for ev in events:
+        times.setdefault(ev.model.run_id, []).append(ev.model.time)
+    table = Run._meta.db_table
+    stored: dict[str, dict] = {}
+    queued: set[int] = set()
+    with connection.cursor() as cursor:
+        for run_id in sorted(touched, key=lambda r: runs[r].pk):
+            run, mine = runs[run_id], times[run_id]
+            cursor.execute(
+                f'UPDATE "{table}" SET event_count = event_count + %s, '
+                'first_event_at = LEAST(first_event_at, %s), '
+                'last_event_at = GREATEST(last_event_at, %s), last_received_at = %s, '
+                'ingest_seq = GREATEST(ingest_seq, %s), strata = %s::jsonb || strata '
+                'WHERE id = %s RETURNING analysis_queued_at, strata::text',
+                [len(mine), min(mine), max(mine), now, seqs[run.pk],
+                 json.dumps(kinds.get(run_id, {})), run.pk])
+            mark, strata = cursor.fetchone()
+            stored[run_id] = json.loads(strata)
+            if mark is not None and (now - mark).total_seconds() < QUEUED_MARK_FRESH_S:
+                queued.add(run.pk)
+    if any(stored[r].get(s, k) != k for r, ks in kinds.items() for s, k in ks.items()):
+        _check_span_kinds({r: Run(strata=dict(st)) for r, st in stored.items()}, events)
+    keys = sorted(projection.attempt_events)
+    columns = ", ".join(f"t.{name}" for name in _HOT_ATTEMPT_FIELDS[:4])
+    attempts: dict[tuple[int, int], Attempt] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'SELECT t.id, t.run_id, t.attempt, {columns}, t.fetched::text, t.sdk_losses::text '
+            f'FROM "{Attempt._meta.db_table}" t JOIN unnest(%s::bigint[], %s::integer[]) '
+            'AS k(run_id, attempt) ON t.run_id = k.run_id AND t.attempt = k.attempt '
+            'ORDER BY t.id FOR UPDATE OF t', [[k[0] for k in keys], [k[1] for k in keys]])
+        for (pk, run_pk, number, last_event_at, last_update, last_update_at, heartbeat_at,
+             fetched, losses) in cursor.fetchall():
+            # Attempt.from_db: the columns not read stay deferred (never a default value)
+            attempts[(run_pk, number)] = _from_db(Attempt, {
+                "id": pk, "run_id": run_pk, "attempt": number, "last_event_at": last_event_at,
+                "last_update": last_update, "last_update_at": last_update_at,
+                "heartbeat_at": heartbeat_at, "fetched": json.loads(fetched),
+                "sdk_losses": json.loads(losses)})
+    projection.apply_attempts(attempts, hot=True)
+    return queued
+
+
+def _save_hot_attempts(attempts: Sequence[Attempt]) -> None:
+    """Write :data:`_HOT_ATTEMPT_FIELDS` and ``seq`` of ``attempts`` (stored rows) in one
+    ``UPDATE ... FROM unnest(...)`` (PostgreSQL)."""
+    if not attempts:
+        return
+    sql = (f'UPDATE "{Attempt._meta.db_table}" AS t SET last_event_at = v.last_event_at, '
+           'last_update = v.last_update, last_update_at = v.last_update_at, '
+           'heartbeat_at = v.heartbeat_at, fetched = v.fetched::jsonb, '
+           'sdk_losses = v.sdk_losses::jsonb, seq = v.seq FROM unnest(%s::bigint[], '
+           '%s::timestamptz[], %s::bigint[], %s::timestamptz[], %s::timestamptz[], %s::text[], '
+           '%s::text[], %s::bigint[]) AS v(id, last_event_at, last_update, last_update_at, '
+           'heartbeat_at, fetched, sdk_losses, seq) WHERE t.id = v.id')
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [[a.pk for a in attempts], [a.last_event_at for a in attempts],
+                             [a.last_update for a in attempts],
+                             [a.last_update_at for a in attempts],
+                             [a.heartbeat_at for a in attempts],
+                             [json.dumps(a.fetched) for a in attempts],
+                             [json.dumps(a.sdk_losses) for a in attempts],
+                             [a.seq for a in attempts]])

@@ -62,10 +62,12 @@ def take_seq(run_pks: Iterable[int]) -> int:
     than the seq of every batch that locked any of these runs earlier). Must be called before
     the batch stamps any row."""
     keys = sorted({_key(pk) for pk in run_pks})
+    # One statement: the FROM clause's aggregate takes every lock (in key order) before the
+    # outer target list calls nextval, which it evaluates once, on the aggregate's one row.
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock_shared(%s, k) FROM unnest(%s::int[]) AS k",
-                       [RUN_LOCK_CLASS, keys])
-        cursor.execute(f"SELECT nextval('{SEQUENCE}')")
+        cursor.execute(f"SELECT nextval('{SEQUENCE}') FROM (SELECT count("
+                       "pg_advisory_xact_lock_shared(%s, k)) FROM unnest(%s::int[]) AS k) "
+                       "AS locked", [RUN_LOCK_CLASS, keys])
         return int(cursor.fetchone()[0])
 
 
