@@ -185,8 +185,9 @@ def resume_path(location: str | os.PathLike, checkpoint_of, *, url: str | None =
     None. With ``url`` (and ``token``, ``run_id``) the server's restore plan decides (it also
     knows the data ledger: ``data_cursor_mismatch``, ``stale_state``), and its choice is verified
     in storage now (it verified the files when they were committed; a file damaged since sends
-    the choice to older generations); when the server does not answer, storage decides
-    (``select_restorable``). Under ``torch.distributed`` rank 0 decides and every rank gets its
+    the choice to older generations); when the server does not answer, or has not decided yet
+    (``restore_plan``'s ``source: "storage"``), storage decides (``select_restorable``, never
+    choosing what the server rejected). Under ``torch.distributed`` rank 0 decides and every rank gets its
     answer (a collective). Never raises: what cannot be read gives None (a fresh start)."""
     try:
         loc = local_folder(location)
@@ -226,6 +227,15 @@ def _choose(loc: str, url, token, run_id, world_size, dataset_version) -> dict |
                 log.warning("recoverydash: restore plan: %s: %s", w.get("code"), w.get("detail"))
             if plan.get("source") == "server":
                 return _verified_plan(loc, plan, world_size, dataset_version)
+            if plan.get("source") == "storage":  # storage decided, without what the server
+                for g in plan.get("rejected") or []:  # decided against (server_undecided)
+                    log.warning("recoverydash: generation %s is not restorable: %s",
+                                g.get("generation_id"), "; ".join(
+                                    f"{r.get('code')}: {r.get('detail')}"
+                                    for r in g.get("reasons") or []))
+                gen = plan.get("generation_id")
+                return next((m for _, m in _manifests(loc) if m.get("generation_id") == gen),
+                            None) if gen else None
         sel = select_restorable(loc, world_size=world_size, dataset_version=dataset_version)
         for g in sel.rejected:
             log.warning("recoverydash: generation %s is not restorable: %s", g.generation_id,

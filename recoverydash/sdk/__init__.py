@@ -16,7 +16,8 @@ carry positions. For checkpoints, ``save_generation(location, generation_id, upd
 recorder=rec)`` publishes a DCP save with its manifest (the commit marker; the recorder's
 ``state_dict()`` is the data progress); ``publish_files`` publishes files a trainer wrote itself.
 On restart, ``restore_plan(url, token, run_id, location=...)`` (or ``select_restorable(location)``
-offline) names the generation to load, ``load_generation(location, generation_id, state=...)``
+offline) names the generation to load (it sends the run's spool first, and lets storage decide
+when the server has not decided yet or a spooled commit could not reach it), ``load_generation(location, generation_id, state=...)``
 loads it, and ``rec.load_state_dict(progress)`` resumes the loader.
 
 Attempts: every launch of a run is a new attempt, the same number on every rank. ``init`` /

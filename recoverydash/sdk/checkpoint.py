@@ -780,7 +780,8 @@ def select_restorable(location: str, *, world_size: int | None = None,
                       dataset_version: str | None = None,
                       required_components: list[str] | None = None, s3_client=None,
                       verify_all: bool = False,
-                      full_hash_max_bytes: int = DEFAULT_FULL_HASH_MAX_BYTES) -> Selection:
+                      full_hash_max_bytes: int = DEFAULT_FULL_HASH_MAX_BYTES,
+                      decided: dict[str, list] | None = None) -> Selection:
     """The newest restorable generation of ``location`` (a folder or ``s3://bucket/prefix``),
     decided from storage alone.
 
@@ -789,7 +790,10 @@ def select_restorable(location: str, *, world_size: int | None = None,
     within ``full_hash_max_bytes``). Checking stops at the first restorable one unless
     ``verify_all``; older ones are then listed as ``committed``. world_size / dataset_version:
     the restarting job's, compared when given. required_components: default the manifest's
-    ``required_components``, else the contract's default.
+    ``required_components``, else the contract's default. decided: generations already found not
+    restorable elsewhere, ``{generation_id: [reason]}`` (``restore_plan`` passes the server's
+    decided rejections of a 409): each is listed ``rejected`` with those reasons and never
+    chosen, without reading its objects.
 
     Returns a Selection. Raises StorageError (Transient/Permanent) only when the location cannot
     be listed."""
@@ -815,8 +819,12 @@ def select_restorable(location: str, *, world_size: int | None = None,
                               (g.manifest or {}).get("committed_at") or "", g.generation_id),
                reverse=True)
     chosen = None
+    decided = decided or {}
     for g in found:
         if g.status:
+            continue
+        if g.generation_id in decided:
+            g.status, g.reasons = "rejected", list(decided[g.generation_id])
             continue
         if chosen is not None and not verify_all:
             g.status = "committed"
@@ -843,13 +851,39 @@ def select_restorable(location: str, *, world_size: int | None = None,
 
 # --- asking the server, falling back to storage ---------------------------------------------------
 
+UNDECIDED_STATUSES = ("committed", "pending")
+"""Statuses of a generation the server has not decided yet (docs/definitions.md#generation-status):
+``pending`` (no manifest has reached it) and ``committed`` (manifest in, not proven yet: objects
+not verified, storage that could not check them, a ledger behind its update). A 409 listing one
+of them does not say that nothing is restorable."""
+
+
 def restore_plan(url: str | None, token: str | None, run_id: str, *,
                  location: str | None = None, world_size: int | None = None,
                  dataset_version: str | None = None, config_digest: str | None = None,
-                 timeout: float = 5.0, s3_client=None) -> dict:
+                 timeout: float = 5.0, s3_client=None, spool_dir: str | bool | None = None) -> dict:
     """Which generation to load: the server's answer (``GET /api/v1/runs/{run_id}/restore-plan``,
-    docs/ingest-v1.md#restore-plan) when it answers within ``timeout`` seconds, else
-    ``select_restorable(location)``.
+    docs/ingest-v1.md#restore-plan) when it answers within ``timeout`` seconds and knows enough,
+    else ``select_restorable(location)`` (a storage check).
+
+    First the run's spool (``<spool_dir>/<run_id>/``; None: ``default_spool_dir()``, False: none)
+    is sent (``client.send_spool``, within half of ``timeout``): the events a killed attempt
+    could not send, its last ``checkpoint_committed`` above all, reach the server before the
+    question, which then gets what is left of ``timeout``. Storage decides instead of the server
+    (``source: "storage"``), with a warning saying why, when:
+
+    - the server answers 409 but lists a generation it has not decided (status ``committed`` or
+      ``pending``: not verified yet, a worker behind, storage unverified): warning
+      ``server_undecided``. The generations it did decide against (``rejected``, ``abandoned``,
+      restorable only outside the live lineage) are never chosen from storage (``decided``);
+    - the spool still holds a ``checkpoint_committed`` newer than the server's answer (another
+      generation at the same update or above the one named, or, with a 409, one the server did
+      not decide against), or files it could not read in time: warning ``spool_commit_unsent``.
+
+    A 409 listing only decided generations is a fresh start from the server. When the spool
+    could not be sent whole but holds no newer commit, the server's answer stands with the
+    warning ``spool_unsent`` (how many events it has not heard of). When the server is down or
+    errs: ``server_unreachable`` / ``server_error``, storage decides.
 
     Returns ``{"source": "server" | "storage" | "none", "generation_id": str | None,
     "update": int | None, "logger_rewind_update": int | None, "committed_at",
@@ -859,26 +893,91 @@ def restore_plan(url: str | None, token: str | None, run_id: str, *,
     (docs/definitions.md#logger-rewind-update: W&B ``resume_from=f"{wandb_id}?_step={u}"``,
     TensorBoard ``purge_step=u + 1``), None on a fresh start; ``attempt`` is the attempt that
     wrote the generation (from its manifest), for ``init(..., restored=plan)``. Never raises: a
-    restart must never wait for the dashboard. Under a drill the answer is traced
-    (``faults.on_plan``), so the drill report says what the resumed launch was told."""
+    restart must never wait for the dashboard (the storage check itself is not bounded by
+    ``timeout``). Under a drill the answer is traced (``faults.on_plan``), so the drill report
+    says what the resumed launch was told."""
     plan = _restore_plan(url, token, run_id, location=location, world_size=world_size,
                          dataset_version=dataset_version, config_digest=config_digest,
-                         timeout=timeout, s3_client=s3_client)
+                         timeout=timeout, s3_client=s3_client, spool_dir=spool_dir)
     faults.on_plan(plan)
     return plan
 
 
+@dataclass
+class _Unsent:
+    """What the spool still held after ``send_spool``: ``events`` not sent, the newest
+    ``commit`` among them (``spool.newest_spooled_commit``) and ``unread`` files."""
+
+    events: int
+    commit: dict | None
+    unread: int
+    stopped: str
+
+    def newer_than(self, generation_id: str | None, update: int | None,
+                   decided: dict) -> str | None:
+        """Why the spool may hold a commit newer than the server's answer (None: it does not).
+        ``generation_id`` / ``update``: the generation the server named (None: a 409 whose
+        decided rejections are ``decided``)."""
+        if self.unread:
+            return (f"{self.unread} spooled batch(es) could not be read within the timeout; "
+                    "they may hold a newer commit")
+        c = self.commit
+        if c is None or c.get("generation_id") in decided:
+            return None
+        if generation_id is None:
+            return (f"the spool holds the commit of {c.get('generation_id')} (update "
+                    f"{c.get('update')}), which the server has not heard of")
+        cu = c.get("update")
+        if c.get("generation_id") != generation_id and cu is not None and update is not None \
+                and cu >= update:
+            return (f"the spool holds the commit of {c.get('generation_id')} (update {cu}), "
+                    f"newer than the server's {generation_id} (update {update})")
+        return None
+
+
+def _send_spool_first(url, token, run_id, spool_dir, budget: float,
+                      read_until: float) -> _Unsent | None:
+    """Send the run's spool (``client.send_spool`` within ``budget`` seconds); when some of it
+    is left, read the newest commit it holds (until ``read_until``, a ``time.monotonic()``).
+    None when nothing is left unsent."""
+    from recoverydash.sdk.client import send_spool
+    from recoverydash.sdk.spool import newest_spooled_commit
+
+    sent = send_spool(url, token, run_id, spool_dir=spool_dir, timeout=budget)
+    if not sent.left or not sent.folder:
+        return None
+    commit, unread = newest_spooled_commit(sent.folder, deadline=read_until)
+    return _Unsent(sent.left, commit, unread, sent.stopped)
+
+
+def _unsent_warning(unsent: _Unsent | None) -> list[dict]:
+    if unsent is None:
+        return []
+    return [{"code": "spool_unsent",
+             "detail": f"{unsent.events} spooled event(s) of this run are not on the server "
+                       f"({unsent.stopped or 'not sent'}); none is a commit newer than its "
+                       "answer"}]
+
+
 def _restore_plan(url, token, run_id, *, location, world_size, dataset_version, config_digest,
-                  timeout, s3_client) -> dict:
+                  timeout, s3_client, spool_dir) -> dict:
     from recoverydash.recovery.figures import logger_rewind_update
 
+    t0 = time.monotonic()
     warnings: list = []
+    decided: dict = {}
     if location:
         try:
             location = resolve_location(location)
         except StorageError:
             pass  # select_restorable says so below
     if url:
+        unsent = None
+        try:
+            unsent = _send_spool_first(url, token, run_id, spool_dir, timeout / 2,
+                                       t0 + 0.6 * timeout)
+        except Exception as e:  # noqa: BLE001 - the question goes on without it
+            log.warning("recoverydash: the spool was not sent before the restore plan: %r", e)
         q = {k: v for k, v in (("world_size", world_size), ("dataset_version", dataset_version),
                                ("config_digest", config_digest)) if v is not None}
         endpoint = (f"{url.rstrip('/')}/api/v1/runs/{urllib.parse.quote(run_id, safe='')}"
@@ -886,25 +985,53 @@ def _restore_plan(url, token, run_id, *, location, world_size, dataset_version, 
         req = urllib.request.Request(endpoint, headers={"Authorization": f"Bearer {token or ''}",
                                                         "Accept": "application/json"})
         try:
-            status, body = fetch.get_json(req, timeout)  # the whole answer within timeout
+            # the whole answer within what is left of timeout
+            status, body = fetch.get_json(req, max(0.05, t0 + timeout - time.monotonic()))
             if status == 409:
                 body = body if isinstance(body, dict) else {}
-                return {"source": "server", "generation_id": None, "update": None,
-                        "logger_rewind_update": None, "committed_at": None, "objects": [],
-                        "cursor": [], "warnings": [], "rejected": body.get("rejected") or [],
-                        "attempt": None}
-            if not 200 <= status < 300:
-                raise urllib.error.HTTPError(endpoint, status, "", None, None)
-            body = body if body is not None else {}
-            return {"source": "server", "generation_id": body.get("generation_id"),
-                    "update": body.get("update"),
-                    "logger_rewind_update": body.get("logger_rewind_update",
-                                                     logger_rewind_update(body)),
-                    "committed_at": body.get("committed_at"),
-                    "objects": body.get("objects") or [], "cursor": body.get("cursor") or [],
-                    "warnings": body.get("warnings") or [], "rejected": [],
-                    "attempt": _manifest_attempt(location, body.get("generation_id"),
-                                                 s3_client)}
+                listed = body.get("rejected") or []
+                undecided = [g for g in listed if isinstance(g, dict)
+                             and g.get("status") in UNDECIDED_STATUSES]
+                decided = {g["generation_id"]: [r for r in g.get("reasons") or []
+                                                if isinstance(r, dict)]
+                           for g in listed if isinstance(g, dict)
+                           and isinstance(g.get("generation_id"), str)
+                           and g.get("status") not in UNDECIDED_STATUSES}
+                newer = unsent.newer_than(None, None, decided) if unsent else None
+                if undecided:
+                    warnings.append({"code": "server_undecided", "detail": (
+                        "the server found no restorable generation but has not decided "
+                        + ", ".join(f"{g.get('generation_id')} ({g.get('status')})"
+                                    for g in undecided[:10])
+                        + (f" and {len(undecided) - 10} more" if len(undecided) > 10 else "")
+                        + "; storage decides")})
+                elif newer:
+                    warnings.append({"code": "spool_commit_unsent", "detail": newer})
+                else:
+                    return {"source": "server", "generation_id": None, "update": None,
+                            "logger_rewind_update": None, "committed_at": None, "objects": [],
+                            "cursor": [], "warnings": _unsent_warning(unsent),
+                            "rejected": listed, "attempt": None}
+            else:
+                if not 200 <= status < 300:
+                    raise urllib.error.HTTPError(endpoint, status, "", None, None)
+                body = body if isinstance(body, dict) else {}
+                newer = unsent.newer_than(body.get("generation_id"), body.get("update"), {}) \
+                    if unsent else None
+                if newer:
+                    warnings.append({"code": "spool_commit_unsent", "detail": newer})
+                else:
+                    return {"source": "server", "generation_id": body.get("generation_id"),
+                            "update": body.get("update"),
+                            "logger_rewind_update": body.get("logger_rewind_update",
+                                                             logger_rewind_update(body)),
+                            "committed_at": body.get("committed_at"),
+                            "objects": body.get("objects") or [],
+                            "cursor": body.get("cursor") or [],
+                            "warnings": (body.get("warnings") or []) + _unsent_warning(unsent),
+                            "rejected": [],
+                            "attempt": _manifest_attempt(location, body.get("generation_id"),
+                                                         s3_client)}
         except urllib.error.HTTPError as e:
             warnings.append({"code": "server_error", "detail": f"restore-plan answered {e.code}"})
         except Exception as e:
@@ -917,7 +1044,8 @@ def _restore_plan(url, token, run_id, *, location, world_size, dataset_version, 
                                          "detail": "no storage location to fall back to"}]}
     try:
         sel = select_restorable(location, world_size=world_size,
-                                dataset_version=dataset_version, s3_client=s3_client)
+                                dataset_version=dataset_version, s3_client=s3_client,
+                                decided=decided)
     except Exception as e:
         return {"source": "storage", "generation_id": None, "update": None,
                 "logger_rewind_update": None, "committed_at": None,

@@ -121,13 +121,14 @@ import weakref
 import zlib
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
 from recoverydash.sdk.flush import JOB_REQUESTS_PER_S, MAX_INTERVAL_S, PROMPT_S, FlushPolicy, \
     is_prompt
-from recoverydash.sdk.spool import DiskSpool, MemorySpool, run_folder
+from recoverydash.sdk.spool import DiskSpool, MemorySpool, run_folder, unsent_events
 
 log = logging.getLogger("recoverydash.sdk")
 
@@ -1566,3 +1567,126 @@ def init(url: str | None = None, token: str | None = None, run_id: str | None = 
 def get_client() -> Client | None:
     """The client made by ``init``, or None."""
     return _default_client
+
+
+# --- sending a run's spool before the restore question -------------------------------------------
+
+@dataclass
+class SpoolSent:
+    """What ``send_spool`` did: ``sent`` events the server took (2xx), ``left`` events still in
+    the run's spool folder afterwards (batches, claims, write-ahead files: ``unsent_events``),
+    ``stopped`` why it ended before the folder was empty (``""``: nothing is left;
+    ``"timeout"``; ``"answered <status>"``; ``"unreachable: <error>"``; ``"error: ..."``) and
+    ``folder`` the run's spool folder (None: no disk spool to send)."""
+
+    sent: int = 0
+    left: int = 0
+    stopped: str = ""
+    folder: str | None = None
+
+
+def _post_body(endpoint: str, token: str, body: bytes, timeout: float,
+               user_agent: str) -> tuple[int | None, str]:
+    """POST one spooled gzipped body; ``(status, "")``, or ``(None, error)`` on a network
+    error. Reads at most 64 KiB of the answer (its status is what counts)."""
+    req = urllib.request.Request(endpoint, data=body, method="POST", headers={
+        "Content-Type": "application/json", "Content-Encoding": "gzip",
+        "Authorization": f"Bearer {token}", "User-Agent": user_agent})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            resp.read(65536)
+            return resp.status, ""
+    except urllib.error.HTTPError as e:
+        return e.code, ""
+    except Exception as e:  # URLError, timeouts, resets, DNS, SSL
+        return None, repr(e)[:200]
+
+
+def _live_client(run_id: str, folder: str) -> Client | None:
+    """A client of this process, open, sending run ``run_id`` through the disk spool
+    ``folder`` (its sender drains that folder: a second drainer would release its claims)."""
+    for c in list(_clients):
+        spool = c._spool
+        if c._pid == os.getpid() and not c._closed and c.url and c.run_id == str(run_id) and \
+                isinstance(spool, DiskSpool) and os.path.abspath(spool.folder) == folder:
+            return c
+    return None
+
+
+def send_spool(url: str | None, token: str | None, run_id: str, *,
+               spool_dir: str | bool | None = None, timeout: float = 2.5,
+               user_agent: str = "recoverydash-sdk/1") -> SpoolSent:
+    """Send what the run's disk spool (``<spool_dir>/<run_id>/``, ``spool_dir`` None:
+    ``default_spool_dir()``; False: none) holds to ``{url}/api/v1/events``, oldest first, within
+    ``timeout`` seconds in all: what a resumed launch does before it asks its restore plan, so
+    the server has heard what the previous attempt could not send (its ``checkpoint_committed``
+    above all).
+
+    The batches of processes that are gone (claims, write-ahead files) are released first
+    (``DiskSpool.release_stale_claims``). A batch the server takes (2xx) is deleted; the first one
+    it does not take (any other status, a network error) is put back and ends the sending: the
+    run's own client later handles it as usual (retries, splitting, setting aside), since this
+    token may lack the ingest scope and nothing here is ever set aside or expired. When a client
+    of this process already sends this run through that folder, its ``flush(timeout)`` does it.
+    The requests run in a daemon thread: at ``timeout`` this call returns, and the thread stops
+    after the request under way (whose batch stays claimed until it is answered). Returns a
+    ``SpoolSent``. Never raises."""
+    out = SpoolSent()
+    try:
+        if not url or spool_dir is False:
+            return out
+        folder = os.path.abspath(run_folder(spool_dir if isinstance(spool_dir, str) else None,
+                                            run_id))
+        out.folder = folder
+        deadline = time.monotonic() + max(0.0, timeout)
+        live = _live_client(run_id, folder)
+        if live is not None:
+            done = live.flush(max(0.0, deadline - time.monotonic()))
+            out.left = unsent_events(folder)
+            out.stopped = "" if done and not out.left else "timeout"
+            return out
+        if not unsent_events(folder):
+            return out  # an empty or missing folder: nothing to send (and none is made)
+        # no expiry (1e9 s): deleting old batches, and counting them dropped, is the client's
+        spool = DiskSpool(folder, max_bytes=1 << 62, max_age_s=1e9)
+        endpoint = url.rstrip("/") + "/api/v1/events"
+        stop = threading.Event()
+        result = {"sent": 0, "stopped": "timeout"}
+
+        def send() -> None:
+            try:
+                while not stop.is_set():
+                    item = spool.claim()
+                    if item is None:
+                        result["stopped"] = ""
+                        return
+                    handle, body, n = item
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        spool.nack(handle)
+                        return
+                    status, error = _post_body(endpoint, token or "", body, left, user_agent)
+                    if status is not None and 200 <= status < 300:
+                        spool.ack(handle)
+                        result["sent"] += n
+                        continue
+                    spool.nack(handle)
+                    result["stopped"] = (f"answered {status}" if status is not None
+                                         else f"unreachable: {error}")
+                    return
+            except Exception as e:  # noqa: BLE001 - a thread of the SDK must never raise
+                result["stopped"] = f"error: {e!r}"[:200]
+
+        thread = threading.Thread(target=send, name="recoverydash-spool-send", daemon=True)
+        thread.start()
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            stop.set()
+        out.sent, out.stopped = result["sent"], result["stopped"]
+        out.left = unsent_events(folder)
+        if not out.left and out.stopped == "timeout":
+            out.stopped = ""
+        return out
+    except Exception as e:  # noqa: BLE001 - the restore question goes on without it
+        out.stopped = f"error: {e!r}"[:200]
+        return out

@@ -22,16 +22,21 @@ reason)``: the disk spool writes one JSON file per refusal into ``<spool_dir>/<r
 (``{"rejected_at", "status", "reason", "answer", "events": [...]}``, the server's answer as it
 came), bounded to a quarter of ``max_bytes``; the memory store keeps the last 100. Nothing there is
 sent again: it is for a person to read (and re-post once the cause is fixed).
+
+:func:`newest_spooled_commit` reads what a folder still holds for the restore plan
+(``checkpoint.restore_plan``): the newest ``checkpoint_committed`` event not yet sent.
 """
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import json
 import os
 import re
 import threading
 import time
+import zlib
 from collections import deque
 
 _RUN_ID_RE = re.compile(r"[^A-Za-z0-9._:-]")
@@ -341,6 +346,60 @@ class DiskSpool:
     def pending_events(self) -> int:
         return sum(self._events_in(e) for e in self._entries()
                    if e.endswith(".batch") and not e.startswith("."))
+
+
+def unsent_names(folder: str) -> list[str]:
+    """The files of a run's spool folder whose events the server has not acknowledged, oldest
+    first: batches, batches claimed by a sender (a request may be under way) and write-ahead
+    files (``DiskSpool``'s names, ``...-n<events>.batch[.claimed-<pid>|.ahead-<pid>]``). Never
+    raises (a missing folder holds none)."""
+    try:
+        return sorted(e for e in os.listdir(folder) if ".batch" in e and not e.startswith("."))
+    except OSError:
+        return []
+
+
+def unsent_events(folder: str) -> int:
+    """Events in ``unsent_names(folder)`` (the count each file's name carries)."""
+    return sum(DiskSpool._events_in(e) for e in unsent_names(folder))
+
+
+def newest_spooled_commit(folder: str, deadline: float | None = None) -> tuple[dict | None, int]:
+    """The newest ``checkpoint_committed`` event a run's spool folder still holds (not sent),
+    and how many files were left unread.
+
+    Files (``unsent_names``) are read newest first (their names start with the time they were
+    written) and the reading stops at the first file holding a commit: the last commit in it is
+    the answer, ``{"generation_id": str | None, "update": int | None, "attempt": int | None}``
+    (the update from the event's manifest). deadline: a ``time.monotonic()`` after which no
+    further file is read; the files not read by then are counted as unread (they may hold a
+    newer commit). A file that cannot be read or decoded (gone meanwhile: sent by another
+    process; torn) is skipped: the server could not take it either. Returns ``(None, 0)`` when
+    the folder holds no commit. Never raises."""
+    names = unsent_names(folder)[::-1]
+    for i, name in enumerate(names):
+        if deadline is not None and time.monotonic() > deadline:
+            return None, len(names) - i
+        try:
+            with open(os.path.join(folder, name), "rb") as f:
+                doc = json.loads(gzip.decompress(f.read()))
+            events = doc.get("events") if isinstance(doc, dict) else None
+        except (OSError, ValueError, EOFError, zlib.error):
+            continue
+        commits = [e for e in events or () if isinstance(e, dict)
+                   and e.get("type") == "checkpoint_committed"]
+        if not commits:
+            continue
+        ev = commits[-1]
+        manifest = ev.get("manifest") if isinstance(ev.get("manifest"), dict) else {}
+        update = manifest.get("update")
+        attempt = ev.get("attempt")
+        return {"generation_id": ev.get("generation_id") or manifest.get("generation_id"),
+                "update": update if isinstance(update, int) and not isinstance(update, bool)
+                else None,
+                "attempt": attempt if isinstance(attempt, int) and not isinstance(attempt, bool)
+                else None}, 0
+    return None, 0
 
 
 def _rejection(events: list[bytes], status: int | None, answer: bytes, reason: str) -> dict:

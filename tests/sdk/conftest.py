@@ -160,6 +160,14 @@ def ingest():
         pass
 
 
+@pytest.fixture(autouse=True)
+def _default_spool_dir(tmp_path, monkeypatch):
+    """Every test's default spool (``RECOVERYDASH_SPOOL_DIR``) is its own: a client made
+    without ``spool_dir``, and ``restore_plan``, which sends the run's spool before it asks,
+    never touch the home folder's, nor another test's."""
+    monkeypatch.setenv("RECOVERYDASH_SPOOL_DIR", str(tmp_path / "default-spool"))
+
+
 @pytest.fixture
 def spool(tmp_path):
     return str(tmp_path / "spool")

@@ -31,7 +31,8 @@ from .conftest import REPO, free_port
 
 
 class SwitchableProxy:
-    """Forwards POSTs to the live server while up; while down nothing listens on its port."""
+    """Forwards POSTs (and GETs: the restore plan) to the live server while up; while down
+    nothing listens on its port."""
 
     def __init__(self, target: str):
         self.port = free_port()
@@ -43,15 +44,20 @@ class SwitchableProxy:
             def log_message(self, *a):
                 pass
 
-            def do_POST(self):
+            def do_GET(self):
+                self.do_POST("GET")
+
+            def do_POST(self, method="POST"):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 conn = http.client.HTTPConnection(t.hostname, t.port, timeout=30)
                 headers = {k: v for k, v in self.headers.items()
                            if k.lower() not in ("host", "connection")}
-                conn.request("POST", self.path, body=body, headers=headers)
+                conn.request(method, self.path, body=body if method == "POST" else None,
+                             headers=headers)
                 resp = conn.getresponse()
                 data = resp.read()
-                proxy.statuses.append(resp.status)
+                if method == "POST":
+                    proxy.statuses.append(resp.status)
                 self.send_response(resp.status)
                 for k, v in resp.getheaders():
                     if k.lower() not in ("transfer-encoding", "connection", "content-length"):
