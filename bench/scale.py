@@ -76,8 +76,8 @@ SECONDS_PER_UPDATE = 2.0
 HEARTBEAT_S = 30.0
 BEAT_EVERY = int(HEARTBEAT_S / SECONDS_PER_UPDATE)  # updates between a rank's heartbeats
 NEW = 1000
-#: 1,000,000 takes this 2-core machine about 25 min to build and ~26 GB of PostgreSQL (100,000:
-#: 185 s and 2.6 GB with the machine shared)
+#: 1,000,000 takes this 2-core machine about 25 min to build (1,607 s with the machine shared)
+#: and ~26 GB of PostgreSQL (100,000: 116-185 s and 2.6 GB); BENCH_KEEP_DB keeps it
 LEVELS = [int(x) for x in os.environ.get("BENCH_LEVELS", "10000,100000").split(",")]
 INGESTED = int(os.environ.get("BENCH_INGESTED", "1000"))
 #: the COPYed history writes event rows (canonical body and hash) up to this update only: beyond
@@ -286,7 +286,7 @@ def build(level: int) -> dict:
     run = Run.objects.get(project=project, run_id=RUN_ID)
     bridge.analyze(run)
     analysis = Analysis.objects.get(run=run)
-    ledger = recovery.Ledger.from_bytes(bytes(analysis.state))
+    ledger = bridge.load_state(analysis.pk, analysis.state)
     if level > ingested:
         bulk_history(run, ingested + 1, level, ledger)
         store_state(run, ledger)
@@ -302,13 +302,13 @@ def build(level: int) -> dict:
 
 
 def profiled(fn, *args) -> None:
-    """Run ``fn`` under cProfile, the 30 costliest calls on stderr (BENCH_PROFILE=none|new)."""
+    """Run ``fn`` under cProfile, the costliest calls on stderr (BENCH_PROFILE=none|new; BENCH_PROFILE_LINES, default 30)."""
     import cProfile
     import pstats
 
     profile = cProfile.Profile()
     profile.runcall(fn, *args)
-    pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(30)
+    pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(int(os.environ.get("BENCH_PROFILE_LINES", "30")))
 
 
 def measure(run_pk: int, project_pk: int, level: int) -> dict:
@@ -418,7 +418,7 @@ def rebuild_state(built: dict) -> int:
     if analysis.state_format != STATE_FORMAT:
         t0 = time.perf_counter()
         if analysis.state_format >= CONTINUED_FORMAT:  # the same state, another layout
-            ledger = recovery.Ledger.from_bytes(bytes(analysis.state))
+            ledger = bridge.load_state(analysis.pk, analysis.state)
         else:
             ledger = recovery.Ledger()
             absorb_synthetic(ledger, 1, level)

@@ -155,7 +155,9 @@ def sizes(connection) -> dict:
             out[table] = heap
             index += idx
         out["indexes"] = index
-        cursor.execute("SELECT coalesce(sum(octet_length(state)), 0) FROM runs_analysis")
+        # the head and its time blocks (state format 6: runs.models.StateBlock)
+        cursor.execute("SELECT coalesce(sum(octet_length(state)), 0) + (SELECT coalesce(sum("
+                       "octet_length(data)), 0) FROM runs_stateblock) FROM runs_analysis")
         out["state"] = cursor.fetchone()[0]
         cursor.execute("SELECT count(*) FROM runs_ledgerrow")
         out["ledger rows"] = cursor.fetchone()[0]

@@ -108,9 +108,11 @@ the figures read (the furthest read cursor per attempt, stratum, epoch and order
 heartbeat per attempt and rank, the fetched chart's points), so absorbing them in batches equals
 absorbing them at once. Heartbeats given in ``RunInput.heartbeats`` are folded on top of the
 ledger's fold by :func:`analyze`. Everything else (attempts, generations, restores, object checks)
-is passed whole to :func:`analyze` each time. A state loaded from an older format
-(``Ledger.state_format`` below ``ledger.STATE_FORMAT``) holds no heartbeats: a caller folding them
-incrementally rebuilds it from its rows.
+is passed whole to :func:`analyze` each time. A state loaded from a format before
+``ledger.CONTINUED_FORMAT`` (``Ledger.state_format``) holds no heartbeats: a caller folding them
+incrementally rebuilds it from its rows. ``Ledger.to_parts`` / ``from_parts`` store the state as a
+head and blocks of per-update times, giving only the blocks written since the load: what a caller
+writes per analysis does not grow with the run's history.
 
 With no new input at all, the clock-driven figures (``split_clock_driven``) at a later time come
 from the small ``clock_basis`` of the last analysis (``clock_driven_at``), equal to a full

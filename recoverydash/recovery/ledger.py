@@ -25,8 +25,10 @@ update's group exactly (the DistributedSampler shape, W ranks x one range per ke
 fast path (:class:`_Lane`) that compares each report with a template in C and extends the runs
 once per call; it yields the same state as the general path (tests/recovery/
 test_absorb_fast_path.py). :meth:`Ledger.to_bytes` /
-:meth:`Ledger.from_bytes` store and load the state (zlib-compressed JSON with serialized roaring
-bitmaps). The analysis reads the ledger only through runs and bitmaps, so its cost grows with the
+:meth:`Ledger.from_bytes` store and load the state as one value (a zlib-compressed JSON head with
+serialized roaring bitmaps, then the per-update times as raw bytes); :meth:`Ledger.to_parts` /
+:meth:`Ledger.from_parts` as a head and blocks of 4,096 updates' times, giving only the blocks
+written since the load, so that what a caller stores per analysis does not grow with the run. The analysis reads the ledger only through runs and bitmaps, so its cost grows with the
 number of runs, pieces, generations and attempts, not with the number of updates.
 """
 from __future__ import annotations
@@ -60,19 +62,28 @@ UPDATE_LIMIT = 2 ** 63
 TIME_SHIFT = 6
 TIME_MASK = (1 << TIME_SHIFT) - 1
 _EMPTY_CHUNK = array("d", [math.inf]) * (1 << TIME_SHIFT)
+#: :meth:`Ledger.to_parts` stores times in blocks of 2**TIME_BLOCK_SHIFT chunks (4,096
+#: consecutive updates, at most 32 KiB); a block is given to be written again only when one of
+#: its times changed (``AttemptLedger.dirty``).
+TIME_BLOCK_SHIFT = 6
+_BLOCK_SHIFT = TIME_SHIFT + TIME_BLOCK_SHIFT  # update >> _BLOCK_SHIFT: its block
 #: Format of :meth:`Ledger.to_bytes`. 4 adds the heartbeat fold (:mod:`.heartbeats`): a state of
 #: an older format loads (``state_format`` says which) but holds no heartbeats, so the worker
 #: rebuilds it from the rows. 5 holds what 4 holds, laid out so that the per-update times are
 #: raw bytes outside the compressed JSON head (and the update bitmaps run-length optimised):
 #: writing and reading them is a copy, not a base64 + JSON + zlib pass over the history.
-_FORMAT = 5
+#: 6 is format 5 in parts (:meth:`Ledger.to_parts`): a head, and the times in blocks of
+#: 4,096 updates, each written again only when it changed: what the worker stores.
+_FORMAT = 6
 STATE_FORMAT = _FORMAT
 #: The oldest format that holds everything an incremental caller needs (the heartbeat fold):
 #: a state of it or newer is continued (and written again in :data:`STATE_FORMAT`), an older
 #: one rebuilt from the rows.
 CONTINUED_FORMAT = 4
-#: First bytes of a format 5 state (a zlib stream, formats 1-4, starts otherwise).
+#: First bytes of a format 5 state and of a format 6 head (a zlib stream, formats 1-4, starts
+#: otherwise).
 _MAGIC = b"RDLS\x05"
+_MAGIC6 = b"RDLS\x06"
 
 
 @dataclass
@@ -88,15 +99,22 @@ class AttemptLedger:
     #: apart updates one chunk each, whatever the gap between them.
     times: dict = field(default_factory=dict)
     open: dict = field(default_factory=dict)
+    #: blocks of ``times`` (chunk index >> TIME_BLOCK_SHIFT) written since the state was loaded
+    #: by :meth:`Ledger.from_parts` (every block of a state built or loaded otherwise): what
+    #: :meth:`Ledger.to_parts` gives to be stored again
+    dirty: set = field(default_factory=set)
     _groups: dict | None = None
 
     def note_time(self, update: int, when: float) -> None:
         """Keep the earliest report time of ``update`` (a NaN time is never kept)."""
-        chunk = self.times.get(update >> TIME_SHIFT)
+        index = update >> TIME_SHIFT
+        chunk = self.times.get(index)
         if chunk is None:
-            chunk = self.times[update >> TIME_SHIFT] = _EMPTY_CHUNK * 1
+            chunk = self.times[index] = _EMPTY_CHUNK * 1
+            self.dirty.add(index >> TIME_BLOCK_SHIFT)
         if when < chunk[update & TIME_MASK]:
             chunk[update & TIME_MASK] = when
+            self.dirty.add(index >> TIME_BLOCK_SHIFT)
 
     def update_time(self, update: int) -> float | None:
         """Earliest report time of ``update`` (POSIX seconds), None if never reported."""
@@ -352,6 +370,7 @@ class Ledger:
             if chunk is not None:
                 if rec.time < chunk[update & TIME_MASK]:
                     chunk[update & TIME_MASK] = rec.time
+                    state.dirty.add(update >> _BLOCK_SHIFT)
             else:
                 state.note_time(update, rec.time)
             seen = absorbed.get(rank)
@@ -650,15 +669,10 @@ class Ledger:
         return None if state is None else state.update_time(update)
 
     # ----------------------------------------------------------------------------- storage
-    def to_bytes(self) -> bytes:
-        """Serialise the whole state in format :data:`STATE_FORMAT` (5): the magic
-        :data:`_MAGIC`, the length of the head (8 bytes, little-endian), the head (a
-        zlib-compressed JSON document: keys, strata, heartbeat fold, and per attempt its runs,
-        pieces and bitmaps in roaring format, run-length optimised), then the times section
-        as raw bytes: per attempt in the head's order, its chunk indices (``count`` int64) and
-        then their chunks (``count`` x 2**TIME_SHIFT float64), in the byte order the head
-        names (``byteorder``): neither base64 nor JSON nor zlib, so that writing and reading
-        them is a copy (8 bytes per update)."""
+    def _head(self, format_: int) -> tuple[bytes, list]:
+        """``(head, attempts)``: the zlib-compressed JSON head of format ``format_`` (5: each
+        attempt's ``times`` is its chunk count; 6: its ``blocks``, the sorted block numbers)
+        and the attempt numbers in the head's order."""
         keys: dict = {}
 
         def key_id(key):
@@ -675,11 +689,9 @@ class Ledger:
             return b64(bm.serialize())
 
         attempts = {}
-        section: list = []
         for number, state in self.attempts.items():
             open_ids = {id(run) for run in state.open.values()}
-            indices = sorted(state.times)
-            attempts[str(number)] = {
+            item = attempts[str(number)] = {
                 "runs": [[r[RANK], key_id(r[KEY]), r[SLOT], r[U0], r[U1], r[A], r[ADV], r[M],
                           r[S], 1 if id(r) in open_ids else 0] for r in state.runs],
                 "pieces": [[key_id(key), update, rank, b64(bm.serialize())]
@@ -687,29 +699,127 @@ class Ledger:
                            for (update, rank), bm in pieces.items()],
                 "absorbed": [[rank, packed(bm)] for rank, bm in state.absorbed.items()],
                 "updates": packed(state.updates),
-                "times": len(indices),
             }
-            section.append(array("q", indices).tobytes())
-            section.extend(state.times[index].tobytes() for index in indices)
-        doc = {"format": _FORMAT, "byteorder": sys.byteorder, "keys": [list(k) for k in keys],
+            if format_ == 5:
+                item["times"] = len(state.times)
+            else:
+                item["blocks"] = sorted({i >> TIME_BLOCK_SHIFT for i in state.times})
+        doc = {"format": format_, "byteorder": sys.byteorder, "keys": [list(k) for k in keys],
                "id_strata": sorted(self.id_strata), "hashed_strata": sorted(self.hashed_strata),
                "attempts": attempts, "heartbeats": self.beats.to_doc()}
         head = zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 1)
+        return head, list(self.attempts)
+
+    @staticmethod
+    def _chunks(state: AttemptLedger, indices: list) -> list:
+        """The raw bytes of ``state``'s chunks ``indices`` (sorted): the indices as int64,
+        then the chunks (2**TIME_SHIFT float64 each)."""
+        times = state.times
+        return [array("q", indices).tobytes(), *(times[i].tobytes() for i in indices)]
+
+    def to_bytes(self) -> bytes:
+        """Serialise the whole state as one value, format 5: the magic :data:`_MAGIC`, the
+        length of the head (8 bytes, little-endian), the head (a zlib-compressed JSON document:
+        keys, strata, heartbeat fold, and per attempt its runs, pieces and bitmaps in roaring
+        format, run-length optimised), then the times section as raw bytes: per attempt in the
+        head's order, its chunk indices (int64) and then their chunks (2**TIME_SHIFT float64
+        each), in the byte order the head names (``byteorder``): neither base64 nor JSON nor
+        zlib, so that writing and reading them is a copy (8 bytes per update). The worker
+        stores :meth:`to_parts` instead (format 6)."""
+        head, numbers = self._head(5)
+        section: list = []
+        for number in numbers:
+            state = self.attempts[number]
+            section.extend(self._chunks(state, sorted(state.times)))
         return b"".join([_MAGIC, len(head).to_bytes(8, "little"), head, *section])
+
+    def to_parts(self, every: bool = False) -> tuple[bytes, dict]:
+        """The state in parts, format :data:`STATE_FORMAT` (6): ``(head, blocks)``. ``head``
+        is the magic :data:`_MAGIC6` and the zlib-compressed JSON head (as :meth:`to_bytes`'
+        but naming each attempt's time ``blocks``); ``blocks`` is ``{(attempt, block): bytes}``
+        (a block: the chunks whose index >> TIME_BLOCK_SHIFT is ``block``, as :meth:`to_bytes`
+        lays out an attempt's times) for every block written since :meth:`from_parts` loaded
+        the state (``AttemptLedger.dirty``; every block of a state built or loaded otherwise,
+        and with ``every``). A caller keeps the blocks it stored before and replaces those
+        given: what it writes per analysis is the head plus the blocks that changed, not the
+        run's history. Marks the blocks clean."""
+        head, numbers = self._head(6)
+        blocks: dict = {}
+        for number in numbers:
+            state = self.attempts[number]
+            wanted = {i >> TIME_BLOCK_SHIFT for i in state.times} if every else state.dirty
+            if not wanted:
+                continue
+            by_block: dict = {}
+            for index in state.times:
+                block = index >> TIME_BLOCK_SHIFT
+                if block in wanted:
+                    by_block.setdefault(block, []).append(index)
+            for block, indices in by_block.items():
+                blocks[(number, block)] = b"".join(self._chunks(state, sorted(indices)))
+            state.dirty = set()
+        return _MAGIC6 + head, blocks
+
+    @classmethod
+    def from_parts(cls, head: bytes, blocks) -> "Ledger":
+        """Load a state written by :meth:`to_parts` (every block it gave so far, the newest
+        copy of each): ``head`` and ``blocks``, an iterable of ``(attempt, block, bytes)``. A
+        head of an older format (:meth:`from_bytes` reads it; ``blocks`` then ignored) loads
+        too. Raises ValueError when a block the head names is missing, one is unreadable, or
+        the head is no state. Every block is clean after loading."""
+        data = memoryview(head)
+        if data[:len(_MAGIC6)] != _MAGIC6:
+            ledger = cls.from_bytes(head)
+            for state in ledger.attempts.values():
+                state.dirty = {i >> TIME_BLOCK_SHIFT for i in state.times}
+            return ledger
+        doc = cls._load_head(data[len(_MAGIC6):], 6)
+        by_attempt: dict = {}
+        for attempt, block, blob in blocks:
+            by_attempt.setdefault(int(attempt), {})[int(block)] = memoryview(blob)
+        ledger = cls._from_doc(doc, 6)
+        width = 8 << TIME_SHIFT
+        for number, item in doc["attempts"].items():
+            state = ledger.attempt(int(number))
+            have = by_attempt.get(int(number), {})
+            for block in item["blocks"]:
+                blob = have.get(block)
+                if blob is None:
+                    raise ValueError(f"ledger state: time block {block} of attempt {number} "
+                                     "is missing")
+                count, rest = divmod(len(blob), 8 + width)
+                if rest:
+                    raise ValueError(f"ledger state: time block {block} of attempt {number} "
+                                     f"is {len(blob)} bytes")
+                indices = array("q")
+                indices.frombytes(blob[:8 * count])
+                offset = 8 * count
+                for index in indices:
+                    if index >> TIME_BLOCK_SHIFT != block:
+                        raise ValueError(f"ledger state: time block {block} of attempt "
+                                         f"{number} holds chunk {index}")
+                    chunk = state.times[index] = array("d")
+                    chunk.frombytes(blob[offset:offset + width])
+                    offset += width
+            state.dirty = set()
+        return ledger
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "Ledger":
         """Load a state written by :meth:`to_bytes` (format 5), or by format 4 (one
         zlib-compressed JSON document, times base64 in it), 3 (the same without the heartbeat
         fold), 2 (also without ``hashed_strata``) or 1 (32-bit update bitmaps and one dense
-        array of times). ``state_format`` of the result names the format read: below
-        :data:`CONTINUED_FORMAT` the heartbeat fold is empty, and a caller that absorbs
-        heartbeats incrementally must rebuild the state from its rows (the worker does); a
-        state of :data:`CONTINUED_FORMAT` or above holds everything and is continued. Raises
-        ValueError on bytes that are no state, on another format, and on a format 1 or 2 state
-        holding sample-id strata: it does not say whether their ids were ints, so the caller
-        rebuilds the state from the ledger rows (the worker does)."""
+        array of times); a format 6 state is in parts (:meth:`from_parts`). ``state_format`` of
+        the result names the format read: below :data:`CONTINUED_FORMAT` the heartbeat fold is
+        empty, and a caller that absorbs heartbeats incrementally must rebuild the state from
+        its rows (the worker does); a state of :data:`CONTINUED_FORMAT` or above holds
+        everything and is continued. Raises ValueError on bytes that are no state, on another
+        format, and on a format 1 or 2 state holding sample-id strata: it does not say whether
+        their ids were ints, so the caller rebuilds the state from the ledger rows (the worker
+        does)."""
         data = memoryview(data)
+        if data[:len(_MAGIC6)] == _MAGIC6:
+            raise ValueError("a ledger state of format 6 is stored in parts: Ledger.from_parts")
         section = None
         if data[:len(_MAGIC)] == _MAGIC:
             start = len(_MAGIC) + 8
@@ -717,18 +827,63 @@ class Ledger:
             head, section = data[start:start + size], data[start + size:]
         else:
             head = data
+        doc = cls._load_head(head, 5 if section is not None else None)
+        version = doc.get("format")
+        if version not in (1, 2, 3, 4, 5) or (version == 5) != (section is not None):
+            raise ValueError(f"unknown ledger state format {version!r}")
+        if version < 3 and doc["id_strata"]:
+            raise ValueError(f"ledger state format {version} holds sample-id strata but not "
+                             f"which have non-integer ids; rebuild it from the ledger rows")
+        ledger = cls._from_doc(doc, version)
+        offset = 0
+        width = 8 << TIME_SHIFT
+        for number, item in doc["attempts"].items():
+            state = ledger.attempt(int(number))
+            if version >= 5:
+                count = item["times"]
+                indices = array("q")
+                indices.frombytes(section[offset:offset + 8 * count])
+                offset += 8 * count
+                times = state.times
+                for index in indices:
+                    chunk = times[index] = array("d")
+                    chunk.frombytes(section[offset:offset + width])
+                    offset += width
+            elif version >= 2:
+                for index, blob in item["times"]:
+                    chunk = state.times[index] = array("d")
+                    chunk.frombytes(base64.b64decode(blob))
+            else:
+                dense = array("d")
+                dense.frombytes(base64.b64decode(item["times"]))
+                for at, when in enumerate(dense):
+                    if when != math.inf:
+                        state.note_time(item["time_base"] + at, when)
+            state.dirty = {i >> TIME_BLOCK_SHIFT for i in state.times}
+        return ledger
+
+    @staticmethod
+    def _load_head(head, version: int | None) -> dict:
+        """The JSON head (a dict) of a zlib stream; with ``version`` (5, 6: the formats whose
+        times are raw bytes) it must be of that format and this machine's byte order. Raises
+        ValueError otherwise."""
         try:
             doc = json.loads(zlib.decompress(head))
         except (zlib.error, ValueError) as exc:
             raise ValueError(f"not a ledger state: {exc}") from None
-        version = doc.get("format") if isinstance(doc, dict) else None
-        if version not in (1, 2, 3, 4, _FORMAT) or (version == _FORMAT) != (section is not None):
-            raise ValueError(f"unknown ledger state format {version!r}")
-        if version == _FORMAT and doc.get("byteorder") != sys.byteorder:
-            raise ValueError(f"ledger state written on a {doc.get('byteorder')}-endian machine")
-        if version < 3 and doc["id_strata"]:
-            raise ValueError(f"ledger state format {version} holds sample-id strata but not "
-                             f"which have non-integer ids; rebuild it from the ledger rows")
+        if not isinstance(doc, dict):
+            raise ValueError("not a ledger state: no document")
+        if version is not None:
+            if doc.get("format") != version:
+                raise ValueError(f"unknown ledger state format {doc.get('format')!r}")
+            if doc.get("byteorder") != sys.byteorder:
+                raise ValueError(f"ledger state written on a {doc.get('byteorder')}-endian "
+                                 "machine")
+        return doc
+
+    @classmethod
+    def _from_doc(cls, doc: dict, version: int) -> "Ledger":
+        """A ledger of everything a head of format ``version`` holds but the times."""
 
         def updates(blob: str) -> BitMap64:
             if version >= 2:
@@ -744,7 +899,6 @@ class Ledger:
         ledger.state_format = version
         if version >= 4:
             ledger.beats = HeartbeatFold.from_doc(doc["heartbeats"])
-        offset = 0
         for number, item in doc["attempts"].items():
             state = ledger.attempt(int(number))
             for rank, kid, slot, u0, u1, a, adv, m, s, is_open in item["runs"]:
@@ -758,27 +912,6 @@ class Ledger:
             for rank, blob in item["absorbed"]:
                 state.absorbed[rank] = updates(blob)
             state.updates = updates(item["updates"])
-            if version >= 5:
-                count = item["times"]
-                indices = array("q")
-                indices.frombytes(section[offset:offset + 8 * count])
-                offset += 8 * count
-                width = 8 << TIME_SHIFT
-                times = state.times
-                for index in indices:
-                    chunk = times[index] = array("d")
-                    chunk.frombytes(section[offset:offset + width])
-                    offset += width
-            elif version >= 2:
-                for index, blob in item["times"]:
-                    chunk = state.times[index] = array("d")
-                    chunk.frombytes(base64.b64decode(blob))
-            else:
-                dense = array("d")
-                dense.frombytes(base64.b64decode(item["times"]))
-                for offset, when in enumerate(dense):
-                    if when != math.inf:
-                        state.note_time(item["time_base"] + offset, when)
         return ledger
 
 
@@ -930,7 +1063,9 @@ class _Lane:
                 low = min(low, when)
         chunk = self.state.times.get(update >> TIME_SHIFT)
         if chunk is not None:
-            chunk[update & TIME_MASK] = min(chunk[update & TIME_MASK], low)
+            if low < chunk[update & TIME_MASK]:
+                chunk[update & TIME_MASK] = low
+                self.state.dirty.add(update >> _BLOCK_SHIFT)
         else:
             self.state.note_time(update, low)
         self.update = update

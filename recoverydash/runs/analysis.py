@@ -31,7 +31,8 @@ from recoverydash import recovery
 from recoverydash.recovery.ledger import CONTINUED_FORMAT, STATE_FORMAT
 from recoverydash.runs.folding import unfold
 from recoverydash.runs.models import (GLOBAL_RANK, Analysis, Attempt, CheckpointObject,
-                                      Generation, Heartbeat, LedgerRow, Run, ShardReport)
+                                      Generation, Heartbeat, LedgerRow, Run, ShardReport,
+                                      StateBlock)
 from recoverydash.runs.queue import ANALYZE_RUN, enqueue
 from recoverydash.runs.seq import committed_seq
 
@@ -414,13 +415,66 @@ def _merge_result(analysis: Analysis, timed: dict) -> None:
     Analysis.objects.filter(pk=analysis.pk).update(result=merged)
 
 
+def load_state(analysis_pk: int, head) -> "recovery.Ledger":
+    """The stored ledger state of Analysis ``analysis_pk`` whose ``state`` is ``head``: a
+    format 6 head with the run's time blocks (``StateBlock``, one query), or a state of an
+    older format whole (``recovery.Ledger.from_parts``). Raises ValueError when it cannot be
+    read (a block missing included). The head and the blocks are read by two statements: a
+    caller racing a writer reads them in one (:func:`_stored_parts`)."""
+    blocks = StateBlock.objects.filter(analysis_id=analysis_pk).values_list("attempt", "block",
+                                                                          "data")
+    return recovery.Ledger.from_parts(bytes(head), blocks)
+
+
+def _stored_parts(analysis_pk: int) -> tuple:
+    """``(state, inputs, blocks)`` of Analysis ``analysis_pk`` as one statement reads them (one
+    snapshot: a head never meets blocks another analysis wrote after it): ``state`` and
+    ``inputs`` bytes or None, ``blocks`` ``[(attempt, block, data)]``."""
+    table, blocks_table = Analysis._meta.db_table, StateBlock._meta.db_table
+    sql = (f'SELECT 0, 0, 0, state FROM "{table}" WHERE id = %s UNION ALL '
+           f'SELECT 1, 0, 0, inputs FROM "{table}" WHERE id = %s UNION ALL '
+           f'SELECT 2, attempt, block, data FROM "{blocks_table}" WHERE analysis_id = %s')
+    found: dict = {}
+    blocks = []
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [analysis_pk, analysis_pk, analysis_pk])
+        for part, attempt, block, data in cursor.fetchall():
+            if part == 2:
+                blocks.append((attempt, block, data))
+            else:
+                found[part] = data
+    state, inputs = found.get(0), found.get(1)
+    return state, inputs, blocks
+
+
+def _store_parts(analysis: Analysis, parts: tuple, replace: bool) -> None:
+    """Set ``analysis.state`` to the head of ``parts`` (``Ledger.to_parts``) and write its
+    blocks: upserted over the stored ones, or with ``replace`` instead of every stored one
+    (a rebuilt or converted state: then ``parts`` holds every block). Inside the caller's
+    transaction."""
+    head, blocks = parts
+    rows = [StateBlock(analysis_id=analysis.pk, attempt=attempt, block=block, data=data)
+            for (attempt, block), data in sorted(blocks.items())]
+    if replace:
+        StateBlock.objects.filter(analysis_id=analysis.pk).delete()
+        StateBlock.objects.bulk_create(rows, batch_size=200)
+    elif rows:
+        StateBlock.objects.bulk_create(rows, batch_size=200, update_conflicts=True,
+                                       unique_fields=["analysis", "attempt", "block"],
+                                       update_fields=["data"])
+    analysis.state = head
+    analysis.state_format = STATE_FORMAT
+
+
 def store_state(run: Run, ledger: "recovery.Ledger", seq: int) -> None:
     """Store ``ledger`` as the run's incremental state reflecting every row up to ingest seq
     ``seq`` (a benchmark's or a migration's write: the next analysis continues it, absorbing
-    rows above ``seq``). Creates the Analysis row if needed."""
+    rows above ``seq``), replacing the stored one. Creates the Analysis row if needed."""
     analysis, _ = Analysis.objects.get_or_create(run=run)
-    Analysis.objects.filter(pk=analysis.pk).update(state=ledger.to_bytes(),
-                                                   state_format=STATE_FORMAT, ingest_seq=seq)
+    with transaction.atomic():
+        _store_parts(analysis, ledger.to_parts(every=True), replace=True)
+        analysis.ingest_seq = seq
+        analysis.save(update_fields=["state", "state_format", "ingest_seq"])
 
 
 def analyze(run: Run, now: float | None = None) -> Analysis:
@@ -522,14 +576,13 @@ def _analyze(run: Run, now: float | None, outcome: bool) -> tuple[Analysis, "rec
         done = _clock_only(run, analysis, target_seq, now, started)
         if done is not None:
             return done, None
-    stored_state, stored_inputs = Analysis.objects.filter(pk=analysis.pk).values_list(
-        "state", "inputs").get()
+    stored_state, stored_inputs, blocks = _stored_parts(analysis.pk)
     ledger = None
     if stored_state:
         # The stored state is that of the last analysis that succeeded (a refused one stores
         # none), so it is continued after a refusal too.
         try:
-            ledger = recovery.Ledger.from_bytes(bytes(stored_state))
+            ledger = recovery.Ledger.from_parts(bytes(stored_state), blocks)
         except ValueError:
             log.warning("run %s: stored ledger state unreadable; rebuilding", run.pk)
         if ledger is not None and ledger.state_format < CONTINUED_FORMAT:
@@ -568,9 +621,12 @@ def _analyze(run: Run, now: float | None, outcome: bool) -> tuple[Analysis, "rec
         found = recovery.analyze(inputs.run_input(run), now, ledger=ledger,
                                  settle_seconds=settings.RECOVERYDASH_SETTLE_S)
         result = found.to_dict()
-        # nothing absorbed into a continued state: the stored bytes are that state already
-        # (serialising and rewriting them would cost what the run's history weighs)
-        state = None if since >= 0 and absorbed == (0, 0) else ledger.to_bytes()
+        # nothing absorbed into a continued state: the stored parts are that state already;
+        # else the head and the time blocks that changed (all of them when the stored blocks
+        # are no base: a rebuilt state, or one loaded from a format before 6)
+        continued = since >= 0 and ledger.state_format == STATE_FORMAT
+        state = None if since >= 0 and absorbed == (0, 0) else \
+            ledger.to_parts(every=not continued)
     except _INPUT_ERRORS as exc:
         message = f"{type(exc).__name__}: {exc}"[:2000]
         log.warning("run %s: analysis refused the inputs at seq %s: %s", run.pk, target_seq,
@@ -599,10 +655,11 @@ def _analyze(run: Run, now: float | None, outcome: bool) -> tuple[Analysis, "rec
             fields.append("result")
         if state is not None or analysis.ingest_seq != since:
             # the state changed, or another analysis stored a state since this one read it
-            # (its state then reflects at most target_seq: this one's is as good)
-            state = ledger.to_bytes() if state is None else state
-            analysis.state = state
-            analysis.state_format = STATE_FORMAT
+            # (its state then reflects at most target_seq: this one's is as good, stored
+            # whole then)
+            moved = analysis.ingest_seq != since
+            _store_parts(analysis, ledger.to_parts(every=True) if moved else state,
+                         replace=moved or not continued)
             fields += ["state", "state_format"]
         # compared with what the rows hold (no read): a row another writer left behind the
         # result is put right even when the result itself is unchanged

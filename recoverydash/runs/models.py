@@ -819,3 +819,21 @@ class Analysis(models.Model):
         if fields is not None and "result" in fields:
             kwargs["update_fields"] = list(fields) + ["clock", "clock_since_s", "clock_ended_s"]
         super().save(*args, **kwargs)
+
+
+class StateBlock(models.Model):
+    """One block of a stored ledger state's per-update times (``recovery.Ledger.to_parts``,
+    state format 6): the chunks of attempt ``attempt`` whose index >> ``TIME_BLOCK_SHIFT`` is
+    ``block`` (4,096 updates, at most 32 KiB), as raw bytes. ``Analysis.state`` holds the head;
+    an analysis writes the head and only the blocks that changed, so what it writes does not
+    grow with the run's history. Deleted with the Analysis row, and replaced whole when the
+    state is rebuilt."""
+
+    analysis = models.ForeignKey(Analysis, on_delete=models.CASCADE, related_name="blocks")
+    attempt = models.IntegerField()
+    block = models.BigIntegerField()
+    data = models.BinaryField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["analysis", "attempt", "block"],
+                                               name="uniq_state_block")]

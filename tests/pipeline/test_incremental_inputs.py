@@ -222,4 +222,4 @@ def test_inputs_of_another_format_or_unreadable_are_read_again_from_every_row(pr
         assert counter.rows["runs_generation"] == N
         assert again["generations"] == first["generations"]
     assert bridge.StoredInputs.from_bytes(Analysis.objects.get(run=run).inputs).generations
-    assert recovery.Ledger.from_bytes(bytes(Analysis.objects.get(run=run).state))
+    assert bridge.load_state(*Analysis.objects.filter(run=run).values_list("pk", "state").get())

@@ -27,19 +27,19 @@ class Calls:
     """Counts the calls of a few core functions (each still runs as it is)."""
 
     def __init__(self, monkeypatch):
-        self.counts = {"from_bytes": 0, "analyze": 0}
-        real_from_bytes = recovery.Ledger.from_bytes.__func__
+        self.counts = {"from_parts": 0, "analyze": 0}
+        real_from_parts = recovery.Ledger.from_parts.__func__
         real_analyze = core_analysis.analyze
 
-        def from_bytes(cls, data):
-            self.counts["from_bytes"] += 1
-            return real_from_bytes(cls, data)
+        def from_parts(cls, head, blocks):
+            self.counts["from_parts"] += 1
+            return real_from_parts(cls, head, blocks)
 
         def analyze(*args, **kwargs):
             self.counts["analyze"] += 1
             return real_analyze(*args, **kwargs)
 
-        monkeypatch.setattr(recovery.Ledger, "from_bytes", classmethod(from_bytes))
+        monkeypatch.setattr(recovery.Ledger, "from_parts", classmethod(from_parts))
         monkeypatch.setattr(recovery, "analyze", analyze)
 
 
@@ -60,7 +60,7 @@ def test_nothing_new_reads_no_state_and_equals_a_full_analysis(project, scenario
     calls = Calls(monkeypatch)
     with CaptureQueriesContext(connection) as queries:
         again = bridge.analyze(run, now=NOW + later)
-    assert calls.counts == {"from_bytes": 0, "analyze": 0}
+    assert calls.counts == {"from_parts": 0, "analyze": 0}
     reads = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT")]
     assert not any('"runs_analysis"."state"' in sql or '"runs_analysis"."inputs"' in sql
                    for sql in reads)
@@ -101,10 +101,10 @@ def test_an_update_settling_by_age_takes_the_full_analysis(project, monkeypatch,
     counted = first.result["strata"][0]
     calls = Calls(monkeypatch)
     bridge.analyze(run, now=t5 + 299)  # update 5 not settled yet: clock only
-    assert calls.counts == {"from_bytes": 0, "analyze": 0}
+    assert calls.counts == {"from_parts": 0, "analyze": 0}
     assert Analysis.objects.get(run=run).result["strata"][0] == counted
     settled = bridge.analyze(run, now=t5 + 300)  # it settles by age: a full analysis
-    assert calls.counts == {"from_bytes": 1, "analyze": 1}
+    assert calls.counts == {"from_parts": 1, "analyze": 1}
     assert settled.result["strata"][0] != counted
     assert settled.clock_basis["earliest_unsettled"] is None
     stored = Analysis.objects.get(run=run)
@@ -122,5 +122,5 @@ def test_analyze_with_result_always_analyses(project, scenario_loader, tmp_path,
     bridge.analyze(run, now=NOW)
     calls = Calls(monkeypatch)
     row, outcome = bridge.analyze_with_result(run, now=NOW + 60)
-    assert calls.counts == {"from_bytes": 1, "analyze": 1}
+    assert calls.counts == {"from_parts": 1, "analyze": 1}
     assert outcome.to_dict() == row.result
