@@ -10,12 +10,14 @@ What it does, by itself, in about a minute:
 3. sends batches of 1,000 ``update_committed`` events as an SDK does (64 data-parallel ranks,
    each reporting one strided span per update) from ``BENCH_CLIENTS`` threads (default 2, one
    run each), ``BENCH_SECONDS`` in all (default 20) after a warm-up;
-4. after each of ``BENCH_ROUNDS`` (default 4) HTTP rounds, COPYs as many of the same rows (the
-   events with their JSON bodies and hashes, and the ledger rows) into the same tables with
-   psycopg 3 from as many connections, one transaction per 1,000 events: alternating keeps a
-   change in the shared machine's load from favouring either side;
-5. prints both rates in events/s and their ratio HTTP / COPY last, stops the server and drops
-   the database.
+4. after each of ``BENCH_ROUNDS`` (default 4) HTTP rounds, COPYs as many events' rows into
+   the same tables with psycopg 3 from as many connections, one transaction per 1,000 events,
+   twice: the rows exactly as ingest stores them (slim bodies with the hashes of the whole
+   events, ledger rows folded one per update) and the rows as received (whole bodies, a ledger
+   row per event: the baseline of earlier rounds); alternating keeps a change in the shared
+   machine's load from favouring either side;
+5. prints the rates in events/s and the ratio HTTP / COPY against each baseline, stops the
+   server and drops the database. The target (issue 13) is against the rows as stored.
 
 Celery's broker is ``memory://`` in the server: what ingest enqueues after commit is counted,
 a broker's own latency is not.
@@ -161,11 +163,15 @@ class HttpSender:
 
 
 class CopyWriter:
-    """The same rows as the server writes (events with canonical JSON body and hash, ledger
-    rows), COPYed by CLIENTS connections into fresh runs, one transaction per 1,000 events."""
+    """The rows the server writes for the same events, COPYed by CLIENTS connections into fresh
+    runs, one transaction per 1,000 events. ``shape`` ``"stored"``: the rows exactly as ingest
+    stores them (each event's slim body, ``ingest.actions.stored_body``, with the hash of its
+    canonical JSON; the batch's ledger rows folded by ``runs.folding.fold``, one row per update
+    of 64 ranks); ``"received"``: the baseline of earlier rounds (each event's whole canonical
+    JSON as its body, one ledger row per event)."""
 
-    def __init__(self, url: str):
-        self.url = url
+    def __init__(self, url: str, shape: str = "stored"):
+        self.url, self.shape = url, shape
         self.next_batch = [0] * CLIENTS
         with psycopg.connect(url, autocommit=True) as conn:
             project_id = conn.execute(
@@ -174,19 +180,33 @@ class CopyWriter:
             self.run_pks = [conn.execute(
                 "INSERT INTO runs_run (project_id, run_id, created_at, event_count, ingest_seq, "
                 "contract, strata) VALUES (%s, %s, %s, 0, 0, '{}', '{}') RETURNING id",
-                (project_id, f"bench-copy-{c}", now)).fetchone()[0] for c in range(CLIENTS)]
+                (project_id, f"bench-copy-{shape}-{c}", now)).fetchone()[0]
+                for c in range(CLIENTS)]
 
     def rows(self, c: int, b: int) -> tuple[list, list]:
         t_event = datetime(2026, 11, 1, 0, 0, 5, 250000, tzinfo=timezone.utc)
         now = datetime.now(timezone.utc)
         ev_rows, ledger_rows = [], []
-        for ev in events_for(f"bench-copy-{c}", b):
+        parts: dict[int, dict[int, dict]] = {}
+        stored_body = _stored_body() if self.shape == "stored" else None
+        for ev in events_for(f"bench-copy-{self.shape}-{c}", b):
             text = json.dumps(ev, sort_keys=True, separators=(",", ":"))
             digest = hashlib.sha256(text.encode()).hexdigest()
+            body = text if stored_body is None else json.dumps(
+                stored_body(ev["type"], ev), sort_keys=True, separators=(",", ":"))
             ev_rows.append((self.run_pks[c], ev["event_id"], ev["type"], 0, ev["rank"], t_event,
-                            now, b + 1, digest, text))
-            ledger_rows.append((self.run_pks[c], 0, ev["update"], ev["rank"], t_event,
-                                json.dumps(ev["spans"]), ev["samples"], None, b + 1, b + 1))
+                            now, b + 1, digest, body))
+            parts.setdefault(ev["update"], {})[ev["rank"]] = {
+                "time": t_event, "spans": ev["spans"], "samples": ev["samples"], "tokens": None}
+        from recoverydash.runs.folding import fold
+
+        for u, of_update in parts.items():
+            rows = (fold(of_update) if self.shape == "stored"
+                    else [(r, 1, 0, e) for r, e in of_update.items()])
+            for rank, ranks, shift, entry in rows:
+                ledger_rows.append((self.run_pks[c], 0, u, rank, ranks, shift, t_event,
+                                    json.dumps(entry["spans"]), entry["samples"], None, b + 1,
+                                    b + 1))
         return ev_rows, ledger_rows
 
     def run(self, n_events: int) -> tuple[int, float]:
@@ -207,9 +227,9 @@ class CopyWriter:
                                       "FROM STDIN") as cp:
                             for row in ev_rows:
                                 cp.write_row(row)
-                        with cur.copy("COPY runs_ledgerrow (run_id, attempt, update, rank, time, "
-                                      "spans, samples, tokens, first_seq, last_seq) "
-                                      "FROM STDIN") as cp:
+                        with cur.copy("COPY runs_ledgerrow (run_id, attempt, update, rank, "
+                                      "ranks, rank_shift, time, spans, samples, tokens, "
+                                      "first_seq, last_seq) FROM STDIN") as cp:
                             for row in ledger_rows:
                                 cp.write_row(row)
 
@@ -220,6 +240,19 @@ class CopyWriter:
         for t in threads:
             t.join()
         return per_client * CLIENTS * BATCH, time.perf_counter() - started
+
+
+def _stored_body():
+    """``recoverydash.ingest.actions.stored_body`` (Django set up in this process, no database
+    used)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "recoverydash.settings")
+    os.environ.setdefault("SECRET_KEY", "bench-only")
+    import django
+
+    django.setup()
+    from recoverydash.ingest.actions import stored_body
+
+    return stored_body
 
 
 @contextlib.contextmanager
@@ -256,21 +289,28 @@ def main() -> int:
             print(f"PostgreSQL database {name}; gunicorn with {WORKERS} sync workers on port "
                   f"{port}; {CLIENTS} clients; batches of {BATCH} update_committed events, "
                   f"{WORLD} ranks")
-            sender, writer = HttpSender(port, token), CopyWriter(url)
+            sender = HttpSender(port, token)
+            writers = {shape: CopyWriter(url, shape) for shape in ("stored", "received")}
             sender.run(2)  # warm-up: imports, connections, first rows of each run
-            # Alternate the two in rounds: the machine is shared, and a load change then hits both.
-            n_http = t_http = n_copy = t_copy = 0.0
+            # Alternate in rounds: the machine is shared, and a load change then hits all.
+            n_http = t_http = 0.0
+            copied = {shape: [0.0, 0.0] for shape in writers}
             for _ in range(ROUNDS):
                 n, t = sender.run(SECONDS / ROUNDS)
                 n_http, t_http = n_http + n, t_http + t
-                n, t = writer.run(n)
-                n_copy, t_copy = n_copy + n, t_copy + t
-            http_rate, copy_rate = n_http / t_http, n_copy / t_copy
+                for shape, writer in writers.items():
+                    m, t = writer.run(n)
+                    copied[shape][0] += m
+                    copied[shape][1] += t
+            http_rate = n_http / t_http
             print(f"HTTP ingest:  {n_http:.0f} events in {t_http:.2f} s = "
                   f"{http_rate:,.0f} events/s")
-            print(f"raw COPY:     {n_copy:.0f} events in {t_copy:.2f} s = "
-                  f"{copy_rate:,.0f} events/s")
-            print(f"ratio HTTP/COPY: {http_rate / copy_rate:.2f}")
+            labels = {"stored": "raw COPY of the rows as stored (slim bodies, folded ledger rows)",
+                      "received": "raw COPY of the rows as received (whole bodies, a ledger row "
+                                  "per event; earlier rounds' baseline)"}
+            for shape, (m, t) in copied.items():
+                print(f"{labels[shape]}: {m:.0f} events in {t:.2f} s = {m / t:,.0f} events/s; "
+                      f"ratio HTTP/COPY {http_rate / (m / t):.2f}")
             return 0
         finally:
             stop_server(server)

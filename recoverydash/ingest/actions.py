@@ -57,7 +57,8 @@ from recoverydash.runs.folding import fold, foldable, join, unfold
 from recoverydash.runs.queue import VERIFY_GENERATION, enqueue
 
 from .errors import AttemptConflict, BadRequest, Conflict, ErrorItem, MAX_ERRORS
-from .schemas import ValidEvent, canonical_json, manifest_committed_at, validate_events
+from .schemas import (ValidEvent, canonical_json, json_text, manifest_committed_at,
+                      validate_events)
 
 log = logging.getLogger(__name__)
 
@@ -428,11 +429,11 @@ def stored_body(kind: str, body: dict) -> dict:
 
 
 def _stored_text(ev: ValidEvent) -> str:
-    """The JSON text of :func:`stored_body` (the canonical text as received for every type but
-    the ledger types)."""
+    """The JSON text of :func:`stored_body` for the jsonb column (the canonical text as received
+    for every type but the ledger types)."""
     if ev.model.type not in _LEDGER_TYPES:
         return ev.canonical
-    return canonical_json(stored_body(ev.model.type, ev.body))
+    return json_text(stored_body(ev.model.type, ev.body))  # a jsonb value: any spelling
 
 
 def _write_events(runs: dict[str, Run], seqs: dict[int, int], events: Sequence[ValidEvent],
@@ -587,7 +588,7 @@ class _Projection:
         if self.heartbeats:
             if connection.vendor == "postgresql":
                 _copy(Heartbeat._meta.db_table, _HEARTBEAT_COLUMNS,
-                      ((h.run_id, h.attempt, h.rank, h.time, h.update, json.dumps(h.fetched),
+                      ((h.run_id, h.attempt, h.rank, h.time, h.update, json_text(h.fetched),
                         h.seq) for h in self.heartbeats))
             else:
                 Heartbeat.objects.bulk_create(self.heartbeats, batch_size=500)
@@ -674,7 +675,7 @@ class _Projection:
             try:
                 with transaction.atomic():
                     _copy(LedgerRow._meta.db_table, _LEDGER_COLUMNS, (
-                        key + (entry["shift"], entry["time"], json.dumps(entry["spans"]),
+                        key + (entry["shift"], entry["time"], json_text(entry["spans"]),
                                entry["samples"], entry["tokens"], self.seqs[key[0]],
                                self.seqs[key[0]])
                         for key, entry in pending.items()))
@@ -891,8 +892,9 @@ def _stored_rows(groups: dict[tuple, list[tuple]]) -> Iterable[Any]:
            'AND t.rank <= w.top AND t.rank <> %s ORDER BY t.rank DESC, t.ranks DESC '
            'LIMIT 2 FOR UPDATE SKIP LOCKED) AS l')
     with connection.cursor() as cursor:
-        cursor.execute(sql, [[p[0] for p in probes], [p[1] for p in probes],
-                             [p[2] for p in probes], [p[3] for p in probes], GLOBAL_RANK])
+        cursor.execute(sql, [_ints([p[0] for p in probes]), _ints([p[1] for p in probes]),
+                             _ints([p[2] for p in probes]), _ints([p[3] for p in probes]),
+                             GLOBAL_RANK])
         for row in cursor.fetchall():
             found.setdefault(row[0], row)
     rows = [found[pk] for pk in sorted(found)]
@@ -934,10 +936,17 @@ def _update_joined(rows: list) -> None:
            '%s::bigint[], %s::bigint[]) AS v(id, rank, ranks, rank_shift, spans, time, '
            'first_seq, last_seq) WHERE t.id = v.id')
     with connection.cursor() as cursor:
-        cursor.execute(sql, [[r.pk for r in rows], [r.rank for r in rows],
-                             [r.ranks for r in rows], [r.rank_shift for r in rows],
-                             [json.dumps(r.spans) for r in rows], [r.time for r in rows],
-                             [r.first_seq for r in rows], [r.last_seq for r in rows]])
+        cursor.execute(sql, [_ints([r.pk for r in rows]), _ints([r.rank for r in rows]),
+                             _ints([r.ranks for r in rows]), _ints([r.rank_shift for r in rows]),
+                             [json_text(r.spans) for r in rows], [r.time for r in rows],
+                             _ints([r.first_seq for r in rows]),
+                             _ints([r.last_seq for r in rows])])
+
+
+def _ints(values: Iterable[int]) -> str:
+    """An array literal of ints (``{1,2,3}``) for a ``%s::bigint[]`` parameter: one string to
+    quote instead of psycopg's dumping of a list element by element."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 def _put(rows: dict[tuple, dict[str, Any]], key: tuple, entry: dict[str, Any]) -> None:

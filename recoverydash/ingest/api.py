@@ -175,12 +175,28 @@ def read_body(request: HttpRequest) -> bytes:
     return body
 
 
+def loads_body(body: bytes) -> tuple[Any, bool]:
+    """``(document, floats)``: the JSON document of a request body (``json.loads``; NaN,
+    infinities and numbers a double cannot hold refused with ValueError; RecursionError for
+    nesting past the parser's reach), and whether its text held any number with a fraction or
+    an exponent (the float hook was called): without one, the events' canonical JSON is
+    orjson's (``schemas.canonical_bytes``)."""
+    floats = []
+
+    def finite_float(text: str) -> float:
+        floats.append(True)
+        return _finite_float(text)
+
+    doc = json.loads(body, parse_constant=_reject_constant, parse_float=finite_float)
+    return doc, bool(floats)
+
+
 def parse_batch(request: HttpRequest) -> list[ValidEvent]:
     """Decode the body and validate ``{"events": [...]}``: 413 over the events limit, 400 for JSON
     that does not parse or events that break docs/ingest-v1.md, sections 2-4."""
     body = read_body(request)
     try:
-        doc = json.loads(body, parse_constant=_reject_constant, parse_float=_finite_float)
+        doc, floats = loads_body(body)
     except RecursionError:
         raise BadRequest("JSON nested too deep", [ErrorItem(
             None, "", "expected JSON whose objects and arrays nest at most a few hundred levels "
@@ -199,7 +215,7 @@ def parse_batch(request: HttpRequest) -> list[ValidEvent]:
     if isinstance(raw_events, list) and len(raw_events) > limit:
         raise PayloadTooLarge(f"expected at most {limit} events per request, "
                               f"got {len(raw_events)}")
-    return validate_events(raw_events)
+    return validate_events(raw_events, floats)
 
 
 @api.post(

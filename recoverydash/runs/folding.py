@@ -38,9 +38,15 @@ def foldable(spans: Any) -> bool:
         ranges = span.get("ranges")
         if type(ranges) is not list or not ranges:
             return False
-        for item in ranges:
-            if type(item) is not list or not 2 <= len(item) <= 3 \
-                    or any(type(x) is not int for x in item):
+        for item in ranges:  # unrolled: called for every part of every update ingested
+            if type(item) is not list:
+                return False
+            n = len(item)
+            if n == 3:
+                if type(item[0]) is not int or type(item[1]) is not int \
+                        or type(item[2]) is not int:
+                    return False
+            elif n != 2 or type(item[0]) is not int or type(item[1]) is not int:
                 return False
     return True
 

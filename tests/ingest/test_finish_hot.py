@@ -33,7 +33,8 @@ def _postgres_only() -> None:
 
 
 def _time(rng: random.Random) -> str:
-    return f"2026-11-01T00:{rng.randrange(60):02d}:{rng.randrange(60):02d}.{rng.randrange(1000):03d}Z"
+    minute, second, ms = rng.randrange(60), rng.randrange(60), rng.randrange(1000)
+    return f"2026-11-01T00:{minute:02d}:{second:02d}.{ms:03d}Z"
 
 
 def _batches(seed: int) -> list[list[dict]]:
