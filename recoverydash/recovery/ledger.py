@@ -102,7 +102,7 @@ class AttemptLedger:
     #: blocks of ``times`` (chunk index >> TIME_BLOCK_SHIFT) written since the state was loaded
     #: by :meth:`Ledger.from_parts` (every block of a state built or loaded otherwise): what
     #: :meth:`Ledger.to_parts` gives to be stored again
-    dirty: set = field(default_factory=set)
+    dirty: set = field(default_factory=set, compare=False, repr=False)
     _groups: dict | None = None
 
     def note_time(self, update: int, when: float) -> None:

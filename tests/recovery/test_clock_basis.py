@@ -1,7 +1,8 @@
 """The clock-driven figures recomputed from a stored clock basis (``recovery.clock_driven_at``)
 equal a full analysis of the same inputs at the same time, exact values, and the rest of that
-full analysis equals the analysis the basis came from (docs/definitions.md#seconds-since-last-
-restorable, #health, #goodput, #updates-counted-once-complete)."""
+full analysis equals the analysis the basis came from
+(docs/definitions.md#seconds-since-last-restorable, docs/definitions.md#health,
+docs/definitions.md#goodput, docs/definitions.md#updates-counted-once-complete)."""
 from __future__ import annotations
 
 import json
