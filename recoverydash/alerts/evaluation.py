@@ -111,26 +111,47 @@ def evaluate_all(chunk: int = 200, refresh_after_s: float | None = None,
     return count
 
 
-def clock_changes(pks: list[int], now) -> tuple[list[int], list[int], int]:
+def clock_changes(pks: list[int], now) -> tuple[list[int], list[tuple], int]:
     """Which of runs ``pks`` (not ended) the clock-driven rules (``rules.CLOCK_RULES``) would
-    change now, from a few bulk reads of stored columns: per run its ``Analysis.clock``
-    (``runs.models.clock_of``), contract, first and last event times, its newest attempt's
-    ``ended_at`` and its reporters' RankSeen rows in aggregate (``rules.silences_of``: per attempt
-    a count, the newest and oldest time, and the rows of silent ranks only), and its open alerts. For each run the same
-    ``rules.clock_conditions`` as the full evaluation gives the (rule, subject, severity) that
-    hold now; the run changes when that set differs from what its open alerts of those rules
-    list (a rule newly holding, cleared, a subject added or removed, a severity changed), or when
-    it has an open alert stored before alerts grouped their subjects. Every other rule changes
-    only with a stored analysis, which evaluates them itself (:func:`evaluate_stored`).
+    change now, from a few bulk reads of stored columns: per run its open alerts (read first),
+    its ``Analysis.clock`` (``runs.models.clock_of``), contract, first and last event times, its
+    newest attempt's ``ended_at`` and its reporters' RankSeen rows in aggregate
+    (``rules.silences_of``: per attempt a count, the newest and oldest time, and the rows of
+    silent ranks only). For each run the same ``rules.clock_conditions`` as the full evaluation
+    gives the (rule, subject, severity) that hold now; the run changes when that set differs
+    from what its open alerts of those rules list (a rule newly holding, cleared, a subject
+    added or removed, a severity changed), or when it has an open alert stored before alerts
+    grouped their subjects. Every other rule changes only with a stored analysis, which
+    evaluates them itself (:func:`evaluate_stored`).
 
-    Returns ``(changed run pks, open alert pks still holding unchanged, runs read)``."""
+    An open alert that still holds gets the words the full evaluation would give it now (its
+    subjects' summaries and ``rules.group_summary``: the durations move with the clock);
+    ``checkpoint_stale`` names the last restorable generation, which the clock does not carry,
+    so for the runs where it holds the stored result's ``last_restorable`` (a few bytes of the
+    jsonb) is read and the conditions computed with it, as the full evaluation does.
+
+    Returns ``(changed run pks, holding, runs read)``; ``holding`` lists per open alert that
+    still holds ``(pk, last_seen_at, subjects, summary)`` as read and ``(subjects, summary)``
+    it should have now (the same when unchanged)."""
     from django.db.models import OuterRef, Subquery
 
     from recoverydash.alerts.models import Alert
-    from recoverydash.alerts.rules import CLOCK_RULES, clock_conditions, silences_of
+    from recoverydash.alerts.rules import (
+        CLOCK_RULES,
+        clock_conditions,
+        group_summary,
+        natural_key,
+        rule_info,
+        silences_of,
+    )
     from recoverydash.recovery.contract import effective_contract
     from recoverydash.runs.models import Attempt
 
+    alerts: dict[int, list] = {}  # read before the clocks (see _keep_holding)
+    for row in (Alert.objects.filter(run_id__in=pks).exclude(state="resolved")
+                .values_list("pk", "run_id", "rule", "dedup_key", "subjects", "summary",
+                             "last_seen_at")):
+        alerts.setdefault(row[1], []).append(row)
     rows = list(Analysis.objects.filter(run_id__in=pks).exclude(health="ended")
                 .values_list("run_id", "clock", "run__run_id", "run__contract",
                              "run__first_event_at", "run__last_received_at"))
@@ -141,32 +162,59 @@ def clock_changes(pks: list[int], now) -> tuple[list[int], list[int], int]:
                 .values_list("run_id", "pk", "attempt", "ended_at")}
     clocks = {row[0]: row[1] or {} for row in rows}
     silences = silences_of({r: a for r, a in attempts.items() if r in clocks}, clocks, now)
-    alerts: dict[int, list] = {}
-    for row in (Alert.objects.filter(run_id__in=pks).exclude(state="resolved")
-                .values_list("pk", "run_id", "rule", "dedup_key", "subjects")):
-        alerts.setdefault(row[1], []).append(row)
-    changed, holding = [], []
-    for run_id, clock, name, contract, first_event_at, last_received_at in rows:
-        clock = clock or {}
-        silence = silences.get(run_id)
+
+    def judge(run_id, clock, name, contract, first_event_at, last_received_at):
         found = clock_conditions(clock, effective_contract(contract), now=now,
                                  first_event_at=first_event_at,
-                                 last_received_at=last_received_at, silence=silence)
+                                 last_received_at=last_received_at,
+                                 silence=silences.get(run_id))
         want = {(c.rule, c.subject, c.severity) for c in found}
         have, keep, legacy = set(), [], False
-        for pk, _, rule, dedup_key, subjects in alerts.get(run_id, ()):
+        for row in alerts.get(run_id, ()):
+            _, _, rule, dedup_key, subjects, _, _ = row
             if dedup_key != f"{name}:{rule}:":  # rules.group_key
                 legacy = True
             elif rule in CLOCK_RULES:
                 if not subjects:
                     legacy = True  # stored before alerts listed subjects
                 have.update((rule, i["subject"], i["severity"]) for i in subjects or [])
-                keep.append(pk)
-        if legacy or want != have:
+                keep.append(row)
+        return found, keep, legacy or want != have
+
+    changed, judged, named = [], [], []
+    for run_id, clock, name, contract, first_event_at, last_received_at in rows:
+        found, keep, changes = judge(run_id, clock or {}, name, contract, first_event_at,
+                                     last_received_at)
+        if changes:
             changed.append(run_id)
-        else:
-            holding += keep
-    return changed, holding, len(rows)
+        elif keep:
+            judged.append([run_id, found, keep])
+            if any(c.rule == "checkpoint_stale" for c in found):
+                named.append(run_id)
+    if named:  # the generation the summary names: the full evaluation reads it from the result
+        last = dict(Analysis.objects.filter(run_id__in=named)
+                    .values_list("run_id", "result__last_restorable"))
+        by_run = {row[0]: row for row in rows}
+        for entry in judged:
+            if entry[0] in last:
+                run_id, clock, *rest = by_run[entry[0]]
+                found, keep, changes = judge(run_id, dict(clock or {},
+                                                          last_restorable=last[run_id]), *rest)
+                if changes:  # the result's own time disagrees with its clock: in full
+                    changed.append(run_id)
+                    entry[2] = []
+                else:
+                    entry[1] = found
+    holding = []
+    for run_id, found, keep in judged:
+        for pk, _, rule, _, subjects, summary, seen_at in keep:
+            info = rule_info(rule)
+            items = sorted(({"subject": c.subject, "kind": info.subject, "severity": c.severity,
+                             "summary": c.summary, "detail": c.detail}
+                            for c in found if c.rule == rule),
+                           key=lambda i: natural_key(i["subject"]))
+            holding.append((pk, seen_at, subjects, summary, items, group_summary(rule, items)))
+    return sorted(changed), holding, len(rows)
 
 
 #: The Analysis columns the evaluation never reads from the run it is given (``rules.evaluate_runs``
@@ -181,12 +229,11 @@ def evaluate_chunk(pks: list[int], refresh: list[int] = (), now=None) -> int:
     through the full evaluation, all of them in one transaction (``rules.evaluate_runs``: bulk
     reads and writes, exactly what ``rules.evaluate_run`` makes of each run; should it fail,
     run by run, so one run's failure never stops the others), and their flips become
-    deliveries in one pass once it commits; the open alerts that still hold unchanged get their
-    ``last_seen_at`` in one UPDATE (their summary keeps the words of their last full
-    evaluation). ``refresh`` (messages of an older beat): analyses requested first.
+    deliveries in one pass once it commits; the open alerts that still hold get their
+    ``last_seen_at`` and the words the full evaluation would give them now
+    (:func:`_keep_holding`). ``refresh`` (messages of an older beat): analyses requested first.
     Idempotent. ``now``: the clock (default: read once for the chunk). Returns how many runs
     were evaluated."""
-    from recoverydash.alerts.models import Alert
     from recoverydash.runs.analysis import request_analysis
 
     for pk in refresh:
@@ -194,8 +241,7 @@ def evaluate_chunk(pks: list[int], refresh: list[int] = (), now=None) -> int:
     now = now or timezone.now()
     changed, holding, count = clock_changes(pks, now)
     if holding:
-        Alert.objects.filter(pk__in=holding).exclude(state="resolved") \
-            .update(last_seen_at=now)
+        _keep_holding(holding, now)
     if not changed:
         return count
     runs = list(Run.objects.select_related("analysis").defer(*_HEAVY).filter(pk__in=changed)
@@ -215,3 +261,39 @@ def evaluate_chunk(pks: list[int], refresh: list[int] = (), now=None) -> int:
     if flipped:
         _deliver()
     return count
+
+
+def _keep_holding(holding: list[tuple], now) -> int:
+    """Store on the open alerts that still hold (``clock_changes``' ``holding``) what the full
+    evaluation would store: ``last_seen_at`` ``now`` and, where the words moved with the clock,
+    their subjects' summaries and summary, in one transaction: the alerts locked in the order
+    ``rules.evaluate_runs`` locks them, and only those as they were read (``last_seen_at``,
+    subjects and summary unchanged, still open) written: an alert another evaluation wrote since
+    (an analysis stored in between) is left as it wrote it. The alerts were read before the
+    clocks, so an analysis stored between the two reads is seen here too (it moved the
+    alert's ``last_seen_at``), and words computed from an older clock never overwrite it. No flip (the subjects and severity
+    are the same). One UPDATE for ``last_seen_at`` alone, one for the words (``rules.write_words``).
+    Returns how many alerts were written."""
+    from recoverydash.alerts.models import Alert
+    from recoverydash.alerts.rules import worst_severity, write_words
+
+    read = {pk: (seen_at, subjects, summary, items, words)
+            for pk, seen_at, subjects, summary, items, words in holding}
+    with transaction.atomic():
+        now_read = (Alert.objects.select_for_update(no_key=True).filter(pk__in=read)
+                    .exclude(state="resolved").order_by("run_id", "opened_at", "pk")
+                    .values_list("pk", "last_seen_at", "subjects", "summary"))
+        same, moved = [], []
+        for pk, seen_at, subjects, summary in now_read:
+            was_seen, was_subjects, was_summary, items, words = read[pk]
+            if (seen_at, subjects, summary) != (was_seen, was_subjects, was_summary):
+                continue
+            if (items, words) == (subjects, summary):
+                same.append(pk)
+            else:  # the severity is the same (the alert holds unchanged)
+                moved.append(Alert(pk=pk, subjects=items, summary=words,
+                                   severity=worst_severity(items)))
+        if same:
+            Alert.objects.filter(pk__in=same).update(last_seen_at=now)
+        write_words(moved, now)
+    return len(same) + len(moved)

@@ -119,8 +119,12 @@ def varied_fleet(project):
 
 
 def alerts_now() -> list:
+    """Every alert: run, rule, state, severity, subjects, key, then its words (summary and each
+    subject's) and when it was last seen."""
     return sorted((a.run.run_id, a.rule, a.state, a.severity,
-                   tuple(s["subject"] for s in a.subjects), a.dedup_key)
+                   tuple(s["subject"] for s in a.subjects), a.dedup_key, a.summary,
+                   tuple(sorted((k, str(v)) for s in a.subjects for k, v in s.items())),
+                   a.last_seen_at)
                   for a in Alert.objects.select_related("run"))
 
 
@@ -173,8 +177,20 @@ def test_it_raises_and_resolves_exactly_what_a_full_evaluation_of_every_run_does
         ("silent", "run_silent", "firing", "warning", ("",)),
         ("stale", "checkpoint_stale", "firing", "warning", ("",)),
         ("very-stale", "checkpoint_stale", "firing", "critical", ("",))]
-    # nothing moved but the clock by a minute: no run changes, nothing evaluated in full
-    step(T0 + 2 * h + timedelta(minutes=1), [])
+    # nothing moved but the clock by a minute: no run changes, nothing evaluated in full; the
+    # alerts that hold have the words the full evaluation gives them a minute later
+    alerts, _ = step(T0 + 2 * h + timedelta(minutes=1), [])
+    assert {a[0]: a[6] for a in alerts if a[1] != "rank_silent"} == {
+        "no-attempt": "No event from the run for 2h 01m (limit 15m 00s: no update interval known"
+                      " yet) while the run has not ended.",
+        "no-checkpoint": "No restorable checkpoint for 4h 01m (limit 1h 00m); no restorable "
+                         "checkpoint yet.",
+        "silent": "No event from attempt 0 for 19m 00s (limit 15m 00s: no update interval "
+                  "known yet) while the run has not ended.",
+        "stale": "No restorable checkpoint for 1h 55m (limit 1h 00m); last restorable g1 at "
+                 "update 10.",
+        "very-stale": "No restorable checkpoint for 3h 01m (limit 1h 00m); last restorable g1 "
+                      "at update 10."}
     # ten minutes later: rank 2 returns (rank 1 stays silent), the silent run reports again,
     # "stale" turns critical past twice its limit, an acknowledged alert that still holds stays
     # as it is, and a per-subject alert stored before alerts grouped is resolved
@@ -202,3 +218,29 @@ def test_it_raises_and_resolves_exactly_what_a_full_evaluation_of_every_run_does
         ("slow-ranks", "generation_rejected", "firing", "resolved", (), ())]
     held = Alert.objects.get(run=runs["no-attempt"])
     assert held.last_seen_at == later  # still holding: seen by the bulk path's one UPDATE
+
+
+def test_an_alert_another_evaluation_wrote_since_it_was_read_is_left_as_written(project,
+                                                                                settings):
+    """The words of alerts that still hold are written only on alerts as they were read: one an
+    analysis evaluated in between (last_seen_at and words moved) keeps what that wrote."""
+    settings.RECOVERYDASH_RUN_SILENT_S = 900.0
+    settings.RECOVERYDASH_RANK_SILENT_FLOOR_S = 120.0
+    runs = {r.run_id: r for r in varied_fleet(project)}
+    now = T0 + timedelta(hours=2)
+    full_cycle(now)
+    later = now + timedelta(minutes=1)
+    changed, holding, _ = evaluation.clock_changes(sorted(r.pk for r in runs.values()), later)
+    assert changed == []
+    meanwhile = Alert.objects.get(run=runs["stale"])
+    Alert.objects.filter(pk=meanwhile.pk).update(summary="written by an analysis meanwhile",
+                                                 last_seen_at=later - timedelta(seconds=1))
+    assert evaluation._keep_holding(holding, later) == len(holding) - 1
+    meanwhile.refresh_from_db()
+    assert (meanwhile.summary, meanwhile.last_seen_at) == (
+        "written by an analysis meanwhile", later - timedelta(seconds=1))
+    held = Alert.objects.get(run=runs["very-stale"])
+    assert held.last_seen_at == later
+    assert held.summary == ("No restorable checkpoint for 3h 01m (limit 1h 00m); last "
+                            "restorable g1 at update 10.")
+    assert [s["summary"] for s in held.subjects] == [held.summary]
