@@ -267,8 +267,8 @@ def _keep_holding(holding: list[tuple], now) -> int:
     """Store on the open alerts that still hold (``clock_changes``' ``holding``) what the full
     evaluation would store: ``last_seen_at`` ``now`` and, where the words moved with the clock,
     their subjects' summaries and summary, in one transaction: the alerts locked in the order
-    ``rules.evaluate_runs`` locks them, and only those as they were read (``last_seen_at``,
-    subjects and summary unchanged, still open) written: an alert another evaluation wrote since
+    ``rules.evaluate_runs`` locks them, and only those as they were read (``last_seen_at`` and
+    summary unchanged, still open) written: an alert another evaluation wrote since
     (an analysis stored in between) is left as it wrote it. The alerts were read before the
     clocks, so an analysis stored between the two reads is seen here too (it moved the
     alert's ``last_seen_at``), and words computed from an older clock never overwrite it. No flip (the subjects and severity
@@ -282,12 +282,12 @@ def _keep_holding(holding: list[tuple], now) -> int:
     with transaction.atomic():
         now_read = (Alert.objects.select_for_update(no_key=True).filter(pk__in=read)
                     .exclude(state="resolved").order_by("run_id", "opened_at", "pk")
-                    .values_list("pk", "last_seen_at", "subjects", "summary"))
+                    .values_list("pk", "last_seen_at", "summary"))
         same, moved = [], []
-        for pk, seen_at, subjects, summary in now_read:
-            was_seen, was_subjects, was_summary, items, words = read[pk]
-            if (seen_at, subjects, summary) != (was_seen, was_subjects, was_summary):
-                continue
+        for pk, seen_at, summary in now_read:
+            was_seen, subjects, was_summary, items, words = read[pk]
+            if (seen_at, summary) != (was_seen, was_summary):
+                continue  # written since it was read (every evaluation moves last_seen_at)
             if (items, words) == (subjects, summary):
                 same.append(pk)
             else:  # the severity is the same (the alert holds unchanged)
