@@ -225,11 +225,11 @@ _HEAVY = ("analysis__state", "analysis__inputs", "analysis__result")
 def evaluate_chunk(pks: list[int], refresh: list[int] = (), now=None) -> int:
     """The ``evaluate_alerts_chunk`` task: evaluate the alert rules of runs ``pks`` (run primary
     keys) not ended. The clock-driven conditions of every run are computed from stored columns
-    (:func:`clock_changes`, microseconds a run); only runs whose alerts that would change go
-    through the full evaluation, all of them in one transaction (``rules.evaluate_runs``: bulk
-    reads and writes, exactly what ``rules.evaluate_run`` makes of each run; should it fail,
-    run by run, so one run's failure never stops the others), and their flips become
-    deliveries in one pass once it commits; the open alerts that still hold get their
+    (:func:`clock_changes`, a few hundred microseconds a run); only runs whose alerts would
+    change go through the full evaluation, all of them in one transaction
+    (``rules.evaluate_runs``: bulk reads and writes, exactly what ``rules.evaluate_run`` makes
+    of each run; should it fail, run by run, so one run's failure never stops the others), and
+    their flips become deliveries in one pass once it commits; the open alerts that still hold get their
     ``last_seen_at`` and the words the full evaluation would give them now
     (:func:`_keep_holding`). ``refresh`` (messages of an older beat): analyses requested first.
     Idempotent. ``now``: the clock (default: read once for the chunk). Returns how many runs
@@ -268,12 +268,12 @@ def _keep_holding(holding: list[tuple], now) -> int:
     evaluation would store: ``last_seen_at`` ``now`` and, where the words moved with the clock,
     their subjects' summaries and summary, in one transaction: the alerts locked in the order
     ``rules.evaluate_runs`` locks them, and only those as they were read (``last_seen_at`` and
-    summary unchanged, still open) written: an alert another evaluation wrote since
-    (an analysis stored in between) is left as it wrote it. The alerts were read before the
-    clocks, so an analysis stored between the two reads is seen here too (it moved the
-    alert's ``last_seen_at``), and words computed from an older clock never overwrite it. No flip (the subjects and severity
-    are the same). One UPDATE for ``last_seen_at`` alone, one for the words (``rules.write_words``).
-    Returns how many alerts were written."""
+    summary unchanged, still open) written: an alert another evaluation wrote since (an
+    analysis stored in between) is left as it wrote it. The alerts were read before the clocks,
+    so an analysis stored between the two reads is seen here too (it moved the alert's
+    ``last_seen_at``), and words computed from an older clock never overwrite it. No flip (the
+    subjects and severity are the same). One UPDATE for ``last_seen_at`` alone, one for the
+    words (``rules.write_words``). Returns how many alerts were written."""
     from recoverydash.alerts.models import Alert
     from recoverydash.alerts.rules import worst_severity, write_words
 

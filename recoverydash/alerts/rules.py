@@ -659,8 +659,8 @@ def _plan_run(run, holding: list[Condition], open_alerts: list, told: set, now: 
     """What :func:`evaluate_runs` writes for one run: its conditions ``holding`` grouped per
     rule against its open alerts (locked, opened_at order) and the (rule, subject) pairs its
     event-rule alerts ever ``told``. Appends to ``kept`` ``(alert, (summary, severity,
-    subjects) as stored)`` of the open alerts updated, to ``opened`` the new alerts (unsaved), to ``resolved``
-    ``(alert, reason)`` and to ``steps`` ``(kind, alert, extra)`` in the order their flips are
+    subjects) as stored)`` of the open alerts updated, to ``opened`` the new alerts (unsaved),
+    to ``resolved`` ``(alert, reason)`` and to ``steps`` ``(kind, alert, extra)`` in the order their flips are
     made (``opened``; ``subjects`` with the subjects before; ``resolved``)."""
     groups: dict[str, list[Condition]] = {}
     for c in holding:
