@@ -229,8 +229,8 @@ def evaluate_chunk(pks: list[int], refresh: list[int] = (), now=None) -> int:
     change go through the full evaluation, all of them in one transaction
     (``rules.evaluate_runs``: bulk reads and writes, exactly what ``rules.evaluate_run`` makes
     of each run; should it fail, run by run, so one run's failure never stops the others), and
-    their flips become deliveries in one pass once it commits; the open alerts that still hold get their
-    ``last_seen_at`` and the words the full evaluation would give them now
+    their flips become deliveries in one pass once it commits; the open alerts that still hold
+    get their ``last_seen_at`` and the words the full evaluation would give them now
     (:func:`_keep_holding`). ``refresh`` (messages of an older beat): analyses requested first.
     Idempotent. ``now``: the clock (default: read once for the chunk). Returns how many runs
     were evaluated."""
