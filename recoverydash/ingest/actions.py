@@ -1162,63 +1162,62 @@ def _finish_hot(runs: dict[str, Run], seqs: dict[int, int], events: Sequence[Val
                 touched: set[str], kinds: dict[str, dict[str, str]], now,
                 projection: _Projection) -> set[int]:
     """:func:`_finish_runs` for a batch of :data:`_HOT_TYPES` only (PostgreSQL), the same
-    changes in raw statements: per touched run, in pk order, one statement: an ``UPDATE ...
-    RETURNING`` that takes the run's row lock (held until commit, as before) and raises the
-    counters, times and seq (``event_count + n``, ``LEAST``/``GREATEST`` of the times,
-    ``GREATEST`` of the seqs: batches commit in any order) and records the batch's new strata
-    (a stored stratum's kind wins: ``batch || stored``), answering the analysis queue mark and
-    the strata, joined to the batch's attempts of the run (only those) read ``FOR UPDATE``
-    with the columns these events change. A stratum whose stored kind differs from the
-    batch's is then the 400 of :func:`_check_span_kinds` (the transaction rolls back). The
-    events are applied to the attempts by :func:`_apply_to_attempt` as on the ORM path and
-    written back in one statement; attempts not stored yet are created by the ORM (the first
-    batch of an attempt). Returns the pks of runs whose analysis is queued
+    changes in raw statements: per touched run, in pk order, one ``UPDATE ... RETURNING`` that
+    takes the run's row lock (held until commit, as before) and raises the counters, times and
+    seq (``event_count + n``, ``LEAST``/``GREATEST`` of the times, ``GREATEST`` of the seqs:
+    batches commit in any order) and records the batch's new strata (a stored stratum's kind
+    wins: ``batch || stored``), answering the analysis queue mark and the strata; a stratum
+    whose stored kind differs from the batch's is then the 400 of :func:`_check_span_kinds`
+    (the transaction rolls back). Then the batch's attempts (only those), read ``FOR UPDATE``
+    with the columns these events change, the events applied by :func:`_apply_to_attempt` as
+    on the ORM path, written back in one statement; attempts not stored yet are created by
+    the ORM (the first batch of an attempt). Returns the pks of runs whose analysis is queued
     and not started, as :func:`_finish_runs`."""
     times: dict[str, list] = {}
     for ev in events:
         times.setdefault(ev.model.run_id, []).append(ev.model.time)
+    table = Run._meta.db_table
     stored: dict[str, dict] = {}
     queued: set[int] = set()
-    attempts: dict[tuple[int, int], Attempt] = {}
-    columns = ", ".join(f"a.{name}" for name in _HOT_ATTEMPT_FIELDS[:4])
-    # One statement per run: the UPDATE in the WITH clause runs (and takes the run's row lock)
-    # when the outer side of the lateral join pulls its row, before the lateral SELECT locks
-    # the batch's attempts: the order of every other ingest end (run, then attempts), in one
-    # round trip while the lock is held.
-    sql = (f'WITH r AS (UPDATE "{Run._meta.db_table}" SET event_count = event_count + %s, '
-           'first_event_at = LEAST(first_event_at, %s), '
-           'last_event_at = GREATEST(last_event_at, %s), last_received_at = %s, '
-           'ingest_seq = GREATEST(ingest_seq, %s), strata = %s::jsonb || strata '
-           'WHERE id = %s RETURNING analysis_queued_at, strata::text AS strata) '
-           f'SELECT r.analysis_queued_at, r.strata, a.id, a.attempt, {columns}, '
-           'a.fetched::text, a.sdk_losses::text FROM r LEFT JOIN LATERAL (SELECT t.id, '
-           't.attempt, t.last_event_at, t.last_update, t.last_update_at, t.heartbeat_at, '
-           f't.fetched, t.sdk_losses FROM "{Attempt._meta.db_table}" t WHERE t.run_id = %s '
-           'AND t.attempt = ANY(%s::integer[]) ORDER BY t.id FOR UPDATE) AS a ON true')
     with connection.cursor() as cursor:
         for run_id in sorted(touched, key=lambda r: runs[r].pk):
             run, mine = runs[run_id], times[run_id]
-            numbers = sorted(n for (pk, n) in projection.attempt_events if pk == run.pk)
-            cursor.execute(sql, [len(mine), min(mine), max(mine), now, seqs[run.pk],
-                                 json.dumps(kinds.get(run_id, {})), run.pk, run.pk,
-                                 _ints(numbers)])
-            rows = cursor.fetchall()
-            mark, strata = rows[0][:2]
+            cursor.execute(
+                f'UPDATE "{table}" SET event_count = event_count + %s, '
+                'first_event_at = LEAST(first_event_at, %s), '
+                'last_event_at = GREATEST(last_event_at, %s), last_received_at = %s, '
+                'ingest_seq = GREATEST(ingest_seq, %s), strata = %s::jsonb || strata '
+                'WHERE id = %s RETURNING analysis_queued_at, strata::text',
+                [len(mine), min(mine), max(mine), now, seqs[run.pk],
+                 json.dumps(kinds.get(run_id, {})), run.pk])
+            mark, strata = cursor.fetchone()
             stored[run_id] = json.loads(strata)
             if mark is not None and (now - mark).total_seconds() < QUEUED_MARK_FRESH_S:
                 queued.add(run.pk)
-            for (_, _, pk, number, last_event_at, last_update, last_update_at, heartbeat_at,
-                 fetched, losses) in rows:
-                if pk is None:  # none of the batch's attempts is stored yet
-                    continue
-                # Attempt.from_db: the columns not read stay deferred (never a default value)
-                attempts[(run.pk, number)] = _from_db(Attempt, {
-                    "id": pk, "run_id": run.pk, "attempt": number,
-                    "last_event_at": last_event_at, "last_update": last_update,
-                    "last_update_at": last_update_at, "heartbeat_at": heartbeat_at,
-                    "fetched": json.loads(fetched), "sdk_losses": json.loads(losses)})
     if any(stored[r].get(s, k) != k for r, ks in kinds.items() for s, k in ks.items()):
         _check_span_kinds({r: Run(strata=dict(st)) for r, st in stored.items()}, events)
+    # A statement of its own, after the run's lock is held: under READ COMMITTED it reads a
+    # snapshot taken now, so it sees an attempt that a concurrent batch created and committed
+    # while this one waited for the lock. Joined to the UPDATE above in one statement it read
+    # the snapshot of before the wait, missed that attempt and created it again (a 500 on
+    # uniq_attempt: tests/ingest/test_concurrent_new_attempt.py).
+    keys = sorted(projection.attempt_events)
+    columns = ", ".join(f"t.{name}" for name in _HOT_ATTEMPT_FIELDS[:4])
+    attempts: dict[tuple[int, int], Attempt] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'SELECT t.id, t.run_id, t.attempt, {columns}, t.fetched::text, t.sdk_losses::text '
+            f'FROM "{Attempt._meta.db_table}" t JOIN unnest(%s::bigint[], %s::integer[]) '
+            'AS k(run_id, attempt) ON t.run_id = k.run_id AND t.attempt = k.attempt '
+            'ORDER BY t.id FOR UPDATE OF t', [[k[0] for k in keys], [k[1] for k in keys]])
+        for (pk, run_pk, number, last_event_at, last_update, last_update_at, heartbeat_at,
+             fetched, losses) in cursor.fetchall():
+            # Attempt.from_db: the columns not read stay deferred (never a default value)
+            attempts[(run_pk, number)] = _from_db(Attempt, {
+                "id": pk, "run_id": run_pk, "attempt": number, "last_event_at": last_event_at,
+                "last_update": last_update, "last_update_at": last_update_at,
+                "heartbeat_at": heartbeat_at, "fetched": json.loads(fetched),
+                "sdk_losses": json.loads(losses)})
     projection.apply_attempts(attempts, hot=True)
     return queued
 
