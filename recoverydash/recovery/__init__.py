@@ -134,6 +134,7 @@ _EXPORTS = {
     "Costs": "costs",
     "DEFAULT_CONTRACT": "contract", "effective_contract": "contract",
     "GenerationVerdict": "generations", "Reason": "generations",
+    "local_judgement": "generations",
     "AttemptRecord": "inputs", "GenerationRecord": "inputs", "HeartbeatRecord": "inputs",
     "LedgerRecord": "inputs", "RestoreRecord": "inputs", "RunInput": "inputs",
     "ShardRecord": "inputs", "format_time": "inputs", "parse_time": "inputs",

@@ -138,7 +138,8 @@ def split_clock_driven(result: dict) -> tuple[dict, dict]:
 
 
 def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None,
-            settle_seconds: float = DEFAULT_SETTLE_SECONDS) -> RunAnalysis:
+            settle_seconds: float = DEFAULT_SETTLE_SECONDS, judged: dict | None = None,
+            fill: dict | None = None) -> RunAnalysis:
     """Analyse a run at time ``now`` (POSIX seconds; the core never reads the clock).
 
     ``run``: a RunInput, or a :class:`~.view.RunView` already built over a ledger. ``ledger``:
@@ -147,8 +148,10 @@ def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None,
     ``run.ledger``. Every figure reads the run through one RunView (lineages, counts, frontiers,
     epoch lengths, global batches), built once here. ``settle_seconds``: how old (at ``now``) an
     update's first report must be for it to count although a rank's part of it never arrived
-    (docs/definitions.md#updates-counted-once-complete). Returns a RunAnalysis; raises
-    ValueError on a malformed span range."""
+    (docs/definitions.md#updates-counted-once-complete). ``judged`` and ``fill``: the
+    generations' local judgements kept by the caller and the fresh ones
+    (:func:`.generations.evaluate_generations`; the result is the same with or without them).
+    Returns a RunAnalysis; raises ValueError on a malformed span range."""
     if isinstance(run, RunView):
         view = run
     else:
@@ -172,7 +175,7 @@ def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None,
                         "tslrc": tslrc_sawtooth([], first_event, now)}
         return empty
     live = view.live
-    verdicts = evaluate_generations(view, contract["required_components"])
+    verdicts = evaluate_generations(view, contract["required_components"], judged, fill)
     status = {v.generation_id: v.status for v in verdicts}
     numbers = list(attempts)
     restarts: list[Restart] = [analyse_restart(view, number, before, status.get)

@@ -309,7 +309,52 @@ def state_repeats(generations) -> dict:
     return out
 
 
-def evaluate_generations(view, required_components) -> list[GenerationVerdict]:
+def local_judgement(gen: GenerationRecord, required_components) -> dict:
+    """The part of a committed, single-manifest generation's verdict that is a function of its
+    own record (``gen``: its manifest, shard reports and storage results) and of the contract's
+    ``required_components`` alone (docs/definitions.md#generation-status), as JSON values:
+
+    * ``notes``: :func:`adopted_notes`, as ``[{"code", "detail"}]``;
+    * ``before``: the reasons :func:`schema_unsupported`, :func:`shard_missing` and
+      :func:`component_missing` (or :func:`adopted_reasons` for an adopted manifest) and
+      :func:`update_mismatch` found, in that order;
+    * ``storage``: the storage failures (:data:`STORAGE_FAILURES`, in that order, each naming
+      its objects' uris), ``soft``: ``storage_unverified`` (or empty), ``unchecked``: whether
+      an object of the manifest has no storage result yet.
+
+    What depends on other records (the writer's world size and dataset version, the data
+    cursor against the ledger, ``stale_state`` against other generations) is not in it:
+    :func:`evaluate_generations` judges that on every call. Raises nothing for a generation
+    without a manifest (``gen.manifest()`` None gives the empty judgement of no objects), but
+    it is only used for committed ones."""
+    manifest = gen.manifest() or {}
+    notes = adopted_notes(manifest) if manifest else []
+    if is_adopted(manifest):
+        structural = adopted_reasons(manifest)
+    else:
+        structural = [shard_missing(gen, manifest),
+                      component_missing(manifest, required_components)]
+    before = [r for r in (schema_unsupported(manifest), *structural,
+                          update_mismatch(gen, manifest)) if r is not None]
+    unchecked = False
+    by_code: dict = {}
+    for obj in manifest.get("objects") or []:
+        result = gen.object_checks.get(obj.get("uri"))
+        if result is None:
+            unchecked = True
+        elif result != "ok":
+            by_code.setdefault(result, []).append(obj.get("uri"))
+    storage = [Reason(code, _short(by_code[code])) for code in STORAGE_FAILURES
+               if code in by_code]
+    soft = [Reason("storage_unverified", _short(by_code["storage_unverified"]))] \
+        if "storage_unverified" in by_code else []
+    return {"notes": [n.to_dict() for n in notes], "before": [r.to_dict() for r in before],
+            "storage": [r.to_dict() for r in storage], "soft": [r.to_dict() for r in soft],
+            "unchecked": unchecked}
+
+
+def evaluate_generations(view, required_components, judged: dict | None = None,
+                         fill: dict | None = None) -> list[GenerationVerdict]:
     """Status and reasons of every generation of ``view`` (:class:`~.view.RunView`; spec 5,
     docs/definitions.md#generation-status), sorted by (update, started time, id).
 
@@ -319,7 +364,13 @@ def evaluate_generations(view, required_components) -> list[GenerationVerdict]:
     generation (a manifest a format adapter built from another tool's folder) is judged by its
     adapter's reasons (:func:`adopted_reasons`) instead of the shard and component rules, and
     when it carries no data cursor the comparison is skipped and the verdict's ``notes`` say
-    ``data_position_unknown`` (:func:`adopted_notes`): never assumed to agree."""
+    ``data_position_unknown`` (:func:`adopted_notes`): never assumed to agree.
+
+    ``judged``: ``{generation_id: local_judgement(gen, required_components)}`` computed before
+    for generations whose record and ``required_components`` are the same now (the caller
+    keeps that true: an entry of a changed record must be dropped); used instead of judging
+    those parts again, so the result is the same as without it. ``fill``, when given, receives
+    the :func:`local_judgement` of every committed generation judged here afresh."""
     generations = list(view.generations.values())
     attempts = view.attempts
     newest_attempt = max(attempts) if attempts else None
@@ -358,17 +409,17 @@ def evaluate_generations(view, required_components) -> list[GenerationVerdict]:
             verdict.reasons.append(Reason("manifest_conflict",
                                           f"{gen.conflicting()} different committed manifests"))
             continue
-        verdict.notes = adopted_notes(manifest)
+        mine = judged.get(gen.generation_id) if judged is not None else None
+        if mine is None:
+            mine = local_judgement(gen, required_components)
+            if fill is not None:
+                fill[gen.generation_id] = mine
+        verdict.notes = [Reason(**n) for n in mine["notes"]]
         unknown = {n.code for n in verdict.notes}
-        if is_adopted(manifest):
-            structural = adopted_reasons(manifest)
-        else:
-            structural = [shard_missing(gen, manifest),
-                          component_missing(manifest, required_components)]
-        hard = [r for r in (schema_unsupported(manifest), *structural,
-                            update_mismatch(gen, manifest), world_size_mismatch(manifest, writer),
-                            None if "dataset_version_unknown" in unknown
-                            else dataset_version_mismatch(manifest, writer)) if r is not None]
+        hard = [Reason(**r) for r in mine["before"]]
+        hard += [r for r in (world_size_mismatch(manifest, writer),
+                             None if "dataset_version_unknown" in unknown
+                             else dataset_version_mismatch(manifest, writer)) if r is not None]
         waiting = False
         update = manifest.get("update")
         if isinstance(update, int) and "data_position_unknown" not in unknown:
@@ -388,20 +439,9 @@ def evaluate_generations(view, required_components) -> list[GenerationVerdict]:
                 f"; and {len(stale) - 3} more objects" if len(stale) > 3 else "")))
         if stateless is not None:
             verdict.notes.append(stateless)
-        soft = []
-        unchecked = False
-        by_code: dict = {}
-        for obj in manifest.get("objects") or []:
-            result = gen.object_checks.get(obj.get("uri"))
-            if result is None:
-                unchecked = True
-            elif result != "ok":
-                by_code.setdefault(result, []).append(obj.get("uri"))
-        for code in STORAGE_FAILURES:
-            if code in by_code:
-                hard.append(Reason(code, _short(by_code[code])))
-        if "storage_unverified" in by_code:
-            soft.append(Reason("storage_unverified", _short(by_code["storage_unverified"])))
+        hard += [Reason(**r) for r in mine["storage"]]
+        soft = [Reason(**r) for r in mine["soft"]]
+        unchecked = mine["unchecked"]
         verdict.reasons = hard + soft
         if hard:
             verdict.status = "rejected"

@@ -153,7 +153,8 @@ def load_input(run: Run) -> "recovery.RunInput":
 
 
 #: The format of ``Analysis.inputs`` (:class:`StoredInputs`); another one is rebuilt.
-INPUTS_FORMAT = 1
+#: 2: with the generations' local judgements (``judged``).
+INPUTS_FORMAT = 2
 
 
 class StoredInputs:
@@ -165,15 +166,21 @@ class StoredInputs:
     ``attempts``: ``{attempt number: attempt entry}`` (:func:`_attempt_entry`);
     ``generations``: ``{Generation pk: GenerationRecord fields}``; ``statuses``: ``{Generation
     pk: [status, reasons]}`` as the rows hold them (the analysis writes a row's status only
-    where the new one differs, :func:`_store_generation_statuses`). Serialised as
+    where the new one differs, :func:`_store_generation_statuses`); ``judged``: ``{Generation
+    pk: recovery.local_judgement of its entry}`` under the contract's required components
+    ``judged_for`` (an entry is dropped when its row is read again, all of them when the
+    components change: :meth:`judgements`). Serialised as
     zlib-compressed JSON (:meth:`to_bytes`); the JSON round trip keeps every value (floats by
     repr)."""
 
     def __init__(self, attempts: dict | None = None, generations: dict | None = None,
-                 statuses: dict | None = None) -> None:
+                 statuses: dict | None = None, judged: dict | None = None,
+                 judged_for: list | None = None) -> None:
         self.attempts = attempts or {}
         self.generations = generations or {}
         self.statuses = statuses or {}
+        self.judged = judged or {}
+        self.judged_for = judged_for
 
     @classmethod
     def from_bytes(cls, blob) -> "StoredInputs | None":
@@ -189,13 +196,15 @@ class StoredInputs:
             return None
         return cls({int(k): v for k, v in doc["attempts"].items()},
                    {int(k): v for k, v in doc["generations"].items()},
-                   {int(k): v for k, v in doc["statuses"].items()})
+                   {int(k): v for k, v in doc["statuses"].items()},
+                   {int(k): v for k, v in doc["judged"].items()}, doc["judged_for"])
 
     def to_bytes(self) -> bytes:
         """The copy as zlib-compressed JSON, read back by :meth:`from_bytes`."""
         return zlib.compress(json.dumps({"format": INPUTS_FORMAT, "attempts": self.attempts,
                                          "generations": self.generations,
-                                         "statuses": self.statuses},
+                                         "statuses": self.statuses, "judged": self.judged,
+                                         "judged_for": self.judged_for},
                                         separators=(",", ":")).encode(), 6)
 
     def read_changes(self, run: Run, since: int) -> int:
@@ -206,11 +215,34 @@ class StoredInputs:
             rows = rows.filter(seq__gt=since)
         else:
             self.attempts, self.generations, self.statuses = {}, {}, {}
+            self.judged, self.judged_for = {}, None
         changed = [(a.attempt, _attempt_entry(a)) for a in rows]
         self.attempts.update(changed)
         gens = _generation_entries(run, since, self.statuses)
         self.generations.update(gens)
+        for pk in gens:
+            self.judged.pop(pk, None)
         return len(changed) + len(gens)
+
+    def judgements(self, required_components) -> tuple[dict, dict]:
+        """``(judged, pks)`` for ``recovery.analyze``: ``{generation_id: local judgement}`` of
+        the generations whose entry was judged under ``required_components`` (the effective
+        contract's; the kept judgements are dropped when it differs from ``judged_for``), and
+        ``{generation_id: pk}`` of the entry the core judges for each id (the last by pk, as
+        ``RunView`` keeps the last record of an id). :meth:`keep` stores the fresh ones."""
+        wanted = list(required_components)
+        if self.judged_for != wanted:
+            self.judged, self.judged_for = {}, wanted
+        pks = {self.generations[pk]["generation_id"]: pk for pk in sorted(self.generations)}
+        judged = {gid: self.judged[pk] for gid, pk in pks.items() if pk in self.judged}
+        return judged, pks
+
+    def keep(self, fresh: dict, pks: dict) -> int:
+        """Store ``fresh`` (``{generation_id: local judgement}`` the core judged afresh) under
+        the pks of :meth:`judgements`. Returns how many were stored."""
+        for gid, judgement in fresh.items():
+            self.judged[pks[gid]] = judgement
+        return len(fresh)
 
     def run_input(self, run: Run) -> "recovery.RunInput":
         """The core's ``RunInput`` (as :func:`load_input` reads it: attempts by number,
@@ -618,8 +650,13 @@ def _analyze(run: Run, now: float | None, outcome: bool) -> tuple[Analysis, "rec
             absorbed = absorb_new(run, ledger, since, target_seq)
             read = inputs.read_changes(run, inputs_since)
         run.refresh_from_db()
-        found = recovery.analyze(inputs.run_input(run), now, ledger=ledger,
-                                 settle_seconds=settings.RECOVERYDASH_SETTLE_S)
+        run_input = inputs.run_input(run)
+        judged, pks = inputs.judgements(run_input.effective_contract()["required_components"])
+        fresh: dict = {}
+        found = recovery.analyze(run_input, now, ledger=ledger,
+                                 settle_seconds=settings.RECOVERYDASH_SETTLE_S, judged=judged,
+                                 fill=fresh)
+        judged_now = inputs.keep(fresh, pks)
         result = found.to_dict()
         # nothing absorbed into a continued state: the stored parts are that state already;
         # else the head and the time blocks that changed (all of them when the stored blocks
@@ -664,7 +701,7 @@ def _analyze(run: Run, now: float | None, outcome: bool) -> tuple[Analysis, "rec
         # compared with what the rows hold (no read): a row another writer left behind the
         # result is put right even when the result itself is unchanged
         written = _store_generation_statuses(found.generations, inputs)
-        if read or written or inputs_since < 0 or analysis.ingest_seq != since:
+        if read or written or judged_now or inputs_since < 0 or analysis.ingest_seq != since:
             analysis.inputs = inputs.to_bytes()
             fields.append("inputs")
         if timed is not None:

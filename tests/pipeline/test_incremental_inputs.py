@@ -223,3 +223,34 @@ def test_inputs_of_another_format_or_unreadable_are_read_again_from_every_row(pr
         assert again["generations"] == first["generations"]
     assert bridge.StoredInputs.from_bytes(Analysis.objects.get(run=run).inputs).generations
     assert bridge.load_state(*Analysis.objects.filter(run=run).values_list("pk", "state").get())
+
+
+def test_generations_are_judged_once_and_again_when_the_components_change(project, long_run):
+    """The generations' local judgements (recovery.local_judgement) are kept in
+    ``Analysis.inputs``: after the first analysis one per committed generation; a new storage
+    result drops (and re-judges) that generation's only; a contract edit of the required
+    components re-judges every one (here: a component no generation carries rejects them all),
+    and each stored result equals a rebuild from every row."""
+    run, now = long_run, T0.timestamp() + 10 * N + 60
+    bridge.analyze(run, now=now)
+    inputs = bridge.StoredInputs.from_bytes(Analysis.objects.get(run=run).inputs)
+    assert len(inputs.judged) == N and inputs.judged_for == COMPONENTS
+    pks = sorted(inputs.judged)
+    before = {pk: inputs.judged[pk] for pk in pks}
+    victim = CheckpointObject.objects.get(generation__run=run, uri=f"file:///ckpt/g{N:04d}/model.pt")
+    _store(victim, ObjectCheck("digest_mismatch", "bytes differ"))
+    stored = bridge.analyze(run, now=now)
+    inputs = bridge.StoredInputs.from_bytes(Analysis.objects.get(run=run).inputs)
+    assert {pk: j for pk, j in inputs.judged.items() if pk != victim.generation_id} == \
+        {pk: j for pk, j in before.items() if pk != victim.generation_id}
+    assert inputs.judged[victim.generation_id]["storage"] == [
+        {"code": "digest_mismatch", "detail": f"file:///ckpt/g{N:04d}/model.pt"}]
+    assert stored.result == rebuilt(run, now)
+
+    save_contract(run, {"required_components": COMPONENTS + ["rng"]})
+    stored = bridge.analyze(run, now=now)
+    inputs = bridge.StoredInputs.from_bytes(Analysis.objects.get(run=run).inputs)
+    assert inputs.judged_for == COMPONENTS + ["rng"] and len(inputs.judged) == N
+    assert stored.result["generations_summary"]["by_status"] == {"rejected": N}
+    assert stored.result["last_restorable"] is None
+    assert stored.result == rebuilt(run, now)
