@@ -959,6 +959,26 @@ def _unsent_warning(unsent: _Unsent | None) -> list[dict]:
                        "answer"}]
 
 
+def _malformed_plan(body) -> str | None:
+    """What is wrong with a 2xx restore-plan answer (docs/ingest-v1.md#restore-plan: an object
+    naming a generation by a non-empty string ``generation_id`` at an integer ``update`` >= 0,
+    with ``objects``, ``cursor`` and ``warnings`` lists, each warning an object), or None when
+    it has that shape. A malformed answer is not taken as the plan: storage decides."""
+    if not isinstance(body, dict):
+        return f"the answer is {type(body).__name__}, not an object"
+    gid, update = body.get("generation_id"), body.get("update")
+    if not isinstance(gid, str) or not gid:
+        return f"generation_id is {gid!r}, not a generation's id"
+    if not isinstance(update, int) or isinstance(update, bool) or update < 0:
+        return f"update is {update!r}, not an update number"
+    for key in ("objects", "cursor", "warnings"):
+        if body.get(key) is not None and not isinstance(body[key], list):
+            return f"{key} is {type(body[key]).__name__}, not a list"
+    if any(not isinstance(w, dict) for w in body.get("warnings") or []):
+        return "warnings holds an item that is not an object"
+    return None
+
+
 def _restore_plan(url, token, run_id, *, location, world_size, dataset_version, config_digest,
                   timeout, s3_client, spool_dir) -> dict:
     from recoverydash.recovery.figures import logger_rewind_update
@@ -1015,10 +1035,13 @@ def _restore_plan(url, token, run_id, *, location, world_size, dataset_version, 
             else:
                 if not 200 <= status < 300:
                     raise urllib.error.HTTPError(endpoint, status, "", None, None)
+                malformed = _malformed_plan(body)
                 body = body if isinstance(body, dict) else {}
-                newer = unsent.newer_than(body.get("generation_id"), body.get("update"), {}) \
-                    if unsent else None
-                if newer:
+                newer = None if malformed or not unsent else \
+                    unsent.newer_than(body.get("generation_id"), body.get("update"), {})
+                if malformed:
+                    warnings.append({"code": "server_malformed", "detail": malformed})
+                elif newer:
                     warnings.append({"code": "spool_commit_unsent", "detail": newer})
                 else:
                     return {"source": "server", "generation_id": body.get("generation_id"),

@@ -297,3 +297,26 @@ def test_the_newest_spooled_commit_is_read_newest_file_first(tmp_path):
                                               "attempt": 1}, 0)
     assert unsent_events(folder) == 6
     assert newest_spooled_commit(folder, deadline=time.monotonic() - 1) == (None, 4)
+
+
+@pytest.mark.parametrize("body,detail", [
+    ({"generation_id": "g1"}, "update is None, not an update number"),
+    ({"generation_id": "g1", "update": 1, "warnings": [1, 2]},
+     "warnings holds an item that is not an object"),
+    ({"generation_id": 5, "update": 9, "objects": "abc", "cursor": 7},
+     "generation_id is 5, not a generation's id"),
+    ({"generation_id": "g1", "update": 1, "objects": "abc"}, "objects is str, not a list"),
+    ({"generation_id": "g1", "update": True}, "update is True, not an update number"),
+    ([], "the answer is list, not an object"),
+])
+def test_a_2xx_that_is_not_a_plan_is_not_taken_storage_decides(tmp_path, servers, body, detail):
+    """A malformed 200 is never the plan, not even when nothing is left unsent: here the
+    killed attempt's spool is sent (the server takes it) and storage names g8."""
+    spool, loc = str(tmp_path / "spool"), str(tmp_path / "ckpt")
+    make_generation(loc, "g7", 7)
+    spool_a_killed_attempt(spool, loc)
+    srv = servers(lambda stored: (200, body))
+    plan = restore_plan(srv.url, "tok", RUN, location=loc, spool_dir=spool)
+    assert (plan["source"], plan["generation_id"], plan["update"]) == ("storage", "g8", 8)
+    assert plan["warnings"] == [{"code": "server_malformed", "detail": detail}]
+    assert isinstance(plan["objects"], list) and isinstance(plan["cursor"], list)
