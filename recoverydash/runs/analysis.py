@@ -153,8 +153,12 @@ def load_input(run: Run) -> "recovery.RunInput":
 
 
 #: The format of ``Analysis.inputs`` (:class:`StoredInputs`); another one is rebuilt.
-#: 2: with the generations' local judgements (``judged``).
-INPUTS_FORMAT = 2
+#: 2: with the generations' local judgements (``judged``); 3: the generation entries in
+#: chunks, each encoded only when one of its entries changed (:meth:`StoredInputs.to_bytes`).
+INPUTS_FORMAT = 3
+#: Generation pks per chunk of ``Analysis.inputs`` (:meth:`StoredInputs.to_bytes`).
+GENERATION_CHUNK = 32
+_INPUTS_MAGIC = b"RDI3"
 
 
 class StoredInputs:
@@ -169,9 +173,9 @@ class StoredInputs:
     where the new one differs, :func:`_store_generation_statuses`); ``judged``: ``{Generation
     pk: recovery.local_judgement of its entry}`` under the contract's required components
     ``judged_for`` (an entry is dropped when its row is read again, all of them when the
-    components change: :meth:`judgements`). Serialised as
-    zlib-compressed JSON (:meth:`to_bytes`); the JSON round trip keeps every value (floats by
-    repr)."""
+    components change: :meth:`judgements`). Serialised as a zlib-compressed JSON head and
+    chunks of generation entries (:meth:`to_bytes`); the JSON round trip keeps every value
+    (floats by repr)."""
 
     def __init__(self, attempts: dict | None = None, generations: dict | None = None,
                  statuses: dict | None = None, judged: dict | None = None,
@@ -181,6 +185,9 @@ class StoredInputs:
         self.statuses = statuses or {}
         self.judged = judged or {}
         self.judged_for = judged_for
+        #: ``{chunk: bytes}`` of generation chunks as read or written, none of whose entries
+        #: was replaced since (:meth:`to_bytes` writes them again as they are)
+        self._raw: dict = {}
 
     @classmethod
     def from_bytes(cls, blob) -> "StoredInputs | None":
@@ -188,24 +195,53 @@ class StoredInputs:
         :data:`INPUTS_FORMAT` (then every row is read again)."""
         if not blob:
             return None
+        blob = bytes(blob)
         try:
-            doc = json.loads(zlib.decompress(bytes(blob)))
-        except (zlib.error, ValueError):
+            if not blob.startswith(_INPUTS_MAGIC):
+                return None
+            size = int.from_bytes(blob[4:8], "big")
+            doc = json.loads(zlib.decompress(blob[8:8 + size]))
+            if not isinstance(doc, dict) or doc.get("format") != INPUTS_FORMAT:
+                return None
+            raw, generations, at = {}, {}, 8 + size
+            for chunk, length in doc["chunks"]:
+                raw[chunk] = blob[at:at + length]
+                at += length
+                generations.update((int(k), v) for k, v in
+                                   json.loads(zlib.decompress(raw[chunk])).items())
+        except (zlib.error, ValueError, KeyError, TypeError):
             return None
-        if not isinstance(doc, dict) or doc.get("format") != INPUTS_FORMAT:
-            return None
-        return cls({int(k): v for k, v in doc["attempts"].items()},
-                   {int(k): v for k, v in doc["generations"].items()},
-                   {int(k): v for k, v in doc["statuses"].items()},
-                   {int(k): v for k, v in doc["judged"].items()}, doc["judged_for"])
+        out = cls({int(k): v for k, v in doc["attempts"].items()}, generations,
+                  {int(k): v for k, v in doc["statuses"].items()},
+                  {int(k): v for k, v in doc["judged"].items()}, doc["judged_for"])
+        out._raw = raw
+        return out
 
     def to_bytes(self) -> bytes:
-        """The copy as zlib-compressed JSON, read back by :meth:`from_bytes`."""
-        return zlib.compress(json.dumps({"format": INPUTS_FORMAT, "attempts": self.attempts,
-                                         "generations": self.generations,
+        """The copy as bytes, read back by :meth:`from_bytes`: ``RDI3``, the length of the
+        head (4 bytes, big-endian), the head (zlib-compressed JSON: attempts, statuses,
+        judgements and the chunk table ``[[chunk, length]]``), then the generation entries in
+        chunks of :data:`GENERATION_CHUNK` pks (``pk // GENERATION_CHUNK``), each
+        zlib-compressed JSON ``{pk: entry}``. A chunk none of whose entries was replaced since
+        it was read or written (:meth:`read_changes`) is written as the same bytes, not
+        encoded again."""
+        chunks: dict = {}
+        for pk in self.generations:
+            chunks.setdefault(pk // GENERATION_CHUNK, []).append(pk)
+        parts, table = [], []
+        for chunk in sorted(chunks):
+            raw = self._raw.get(chunk)
+            if raw is None:
+                raw = self._raw[chunk] = zlib.compress(json.dumps(
+                    {pk: self.generations[pk] for pk in sorted(chunks[chunk])},
+                    separators=(",", ":")).encode(), 6)
+            parts.append(raw)
+            table.append([chunk, len(raw)])
+        head = zlib.compress(json.dumps({"format": INPUTS_FORMAT, "attempts": self.attempts,
                                          "statuses": self.statuses, "judged": self.judged,
-                                         "judged_for": self.judged_for},
+                                         "judged_for": self.judged_for, "chunks": table},
                                         separators=(",", ":")).encode(), 6)
+        return b"".join([_INPUTS_MAGIC, len(head).to_bytes(4, "big"), head, *parts])
 
     def read_changes(self, run: Run, since: int) -> int:
         """Replace the entries of the run's attempts and generations whose row ``seq`` is above
@@ -215,13 +251,14 @@ class StoredInputs:
             rows = rows.filter(seq__gt=since)
         else:
             self.attempts, self.generations, self.statuses = {}, {}, {}
-            self.judged, self.judged_for = {}, None
+            self.judged, self.judged_for, self._raw = {}, None, {}
         changed = [(a.attempt, _attempt_entry(a)) for a in rows]
         self.attempts.update(changed)
         gens = _generation_entries(run, since, self.statuses)
         self.generations.update(gens)
         for pk in gens:
             self.judged.pop(pk, None)
+            self._raw.pop(pk // GENERATION_CHUNK, None)
         return len(changed) + len(gens)
 
     def judgements(self, required_components) -> tuple[dict, dict]:

@@ -795,8 +795,9 @@ class Analysis(models.Model):
     state_format = models.IntegerField(default=0)
     compacted_at = models.DateTimeField(null=True, blank=True)
     # The run's attempts, restores and generations as the core reads them (runs.analysis
-    # ``StoredInputs``: zlib-compressed JSON), as of ``ingest_seq``: each analysis reads only
-    # the Attempt and Generation rows whose seq lies above it and replaces those entries.
+    # ``StoredInputs``: a zlib-compressed JSON head and chunks of generation entries, a chunk
+    # encoded again only when one of its entries changed), as of ``ingest_seq``: each analysis
+    # reads only the Attempt and Generation rows whose seq lies above it and replaces those.
     inputs = models.BinaryField(null=True, blank=True)
     # What the clock-driven figures of ``result`` are recomputed from at a later time with
     # nothing new (``recovery.clock_basis``; None: an analysis before it, or none to keep):
