@@ -1054,9 +1054,13 @@ def _apply_to_attempt(att: Attempt, ev: ValidEvent) -> None:
         att.last_event_at = m.time
     kind = m.type
     if kind in _LEDGER_TYPES:
-        if m.update > att.last_update or att.last_update_at is None:
-            att.last_update_at = m.time if m.update >= att.last_update else att.last_update_at
-            att.last_update = max(att.last_update, m.update)
+        # the highest update, at the earliest time a rank reported it (as a united report
+        # keeps the earliest time): the same whatever order the ranks' reports arrive in
+        if m.update > att.last_update:
+            att.last_update, att.last_update_at = m.update, m.time
+        elif m.update == att.last_update and (att.last_update_at is None
+                                              or m.time < att.last_update_at):
+            att.last_update_at = m.time
     elif kind == "heartbeat":
         if att.heartbeat_at is None or m.time > att.heartbeat_at:
             att.heartbeat_at = m.time

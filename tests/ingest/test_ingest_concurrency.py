@@ -298,3 +298,29 @@ def test_per_rank_batches_folding_across_batches_concurrently_keep_every_report(
     assert reports(a) == reports(b)
     assert len(reports(a)[0]) == world * updates
     assert analyze(a, now=NOW).result == analyze(b, now=NOW).result
+
+
+def test_an_attempts_last_update_time_is_its_earliest_report_in_any_order():
+    """Two ranks report the attempt's highest update at 00:00:01 and 00:00:09: the attempt's
+    ``last_update_at`` is 00:00:01 (docs/definitions.md: the commit time of an update is the
+    earliest time reported for it) whichever report arrives first; a higher update moves it."""
+    from datetime import datetime, timezone
+
+    def report(eid, rank, update, time):
+        return {"event_id": eid, "type": "update_committed", "run_id": "r", "attempt": 0,
+                "rank": rank, "update": update, "time": time,
+                "spans": [{"stratum": "main", "epoch": 0, "ranges": [[rank, rank + 1]]}]}
+
+    early = report("a", 0, 1, "2026-11-01T00:00:01Z")
+    late = report("b", 1, 1, "2026-11-01T00:00:09Z")
+    first, second = Project.objects.create(name="p1"), Project.objects.create(name="p2")
+    for project, order in ((first, (early, late)), (second, (late, early))):
+        for ev in order:
+            ingest_batch(project, [ev])
+    t1 = datetime(2026, 11, 1, 0, 0, 1, tzinfo=timezone.utc)
+    assert [Attempt.objects.get(run__project=p).last_update_at for p in (first, second)] \
+        == [t1, t1]
+    ingest_batch(first, [report("c", 0, 2, "2026-11-01T00:00:05Z")])
+    got = Attempt.objects.get(run__project=first)
+    assert (got.last_update, got.last_update_at) == (2, datetime(2026, 11, 1, 0, 0, 5,
+                                                                 tzinfo=timezone.utc))
