@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
-from sdk.conftest import free_port
+from sdk.conftest import LocalServer, stopped_after
 from sdk.test_restore_plan import RUN, PlanServer, knows_commits, spool_a_killed_attempt
 from sdk.test_restore_selection import make_generation
 
@@ -21,7 +21,7 @@ from recoverydash.sdk.spool import run_folder, unsent_events
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 
-class Scripted:
+class Scripted(LocalServer):
     """GET answers ``get`` (status, raw bytes, extra headers); POST answers ``post`` the same
     way (nothing stored); ``delay``: seconds before any answer."""
 
@@ -51,28 +51,12 @@ class Scripted:
                 srv.posts += 1
                 self._send(*post)
 
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), H)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.serve(H)
 
 
 @pytest.fixture
 def scripted():
-    made = []
-
-    def make(*a, **kw):
-        made.append(Scripted(*a, **kw))
-        return made[-1]
-
-    yield make
-    for s in made:
-        s.stop()
+    yield from stopped_after(Scripted)
 
 
 def _plan_within(seconds, **kw):

@@ -50,7 +50,39 @@ def free_port() -> int:
     return port
 
 
-class FakeIngest:
+class LocalServer:
+    """An HTTP server on 127.0.0.1 answering with a handler class from a daemon thread; the
+    SDK tests' scripted servers are made of it (``serve`` in their ``__init__``)."""
+
+    def serve(self, handler, port: int | None = None) -> None:
+        """Serve ``handler`` on ``port`` (a free one by default); sets ``port`` and ``url``."""
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def stopped_after(cls):
+    """A fixture's body: yields ``make(*args)`` that starts a ``cls`` server, and stops every
+    server it made when the test ends."""
+    made = []
+
+    def make(*a, **kw):
+        made.append(cls(*a, **kw))
+        return made[-1]
+
+    yield make
+    for server in made:
+        server.stop()
+
+
+class FakeIngest(LocalServer):
     """Records every request to ``/api/v1/events``; stores events idempotently on event_id.
 
     ``script``: a list of responses used one per request before the default 202, each
@@ -127,24 +159,11 @@ class FakeIngest:
                 self.end_headers()
                 self.wfile.write(out)
 
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.serve(Handler)
 
     def restart(self):
         """Serve again on the same port (after ``stop``), keeping what was stored."""
-        handler = self.server.RequestHandlerClass
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.serve(self.server.RequestHandlerClass, self.port)
 
     def event_count(self) -> int:
         return sum(len(r["events"]) for r in self.requests)

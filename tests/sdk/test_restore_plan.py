@@ -9,7 +9,7 @@ import json
 import os
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -17,13 +17,13 @@ from recoverydash.sdk.checkpoint import restore_plan
 from recoverydash.sdk.client import Client, send_spool
 from recoverydash.sdk.spool import newest_spooled_commit, run_folder, unsent_events
 
-from .conftest import free_port
+from .conftest import LocalServer, free_port, stopped_after
 from .test_restore_selection import make_generation
 
 RUN = "plan-run"
 
 
-class PlanServer:
+class PlanServer(LocalServer):
     """Answers ``GET .../restore-plan`` with ``plan(stored_events) -> (status, body)`` and
     ``POST /api/v1/events`` with ``post_status`` (202 stores the events, idempotent on
     event_id); ``hold_posts``: a POST is never answered (until the server stops)."""
@@ -64,29 +64,16 @@ class PlanServer:
                         srv.stored.setdefault(e["event_id"], e)
                 self._answer(srv.post_status, {"accepted": len(events), "duplicates": 0})
 
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), H)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.serve(H)
 
     def stop(self):
         self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
+        super().stop()
 
 
 @pytest.fixture
 def servers():
-    made = []
-
-    def make(*a, **kw):
-        made.append(PlanServer(*a, **kw))
-        return made[-1]
-
-    yield make
-    for s in made:
-        s.stop()
+    yield from stopped_after(PlanServer)
 
 
 def plan_200(gen, update):
