@@ -714,6 +714,12 @@ class _Projection:
             if group in groups:
                 stored.setdefault(group, []).append(row)
         out = dict(pending)
+        # The keys of ``out`` per group as they are before that group's turn below (a turn
+        # changes only its own group's keys): one pass, not one over ``out`` per group.
+        held: dict[tuple, set[tuple]] = {}
+        for k in out:
+            if k[:3] in groups:
+                held.setdefault(k[:3], set()).add(k[3:])
         changed: list[Any] = []
         doomed: list[int] = []
         for group, keys in groups.items():
@@ -727,7 +733,7 @@ class _Projection:
             segs += [{"rank": r.rank, "ranks": r.ranks, "shift": r.rank_shift, "spans": r.spans,
                       "samples": r.samples, "tokens": r.tokens, "time": r.time, "row": r}
                      for r in rows]
-            taken = {(r.rank, r.ranks) for r in rows} | {k[3:] for k in out if k[:3] == group}
+            taken = {(r.rank, r.ranks) for r in rows} | held[group]
             for members, shift in join(segs):
                 if len(members) < 2:
                     continue

@@ -45,6 +45,7 @@ or :class:`~recoverydash.ingest.errors.BadRequest` with at most 100 located erro
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -133,7 +134,19 @@ def parse_rfc3339(value: Any) -> datetime:
     return parsed
 
 
-Time = Annotated[datetime, PlainValidator(parse_rfc3339),
+_parse_rfc3339_text = functools.lru_cache(maxsize=4096)(parse_rfc3339)
+
+
+def _parse_time(value: Any) -> datetime:
+    """:func:`parse_rfc3339`, remembered for the last 4,096 distinct strings (a pure function of
+    the text, its datetime immutable; the ranks of one update mostly send one time): a refused
+    string raises again each time, anything but a ``str`` goes to it directly."""
+    if type(value) is str:
+        return _parse_rfc3339_text(value)
+    return parse_rfc3339(value)
+
+
+Time = Annotated[datetime, PlainValidator(_parse_time),
                  WithJsonSchema({"type": "string", "format": "date-time",
                                  "description": "RFC 3339 with offset, e.g. 2026-11-01T00:00:05Z"})]
 

@@ -98,10 +98,13 @@ def fold(parts: dict) -> list[tuple[int, int, int, dict]]:
                 if nxt["time"] != entry["time"] or nxt["samples"] != entry["samples"] \
                         or nxt["tokens"] != entry["tokens"] or not foldable(nxt["spans"]):
                     break
-                step = nxt["spans"][0]["ranges"][0][0] - prev["spans"][0]["ranges"][0][0]
+                first, then = prev["spans"][0]["ranges"][0], nxt["spans"][0]["ranges"][0]
+                step = then[0] - first[0]
                 if n > 1 and step != shift:
                     break
-                if shifted(prev["spans"], step) != nxt["spans"]:
+                # The first range's stop moves by the step too (a necessary condition of the
+                # comparison below, which builds the moved spans: most refusals end here).
+                if then[1] - first[1] != step or shifted(prev["spans"], step) != nxt["spans"]:
                     break
                 shift = step
                 prev = nxt
@@ -146,7 +149,12 @@ def join(segments: list[dict]) -> list[tuple[list[int], int]]:
                 shift = _first_start(seg["spans"]) - _first_start(head["spans"])
             if seg["ranks"] > 1 and seg["shift"] != shift:
                 continue
-            if shifted(head["spans"], chain["ranks"] * shift) != seg["spans"]:
+            # The first range's start and stop moved by the chain's reach: necessary for the
+            # comparison after it, which builds the moved spans (most refusals end here).
+            move = chain["ranks"] * shift
+            first, then = head["spans"][0]["ranges"][0], seg["spans"][0]["ranges"][0]
+            if then[0] - first[0] != move or then[1] - first[1] != move \
+                    or shifted(head["spans"], move) != seg["spans"]:
                 continue
             by_end[seg["rank"]].remove(chain)
             chain["members"].append(i)
