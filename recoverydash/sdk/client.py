@@ -1254,25 +1254,16 @@ class Client:
 
     def _post(self, body: bytes):
         """(status or None on network error, headers dict, body bytes)."""
-        req = urllib.request.Request(self.endpoint, data=body, method="POST", headers={
-            "Content-Type": "application/json", "Content-Encoding": "gzip",
-            "Authorization": f"Bearer {self.token}", "User-Agent": self.user_agent})
         timeout = self.request_timeout
         if self._stopping:
             timeout = min(timeout, max(0.2, self.atexit_deadline / 2))
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return resp.status, dict(resp.headers), resp.read(MAX_ANSWER_BYTES)
-        except urllib.error.HTTPError as e:
-            try:
-                payload = e.read(MAX_ANSWER_BYTES)
-            except Exception:
-                payload = b""
-            return e.code, dict(e.headers or {}), payload
-        except Exception as e:  # URLError, timeouts, resets, DNS, SSL
-            self._once(("net", type(e)), logging.WARNING,
-                       "recoverydash: cannot reach %s: %r (events are spooled)", self.endpoint, e)
-            return None, {}, b""
+        status, headers, payload, error = _post_gzip(self.endpoint, self.token, body, timeout,
+                                                     self.user_agent, MAX_ANSWER_BYTES)
+        if error is not None:
+            self._once(("net", type(error)), logging.WARNING,
+                       "recoverydash: cannot reach %s: %r (events are spooled)", self.endpoint,
+                       error)
+        return status, headers, payload
 
 
 def _refused_indexes(payload: bytes | None, n: int) -> set[int] | None:
@@ -1585,21 +1576,27 @@ class SpoolSent:
     folder: str | None = None
 
 
-def _post_body(endpoint: str, token: str, body: bytes, timeout: float,
-               user_agent: str) -> tuple[int | None, str]:
-    """POST one spooled gzipped body; ``(status, "")``, or ``(None, error)`` on a network
-    error. Reads at most 64 KiB of the answer (its status is what counts)."""
+def _post_gzip(endpoint: str, token: str, body: bytes, timeout: float, user_agent: str,
+               max_bytes: int) -> tuple[int | None, dict, bytes, Exception | None]:
+    """POST one gzipped batch body (``{"events": [...]}``) to ``endpoint``, within ``timeout``
+    seconds per socket operation: ``(status, headers, at most max_bytes of the answer, None)``,
+    an HTTP error status answered like a success, or ``(None, {}, b"", the error)`` on a network
+    error (URLError, timeouts, resets, DNS, SSL). Never raises. The client's sender and
+    ``send_spool`` both send through it."""
     req = urllib.request.Request(endpoint, data=body, method="POST", headers={
         "Content-Type": "application/json", "Content-Encoding": "gzip",
         "Authorization": f"Bearer {token}", "User-Agent": user_agent})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
-            resp.read(65536)
-            return resp.status, ""
+            return resp.status, dict(resp.headers), resp.read(max_bytes), None
     except urllib.error.HTTPError as e:
-        return e.code, ""
-    except Exception as e:  # URLError, timeouts, resets, DNS, SSL
-        return None, repr(e)[:200]
+        try:
+            payload = e.read(max_bytes)
+        except Exception:  # noqa: BLE001 - the status is the answer then
+            payload = b""
+        return e.code, dict(e.headers or {}), payload, None
+    except Exception as e:  # noqa: BLE001 - URLError, timeouts, resets, DNS, SSL
+        return None, {}, b"", e
 
 
 def _live_client(run_id: str, folder: str) -> Client | None:
@@ -1665,14 +1662,16 @@ def send_spool(url: str | None, token: str | None, run_id: str, *,
                     if left <= 0:
                         spool.nack(handle)
                         return
-                    status, error = _post_body(endpoint, token or "", body, left, user_agent)
+                    # at most 64 KiB of the answer is read: its status is what counts here
+                    status, _, _, error = _post_gzip(endpoint, token or "", body, left,
+                                                     user_agent, 65536)
                     if status is not None and 200 <= status < 300:
                         spool.ack(handle)
                         result["sent"] += n
                         continue
                     spool.nack(handle)
                     result["stopped"] = (f"answered {status}" if status is not None
-                                         else f"unreachable: {error}")
+                                         else f"unreachable: {repr(error)[:200]}")
                     return
             except Exception as e:  # noqa: BLE001 - a thread of the SDK must never raise
                 result["stopped"] = f"error: {e!r}"[:200]
