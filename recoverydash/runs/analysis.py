@@ -478,10 +478,17 @@ def _merge_result(analysis: Analysis, timed: dict) -> None:
                 "'{charts}', coalesce(result->'charts', '{}'::jsonb) || %s::jsonb) WHERE id = %s",
                 [json.dumps(top), json.dumps(charts), analysis.pk])
         return
-    merged = dict(analysis.result)
-    merged.update(top)
-    merged["charts"] = {**(merged.get("charts") or {}), **charts}
-    Analysis.objects.filter(pk=analysis.pk).update(result=merged)
+    Analysis.objects.filter(pk=analysis.pk).update(result=_merged(analysis.result, timed))
+
+
+def _merged(result: dict, timed: dict) -> dict:
+    """``result`` with ``timed`` merged in as :func:`_merge_result` writes it: the top-level
+    keys replaced, the chart series under ``charts`` replaced one by one (a new dict; ``result``
+    is left as it is)."""
+    merged = dict(result)
+    merged.update({k: v for k, v in timed.items() if k != "charts"})
+    merged["charts"] = {**(result.get("charts") or {}), **(timed.get("charts") or {})}
+    return merged
 
 
 def load_state(analysis_pk: int, head) -> "recovery.Ledger":
@@ -619,10 +626,7 @@ def _clock_only(run: Run, analysis: Analysis, target_seq: int, now: float,
         locked.run = run
         locked.result = stored
         _merge_result(locked, timed)
-        merged = dict(stored)
-        merged.update({k: v for k, v in timed.items() if k != "charts"})
-        merged["charts"] = {**(stored.get("charts") or {}), **timed["charts"]}
-        locked.result = merged
+        locked.result = _merged(stored, timed)
         locked.health = timed["health"]
         locked.computed_at = timezone.now()
         locked.duration_s = time.monotonic() - started
