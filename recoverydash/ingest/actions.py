@@ -629,7 +629,8 @@ class _Projection:
 
     def _folded(self) -> dict[tuple, dict[str, Any]]:
         """The batch's ledger entries as rows to store: ``{(run pk, attempt, update, rank,
-        ranks): entry}``, an entry with its ``shift``. The parts of one ``(run, attempt,
+        ranks): entry}``, an entry with its ``shift`` and ``ok`` (whether its first rank may fold
+        at all, ``runs.folding.fold``'s answer: the spans are walked once). The parts of one ``(run, attempt,
         update)`` (an aggregate's, or the per-rank events of this batch) are folded where they
         have the DistributedSampler shape (``runs.folding.fold``: exact, each rank's report is
         given back as sent); every other part is a row of one rank."""
@@ -640,10 +641,12 @@ class _Projection:
         for group, parts in groups.items():
             if len(parts) == 1:
                 ((rank, entry),) = parts.items()
-                rows[group + (rank, 1)] = dict(entry, shift=0)
+                rows[group + (rank, 1)] = dict(entry, shift=0, ok=rank != GLOBAL_RANK
+                                               and foldable(entry["spans"]))
                 continue
-            for rank, ranks, shift, entry in fold(parts):
-                rows[group + (rank, ranks)] = dict(entry, shift=shift)
+            ok: dict[int, bool] = {}
+            for rank, ranks, shift, entry in fold(parts, ok):
+                rows[group + (rank, ranks)] = dict(entry, shift=shift, ok=ok[rank])
         return rows
 
     def _flush_ledger(self) -> None:
@@ -704,7 +707,10 @@ class _Projection:
         batch's new row taking it (a unique violation) leaves this batch unjoined."""
         groups: dict[tuple, list[tuple]] = {}
         for key, entry in pending.items():
-            if key[3] != GLOBAL_RANK and foldable(entry["spans"]):
+            ok = entry.get("ok")
+            if ok is None:
+                ok = entry["ok"] = key[3] != GLOBAL_RANK and foldable(entry["spans"])
+            if ok:
                 groups.setdefault(key[:3], []).append(key)
         if not groups:
             return pending
@@ -726,9 +732,17 @@ class _Projection:
             rows = stored.get(group, [])
             if len(keys) + len(rows) < 2:
                 continue
+            if not rows and _one_time(pending, keys):
+                # Nothing stored to join, and the batch's rows of the group are fold's maximal
+                # runs of equal time: join compares what fold compared (consecutive ranks, the
+                # same samples and tokens as the row's first rank, spans the previous rank's
+                # moved by the row's shift; a row of several ranks only at that shift) and
+                # not the time, so it would chain none of them (most groups of a batch).
+                continue
             segs = [{"rank": k[3], "ranks": k[4], "shift": pending[k]["shift"],
                      "spans": pending[k]["spans"], "samples": pending[k]["samples"],
-                     "tokens": pending[k]["tokens"], "time": pending[k]["time"], "key": k}
+                     "tokens": pending[k]["tokens"], "time": pending[k]["time"], "key": k,
+                     "ok": True}
                     for k in keys]
             segs += [{"rank": r.rank, "ranks": r.ranks, "shift": r.rank_shift, "spans": r.spans,
                       "samples": r.samples, "tokens": r.tokens, "time": r.time, "row": r}
@@ -947,6 +961,15 @@ def _update_joined(rows: list) -> None:
                              [json_text(r.spans) for r in rows], [r.time for r in rows],
                              _ints([r.first_seq for r in rows]),
                              _ints([r.last_seq for r in rows])])
+
+
+def _one_time(pending: dict[tuple, dict[str, Any]], keys: list[tuple]) -> bool:
+    """Whether the entries of ``keys`` in ``pending`` all have one ``time``."""
+    when = pending[keys[0]]["time"]
+    for key in keys:
+        if pending[key]["time"] != when:
+            return False
+    return True
 
 
 def _ints(values: Iterable[int]) -> str:

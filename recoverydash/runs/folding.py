@@ -76,27 +76,35 @@ def unfold(rank: int, ranks: int, rank_shift: int, spans: list) -> Iterator[tupl
         yield rank + k, shifted(spans, k * rank_shift)
 
 
-def fold(parts: dict) -> list[tuple[int, int, int, dict]]:
+def fold(parts: dict, ok: dict | None = None) -> list[tuple[int, int, int, dict]]:
     """Fold the parts of one ``(attempt, update)``: ``parts`` is ``{rank: entry}``, an entry a
     dict with ``time``, ``spans``, ``samples`` and ``tokens``. Returns ``(rank, ranks,
     rank_shift, entry)`` per row to store, ranks ascending: each maximal run of consecutive ranks
     whose reports are each the previous one's moved by one shift (same time, samples, tokens;
     foldable spans, see the module docstring) is one row holding the first rank's entry; every
     other part is a row of one rank (shift 0). :func:`unfold` of the rows gives back ``parts``
-    exactly."""
+    exactly.
+
+    ``ok``: if given (a dict), filled with ``{rank: whether that rank's entry may fold}`` (not
+    the global rank, :func:`foldable` spans), each part's spans walked once; the caller may
+    hand it on to :func:`join` (as a segment's ``ok``)."""
     out: list[tuple[int, int, int, dict]] = []
     order = sorted(parts)
+    if ok is None:
+        ok = {}
+    for rank in order:
+        ok[rank] = rank != GLOBAL_RANK and foldable(parts[rank]["spans"])
     i = 0
     while i < len(order):
         rank = order[i]
         entry = parts[rank]
         n, shift = 1, 0
-        if rank != GLOBAL_RANK and foldable(entry["spans"]):
+        if ok[rank]:
             prev = entry
             while i + n < len(order) and order[i + n] == rank + n:
                 nxt = parts[order[i + n]]
-                if nxt["time"] != entry["time"] or nxt["samples"] != entry["samples"] \
-                        or nxt["tokens"] != entry["tokens"] or not foldable(nxt["spans"]):
+                if not ok[rank + n] or nxt["time"] != entry["time"] \
+                        or nxt["samples"] != entry["samples"] or nxt["tokens"] != entry["tokens"]:
                     break
                 first, then = prev["spans"][0]["ranges"][0], nxt["spans"][0]["ranges"][0]
                 step = then[0] - first[0]
@@ -123,7 +131,9 @@ def _first_start(spans: list) -> int:
 def join(segments: list[dict]) -> list[tuple[list[int], int]]:
     """Chains of ``segments`` that together are one folded row, as ``(indices, shift)``: a segment is a dict with
     ``rank``, ``ranks``, ``shift`` (0 for one rank), ``spans`` (its first rank's), ``samples``
-    and ``tokens`` (a stored row or a batch's entry of one ``(attempt, update)``). Returns lists
+    and ``tokens`` (a stored row or a batch's entry of one ``(attempt, update)``), and optionally
+    ``ok`` (whether it may fold at all: not the global rank and :func:`foldable` spans, as
+    :func:`fold` answers it; computed here when absent). Returns lists
     of indices into ``segments``, each in rank order, that cover consecutive ranks without
     overlap and whose reports are each the previous rank's moved by one shift: the chain's
     first segment's spans moved by ``k * shift`` are rank ``rank + k``'s report, exactly as each
@@ -138,7 +148,9 @@ def join(segments: list[dict]) -> list[tuple[list[int], int]]:
     by_end: dict[int, list[dict]] = {}
     for i in order:
         seg = segments[i]
-        ok = seg["rank"] != GLOBAL_RANK and foldable(seg["spans"])
+        ok = seg.get("ok")
+        if ok is None:
+            ok = seg["rank"] != GLOBAL_RANK and foldable(seg["spans"])
         placed = False
         for chain in by_end.get(seg["rank"], []) if ok else []:
             head = segments[chain["members"][0]]
