@@ -7,6 +7,11 @@ database that is briefly unreachable, a storage service that throttles. A user's
 misconfiguration (a bad bucket, a refused webhook address) is stored as a state and shown, never
 retried in a loop. Imports happen inside the task bodies so the broker can load this module
 cheaply.
+
+A periodic task that fans out (one task per chunk of runs or per generation) sends its tasks
+inside ``runs.queue.fan_out(its beat period)``: each expires at the next cycle, so a backlog
+behind slow workers holds at most one cycle of them, and the one a worker drops as expired is
+sent again by a later cycle (:func:`cycle_s` says when, per fan-out).
 """
 
 from __future__ import annotations
@@ -18,6 +23,18 @@ from recoverydash.storage.objects import TransientStorageError  # pure module, n
 
 TRANSIENT = (OperationalError, InterfaceError, ConnectionError, TimeoutError,
              TransientStorageError)
+
+
+def cycle_s(task_name: str) -> float:
+    """Seconds between two runs of the periodic task ``task_name`` (its
+    ``workers.celery.BEAT_SCHEDULE`` entry, the one place periods are set). KeyError if it is
+    not periodic."""
+    from workers.celery import BEAT_SCHEDULE
+
+    for entry in BEAT_SCHEDULE.values():
+        if entry["task"] == task_name:
+            return float(entry["schedule"])
+    raise KeyError(task_name)
 
 
 RETRY = {"autoretry_for": TRANSIENT, "retry_backoff": 2, "retry_backoff_max": 120,
@@ -63,8 +80,12 @@ def send_test_webhook(endpoint_pk: int, webhook_id: str) -> None:
 def sweep_runs() -> None:
     """Enqueue analysis for runs whose stored analysis is behind their events."""
     from recoverydash.runs.analysis import sweep
+    from recoverydash.runs.queue import fan_out
 
-    sweep()
+    # A dropped analyze_run is sent again once its debounce mark (request_analysis, a minute)
+    # lapses, by the first cycle after that, if the run is still behind.
+    with fan_out(cycle_s(sweep_runs.name)):
+        sweep()
 
 
 @shared_task(name="workers.tasks.evaluate_all_alerts", **RETRY)
@@ -73,8 +94,13 @@ def evaluate_all_alerts() -> None:
     ``evaluate_alerts_chunk`` task per chunk of runs, every run reached each cycle; then request
     at most RECOVERYDASH_BEAT_REFRESH_BUDGET stale analyses (``analyze_run`` tasks)."""
     from recoverydash.alerts.evaluation import evaluate_all
+    from recoverydash.runs.queue import fan_out
 
-    evaluate_all()
+    # The chunks are a keyset walk over every live run in primary-key order, no mark: the next
+    # cycle sends the same runs again. A dropped refresh (analyze_run) is requested again once
+    # its debounce mark lapses (a minute), by refresh_stale's oldest-first order.
+    with fan_out(cycle_s(evaluate_all_alerts.name)):
+        evaluate_all()
 
 
 @shared_task(name="workers.tasks.evaluate_alerts_chunk", **RETRY)
@@ -115,14 +141,22 @@ def discover_manifests() -> None:
 @shared_task(name="workers.tasks.recheck_storage", **RETRY)
 def recheck_storage() -> None:
     """Enqueue a re-verification of each run's last restorable generation that is due."""
+    from recoverydash.runs.queue import fan_out
     from recoverydash.storage.verification import recheck
 
-    recheck()
+    # recheck marks a generation's verified_at when it sends: a dropped re-verification is sent
+    # again when that mark is due again (RECOVERYDASH_RECHECK_S or _ENDED_S), not next cycle.
+    with fan_out(cycle_s(recheck_storage.name)):
+        recheck()
 
 
 @shared_task(name="workers.tasks.sweep_verifications", **RETRY)
 def sweep_verifications() -> None:
     """Re-queue verifications left unfinished (a worker killed mid-verification)."""
+    from recoverydash.runs.queue import fan_out
     from recoverydash.storage.verification import sweep_unverified
 
-    sweep_unverified()
+    # sweep_unverified marks check_started_at when it sends: a dropped verification is sent
+    # again after RECOVERYDASH_VERIFY_STALE_S, by the first cycle after that.
+    with fan_out(cycle_s(sweep_verifications.name)):
+        sweep_unverified()

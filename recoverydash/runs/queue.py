@@ -10,6 +10,8 @@ web process, the worker and the tests.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 
 from django.conf import settings
@@ -35,19 +37,53 @@ TASK_NAMES = (ANALYZE_RUN, VERIFY_GENERATION, DELIVER_WEBHOOK, SEND_TEST_WEBHOOK
               EVALUATE_ALERTS_CHUNK)
 
 
-def enqueue(task_name: str, *args, countdown: float = 0.0) -> bool:
+_FAN_OUT_EXPIRES: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "fan_out_expires", default=None)
+
+
+@contextlib.contextmanager
+def fan_out(expires: float):
+    """Within the block, every :func:`enqueue` that gives no ``expires`` of its own sends its
+    task with ``expires`` = this many seconds (> 0). What it is for: a periodic task's fan-out
+    (``workers.tasks``, the beat's period of that task), whose tasks are sent again by the next
+    cycle, so one left in the queue past it is stale and only piles up behind a slow worker.
+    The value holds for the current context only (a thread or a task body), never for the
+    tasks it sends when they run."""
+    if not expires > 0:
+        raise ValueError(f"fan_out expires must be > 0 seconds, got {expires!r}")
+    token = _FAN_OUT_EXPIRES.set(float(expires))
+    try:
+        yield
+    finally:
+        _FAN_OUT_EXPIRES.reset(token)
+
+
+def enqueue(task_name: str, *args, countdown: float = 0.0, expires: float | None = None) -> bool:
     """Send the task ``task_name`` (one of ``TASK_NAMES``) with positional ``args``, to run
     ``countdown`` seconds from now (0: at once); returns False (and logs) when the broker cannot
     take it. Never raises for a broker that is down: work that cannot be enqueued now is found
-    again by the periodic sweeps. With ``CELERY_TASK_ALWAYS_EAGER`` (tests, a single-process
-    embedded use) the task runs here and now, and its errors propagate."""
+    again by the periodic sweeps.
+
+    ``expires`` (seconds, > 0; default the enclosing :func:`fan_out`'s, else none): a worker
+    that takes the task more than ``expires`` seconds after it became due (``countdown`` from
+    now) drops it without running it (Celery's ``expires``, sent as ``countdown + expires``
+    seconds from now: a delayed task is never expired before it is due). Only for work some
+    periodic cycle sends again.
+
+    With ``CELERY_TASK_ALWAYS_EAGER`` (tests, a single-process embedded use) the task runs here
+    and now, and its errors propagate; ``countdown`` and ``expires`` are ignored then."""
     from celery import current_app
 
     if settings.CELERY_TASK_ALWAYS_EAGER:
         current_app.tasks[task_name].apply(args=args, throw=True)
         return True
+    if expires is None:
+        expires = _FAN_OUT_EXPIRES.get()
+    elif not expires > 0:
+        raise ValueError(f"expires must be > 0 seconds, got {expires!r}")
     try:
-        current_app.send_task(task_name, args=args, countdown=countdown or None)
+        current_app.send_task(task_name, args=args, countdown=countdown or None,
+                              expires=None if expires is None else (countdown or 0.0) + expires)
         return True
     except Exception as exc:  # broker down: kombu raises several types
         log.warning("could not enqueue %s%s: %s", task_name, args, exc)
