@@ -34,3 +34,24 @@ def format_4(ledger) -> bytes:
     doc["format"] = 4
     del doc["byteorder"]
     return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 1)
+
+
+def inputs_format_3(attempts: dict, generations: dict, statuses: dict, judged: dict,
+                    judged_for) -> bytes:
+    """``Analysis.inputs`` in format 3 (runs.analysis.StoredInputs before format 4), as that
+    release wrote it: ``RDI3``, the head's length (4 bytes, big-endian), the head
+    (zlib-compressed JSON: attempts, statuses, judgements, the chunk table ``[[chunk,
+    length]]``), then the generation entries in chunks of 32 pks, each zlib-compressed JSON."""
+    chunks: dict = {}
+    for pk in generations:
+        chunks.setdefault(pk // 32, []).append(pk)
+    parts, table = [], []
+    for chunk in sorted(chunks):
+        raw = zlib.compress(json.dumps({pk: generations[pk] for pk in sorted(chunks[chunk])},
+                                       separators=(",", ":")).encode(), 6)
+        parts.append(raw)
+        table.append([chunk, len(raw)])
+    head = zlib.compress(json.dumps({"format": 3, "attempts": attempts, "statuses": statuses,
+                                     "judged": judged, "judged_for": judged_for,
+                                     "chunks": table}, separators=(",", ":")).encode(), 6)
+    return b"".join([b"RDI3", len(head).to_bytes(4, "big"), head, *parts])

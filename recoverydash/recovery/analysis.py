@@ -139,7 +139,7 @@ def split_clock_driven(result: dict) -> tuple[dict, dict]:
 
 def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None,
             settle_seconds: float = DEFAULT_SETTLE_SECONDS, judged: dict | None = None,
-            fill: dict | None = None) -> RunAnalysis:
+            fill: dict | None = None, repeats: dict | None = None) -> RunAnalysis:
     """Analyse a run at time ``now`` (POSIX seconds; the core never reads the clock).
 
     ``run``: a RunInput, or a :class:`~.view.RunView` already built over a ledger. ``ledger``:
@@ -150,7 +150,9 @@ def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None,
     update's first report must be for it to count although a rank's part of it never arrived
     (docs/definitions.md#updates-counted-once-complete). ``judged`` and ``fill``: the
     generations' local judgements kept by the caller and the fresh ones
-    (:func:`.generations.evaluate_generations`; the result is the same with or without them).
+    (:func:`.generations.evaluate_generations`; the result is the same with or without them);
+    ``repeats``: :func:`.generations.state_repeats` of the run's generations worked out by the
+    caller (:func:`.generations.continue_repeats`), the same result.
     Returns a RunAnalysis; raises ValueError on a malformed span range."""
     if isinstance(run, RunView):
         view = run
@@ -175,7 +177,8 @@ def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None,
                         "tslrc": tslrc_sawtooth([], first_event, now)}
         return empty
     live = view.live
-    verdicts = evaluate_generations(view, contract["required_components"], judged, fill)
+    verdicts = evaluate_generations(view, contract["required_components"], judged, fill,
+                                    repeats)
     status = {v.generation_id: v.status for v in verdicts}
     numbers = list(attempts)
     restarts: list[Restart] = [analyse_restart(view, number, before, status.get)
@@ -361,7 +364,7 @@ def restore_plan(source, world_size: int | None = None, dataset_version: str | N
                  [elsewhere[g.generation_id].to_dict()] if g.generation_id in elsewhere else [])}
             for g in source.generations
             if g.status != "restorable" or g.generation_id in elsewhere]})
-    manifest = last.manifest or {}
+    manifest = last.manifest or {}  # the one generation whose objects are read
     warnings = []
     for code, wanted, have in (("world_size_changed", world_size, manifest.get("world_size")),
                                ("dataset_version_changed", dataset_version,

@@ -157,7 +157,7 @@ def cost_basis(ledger, attempts: dict, live_lineage, restarts: list, verdicts: l
     saves = [clamped(v.committed_at - v.started_at,
                      f"generation {v.generation_id} committed before it started")
              for v in verdicts
-             if v.manifest is not None and v.committed_at is not None and v.started_at is not None]
+             if v.has_manifest and v.committed_at is not None and v.started_at is not None]
     saves = [d for d in saves if d is not None]
     return {
         "first_event": first_event, "end": newest.failure_time() if ended else None,

@@ -52,8 +52,20 @@ class GenerationVerdict:
     reasons: list = field(default_factory=list)
     started_at: float | None = None
     committed_at: float | None = None
-    manifest: dict | None = None
     notes: list = field(default_factory=list)
+    #: the generation's record (None for a verdict built by hand): :attr:`manifest` reads it
+    record: GenerationRecord | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def manifest(self) -> dict | None:
+        """The manifest the generation was judged by (:meth:`.inputs.GenerationRecord.manifest`,
+        with its objects), None without one or without a record."""
+        return self.record.manifest() if self.record is not None else None
+
+    @property
+    def has_manifest(self) -> bool:
+        """Whether a manifest is in (read from the record's head: no object list is touched)."""
+        return self.record is not None and self.record.manifest_head() is not None
 
     def to_dict(self) -> dict:
         """Spec 5's generation entry; ``notes`` (what could not be judged, which changes no
@@ -253,19 +265,53 @@ def state_repeats(generations) -> dict:
 
     One pass in update order (generations of one update are compared with lower updates
     only)."""
-    rows = []
-    for gen in generations:
-        manifest = gen.manifest()
-        update = manifest.get("update") if manifest is not None else None
-        if manifest is None or gen.conflicting() > 1 or type(update) is not int:
-            continue
-        objects = [o for o in manifest.get("objects") or []
-                   if o.get("component") in STATE_COMPONENTS and o.get("sha256")]
-        rows.append((update, gen.generation_id, objects))
-    rows.sort(key=lambda r: (r[0], r[1]))
-    first_seen: dict = {}   # (component, sha256) -> (update, generation id), lower updates
-    optimizer_sets: set = set()
-    told = False
+    rows = [row for row in map(repeat_row, generations) if row is not None]
+    return continue_repeats(rows)[0]
+
+
+#: The :func:`continue_repeats` basis of no generation compared yet.
+EMPTY_REPEATS = {"top": None, "told": False, "optimizer": None, "changed": False}
+
+
+def repeat_row(gen: GenerationRecord) -> tuple | None:
+    """What :func:`state_repeats` compares of ``gen``: ``(update, generation_id, [(component,
+    sha256, uri)])`` of its ``model`` and ``optimizer`` objects with a sha256, or None when it
+    is not compared (no manifest, a manifest conflict, or an update that is not an int). Reads
+    the manifest's objects (:meth:`.inputs.GenerationRecord.manifest`) only when compared."""
+    head = gen.manifest_head()
+    update = head.get("update") if head is not None else None
+    if head is None or gen.conflicting() > 1 or type(update) is not int:
+        return None
+    return (update, gen.generation_id,
+            [(o.get("component"), o["sha256"], o.get("uri"))
+             for o in gen.manifest().get("objects") or []
+             if o.get("component") in STATE_COMPONENTS and o.get("sha256")])
+
+
+def continue_repeats(rows, basis: dict | None = None, seen: dict | None = None) -> tuple:
+    """The pass of :func:`state_repeats` over ``rows`` (:func:`repeat_row`, any order),
+    continued from the generations judged before: ``basis`` (:data:`EMPTY_REPEATS` when None)
+    says what those were (``top``: their highest update; ``told``: whether one got the
+    ``optimizer_stateless`` finding; ``optimizer``: the sorted sha256 of the first optimizer
+    set seen, ``changed``: whether a different one was seen since), ``seen`` gives ``{(component,
+    sha256): (update, generation_id)}``, the first (lowest update, then id) generation of every
+    digest of ``rows`` that occurs among them (digests absent from it occur in none).
+
+    Returns ``(out, first, basis)``: ``out`` as :func:`state_repeats` for ``rows``' generations
+    (equal to the pass over every generation, the earlier ones included), ``first`` the digests
+    first seen in ``rows`` (``{(component, sha256): (update, generation_id)}``, none of
+    ``seen``), and the basis after ``rows``. Raises ValueError when a row's update is not above
+    ``basis["top"]`` (the earlier generations' results could change: judge all of them)."""
+    basis = dict(EMPTY_REPEATS if basis is None else basis)
+    rows = sorted(rows, key=lambda r: (r[0], r[1]))
+    if rows and basis["top"] is not None and rows[0][0] <= basis["top"]:
+        raise ValueError(f"generation {rows[0][1]} at update {rows[0][0]} is not above the "
+                         f"judged ones (update {basis['top']})")
+    first_seen: dict = dict(seen or {})
+    first: dict = {}
+    optimizer = frozenset(basis["optimizer"]) if basis["optimizer"] is not None else None
+    changed_any = bool(basis["changed"])
+    told = bool(basis["told"])
     out: dict = {}
     i = 0
     while i < len(rows):
@@ -273,19 +319,18 @@ def state_repeats(generations) -> dict:
         while j < len(rows) and rows[j][0] == rows[i][0]:
             j += 1
         group = rows[i:j]
-        changed = len(optimizer_sets) > 1
+        changed = changed_any
         for update, gid, objects in group:
             stale, stateless = [], None
-            for obj in objects:
-                component = obj.get("component")
-                older = first_seen.get((component, obj["sha256"]))
+            for component, sha256, uri in objects:
+                older = first_seen.get((component, sha256))
                 if older is None:
                     continue
                 u, og = older
                 if component == "optimizer" and not changed:
                     if not told and stateless is None:
                         stateless = Reason("optimizer_stateless", (
-                            f"optimizer object {obj.get('uri')} has the same bytes (sha256) as in "
+                            f"optimizer object {uri} has the same bytes (sha256) as in "
                             f"generation {og} (update {u}), and the optimizer's objects have not "
                             f"changed since the first save: a stateless optimizer (plain SGD "
                             f"without momentum) writes the same bytes at every save; this is "
@@ -293,20 +338,28 @@ def state_repeats(generations) -> dict:
                     continue
                 what = "model state" if component == "model" else \
                     "optimizer state (it had changed between earlier generations)"
-                stale.append(f"{component} object {obj.get('uri')} repeats the sha256 of "
+                stale.append(f"{component} object {uri} repeats the sha256 of "
                              f"generation {og} (update {u}): this save wrote the {what} of "
                              f"update {u} again, not that of update {update}")
             if stateless is not None:
                 told = True
             out[gid] = (stale, stateless)
         for update, gid, objects in group:
-            for obj in objects:
-                first_seen.setdefault((obj.get("component"), obj["sha256"]), (update, gid))
-            found = frozenset(o["sha256"] for o in objects if o.get("component") == "optimizer")
+            for component, sha256, _uri in objects:
+                key = (component, sha256)
+                if key not in first_seen:
+                    first_seen[key] = first[key] = (update, gid)
+            found = frozenset(sha for component, sha, _uri in objects if component == "optimizer")
             if found:
-                optimizer_sets.add(found)
+                if optimizer is None:
+                    optimizer = found
+                elif found != optimizer:
+                    changed_any = True
+        basis["top"] = group[0][0]
         i = j
-    return out
+    basis.update(told=told, changed=changed_any,
+                 optimizer=sorted(optimizer) if optimizer is not None else None)
+    return out, first, basis
 
 
 def local_judgement(gen: GenerationRecord, required_components) -> dict:
@@ -354,7 +407,8 @@ def local_judgement(gen: GenerationRecord, required_components) -> dict:
 
 
 def evaluate_generations(view, required_components, judged: dict | None = None,
-                         fill: dict | None = None) -> list[GenerationVerdict]:
+                         fill: dict | None = None, repeats: dict | None = None
+                         ) -> list[GenerationVerdict]:
     """Status and reasons of every generation of ``view`` (:class:`~.view.RunView`; spec 5,
     docs/definitions.md#generation-status), sorted by (update, started time, id).
 
@@ -370,7 +424,11 @@ def evaluate_generations(view, required_components, judged: dict | None = None,
     for generations whose record and ``required_components`` are the same now (the caller
     keeps that true: an entry of a changed record must be dropped); used instead of judging
     those parts again, so the result is the same as without it. ``fill``, when given, receives
-    the :func:`local_judgement` of every committed generation judged here afresh."""
+    the :func:`local_judgement` of every committed generation judged here afresh. ``repeats``:
+    :func:`state_repeats` of ``view.generations`` worked out by the caller (incrementally,
+    :func:`continue_repeats`), used instead of that pass. Of a generation's manifest only the
+    head (:meth:`.inputs.GenerationRecord.manifest_head`) is read beyond what the judgements
+    and repeats not given need."""
     generations = list(view.generations.values())
     attempts = view.attempts
     newest_attempt = max(attempts) if attempts else None
@@ -381,16 +439,17 @@ def evaluate_generations(view, required_components, judged: dict | None = None,
                 return value
         return float("-inf")
 
-    repeats = state_repeats(generations)
+    if repeats is None:
+        repeats = state_repeats(generations)
 
     out = []
     for gen in generations:
         by = view.writers.get(gen.generation_id, gen.attempt)
         writer = attempts.get(by)
-        manifest = gen.manifest()
+        manifest = gen.manifest_head()
         verdict = GenerationVerdict(gen.generation_id, by, gen.state_update(), "",
                                     started_at=gen.started_at, committed_at=gen.commit_time(),
-                                    manifest=manifest)
+                                    record=gen)
         out.append(verdict)
         if manifest is None:
             superseded = any(when(o) > when(gen) for o in generations if o is not gen)

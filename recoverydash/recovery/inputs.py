@@ -162,16 +162,28 @@ class GenerationRecord:
         own = [m for m in self.manifests if not is_adopted(m)]
         return len(own) if own else len(self.manifests)
 
+    def manifest_head(self) -> dict | None:
+        """The judged manifest (:meth:`manifest`) for reading its scalar keys (``update``,
+        ``attempt``, ``world_size``, ``dataset_version``, ``committed_at``, ``config_digest``,
+        ``schema_revision``, ``data_progress``, ``adopted``) only: a caller holding a summary
+        of the record (the worker's stored inputs) may answer it without the ``objects``,
+        ``required_shards`` and ``components`` lists. None when no manifest is in."""
+        return self.manifest()
+
+    def has_shards(self) -> bool:
+        """Whether any ``shard_written`` was reported for the generation."""
+        return bool(self.shards)
+
     def state_update(self) -> int | None:
         """The update the generation's state represents: the manifest's, else the started one."""
-        manifest = self.manifest()
+        manifest = self.manifest_head()
         if manifest is not None and isinstance(manifest.get("update"), int):
             return manifest["update"]
         return self.update
 
     def commit_time(self) -> float | None:
         """``committed_at`` of the manifest, else the time its commit event arrived."""
-        manifest = self.manifest()
+        manifest = self.manifest_head()
         if manifest is not None and manifest.get("committed_at") is not None:
             try:
                 return parse_time(manifest["committed_at"])

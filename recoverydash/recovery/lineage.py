@@ -86,11 +86,11 @@ def generation_writer(gen: GenerationRecord, attempts, ledger=None) -> int:
 
     ``attempts``: the known attempt numbers (a container); ``ledger``: the run's
     :class:`~.ledger.Ledger` (None: rule 3 falls back to the reporting attempt)."""
-    manifest = gen.manifest()
+    manifest = gen.manifest_head()
     named = manifest.get("attempt") if manifest is not None else None
     if type(named) is int and named in attempts:
         return named
-    if gen.started_at is not None or gen.shards or ledger is None:
+    if gen.started_at is not None or gen.has_shards() or ledger is None:
         return gen.attempt
     update = gen.state_update()
     if type(update) is not int or update <= 0:

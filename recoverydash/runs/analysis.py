@@ -13,6 +13,7 @@ clears the mark before it reads, so events arriving during an analysis enqueue t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -31,8 +32,8 @@ from recoverydash import recovery
 from recoverydash.recovery.ledger import CONTINUED_FORMAT, STATE_FORMAT
 from recoverydash.runs.folding import unfold
 from recoverydash.runs.models import (GLOBAL_RANK, Analysis, Attempt, CheckpointObject,
-                                      Generation, Heartbeat, LedgerRow, Run, ShardReport,
-                                      StateBlock)
+                                      Generation, Heartbeat, InputChunk, InputDigest,
+                                      LedgerRow, Run, ShardReport, StateBlock)
 from recoverydash.runs.queue import ANALYZE_RUN, enqueue
 from recoverydash.runs.seq import committed_seq
 
@@ -152,113 +153,278 @@ def load_input(run: Run) -> "recovery.RunInput":
         first_event_at=_ts(run.first_event_at))
 
 
-#: The format of ``Analysis.inputs`` (:class:`StoredInputs`); another one is rebuilt.
-#: 2: with the generations' local judgements (``judged``); 3: the generation entries in
-#: chunks, each encoded only when one of its entries changed (:meth:`StoredInputs.to_bytes`).
-INPUTS_FORMAT = 3
-#: Generation pks per chunk of ``Analysis.inputs`` (:meth:`StoredInputs.to_bytes`).
+#: The format of ``Analysis.inputs`` (:class:`StoredInputs`); another one is rebuilt, except
+#: format 3, which loads and is continued. 2: with the generations' local judgements
+#: (``judged``); 3: the generation entries in chunks, each encoded only when one of its
+#: entries changed, in the one blob; 4: the blob holds the head only (a light entry per
+#: generation, the comparison of state digests continued), the chunks are ``InputChunk`` rows
+#: read and written only when needed (docs/retention.md#stored-inputs).
+INPUTS_FORMAT = 4
+#: Generation pks per chunk of the stored generation entries (``pk // GENERATION_CHUNK``).
 GENERATION_CHUNK = 32
-_INPUTS_MAGIC = b"RDI3"
+_INPUTS_MAGIC = b"RDI4"
+_FORMAT3_MAGIC = b"RDI3"
+#: The keys of a manifest a light entry's ``head`` leaves out
+#: (``recovery.GenerationRecord.manifest_head``)
+_HEAVY_KEYS = ("objects", "required_shards", "components")
+
+
+class InputsLost(Exception):
+    """A chunk of the stored generation entries that the head names is missing or unreadable
+    (:meth:`StoredInputs.entry`): the analysis reads every row again."""
+
+
+def _light(entry: dict) -> dict:
+    """The light entry of a generation entry (:func:`_generation_entries`): what the core reads
+    of a generation whose verdict parts are kept (``recovery.GenerationRecord``'s
+    ``generation_id``, ``attempt``, ``update``, ``started_at``, ``committed_at``, and the
+    answers of ``manifest_head``, ``conflicting`` and ``has_shards``)."""
+    record = _generation_record(entry)
+    manifest = record.manifest()
+    head = None if manifest is None else {k: v for k, v in manifest.items()
+                                          if k not in _HEAVY_KEYS}
+    return {"generation_id": entry["generation_id"], "attempt": entry["attempt"],
+            "update": entry["update"], "started_at": entry["started_at"],
+            "committed_at": entry["committed_at"], "head": head,
+            "conflicting": record.conflicting(), "has_shards": record.has_shards()}
+
+
+class StoredGeneration(recovery.GenerationRecord):
+    """A generation as :class:`StoredInputs` holds it before its chunk is read: the light
+    entry's fields at hand, the others (``manifests``, ``shards``, ``object_checks``,
+    ``required_shards``, ``components``, and ``manifest()``) loaded from its chunk on first
+    touch (``load``: a callable returning its entry). Equal to the full record in everything
+    the core reads; fast when it reads only the light part."""
+
+    def __init__(self, light: dict, load) -> None:  # noqa: D107 - see the class
+        self.generation_id = light["generation_id"]
+        self.attempt = light["attempt"]
+        self.update = light["update"]
+        self.started_at = light["started_at"]
+        self.committed_at = light["committed_at"]
+        self._light, self._load, self._record = light, load, None
+
+    def _full(self) -> "recovery.GenerationRecord":
+        if self._record is None:
+            self._record = _generation_record(self._load())
+        return self._record
+
+    required_shards = property(lambda self: self._full().required_shards)
+    components = property(lambda self: self._full().components)
+    shards = property(lambda self: self._full().shards)
+    manifests = property(lambda self: self._full().manifests)
+    object_checks = property(lambda self: self._full().object_checks)
+
+    def manifest(self) -> dict | None:
+        """The full manifest (its chunk read when not yet)."""
+        return self._full().manifest()
+
+    def manifest_head(self) -> dict | None:
+        """The manifest without its object lists, from the light entry."""
+        return self._light["head"]
+
+    def conflicting(self) -> int:
+        """From the light entry."""
+        return self._light["conflicting"]
+
+    def has_shards(self) -> bool:
+        """From the light entry."""
+        return self._light["has_shards"]
+
+
+def _digest_key(component, sha256) -> int:
+    """``InputDigest.key`` of a state object: the signed 64-bit head of blake2b(component NUL
+    sha256)."""
+    return int.from_bytes(hashlib.blake2b(f"{component}\0{sha256}".encode(), digest_size=8)
+                          .digest(), "big", signed=True)
+
+
+def _row_sig(row) -> str | None:
+    """A digest of a ``recovery.repeat_row`` (None: the generation is not compared)."""
+    if row is None:
+        return None
+    return hashlib.blake2b(json.dumps(row, separators=(",", ":")).encode(),
+                           digest_size=16).hexdigest()
+
+
+def _encode(doc) -> bytes:
+    return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
 
 
 class StoredInputs:
-    """What the core reads of a run's Attempt and Generation rows, kept in ``Analysis.inputs``
-    between analyses so that each reads only the rows whose ``seq`` (the seq of their last
-    write: ``Attempt.seq``, ``Generation.seq``, which a shard report, an object or a storage
-    result of the generation moves too) lies above the seq the stored copy reflects.
+    """What the core reads of a run's Attempt and Generation rows, kept between analyses so that
+    each reads only the rows whose ``seq`` (the seq of their last write: ``Attempt.seq``,
+    ``Generation.seq``, which a shard report, an object or a storage result of the generation
+    moves too) lies above the seq the stored copy reflects.
 
-    ``attempts``: ``{attempt number: attempt entry}`` (:func:`_attempt_entry`);
-    ``generations``: ``{Generation pk: GenerationRecord fields}``; ``statuses``: ``{Generation
-    pk: [status, reasons]}`` as the rows hold them (the analysis writes a row's status only
-    where the new one differs, :func:`_store_generation_statuses`); ``judged``: ``{Generation
-    pk: recovery.local_judgement of its entry}`` under the contract's required components
-    ``judged_for`` (an entry is dropped when its row is read again, all of them when the
-    components change: :meth:`judgements`). Serialised as a zlib-compressed JSON head and
-    chunks of generation entries (:meth:`to_bytes`); the JSON round trip keeps every value
-    (floats by repr)."""
+    ``attempts``: ``{attempt number: attempt entry}`` (:func:`_attempt_entry`); ``light``:
+    ``{Generation pk: light entry}`` (:func:`_light`) of every generation; ``entries``: the
+    full entries (``GenerationRecord`` fields, :func:`_generation_entries`) of the generations
+    read or loaded so far (the others stay in their ``InputChunk`` row until the core touches
+    them, :class:`StoredGeneration`); ``statuses``: ``{Generation pk: [status, reasons]}`` as
+    the rows hold them (:func:`_store_generation_statuses`); ``judged``: ``{Generation pk:
+    recovery.local_judgement of its entry}`` under the contract's required components
+    ``judged_for`` (dropped when the row is read again, all when the components change);
+    ``repeats``: the state digest comparison so far (``basis``: ``recovery.continue_repeats``'s,
+    ``sigs``: ``{pk: signature of its repeat row or None}`` of the generations compared,
+    ``found``: ``{pk: [stale sentences, optimizer_stateless reason or None]}``, non-empty ones),
+    continued by :meth:`repeats_for`.
 
-    def __init__(self, attempts: dict | None = None, generations: dict | None = None,
-                 statuses: dict | None = None, judged: dict | None = None,
-                 judged_for: list | None = None) -> None:
-        self.attempts = attempts or {}
-        self.generations = generations or {}
-        self.statuses = statuses or {}
-        self.judged = judged or {}
-        self.judged_for = judged_for
-        #: ``{chunk: bytes}`` of generation chunks as read or written, none of whose entries
-        #: was replaced since (:meth:`to_bytes` writes them again as they are)
-        self._raw: dict = {}
+    ``Analysis.inputs`` holds the head (:meth:`to_bytes`), ``InputChunk`` rows the entries by
+    chunk and ``InputDigest`` rows the first occurrence of each state digest (:meth:`store`).
+    A format 3 blob (head and chunks in one) loads with every entry and is continued; its
+    first write moves the chunks into rows."""
+
+    def __init__(self, analysis_pk: int | None = None) -> None:
+        self.analysis_pk = analysis_pk
+        self.attempts: dict = {}
+        self.light: dict = {}
+        self.entries: dict = {}
+        self.statuses: dict = {}
+        self.judged: dict = {}
+        self.judged_for: list | None = None
+        self.repeats: dict = {"basis": None, "sigs": {}, "found": {}}
+        #: chunks that have an InputChunk row (as of the head read), chunks to write, and
+        #: whether every row is to be replaced (a rebuild, a format 3 copy)
+        self.chunks: set = set()
+        self.dirty: set = set()
+        self.replace = True
+        #: pks whose row was read by this analysis (:meth:`read_changes`)
+        self.changed: set = set()
+        #: InputDigest rows to add (``{key: (update, pk)}``), or all of them (``replace``)
+        self.digests: dict = {}
+        self.digests_replace = True
+        self._loaded: set = set()
+
+    @property
+    def generations(self) -> dict:
+        """``{Generation pk: light entry}`` of every generation."""
+        return self.light
 
     @classmethod
-    def from_bytes(cls, blob) -> "StoredInputs | None":
-        """The stored copy, or None when ``blob`` is empty, unreadable or of another
-        :data:`INPUTS_FORMAT` (then every row is read again)."""
+    def from_bytes(cls, blob, analysis_pk: int | None = None) -> "StoredInputs | None":
+        """The stored copy of Analysis ``analysis_pk``, or None when ``blob`` is empty,
+        unreadable or of a format other than 3 and :data:`INPUTS_FORMAT` (then every row is
+        read again)."""
         if not blob:
             return None
         blob = bytes(blob)
+        out = cls(analysis_pk)
         try:
+            if blob.startswith(_FORMAT3_MAGIC):
+                return cls._from_format3(blob, analysis_pk)
             if not blob.startswith(_INPUTS_MAGIC):
                 return None
-            size = int.from_bytes(blob[4:8], "big")
-            doc = json.loads(zlib.decompress(blob[8:8 + size]))
+            doc = json.loads(zlib.decompress(blob[4:]))
             if not isinstance(doc, dict) or doc.get("format") != INPUTS_FORMAT:
                 return None
-            raw, generations, at = {}, {}, 8 + size
-            for chunk, length in doc["chunks"]:
-                raw[chunk] = blob[at:at + length]
-                at += length
-                generations.update((int(k), v) for k, v in
-                                   json.loads(zlib.decompress(raw[chunk])).items())
-        except (zlib.error, ValueError, KeyError, TypeError):
+            out.attempts = {int(k): v for k, v in doc["attempts"].items()}
+            out.light = {int(k): v for k, v in doc["light"].items()}
+            out.statuses = {int(k): v for k, v in doc["statuses"].items()}
+            out.judged = {int(k): v for k, v in doc["judged"].items()}
+            out.judged_for = doc["judged_for"]
+            rep = doc["repeats"]
+            out.repeats = {"basis": rep["basis"],
+                           "sigs": {int(k): v for k, v in rep["sigs"].items()},
+                           "found": {int(k): v for k, v in rep["found"].items()}}
+            out.chunks = set(doc["chunks"])
+        except (zlib.error, ValueError, KeyError, TypeError, AttributeError):
             return None
-        out = cls({int(k): v for k, v in doc["attempts"].items()}, generations,
-                  {int(k): v for k, v in doc["statuses"].items()},
-                  {int(k): v for k, v in doc["judged"].items()}, doc["judged_for"])
-        out._raw = raw
+        out.replace = out.digests_replace = False
+        return out
+
+    @classmethod
+    def _from_format3(cls, blob: bytes, analysis_pk) -> "StoredInputs | None":
+        """A format 3 copy: every entry decoded, the light entries made from them; its first
+        write stores every chunk row and compares every generation's state digests."""
+        size = int.from_bytes(blob[4:8], "big")
+        doc = json.loads(zlib.decompress(blob[8:8 + size]))
+        if not isinstance(doc, dict) or doc.get("format") != 3:
+            return None
+        entries, at = {}, 8 + size
+        for _chunk, length in doc["chunks"]:
+            entries.update((int(k), v) for k, v in
+                           json.loads(zlib.decompress(blob[at:at + length])).items())
+            at += length
+        out = cls(analysis_pk)
+        out.attempts = {int(k): v for k, v in doc["attempts"].items()}
+        out.entries = entries
+        out.light = {pk: _light(entry) for pk, entry in entries.items()}
+        out.statuses = {int(k): v for k, v in doc["statuses"].items()}
+        out.judged = {int(k): v for k, v in doc["judged"].items()}
+        out.judged_for = doc["judged_for"]
+        out.dirty = {pk // GENERATION_CHUNK for pk in entries}
         return out
 
     def to_bytes(self) -> bytes:
-        """The copy as bytes, read back by :meth:`from_bytes`: ``RDI3``, the length of the
-        head (4 bytes, big-endian), the head (zlib-compressed JSON: attempts, statuses,
-        judgements and the chunk table ``[[chunk, length]]``), then the generation entries in
-        chunks of :data:`GENERATION_CHUNK` pks (``pk // GENERATION_CHUNK``), each
-        zlib-compressed JSON ``{pk: entry}``. A chunk none of whose entries was replaced since
-        it was read or written (:meth:`read_changes`) is written as the same bytes, not
-        encoded again."""
-        chunks: dict = {}
-        for pk in self.generations:
-            chunks.setdefault(pk // GENERATION_CHUNK, []).append(pk)
-        parts, table = [], []
-        for chunk in sorted(chunks):
-            raw = self._raw.get(chunk)
-            if raw is None:
-                raw = self._raw[chunk] = zlib.compress(json.dumps(
-                    {pk: self.generations[pk] for pk in sorted(chunks[chunk])},
-                    separators=(",", ":")).encode(), 6)
-            parts.append(raw)
-            table.append([chunk, len(raw)])
-        head = zlib.compress(json.dumps({"format": INPUTS_FORMAT, "attempts": self.attempts,
-                                         "statuses": self.statuses, "judged": self.judged,
-                                         "judged_for": self.judged_for, "chunks": table},
-                                        separators=(",", ":")).encode(), 6)
-        return b"".join([_INPUTS_MAGIC, len(head).to_bytes(4, "big"), head, *parts])
+        """The head as bytes, read back by :meth:`from_bytes`: ``RDI4`` then zlib-compressed
+        JSON (attempts, light entries, statuses, judgements, the digest comparison, and the
+        chunks that have a row)."""
+        chunks = sorted({pk // GENERATION_CHUNK for pk in self.light})
+        rep = self.repeats
+        return _INPUTS_MAGIC + _encode({
+            "format": INPUTS_FORMAT, "attempts": self.attempts, "light": self.light,
+            "statuses": self.statuses, "judged": self.judged, "judged_for": self.judged_for,
+            "repeats": {"basis": rep["basis"], "sigs": rep["sigs"], "found": rep["found"]},
+            "chunks": chunks})
+
+    def _load_chunks(self, chunks) -> None:
+        """Read the InputChunk rows of ``chunks`` (not read yet) into ``entries`` (an entry read
+        from its row by this analysis wins). Raises InputsLost when a chunk that holds a
+        generation has no readable row."""
+        wanted = sorted(set(chunks) - self._loaded)
+        if not wanted:
+            return
+        found = set()
+        for chunk, data in InputChunk.objects.filter(
+                analysis_id=self.analysis_pk, chunk__in=wanted).values_list("chunk", "data"):
+            try:
+                doc = json.loads(zlib.decompress(bytes(data)))
+            except (zlib.error, ValueError) as exc:
+                raise InputsLost(f"chunk {chunk} unreadable: {exc}") from exc
+            for k, entry in doc.items():
+                self.entries.setdefault(int(k), entry)
+            found.add(chunk)
+        self._loaded.update(wanted)
+        missing = [pk for pk in self.light if pk // GENERATION_CHUNK in self._loaded
+                   and pk not in self.entries]
+        if missing:
+            raise InputsLost(f"no stored entry of generation {missing[0]} "
+                             f"(chunks read: {sorted(found)})")
+
+    def entry(self, pk: int) -> dict:
+        """The full entry of generation ``pk``, its chunk read when needed (InputsLost)."""
+        if pk not in self.entries:
+            self._load_chunks([pk // GENERATION_CHUNK])
+        return self.entries[pk]
+
+    def _record(self, pk: int) -> "recovery.GenerationRecord":
+        if pk in self.entries:
+            return _generation_record(self.entries[pk])
+        return StoredGeneration(self.light[pk], lambda: self.entry(pk))
 
     def read_changes(self, run: Run, since: int) -> int:
         """Replace the entries of the run's attempts and generations whose row ``seq`` is above
-        ``since`` (-1: all, the copy rebuilt). Returns how many rows were read."""
+        ``since`` (-1: all, the copy rebuilt), and read the chunks those generations are in (to
+        write them again). Returns how many rows were read."""
         rows = Attempt.objects.filter(run=run)
         if since >= 0:
             rows = rows.filter(seq__gt=since)
         else:
-            self.attempts, self.generations, self.statuses = {}, {}, {}
-            self.judged, self.judged_for, self._raw = {}, None, {}
+            fresh = StoredInputs(self.analysis_pk)
+            self.__dict__.update(fresh.__dict__)
         changed = [(a.attempt, _attempt_entry(a)) for a in rows]
         self.attempts.update(changed)
         gens = _generation_entries(run, since, self.statuses)
-        self.generations.update(gens)
-        for pk in gens:
+        for pk, entry in gens.items():
+            self.entries[pk] = entry
+            self.light[pk] = _light(entry)
             self.judged.pop(pk, None)
-            self._raw.pop(pk // GENERATION_CHUNK, None)
+            self.dirty.add(pk // GENERATION_CHUNK)
+            self.changed.add(pk)
+        if since < 0:
+            self._loaded = {pk // GENERATION_CHUNK for pk in self.light}
+        self._load_chunks(c for c in self.dirty if c in self.chunks)
         return len(changed) + len(gens)
 
     def judgements(self, required_components) -> tuple[dict, dict]:
@@ -270,7 +436,7 @@ class StoredInputs:
         wanted = list(required_components)
         if self.judged_for != wanted:
             self.judged, self.judged_for = {}, wanted
-        pks = {self.generations[pk]["generation_id"]: pk for pk in sorted(self.generations)}
+        pks = {self.light[pk]["generation_id"]: pk for pk in sorted(self.light)}
         judged = {gid: self.judged[pk] for gid, pk in pks.items() if pk in self.judged}
         return judged, pks
 
@@ -281,16 +447,167 @@ class StoredInputs:
             self.judged[pks[gid]] = judgement
         return len(fresh)
 
+    def repeats_for(self, pks: dict) -> dict:
+        """``recovery.generations.state_repeats`` of the generations ``pks`` names
+        (``{generation_id: pk}``, :meth:`judgements`), as ``{generation_id: (stale sentences,
+        optimizer_stateless Reason or None)}``, continued from the stored comparison: when the
+        only generations not compared before are new ones above every compared update
+        (``recovery.continue_repeats``), only their objects are read and their digests looked
+        up in ``InputDigest`` (a hit confirmed against the object of the generation it names);
+        when a compared generation's row changed or left, or a new one is not above them all,
+        every generation is compared again (every chunk read) and the digest rows replaced.
+        A generation read again whose row is the same changes nothing."""
+        from recoverydash.recovery.generations import continue_repeats, repeat_row
+
+        rep = self.repeats
+        view = set(pks.values())
+        sigs, basis = rep["sigs"], rep["basis"]
+        full = basis is None or any(pk not in view for pk in sigs)
+        rows: dict = {}
+        if not full:
+            for pk in sorted(view):
+                if pk in sigs and pk not in self.changed:
+                    continue
+                row = repeat_row(self._record(pk))
+                if pk in sigs:
+                    if sigs[pk] != _row_sig(row):
+                        full = True
+                        break
+                    continue
+                rows[pk] = row
+        if not full:
+            compared = {pk: row for pk, row in rows.items() if row is not None}
+            if compared and basis["top"] is not None \
+                    and min(row[0] for row in compared.values()) <= basis["top"]:
+                full = True
+        if not full:
+            seen = self._seen(compared, sigs) if compared else {}
+            full = seen is None
+        if full:
+            self._load_chunks({pk // GENERATION_CHUNK for pk in view})
+            rows = {pk: repeat_row(self._record(pk)) for pk in sorted(view)}
+            compared = {pk: row for pk, row in rows.items() if row is not None}
+            basis, seen, sigs, found_by = None, {}, {}, {}
+            self.digests, self.digests_replace = {}, True
+        else:
+            found_by = dict(rep["found"])
+        out, first, basis = continue_repeats(list(compared.values()), basis, seen)
+        for pk, row in rows.items():
+            sigs[pk] = _row_sig(row)
+            if row is not None:
+                stale, stateless = out[row[1]]
+                if stale or stateless is not None:
+                    found_by[pk] = [stale, None if stateless is None else stateless.to_dict()]
+        for (component, sha256), (update, gid) in first.items():
+            self.digests.setdefault(_digest_key(component, sha256), (update, pks[gid]))
+        self.repeats = {"basis": basis, "sigs": sigs, "found": found_by}
+        ids = {pk: gid for gid, pk in pks.items()}
+        return {ids[pk]: (stale, None if r is None else recovery.Reason(**r))
+                for pk, (stale, r) in found_by.items() if pk in ids}
+
+    def _seen(self, compared: dict, sigs: dict) -> dict | None:
+        """``{(component, sha256): (update, generation_id)}`` of the first occurrences, among
+        the compared generations, of the digests of ``compared``'s rows (``{pk: repeat row}``),
+        from ``InputDigest``; None when a hit cannot be confirmed (a key shared by two digests,
+        a generation since left: compare every one)."""
+        from recoverydash.recovery.generations import repeat_row
+
+        wanted: dict = {}
+        for row in compared.values():
+            for component, sha256, _uri in row[2]:
+                wanted.setdefault(_digest_key(component, sha256), (component, sha256))
+        keys = sorted(wanted)
+        hits = []
+        for lo in range(0, len(keys), 2000):
+            hits += InputDigest.objects.filter(
+                analysis_id=self.analysis_pk, key__in=keys[lo:lo + 2000]).values_list(
+                "key", "update", "generation")
+        seen: dict = {}
+        rows_of: dict = {}
+        for key, update, pk in hits:
+            if sigs.get(pk) is None:
+                return None
+            if pk not in rows_of:
+                rows_of[pk] = repeat_row(self._record(pk))
+            row = rows_of[pk]
+            component, sha256 = wanted[key]
+            if row is None or row[0] != update or not any(
+                    c == component and s == sha256 for c, s, _ in row[2]):
+                return None
+            seen[(component, sha256)] = (update, row[1])
+        return seen
+
     def run_input(self, run: Run) -> "recovery.RunInput":
         """The core's ``RunInput`` (as :func:`load_input` reads it: attempts by number,
-        generations by pk)."""
+        generations by pk; a generation whose entry was not read is a
+        :class:`StoredGeneration`)."""
         attempts, restores = _attempt_records(self.attempts[k] for k in sorted(self.attempts))
         return recovery.RunInput(
             run_id=run.run_id, attempts=attempts, ledger=[], heartbeats=[],
-            generations=[_generation_record(self.generations[k])
-                         for k in sorted(self.generations)],
+            generations=[self._record(k) for k in sorted(self.light)],
             restores=restores, contract=run.contract or None,
             first_event_at=_ts(run.first_event_at))
+
+    def store(self, analysis_pk: int) -> None:
+        """Write the chunk rows that changed (every one when :attr:`replace`) and the digest
+        rows (added, or replaced with :attr:`digests_replace`), inside the caller's
+        transaction; the head is the caller's to write (:meth:`to_bytes`)."""
+        by_chunk: dict = {}
+        for pk in self.light:
+            by_chunk.setdefault(pk // GENERATION_CHUNK, []).append(pk)
+        dirty = set(by_chunk) if self.replace else self.dirty & set(by_chunk)
+        if dirty:
+            self._load_chunks(c for c in dirty if c in self.chunks)
+        rows = [InputChunk(analysis_id=analysis_pk, chunk=chunk, data=_encode(
+                    {pk: self.entries[pk] for pk in sorted(by_chunk[chunk])}))
+                for chunk in sorted(dirty)]
+        if self.replace:
+            InputChunk.objects.filter(analysis_id=analysis_pk).delete()
+            InputChunk.objects.bulk_create(rows, batch_size=200)
+        elif rows:
+            InputChunk.objects.bulk_create(rows, batch_size=200, update_conflicts=True,
+                                           unique_fields=["analysis", "chunk"],
+                                           update_fields=["data"])
+        if self.digests_replace:
+            InputDigest.objects.filter(analysis_id=analysis_pk).delete()
+        if self.digests:
+            _add_digests(analysis_pk, self.digests)
+        self.chunks = set(by_chunk)
+        self.dirty, self.replace, self.digests, self.digests_replace = set(), False, {}, False
+
+    @property
+    def touched(self) -> bool:
+        """Whether rows are to be written (:meth:`store`)."""
+        return bool(self.dirty or self.replace or self.digests or self.digests_replace)
+
+
+def _add_digests(analysis_pk: int, digests: dict) -> None:
+    """Insert ``digests`` (``{key: (update, Generation pk)}``) as InputDigest rows of Analysis
+    ``analysis_pk``, a key already there kept: on PostgreSQL in statements of 50,000 rows
+    from arrays (``unnest``; the ORM's objects cost 30 us a row), elsewhere by the ORM."""
+    items = sorted(digests.items())
+    if connection.vendor != "postgresql":
+        InputDigest.objects.bulk_create(
+            [InputDigest(analysis_id=analysis_pk, key=key, update=update, generation=pk)
+             for key, (update, pk) in items], batch_size=2000, ignore_conflicts=True)
+        return
+    table = InputDigest._meta.db_table
+    with connection.cursor() as cursor:
+        for lo in range(0, len(items), 50_000):
+            part = items[lo:lo + 50_000]
+            cursor.execute(
+                f'INSERT INTO "{table}" (analysis_id, key, "update", generation) '
+                "SELECT %s, * FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[]) "
+                "ON CONFLICT DO NOTHING",
+                [analysis_pk, [k for k, _ in part], [u for _, (u, _p) in part],
+                 [p for _, (_u, p) in part]])
+
+
+def drop_inputs(analysis_pk: int) -> None:
+    """Delete the chunk and digest rows of Analysis ``analysis_pk`` (its ``inputs`` emptied by
+    the caller): the next analysis reads every row again."""
+    InputChunk.objects.filter(analysis_id=analysis_pk).delete()
+    InputDigest.objects.filter(analysis_id=analysis_pk).delete()
 
 
 CHUNK = 5000
@@ -650,6 +967,7 @@ def _analyze(run: Run, now: float | None, outcome: bool) -> tuple[Analysis, "rec
         if done is not None:
             return done, None
     stored_state, stored_inputs, blocks = _stored_parts(analysis.pk)
+    read_seq = analysis.ingest_seq
     ledger = None
     if stored_state:
         # The stored state is that of the last analysis that succeeded (a refused one stores
@@ -675,9 +993,9 @@ def _analyze(run: Run, now: float | None, outcome: bool) -> tuple[Analysis, "rec
         raise AnalysisFailed(message)
     # The attempts and generations as the last analysis read them (StoredInputs), continued
     # with the rows written since (their seq above the one the copy reflects), or all rows.
-    inputs = StoredInputs.from_bytes(stored_inputs) if since >= 0 else None
+    inputs = StoredInputs.from_bytes(stored_inputs, analysis.pk) if since >= 0 else None
     inputs_since = since if inputs is not None else -1
-    inputs = inputs if inputs is not None else StoredInputs()
+    inputs = inputs if inputs is not None else StoredInputs(analysis.pk)
     unchanged = inputs_since >= 0 and target_seq == since and not analysis.error
     try:
         if ledger is None:
@@ -689,14 +1007,27 @@ def _analyze(run: Run, now: float | None, outcome: bool) -> tuple[Analysis, "rec
             absorbed, read = (0, 0), 0
         else:
             absorbed = absorb_new(run, ledger, since, target_seq)
-            read = inputs.read_changes(run, inputs_since)
         run.refresh_from_db()
-        run_input = inputs.run_input(run)
-        judged, pks = inputs.judgements(run_input.effective_contract()["required_components"])
-        fresh: dict = {}
-        found = recovery.analyze(run_input, now, ledger=ledger,
-                                 settle_seconds=settings.RECOVERYDASH_SETTLE_S, judged=judged,
-                                 fill=fresh)
+        for rebuilt in (False, True):
+            try:
+                if not unchanged:
+                    read = inputs.read_changes(run, inputs_since)
+                run_input = inputs.run_input(run)
+                judged, pks = inputs.judgements(
+                    run_input.effective_contract()["required_components"])
+                repeats = inputs.repeats_for(pks)
+                fresh: dict = {}
+                found = recovery.analyze(run_input, now, ledger=ledger,
+                                         settle_seconds=settings.RECOVERYDASH_SETTLE_S,
+                                         judged=judged, fill=fresh, repeats=repeats)
+                break
+            except InputsLost as exc:
+                if rebuilt:
+                    raise
+                # a chunk row the head names is gone: every Attempt and Generation row again
+                log.warning("run %s: stored inputs incomplete (%s); reading every row", run.pk,
+                            exc)
+                inputs, inputs_since, unchanged = StoredInputs(analysis.pk), -1, False
         judged_now = inputs.keep(fresh, pks)
         result = found.to_dict()
         # nothing absorbed into a continued state: the stored parts are that state already;
@@ -742,7 +1073,14 @@ def _analyze(run: Run, now: float | None, outcome: bool) -> tuple[Analysis, "rec
         # compared with what the rows hold (no read): a row another writer left behind the
         # result is put right even when the result itself is unchanged
         written = _store_generation_statuses(found.generations, inputs)
-        if read or written or judged_now or inputs_since < 0 or analysis.ingest_seq != since:
+        if analysis.ingest_seq != read_seq and not (inputs.replace and inputs.digests_replace):
+            # another analysis stored inputs since this one read them: its chunk and digest
+            # rows are not this copy's base; the next analysis reads every row again
+            analysis.inputs = None
+            drop_inputs(analysis.pk)
+            fields.append("inputs")
+        elif read or written or judged_now or inputs_since < 0 or inputs.touched:
+            inputs.store(analysis.pk)
             analysis.inputs = inputs.to_bytes()
             fields.append("inputs")
         if timed is not None:

@@ -795,9 +795,10 @@ class Analysis(models.Model):
     state_format = models.IntegerField(default=0)
     compacted_at = models.DateTimeField(null=True, blank=True)
     # The run's attempts, restores and generations as the core reads them (runs.analysis
-    # ``StoredInputs``: a zlib-compressed JSON head and chunks of generation entries, a chunk
-    # encoded again only when one of its entries changed), as of ``ingest_seq``: each analysis
-    # reads only the Attempt and Generation rows whose seq lies above it and replaces those.
+    # ``StoredInputs``, format 4: the head, a light entry per generation; the full entries in
+    # ``InputChunk`` rows, the first occurrence of each state digest in ``InputDigest`` rows,
+    # docs/retention.md#stored-inputs), as of ``ingest_seq``: each analysis reads only the
+    # Attempt and Generation rows whose seq lies above it and replaces those.
     inputs = models.BinaryField(null=True, blank=True)
     # What the clock-driven figures of ``result`` are recomputed from at a later time with
     # nothing new (``recovery.clock_basis``; None: an analysis before it, or none to keep):
@@ -838,3 +839,41 @@ class StateBlock(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["analysis", "attempt", "block"],
                                                name="uniq_state_block")]
+
+
+class InputChunk(models.Model):
+    """One chunk of a stored analysis's generation entries (``runs.analysis.StoredInputs``,
+    inputs format 4): the entries of the generations whose pk // ``GENERATION_CHUNK`` is
+    ``chunk``, zlib-compressed JSON ``{pk: entry}``. ``Analysis.inputs`` holds the head (a
+    light entry per generation); an analysis reads a chunk only when one of its generations
+    changed or the core reads a heavy field of one (its manifest's objects, shard reports,
+    storage results), and writes only the chunks that changed. Deleted with the Analysis row,
+    replaced whole when the inputs are rebuilt."""
+
+    analysis = models.ForeignKey(Analysis, on_delete=models.CASCADE, related_name="input_chunks")
+    chunk = models.BigIntegerField()
+    data = models.BinaryField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["analysis", "chunk"],
+                                               name="uniq_input_chunk")]
+
+
+class InputDigest(models.Model):
+    """The first generation (lowest update, then generation id) whose ``model`` or
+    ``optimizer`` object carries a digest, per digest of a stored analysis's generations
+    (``runs.analysis.StoredInputs``, docs/definitions.md#stale-state-and-stateless-optimizers):
+    ``key`` the signed 64-bit head of blake2b(component NUL sha256), ``update`` and
+    ``generation`` (the Generation pk) of that first occurrence. A new generation's digests are
+    looked up here (a hit is confirmed against that generation's objects), so judging it does
+    not read the older generations' objects. Deleted with the Analysis row, replaced whole when
+    every generation is compared again."""
+
+    analysis = models.ForeignKey(Analysis, on_delete=models.CASCADE, related_name="input_digests")
+    key = models.BigIntegerField()
+    update = models.BigIntegerField()
+    generation = models.BigIntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["analysis", "key"],
+                                               name="uniq_input_digest")]
