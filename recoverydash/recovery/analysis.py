@@ -139,7 +139,8 @@ def split_clock_driven(result: dict) -> tuple[dict, dict]:
 
 def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None,
             settle_seconds: float = DEFAULT_SETTLE_SECONDS, judged: dict | None = None,
-            fill: dict | None = None, repeats: dict | None = None) -> RunAnalysis:
+            fill: dict | None = None, repeats: dict | None = None, checks: dict | None = None,
+            checks_fill: dict | None = None, absorbed: dict | None = None) -> RunAnalysis:
     """Analyse a run at time ``now`` (POSIX seconds; the core never reads the clock).
 
     ``run``: a RunInput, or a :class:`~.view.RunView` already built over a ledger. ``ledger``:
@@ -152,7 +153,10 @@ def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None,
     generations' local judgements kept by the caller and the fresh ones
     (:func:`.generations.evaluate_generations`; the result is the same with or without them);
     ``repeats``: :func:`.generations.state_repeats` of the run's generations worked out by the
-    caller (:func:`.generations.continue_repeats`), the same result.
+    caller (:func:`.generations.continue_repeats`), the same result; ``checks``,
+    ``checks_fill`` and ``absorbed``: the data cursor comparisons kept by the caller, the fresh
+    ones, and the lowest update per attempt the ledger absorbed since they were made
+    (:func:`.generations.evaluate_generations`), the same result.
     Returns a RunAnalysis; raises ValueError on a malformed span range."""
     if isinstance(run, RunView):
         view = run
@@ -178,7 +182,7 @@ def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None,
         return empty
     live = view.live
     verdicts = evaluate_generations(view, contract["required_components"], judged, fill,
-                                    repeats)
+                                    repeats, checks, checks_fill, absorbed)
     status = {v.generation_id: v.status for v in verdicts}
     numbers = list(attempts)
     restarts: list[Restart] = [analyse_restart(view, number, before, status.get)

@@ -406,9 +406,30 @@ def local_judgement(gen: GenerationRecord, required_components) -> dict:
             "unchecked": unchecked}
 
 
+def cursor_basis(view) -> str:
+    """What the data cursor check of every generation reads beside its writer's capped lineage
+    and the ledger's updates within it (docs/definitions.md#expected-cursor): the strata of
+    sample ids, and per attempt its global batch and sampler epoch lengths. A short digest: a
+    kept cursor check (:func:`evaluate_generations`' ``checks``) holds while it is the same."""
+    import hashlib
+    import json
+
+    doc = [sorted(view.id_strata), [
+        [number, record.global_batch(), (record.sampler or {}).get("epoch_length")]
+        for number, record in view.attempts.items()]]
+    return hashlib.blake2b(json.dumps(doc, sort_keys=True, default=repr).encode(),
+                           digest_size=12).hexdigest()
+
+
+def _lineage_key(lineage) -> list:
+    return [[[s.attempt, s.after, s.upto] for s in lineage.segments],
+            [list(p) for p in lineage.pretracked], lineage.root, lineage.unknown_root]
+
+
 def evaluate_generations(view, required_components, judged: dict | None = None,
-                         fill: dict | None = None, repeats: dict | None = None
-                         ) -> list[GenerationVerdict]:
+                         fill: dict | None = None, repeats: dict | None = None,
+                         checks: dict | None = None, checks_fill: dict | None = None,
+                         absorbed: dict | None = None) -> list[GenerationVerdict]:
     """Status and reasons of every generation of ``view`` (:class:`~.view.RunView`; spec 5,
     docs/definitions.md#generation-status), sorted by (update, started time, id).
 
@@ -428,7 +449,17 @@ def evaluate_generations(view, required_components, judged: dict | None = None,
     :func:`state_repeats` of ``view.generations`` worked out by the caller (incrementally,
     :func:`continue_repeats`), used instead of that pass. Of a generation's manifest only the
     head (:meth:`.inputs.GenerationRecord.manifest_head`) is read beyond what the judgements
-    and repeats not given need."""
+    and repeats not given need.
+
+    ``checks``: ``{generation_id: {"key", "problems"}}``, data cursor comparisons made before
+    (``checks_fill`` receives every one made here, JSON values), for generations whose record
+    is the same (the caller drops a changed record's, as for ``judged``); one is used when its
+    key (:func:`cursor_basis`, the writer, its capped lineage) is the same and the ledger
+    absorbed no update at or below the generation's update for an attempt of that lineage
+    since: ``absorbed`` ``{attempt: the lowest update absorbed since}`` (None: unknown, no
+    kept comparison is used). Whether the ledger reaches the update is decided every time."""
+    checks = checks if absorbed is not None else None
+    basis = cursor_basis(view) if checks is not None or checks_fill is not None else None
     generations = list(view.generations.values())
     attempts = view.attempts
     newest_attempt = max(attempts) if attempts else None
@@ -484,10 +515,19 @@ def evaluate_generations(view, required_components, judged: dict | None = None,
         if isinstance(update, int) and "data_position_unknown" not in unknown:
             lineage = view.lineage(by, update)
             if view.reaches(lineage, update):
-                declared = [c for c in (manifest.get("data_progress") or {}).get("cursor") or []
-                            if c.get("stratum") not in view.id_strata]
-                expected, complete = expected_cursor_at(view, lineage, declared)
-                problems = cursors_agree(declared, expected, complete)
+                key = None if basis is None else [basis, by, _lineage_key(lineage)]
+                kept = checks.get(gen.generation_id) if checks is not None else None
+                if kept is not None and kept["key"] == key and all(
+                        absorbed.get(seg.attempt, update + 1) > update
+                        for seg in lineage.segments):
+                    problems = kept["problems"]
+                else:
+                    declared = [c for c in (manifest.get("data_progress") or {}).get("cursor")
+                                or [] if c.get("stratum") not in view.id_strata]
+                    expected, complete = expected_cursor_at(view, lineage, declared)
+                    problems = cursors_agree(declared, expected, complete)
+                    if checks_fill is not None:
+                        checks_fill[gen.generation_id] = {"key": key, "problems": problems}
                 if problems:
                     hard.append(Reason("data_cursor_mismatch", "; ".join(problems)))
             else:

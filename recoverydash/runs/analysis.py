@@ -283,6 +283,10 @@ class StoredInputs:
         self.statuses: dict = {}
         self.judged: dict = {}
         self.judged_for: list | None = None
+        #: ``{pk: data cursor comparison}`` (``recovery.evaluate_generations``' ``checks``)
+        #: as of the ledger state at ingest seq ``checked_seq``
+        self.checked: dict = {}
+        self.checked_seq = -1
         self.repeats: dict = {"basis": None, "sigs": {}, "found": {}}
         #: chunks that have an InputChunk row (as of the head read), chunks to write, and
         #: whether every row is to be replaced (a rebuild, a format 3 copy)
@@ -323,6 +327,8 @@ class StoredInputs:
             out.statuses = {int(k): v for k, v in doc["statuses"].items()}
             out.judged = {int(k): v for k, v in doc["judged"].items()}
             out.judged_for = doc["judged_for"]
+            out.checked = {int(k): v for k, v in doc["checked"].items()}
+            out.checked_seq = doc["checked_seq"]
             rep = doc["repeats"]
             out.repeats = {"basis": rep["basis"],
                            "sigs": {int(k): v for k, v in rep["sigs"].items()},
@@ -365,6 +371,7 @@ class StoredInputs:
         return _INPUTS_MAGIC + _encode({
             "format": INPUTS_FORMAT, "attempts": self.attempts, "light": self.light,
             "statuses": self.statuses, "judged": self.judged, "judged_for": self.judged_for,
+            "checked": self.checked, "checked_seq": self.checked_seq,
             "repeats": {"basis": rep["basis"], "sigs": rep["sigs"], "found": rep["found"]},
             "chunks": chunks})
 
@@ -420,6 +427,7 @@ class StoredInputs:
             self.entries[pk] = entry
             self.light[pk] = _light(entry)
             self.judged.pop(pk, None)
+            self.checked.pop(pk, None)
             self.dirty.add(pk // GENERATION_CHUNK)
             self.changed.add(pk)
         if since < 0:
@@ -440,12 +448,24 @@ class StoredInputs:
         judged = {gid: self.judged[pk] for gid, pk in pks.items() if pk in self.judged}
         return judged, pks
 
-    def keep(self, fresh: dict, pks: dict) -> int:
-        """Store ``fresh`` (``{generation_id: local judgement}`` the core judged afresh) under
-        the pks of :meth:`judgements`. Returns how many were stored."""
+    def keep(self, fresh: dict, pks: dict, checks: dict | None = None) -> int:
+        """Store ``fresh`` (``{generation_id: local judgement}`` the core judged afresh) and
+        ``checks`` (the data cursor comparisons it made afresh) under the pks of
+        :meth:`judgements`. Returns how many were stored."""
         for gid, judgement in fresh.items():
             self.judged[pks[gid]] = judgement
-        return len(fresh)
+        for gid, check in (checks or {}).items():
+            self.checked[pks[gid]] = check
+        return len(fresh) + len(checks or {})
+
+    def cursor_checks(self, pks: dict, since: int) -> dict | None:
+        """The kept data cursor comparisons by generation id (:meth:`judgements`' ``pks``) when
+        they reflect the ledger state at ingest seq ``since`` (the state this analysis
+        continues), else None (every comparison is made again)."""
+        if self.checked_seq != since or since < 0:
+            self.checked = {}
+            return None
+        return {gid: self.checked[pk] for gid, pk in pks.items() if pk in self.checked}
 
     def repeats_for(self, pks: dict) -> dict:
         """``recovery.generations.state_repeats`` of the generations ``pks`` names
@@ -725,16 +745,26 @@ def _new_beats(run: Run, since: int, upto: int):
            for attempt, rank, when, update, fetched in rows]
 
 
-def absorb_new(run: Run, ledger: "recovery.Ledger", since: int, upto: int) -> tuple[int, int]:
+def absorb_new(run: Run, ledger: "recovery.Ledger", since: int, upto: int,
+               lowest: dict | None = None) -> tuple[int, int]:
     """Fold into ``ledger`` the run's ledger rows whose ``last_seq`` and heartbeats whose ``seq``
     lie in ``(since, upto]`` (``since`` -1: every row), read by seq through their ``(run, seq)``
     indexes in chunks of :data:`CHUNK`, never the whole table. Ledger rows in ``(attempt,
     update, rank)`` order (the core's fast path), heartbeats in ``(seq, id)`` order (the order
     the heartbeat fold is defined over, so batches fold like one). Returns ``(rank reports,
-    heartbeats)`` absorbed (a folded ledger row counts each rank it holds). Raises what the core raises on a malformed value."""
+    heartbeats)`` absorbed (a folded ledger row counts each rank it holds). ``lowest``, when
+    given, receives ``{attempt: the lowest update of a ledger row absorbed}``. Raises what the
+    core raises on a malformed value."""
     n_rows = n_beats = 0
     record = recovery.LedgerRecord
     for chunk in _new_rows(run, since, upto):
+        if lowest is not None:  # a chunk is in (attempt, update) order: an attempt's first row
+            prev = None
+            for row in chunk:
+                if row[0] != prev:
+                    prev = row[0]
+                    if row[1] < lowest.get(prev, row[1] + 1):
+                        lowest[prev] = row[1]
         if connection.vendor == "postgresql":
             n_rows += ledger.absorb_plain(chunk)
         else:  # every row has its spans: the batch fast path of absorb
@@ -1005,8 +1035,9 @@ def _analyze(run: Run, now: float | None, outcome: bool) -> tuple[Analysis, "rec
             # contract edit: each moves the run's ingest seq, runs.seq.mark_changed): no row
             # of the run is read, the core runs on the stored state and inputs
             absorbed, read = (0, 0), 0
-        else:
-            absorbed = absorb_new(run, ledger, since, target_seq)
+        lowest: dict = {}  # {attempt: the lowest update absorbed}
+        if not unchanged:
+            absorbed = absorb_new(run, ledger, since, target_seq, lowest)
         run.refresh_from_db()
         for rebuilt in (False, True):
             try:
@@ -1016,10 +1047,13 @@ def _analyze(run: Run, now: float | None, outcome: bool) -> tuple[Analysis, "rec
                 judged, pks = inputs.judgements(
                     run_input.effective_contract()["required_components"])
                 repeats = inputs.repeats_for(pks)
-                fresh: dict = {}
+                checks = inputs.cursor_checks(pks, since)
+                fresh, checked = {}, {}
                 found = recovery.analyze(run_input, now, ledger=ledger,
                                          settle_seconds=settings.RECOVERYDASH_SETTLE_S,
-                                         judged=judged, fill=fresh, repeats=repeats)
+                                         judged=judged, fill=fresh, repeats=repeats,
+                                         checks=checks, checks_fill=checked,
+                                         absorbed=lowest if checks is not None else None)
                 break
             except InputsLost as exc:
                 if rebuilt:
@@ -1028,7 +1062,8 @@ def _analyze(run: Run, now: float | None, outcome: bool) -> tuple[Analysis, "rec
                 log.warning("run %s: stored inputs incomplete (%s); reading every row", run.pk,
                             exc)
                 inputs, inputs_since, unchanged = StoredInputs(analysis.pk), -1, False
-        judged_now = inputs.keep(fresh, pks)
+        judged_now = inputs.keep(fresh, pks, checked)
+        inputs.checked_seq = target_seq
         result = found.to_dict()
         # nothing absorbed into a continued state: the stored parts are that state already;
         # else the head and the time blocks that changed (all of them when the stored blocks

@@ -2,7 +2,7 @@
 chunk rows read only when needed, the state digest comparison continued through
 ``InputDigest``): random sequences of checkpoints (at random updates, below the judged ones
 too, with repeated model and optimizer digests, flaws and conflicting manifests), storage
-results, ledger updates and restarts, analysed between them at random times, give exactly the
+results, ledger updates (a rank's part of an earlier one late), and restarts, analysed between them at random times, give exactly the
 result and generation statuses of a fresh full analysis of the same rows at the same time; and
 stored inputs of format 3 load and are continued (no row read again)."""
 
@@ -45,10 +45,10 @@ def start(attempt: int, resumed=None) -> dict:
             "contract": {"required_components": ["model", "optimizer", "data_progress"]}}
 
 
-def updates(attempt: int, lo: int, hi: int, skip_last_rank: bool) -> list:
+def updates(attempt: int, lo: int, hi: int, skip_last_rank: bool, ranks=(0, 1)) -> list:
     out = []
     for u in range(lo, hi + 1):
-        for rank in range(2):
+        for rank in ranks:
             if skip_last_rank and u == hi and rank == 1:
                 continue
             out.append({"event_id": f"u{attempt}-{u}-{rank}", "type": "update_committed",
@@ -117,6 +117,7 @@ def test_incremental_generation_verdicts_equal_a_fresh_analysis(seed):
     ref = Project.objects.create(name=f"ref-{uuid.uuid4().hex[:8]}")
     attempt, top, k, variants = 0, 0, 0, 0
     committed: list = []
+    missing: list = []
 
     def both(events: list) -> None:
         assert ingest_batch(inc, events).accepted
@@ -129,7 +130,7 @@ def test_incremental_generation_verdicts_equal_a_fresh_analysis(seed):
     both([start(0)])
     for _step in range(rng.randint(4, 14)):
         op = rng.choice(["commit", "commit", "commit", "verify", "verify", "updates",
-                         "updates", "restart", "conflict"])
+                         "updates", "restart", "conflict", "late"])
         if op == "commit":
             update = rng.randint(1, max(1, top + 3))  # below the judged ones too
             flaw = rng.choice(["", "", "", "", "shard", "world", "cursor"])
@@ -144,8 +145,14 @@ def test_incremental_generation_verdicts_equal_a_fresh_analysis(seed):
             twin_verify(rng.randrange(2**32))
         elif op == "updates":
             hi = top + rng.randint(1, 6)
-            both(updates(attempt, top + 1, hi, rng.random() < 0.3))
+            skip = rng.random() < 0.3
+            both(updates(attempt, top + 1, hi, skip))
+            if skip:
+                missing.append((attempt, hi))
             top = hi
+        elif op == "late" and missing:  # a rank's part of an earlier update arrives late
+            late_attempt, late_update = missing.pop(rng.randrange(len(missing)))
+            both(updates(late_attempt, late_update, late_update, False, ranks=(1,)))
         elif op == "restart" and committed:
             gk, gu = rng.choice(committed)
             attempt += 1

@@ -4,7 +4,8 @@ a function of the generation's own record and the contract's required components
 analysis given the kept judgements (JSON round trip, as the worker stores them) is equal to one
 judging every generation afresh, over random sequences of commits, storage results, restarts,
 late ledger rows and contract edits; a changed record's judgement is dropped, as the worker's
-``StoredInputs.read_changes`` drops it."""
+``StoredInputs.read_changes`` drops it. The data cursor comparisons are kept the same way
+(``checks``), with the lowest update the ledger absorbed per attempt since (``absorbed``)."""
 from __future__ import annotations
 
 import json
@@ -68,7 +69,7 @@ operations = st.lists(st.one_of(
     st.tuples(st.just("verify"), st.integers(0, 40), st.just(0), st.just(0)),
     st.tuples(st.just("verify"), st.integers(0, 40), st.just(0), st.just(0)),
     st.tuples(st.just("restart"), st.integers(0, 40), st.integers(1, 30)),
-    st.tuples(st.just("updates"), st.integers(1, 30), st.integers(0, 1)),
+    st.tuples(st.just("updates"), st.integers(1, 30), st.integers(0, 1), st.integers(1, 30)),
     st.tuples(st.just("components"), st.sampled_from([
         ["model", "optimizer", "data_progress"], ["model", "optimizer"],
         ["model", "optimizer", "data_progress", "rng"]]), st.just(0)),
@@ -92,6 +93,8 @@ def test_kept_judgements_give_the_same_analysis_as_judging_afresh(ops):
     components = ["model", "optimizer", "data_progress"]
     kept: dict = {}          # key -> local judgement (JSON round trip)
     kept_for = None
+    checked: dict = {}       # key -> data cursor comparison (JSON round trip)
+    absorbed: dict = {}      # attempt -> lowest update absorbed since the last analysis
     key = 0
     for op in ops:
         kind = op[0]
@@ -129,6 +132,7 @@ def test_kept_judgements_give_the_same_analysis_as_judging_afresh(ops):
                                               committed_at=gen.committed_at,
                                               object_checks=checks)
             kept.pop(k, None)  # the row was written: read again, judgement dropped
+            checked.pop(k, None)
         elif kind == "restart":
             _, which, declared = op
             number = max(attempts) + 1
@@ -144,9 +148,10 @@ def test_kept_judgements_give_the_same_analysis_as_judging_afresh(ops):
                                              world_size=2, dataset_version="ds",
                                              global_batch_size=GBS, resumed_from=source)
         elif kind == "updates":
-            _, upto, late = op
+            _, upto, late, lo = op
             attempt = max(attempts)
-            for u in range(1, upto + 1):
+            for u in range(min(lo, upto), upto + 1):
+                absorbed[attempt] = min(absorbed.get(attempt, u), u)
                 for rank in range(2):
                     if late and rank == 1 and u == upto:
                         continue   # this rank's part arrives with a later operation
@@ -166,9 +171,15 @@ def test_kept_judgements_give_the_same_analysis_as_judging_afresh(ops):
         ids = {generations[k].generation_id: k for k in sorted(generations)}
         judged = {gid: kept[k] for gid, k in ids.items() if k in kept}
         fresh: dict = {}
+        checks = {gid: checked[k] for gid, k in ids.items() if k in checked}
+        checks_fresh: dict = {}
         again = analyze(run, NOW, ledger=Ledger.from_records(ledger_rows), judged=judged,
-                        fill=fresh).to_dict()
+                        fill=fresh, checks=checks, checks_fill=checks_fresh,
+                        absorbed=absorbed).to_dict()
         assert again == afresh
+        absorbed = {}
+        for gid, check in checks_fresh.items():
+            checked[ids[gid]] = json.loads(json.dumps(check))
         for gid, judgement in fresh.items():
             assert gid not in judged
             kept[ids[gid]] = json.loads(json.dumps(judgement))
