@@ -16,6 +16,8 @@ cursor cannot be compared yet), ``restorable``.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 
 from .counting import epoch_tail
@@ -411,9 +413,6 @@ def cursor_basis(view) -> str:
     and the ledger's updates within it (docs/definitions.md#expected-cursor): the strata of
     sample ids, and per attempt its global batch and sampler epoch lengths. A short digest: a
     kept cursor check (:func:`evaluate_generations`' ``checks``) holds while it is the same."""
-    import hashlib
-    import json
-
     doc = [sorted(view.id_strata), [
         [number, record.global_batch(), (record.sampler or {}).get("epoch_length")]
         for number, record in view.attempts.items()]]
