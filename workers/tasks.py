@@ -11,7 +11,8 @@ cheaply.
 A periodic task that fans out (one task per chunk of runs or per generation) sends its tasks
 inside ``runs.queue.fan_out(its beat period)``: each expires at the next cycle, so a backlog
 behind slow workers holds at most one cycle of them, and the one a worker drops as expired is
-sent again by a later cycle (:func:`cycle_s` says when, per fan-out).
+sent again by a later cycle (each task says which: the next one, or the first after the mark
+its sender leaves has lapsed).
 """
 
 from __future__ import annotations
