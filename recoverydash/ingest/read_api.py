@@ -124,6 +124,12 @@ class ObjectOut(Schema):
     update: Optional[int] = None
 
 
+class NewerUndecidedOut(Schema):
+    generation_id: str
+    update: int
+    status: Literal["committed", "pending"]
+
+
 class RestorePlanOut(Schema):
     generation_id: str
     update: int
@@ -135,6 +141,11 @@ class RestorePlanOut(Schema):
     objects: list[ObjectOut]
     cursor: list[CursorOut]
     warnings: list[CodeOut]
+    newer_undecided: list[NewerUndecidedOut] = Field(
+        default_factory=list,
+        description="extension: generations newer (by update) than the one named whose "
+                    "restorability is not decided yet (status committed or pending), newest "
+                    "first; docs/definitions.md#newer-undecided")
 
 
 class RejectedOut(Schema):
@@ -192,7 +203,8 @@ def get_recovery(request: HttpRequest, run_id: str):
             summary="Which generation a restarting trainer should load")
 def get_restore_plan(request: HttpRequest, run_id: str, query: Query[RestorePlanQuery]):
     """200 with the newest restorable generation of the live lineage, its objects and data
-    cursor, and warnings when the restart differs (``world_size_changed``, ...); 409
+    cursor, warnings when the restart differs (``world_size_changed``, ...) and the newer
+    generations not decided yet (``newer_undecided``); 409
     ``no_restorable_generation`` listing the generations that are not restorable."""
     from recoverydash.ingest.discovery import restore_plan_discovered
 

@@ -861,7 +861,8 @@ of them does not say that nothing is restorable."""
 def restore_plan(url: str | None, token: str | None, run_id: str, *,
                  location: str | None = None, world_size: int | None = None,
                  dataset_version: str | None = None, config_digest: str | None = None,
-                 timeout: float = 5.0, s3_client=None, spool_dir: str | bool | None = None) -> dict:
+                 timeout: float = 5.0, s3_client=None, spool_dir: str | bool | None = None,
+                 wait_undecided_s: float = 0.0) -> dict:
     """Which generation to load: the server's answer (``GET /api/v1/runs/{run_id}/restore-plan``,
     docs/ingest-v1.md#restore-plan) when it answers within ``timeout`` seconds and knows enough,
     else ``select_restorable(location)`` (a storage check).
@@ -885,20 +886,33 @@ def restore_plan(url: str | None, token: str | None, run_id: str, *,
     warning ``spool_unsent`` (how many events it has not heard of). When the server is down or
     errs: ``server_unreachable`` / ``server_error``, storage decides.
 
+    A server's answer that lists newer generations not decided yet (its ``newer_undecided``,
+    docs/definitions.md#newer-undecided: committed but not verified, or pending) keeps the
+    server's choice and carries the warning ``newer_undecided`` naming them: resuming now redoes
+    the updates after the named one should one of them prove restorable. With
+    ``wait_undecided_s`` > 0 (default 0: no wait), while the answer lists a ``committed`` one
+    (a ``pending`` one waits for a manifest that a dead attempt may never write), the question
+    is asked again (after 0.5 s, doubling to 5 s) for at most that many seconds in all; the last
+    answer taken stands (one that fails, or is not a plan, ends the wait and is not taken).
+
     Returns ``{"source": "server" | "storage" | "none", "generation_id": str | None,
     "update": int | None, "logger_rewind_update": int | None, "committed_at",
     "objects": [Object], "cursor": [Cursor], "warnings": [{"code", "detail"}],
-    "rejected": [...], "attempt": int | None}``; ``generation_id`` None means nothing is
-    restorable (fresh start); ``logger_rewind_update`` is the update to rewind loggers to
-    (docs/definitions.md#logger-rewind-update: W&B ``resume_from=f"{wandb_id}?_step={u}"``,
-    TensorBoard ``purge_step=u + 1``), None on a fresh start; ``attempt`` is the attempt that
-    wrote the generation (from its manifest), for ``init(..., restored=plan)``. Never raises: a
-    restart must never wait for the dashboard (the storage check itself is not bounded by
-    ``timeout``). Under a drill the answer is traced (``faults.on_plan``), so the drill report
-    says what the resumed launch was told."""
+    "rejected": [...], "attempt": int | None, "newer_undecided": [{"generation_id", "update",
+    "status"}]}`` (the last only from the server, else empty); ``generation_id`` None means
+    nothing is restorable (fresh start); ``logger_rewind_update`` is the update to rewind
+    loggers to (docs/definitions.md#logger-rewind-update: W&B
+    ``resume_from=f"{wandb_id}?_step={u}"``, TensorBoard ``purge_step=u + 1``), None on a fresh
+    start; ``attempt`` is the attempt that wrote the generation (from its manifest), for
+    ``init(..., restored=plan)``. Never raises: a restart must never wait for the dashboard:
+    the server's part ends within ``timeout`` + ``wait_undecided_s`` seconds (the storage check
+    itself is not bounded by them). Under a drill the answer is traced (``faults.on_plan``), so
+    the drill report says what the resumed launch was told."""
     plan = _restore_plan(url, token, run_id, location=location, world_size=world_size,
                          dataset_version=dataset_version, config_digest=config_digest,
-                         timeout=timeout, s3_client=s3_client, spool_dir=spool_dir)
+                         timeout=timeout, s3_client=s3_client, spool_dir=spool_dir,
+                         wait_undecided_s=wait_undecided_s)
+    plan.setdefault("newer_undecided", [])
     faults.on_plan(plan)
     return plan
 
@@ -979,8 +993,106 @@ def _malformed_plan(body) -> str | None:
     return None
 
 
+NEWER_UNDECIDED_SHOWN = 20
+"""At most this many entries of a server's ``newer_undecided`` are kept (the server sends the
+newest 20)."""
+
+
+def _newer_undecided(body: dict) -> list[dict]:
+    """The extension ``newer_undecided`` of a 200 plan (docs/ingest-v1.md#restore-plan): its
+    entries naming a generation (non-empty string id) at an integer update above the plan's,
+    with status ``committed`` or ``pending``, in the order given, at most
+    ``NEWER_UNDECIDED_SHOWN``. Missing (an older server) or malformed: ``[]``; an entry that is
+    not one is dropped. Never a reason to refuse the plan."""
+    items, named = body.get("newer_undecided"), body.get("update")
+    if not isinstance(items, list):
+        return []
+    out = []
+    for g in items:
+        if not isinstance(g, dict):
+            continue
+        gid, update, status = g.get("generation_id"), g.get("update"), g.get("status")
+        if isinstance(gid, str) and gid and isinstance(update, int) \
+                and not isinstance(update, bool) and update > named \
+                and status in UNDECIDED_STATUSES:
+            out.append({"generation_id": gid, "update": update, "status": status})
+    return out[:NEWER_UNDECIDED_SHOWN]
+
+
+def _newer_warning(plan: dict, waited: float | None) -> dict:
+    newer = plan["newer_undecided"]
+    shown = ", ".join(f"{g['generation_id']} (update {g['update']}, {g['status']})"
+                      for g in newer[:5]) + (f" and {len(newer) - 5} more" if len(newer) > 5
+                                             else "")
+    return {"code": "newer_undecided", "detail": (
+        f"the server names {plan['generation_id']} (update {plan['update']}) while newer "
+        f"generations are not decided yet: {shown}"
+        + (f" (still so after waiting {waited:.1f} s)" if waited is not None else "")
+        + f"; resuming now redoes the updates after {plan['update']} should one prove "
+          "restorable")}
+
+
+def _seconds(value) -> float:
+    """``wait_undecided_s`` as seconds: a finite number > 0, else 0 (no wait; logged when it
+    was something else than 0 or None)."""
+    try:
+        seconds = float(value or 0.0)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if seconds == seconds and 0.0 <= seconds < float("inf"):
+        return seconds
+    log.warning("recoverydash: wait_undecided_s=%r is not a number of seconds; not waiting",
+                value)
+    return 0.0
+
+
+def _server_plan(body: dict, unsent, location, s3_client) -> dict:
+    """The plan from a server's 200 ``body`` (checked by ``_malformed_plan``)."""
+    from recoverydash.recovery.figures import logger_rewind_update
+
+    return {"source": "server", "generation_id": body.get("generation_id"),
+            "update": body.get("update"),
+            "logger_rewind_update": body.get("logger_rewind_update",
+                                             logger_rewind_update(body)),
+            "committed_at": body.get("committed_at"),
+            "objects": body.get("objects") or [],
+            "cursor": body.get("cursor") or [],
+            "warnings": (body.get("warnings") or []) + _unsent_warning(unsent),
+            "rejected": [],
+            "attempt": _manifest_attempt(location, body.get("generation_id"), s3_client),
+            "newer_undecided": _newer_undecided(body)}
+
+
+def _wait_for_undecided(plan: dict, req, unsent, location, s3_client, wait_s: float) -> dict:
+    """Ask again (``req``) while ``plan`` lists a ``committed`` generation in
+    ``newer_undecided``, for at most ``wait_s`` seconds in all; returns the last answer taken,
+    with the warning ``newer_undecided`` when it still lists one. Never raises."""
+    t0 = time.monotonic()
+    deadline, pause, waited = t0 + wait_s, 0.5, None
+    while wait_s > 0 and any(g["status"] == "committed" for g in plan["newer_undecided"]):
+        left = deadline - time.monotonic()
+        if left <= 0.05:
+            break
+        time.sleep(min(pause, left - 0.05))
+        pause = min(pause * 2, 5.0)
+        waited = time.monotonic() - t0
+        try:
+            status, body = fetch.get_json(req, max(0.05, deadline - time.monotonic()))
+        except Exception as e:  # noqa: BLE001 - the answer already taken stands
+            log.warning("recoverydash: asking the restore plan again failed: %r", e)
+            break
+        if not 200 <= status < 300 or _malformed_plan(body) or (
+                unsent and unsent.newer_than(body.get("generation_id"), body.get("update"), {})):
+            break
+        plan = _server_plan(body, unsent, location, s3_client)
+        waited = time.monotonic() - t0
+    if plan["newer_undecided"]:
+        plan["warnings"] = plan["warnings"] + [_newer_warning(plan, waited)]
+    return plan
+
+
 def _restore_plan(url, token, run_id, *, location, world_size, dataset_version, config_digest,
-                  timeout, s3_client, spool_dir) -> dict:
+                  timeout, s3_client, spool_dir, wait_undecided_s=0.0) -> dict:
     from recoverydash.recovery.figures import logger_rewind_update
 
     t0 = time.monotonic()
@@ -1044,17 +1156,9 @@ def _restore_plan(url, token, run_id, *, location, world_size, dataset_version, 
                 elif newer:
                     warnings.append({"code": "spool_commit_unsent", "detail": newer})
                 else:
-                    return {"source": "server", "generation_id": body.get("generation_id"),
-                            "update": body.get("update"),
-                            "logger_rewind_update": body.get("logger_rewind_update",
-                                                             logger_rewind_update(body)),
-                            "committed_at": body.get("committed_at"),
-                            "objects": body.get("objects") or [],
-                            "cursor": body.get("cursor") or [],
-                            "warnings": (body.get("warnings") or []) + _unsent_warning(unsent),
-                            "rejected": [],
-                            "attempt": _manifest_attempt(location, body.get("generation_id"),
-                                                         s3_client)}
+                    return _wait_for_undecided(_server_plan(body, unsent, location, s3_client),
+                                               req, unsent, location, s3_client,
+                                               _seconds(wait_undecided_s))
         except urllib.error.HTTPError as e:
             warnings.append({"code": "server_error", "detail": f"restore-plan answered {e.code}"})
         except Exception as e:

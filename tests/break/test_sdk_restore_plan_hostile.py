@@ -79,7 +79,7 @@ def _plan_within(seconds, **kw):
 
 
 _KEYS = {"source", "generation_id", "update", "logger_rewind_update", "committed_at", "objects",
-         "cursor", "warnings", "rejected", "attempt"}
+         "cursor", "warnings", "rejected", "attempt", "newer_undecided"}
 
 
 def _shaped(plan):
@@ -183,3 +183,26 @@ def test_a_server_that_takes_half_the_spool_then_fails_loses_nothing(tmp_path):
         assert unsent_events(run_folder(spool, RUN)) == 0
     finally:
         second.stop()
+
+
+def test_waiting_for_a_newer_generation_ends_within_timeout_and_wait_and_keeps_the_spool(
+        tmp_path, scripted):
+    """Every answer comes 0.8 s late and always lists a newer committed generation; the spool's
+    POST is refused: the plan (the server's g7) is made within ``timeout`` + ``wait_undecided_s``
+    and the join's slack, and every spooled event is still in the spool."""
+    spool, loc = str(tmp_path / "spool"), str(tmp_path / "ckpt")
+    make_generation(loc, "g7", 7)
+    spool_a_killed_attempt(spool, loc, commit=False)
+    body = {"generation_id": "g7", "update": 7, "newer_undecided": [
+        {"generation_id": "g9", "update": 9, "status": "committed"}]}
+    srv = scripted((200, json.dumps(body).encode(), {}), post=(500, b"{}", {}), delay=0.8)
+    plan, took = _plan_within(30, url=srv.url, token="tok", run_id=RUN, location=loc,
+                              spool_dir=spool, timeout=2.0, wait_undecided_s=1.5)
+    _shaped(plan)
+    assert took < 2.0 + 1.5 + 0.5, took
+    assert (plan["source"], plan["generation_id"], plan["newer_undecided"]) == (
+        "server", "g7", [{"generation_id": "g9", "update": 9, "status": "committed"}])
+    assert [w["code"] for w in plan["warnings"]] == ["spool_unsent", "newer_undecided"]
+    assert srv.gets >= 2
+    time.sleep(1.0)  # a question still under way is answered
+    assert unsent_events(run_folder(spool, RUN)) == 8

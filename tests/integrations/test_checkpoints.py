@@ -139,6 +139,50 @@ def test_the_servers_choice_is_verified_in_storage_before_it_is_resumed(tmp_path
         os.path.join(loc, "checkpoint-5")
 
 
+NEWER_PLAN = {"generation_id": "u000000010-a0", "update": 10, "cursor": [], "objects": [],
+              "warnings": [], "newer_undecided": [
+                  {"generation_id": "u000000015-a0", "update": 15, "status": "committed"}]}
+NEWER_LOGGED = ("recoverydash: restore plan: newer_undecided: the server names u000000010-a0 "
+                "(update 10) while newer generations are not decided yet: u000000015-a0 "
+                "(update 15, committed); resuming now redoes the updates after 10 should one "
+                "prove restorable")
+
+
+def test_the_hf_resume_keeps_the_servers_choice_and_logs_a_newer_undecided_one(
+        tmp_path, plan_server, caplog):
+    from recoverydash.integrations.hf import resume_checkpoint
+
+    loc = str(tmp_path)
+    hf_checkpoint(loc, 10)
+    hf_checkpoint(loc, 15)  # committed, not verified by the server yet
+    plan_server.plan = NEWER_PLAN
+    url = f"http://127.0.0.1:{plan_server.server_address[1]}"
+    with caplog.at_level("WARNING", logger="recoverydash"):
+        assert resume_checkpoint(loc, url=url, token="t", run_id="r") == \
+            os.path.join(loc, "checkpoint-10")
+    assert [r.getMessage() for r in caplog.records
+            if "newer_undecided" in r.getMessage()] == [NEWER_LOGGED]
+
+
+def test_the_lightning_resume_keeps_the_servers_choice_and_logs_a_newer_undecided_one(
+        tmp_path, plan_server, caplog):
+    pytest.importorskip("lightning")
+    from recoverydash.integrations.lightning import resume_checkpoint
+
+    loc = str(tmp_path)
+    for update in (10, 15):
+        path = write(os.path.join(loc, f"step{update}.ckpt"), b"ckpt" * update)
+        assert publish_files(loc, generation_name(update, 0), update, {"model": path},
+                             data_progress={"cursor": []})
+    plan_server.plan = NEWER_PLAN
+    url = f"http://127.0.0.1:{plan_server.server_address[1]}"
+    with caplog.at_level("WARNING", logger="recoverydash"):
+        assert resume_checkpoint(loc, url=url, token="t", run_id="r") == \
+            os.path.join(loc, "step10.ckpt")
+    assert [r.getMessage() for r in caplog.records
+            if "newer_undecided" in r.getMessage()] == [NEWER_LOGGED]
+
+
 def test_hf_files_map_to_the_components_they_hold():
     pytest.importorskip("transformers")
     from recoverydash.integrations.hf import component_of

@@ -18,7 +18,7 @@ import workers.tasks
 from recoverydash.alerts import evaluation
 from recoverydash.runs import queue
 from recoverydash.runs.models import Analysis, Run
-from workers.celery import BEAT_SCHEDULE, app
+from workers.celery import app
 
 from .conftest import point_app_at
 

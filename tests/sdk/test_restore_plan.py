@@ -307,3 +307,125 @@ def test_a_2xx_that_is_not_a_plan_is_not_taken_storage_decides(tmp_path, servers
     assert (plan["source"], plan["generation_id"], plan["update"]) == ("storage", "g8", 8)
     assert plan["warnings"] == [{"code": "server_malformed", "detail": detail}]
     assert isinstance(plan["objects"], list) and isinstance(plan["cursor"], list)
+
+
+# --- a newer generation the server has not decided yet (newer_undecided) -------------------------
+
+H200 = {"generation_id": "g200", "update": 200, "status": "committed"}
+NEWER = ("the server names g100 (update 100) while newer generations are not decided yet: "
+         "g200 (update 200, committed); resuming now redoes the updates after 100 should one "
+         "prove restorable")
+
+
+def plan_with(gen, update, *newer):
+    status, body = plan_200(gen, update)
+    return status, {**body, "newer_undecided": list(newer)}
+
+
+def answers(*script):
+    """A plan function answering ``script``'s (status, body) in turn, the last one again."""
+    script = list(script)
+    return lambda stored: script.pop(0) if len(script) > 1 else script[0]
+
+
+def test_a_200_listing_a_newer_undecided_generation_keeps_the_choice_and_warns(tmp_path,
+                                                                               servers):
+    srv = servers(lambda stored: plan_with("g100", 100, H200))
+    plan = restore_plan(srv.url, "tok", RUN, spool_dir=False)
+    assert (plan["source"], plan["generation_id"], plan["update"]) == ("server", "g100", 100)
+    assert plan["newer_undecided"] == [H200]
+    assert plan["warnings"] == [{"code": "newer_undecided", "detail": NEWER}]
+    assert len(srv.gets) == 1  # no wait unless asked for
+
+
+def test_a_200_listing_nothing_newer_has_no_warning(tmp_path, servers):
+    srv = servers(lambda stored: plan_with("g200", 200))
+    plan = restore_plan(srv.url, "tok", RUN, spool_dir=False, wait_undecided_s=10)
+    assert (plan["generation_id"], plan["newer_undecided"], plan["warnings"]) == ("g200", [], [])
+    assert len(srv.gets) == 1
+    old_server = servers(lambda stored: plan_200("g100", 100))  # no such field: an older server
+    plan = restore_plan(old_server.url, "tok", RUN, spool_dir=False)
+    assert (plan["generation_id"], plan["newer_undecided"], plan["warnings"]) == ("g100", [], [])
+
+
+def test_waiting_asks_again_until_the_newer_generation_is_decided(tmp_path, servers):
+    srv = servers(answers(plan_with("g100", 100, H200), plan_with("g100", 100, H200),
+                          plan_with("g200", 200)))
+    t0 = time.monotonic()
+    plan = restore_plan(srv.url, "tok", RUN, spool_dir=False, wait_undecided_s=10)
+    took = time.monotonic() - t0
+    assert (plan["source"], plan["generation_id"], plan["update"]) == ("server", "g200", 200)
+    assert (plan["newer_undecided"], plan["warnings"]) == ([], [])
+    assert len(srv.gets) == 3
+    assert 1.5 <= took < 5.0, took  # pauses of 0.5 and 1 s before the second and third
+
+
+def test_the_wait_ends_at_its_bound_with_the_servers_choice(tmp_path, servers):
+    srv = servers(lambda stored: plan_with("g100", 100, H200))
+    t0 = time.monotonic()
+    plan = restore_plan(srv.url, "tok", RUN, spool_dir=False, timeout=1.0, wait_undecided_s=2.0)
+    took = time.monotonic() - t0
+    assert took < 1.0 + 2.0 + 0.5, took
+    assert (plan["generation_id"], plan["newer_undecided"]) == ("g100", [H200])
+    (warning,) = plan["warnings"]
+    assert warning["code"] == "newer_undecided"
+    assert " (still so after waiting " in warning["detail"]
+    assert len(srv.gets) == 4  # at 0, 0.5, 1.5 and 1.95 s (the last pause cut to the bound)
+
+
+def test_a_pending_newer_generation_is_not_waited_for(tmp_path, servers):
+    pending = {"generation_id": "g200", "update": 200, "status": "pending"}
+    srv = servers(lambda stored: plan_with("g100", 100, pending))
+    plan = restore_plan(srv.url, "tok", RUN, spool_dir=False, wait_undecided_s=10)
+    assert (plan["generation_id"], plan["newer_undecided"]) == ("g100", [pending])
+    assert plan["warnings"] == [{"code": "newer_undecided",
+                                 "detail": NEWER.replace("committed", "pending")}]
+    assert len(srv.gets) == 1
+
+
+@pytest.mark.parametrize("then", [(500, {}), (200, {"generation_id": "g200"}),
+                                  (409, {"error": "no_restorable_generation", "rejected": []})])
+def test_an_answer_again_that_is_not_a_plan_ends_the_wait_and_the_first_stands(
+        tmp_path, servers, then):
+    srv = servers(answers(plan_with("g100", 100, H200), then))
+    plan = restore_plan(srv.url, "tok", RUN, spool_dir=False, wait_undecided_s=10)
+    assert (plan["source"], plan["generation_id"], plan["newer_undecided"]) == (
+        "server", "g100", [H200])
+    (warning,) = plan["warnings"]
+    head, tail = NEWER.split("; resuming")
+    assert warning["code"] == "newer_undecided"
+    assert warning["detail"].startswith(head + " (still so after waiting 0.")  # 0.5 s, a pause
+    assert warning["detail"].endswith(" s); resuming" + tail)
+    assert len(srv.gets) == 2
+
+
+@pytest.mark.parametrize("field", [
+    "x", 7, None, {"generation_id": "g200"},
+    [1, "g200", {"generation_id": "g50", "update": 50, "status": "committed"},
+     {"generation_id": "g300", "update": 300, "status": "restorable"},
+     {"generation_id": "", "update": 300, "status": "committed"},
+     {"generation_id": "g301", "update": True, "status": "pending"}],
+])
+def test_a_malformed_newer_undecided_is_dropped_never_refusing_the_plan(tmp_path, servers,
+                                                                        field):
+    srv = servers(lambda stored: (200, {**plan_200("g100", 100)[1], "newer_undecided": field}))
+    plan = restore_plan(srv.url, "tok", RUN, spool_dir=False, wait_undecided_s=10)
+    assert (plan["source"], plan["generation_id"], plan["newer_undecided"], plan["warnings"]) \
+        == ("server", "g100", [], [])
+
+
+@pytest.mark.parametrize("value", [-1, float("nan"), float("inf"), "abc"])
+def test_a_wait_that_is_not_seconds_is_no_wait(tmp_path, servers, value):
+    srv = servers(lambda stored: plan_with("g100", 100, H200))
+    plan = restore_plan(srv.url, "tok", RUN, spool_dir=False, wait_undecided_s=value)
+    assert (plan["generation_id"], [w["code"] for w in plan["warnings"]]) == (
+        "g100", ["newer_undecided"])
+    assert len(srv.gets) == 1
+
+
+def test_storage_and_no_server_answers_list_nothing_newer(tmp_path):
+    loc = str(tmp_path / "ckpt")
+    make_generation(loc, "g7", 7)
+    plan = restore_plan(None, None, RUN, location=loc, spool_dir=False)
+    assert (plan["source"], plan["generation_id"], plan["newer_undecided"]) == ("storage", "g7",
+                                                                                [])

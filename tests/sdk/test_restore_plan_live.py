@@ -191,3 +191,62 @@ def test_the_commit_a_killed_attempt_spooled_is_named_by_the_next_launchs_plan(
     assert f"{run}:0:0:g:g8:committed" in stored(run)
     assert unsent_events(run_folder(spool, run)) == 0
     assert all(s == 202 for s in proxy.statuses)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_newer_generation_not_verified_yet_is_listed_beside_the_plan(
+        live_server, full_token, tmp_path, project, declare_location, worker_behind):
+    """g100 committed and verified at update 100, g200 committed at update 200 and not verified
+    (the worker is behind): the 200 names g100 and lists g200 in ``newer_undecided``; the SDK
+    keeps g100 and warns. Once g200 is verified the plan names it and lists nothing."""
+    from recoverydash.runs.models import Generation
+    from recoverydash.storage.verification import verify_generation
+
+    run, loc = "live-newer-undecided", str(tmp_path / "ckpt")
+    declare_location(project, loc)
+    c = Client(live_server.url, full_token, run, attempt=0, rank=0,
+               spool_dir=str(tmp_path / "spool"), handle_sigterm=False)
+    rec = CountingRecorder(c, rank=0, world_size=1, dataset_length=10_000, shuffle=False,
+                           dataset_version="ds-1", heartbeat_interval=0)
+    rec.start(global_batch_size=8)
+
+    def updates(first, last):
+        for update in range(first, last + 1):
+            rec.consumed(8)
+            rec.commit(update)
+
+    def verified(gen):  # the worker's part, run here, once the events are in
+        assert c.flush(30)
+        verify_generation(Generation.objects.get(run__run_id=run, generation_id=gen).pk)
+
+    updates(1, 100)
+    c.checkpoint_committed(make_generation(loc, "g100", 100, world=1, run_id=run))
+    verified("g100")
+    updates(101, 200)
+    c.checkpoint_committed(make_generation(loc, "g200", 200, world=1, run_id=run))
+    assert c.flush(30)
+    c.close(1)
+
+    status, body = raw_plan(live_server.url, full_token, run)
+    assert (status, body.get("generation_id"), body.get("update")) == (200, "g100", 100), body
+    assert body["newer_undecided"] == [{"generation_id": "g200", "update": 200,
+                                        "status": "committed"}]
+    plan = restore_plan(live_server.url, full_token, run, location=loc, world_size=1,
+                        dataset_version="ds-1", spool_dir=False)
+    assert (plan["source"], plan["generation_id"], plan["update"]) == ("server", "g100", 100)
+    assert plan["newer_undecided"] == body["newer_undecided"]
+    assert plan["warnings"] == [{"code": "newer_undecided", "detail":
+                                 "the server names g100 (update 100) while newer generations "
+                                 "are not decided yet: g200 (update 200, committed); resuming "
+                                 "now redoes the updates after 100 should one prove "
+                                 "restorable"}]
+
+    verified("g200")
+    status, body = raw_plan(live_server.url, full_token, run)
+    assert (status, body["generation_id"], body["update"], body["newer_undecided"]) == (
+        200, "g200", 200, [])
+    plan = restore_plan(live_server.url, full_token, run, location=loc, world_size=1,
+                        dataset_version="ds-1", spool_dir=False)
+    assert (plan["source"], plan["generation_id"], plan["newer_undecided"], plan["warnings"]) \
+        == ("server", "g200", [], [])
+    assert plan["cursor"] == [{"stratum": "main", "epoch": 0, "position": 1600}]

@@ -59,6 +59,7 @@ def test_the_restore_plan_falls_back_when_a_shard_was_truncated_after_the_run_en
             f"g4 failed the storage re-check just now (size_mismatch: {g4['objects'][1]['uri']}: "
             "the file's size differs from the manifest's 256 bytes); it is rejected and not "
             "planned")}],
+        "newer_undecided": [],  # g4 is rejected now: decided
     }
     g = generation("r", "g4")
     assert g.status == "rejected"

@@ -78,6 +78,7 @@ def test_it_falls_back_on_s3_when_an_object_was_cut_short_after_the_run_ended(
             f"g4 failed the storage re-check just now (size_mismatch: s3://{bucket}/{key}: "
             "the object's size differs from the manifest's 256 bytes); it is rejected and not "
             "planned")}],
+        "newer_undecided": [],  # g4 is rejected now: decided
     }
     assert g4["objects"][1]["uri"] == f"s3://{bucket}/{key}"
     assert {r["key"] for r in s3.requests} == {"plan-key"}  # the location's own keys
