@@ -158,18 +158,23 @@ def _ingest_once(project: Project, events: Sequence[ValidEvent]) -> IngestResult
     concurrent = seq_of.concurrent()
     with transaction.atomic():
         runs = _get_runs(project, {ev.model.run_id for ev in events})
+        locking = not concurrent or any(ev.model.type in _SHARED_ROW_TYPES for ev in events)
+        saved = False
         if concurrent:
             # The shared advisory locks first, then the seq (recoverydash.runs.seq), and only
-            # then any row lock, so a waiting analysis never sits inside a lock cycle.
-            seq = seq_of.take_seq(r.pk for r in runs.values())
+            # then any row lock, so a waiting analysis never sits inside a lock cycle. With no
+            # row lock to take before the events, their savepoint comes in the seq's round trip.
+            seq = seq_of.take_seq((r.pk for r in runs.values()),
+                                  then=None if locking else _EVENTS_SAVEPOINT)
             seqs = {r.pk: seq for r in runs.values()}
-        if not concurrent or any(ev.model.type in _SHARED_ROW_TYPES for ev in events):
+            saved = not locking
+        if locking:
             runs = _lock_runs(runs)
         if not concurrent:  # SQLite: one writer at a time; the run's own count of batches
             seqs = {r.pk: r.ingest_seq + 1 for r in runs.values()}
         unique = _unique_in_batch(runs, events, result)
         now = timezone.now()
-        fresh = _insert_new_events(runs, seqs, unique, now, result)
+        fresh = _insert_new_events(runs, seqs, unique, now, result, saved)
         kinds = _span_kinds(runs, fresh)
         projection = _Projection(runs, seqs, now)
         for ev in fresh:
@@ -311,29 +316,48 @@ def _drop_stored(runs: dict[str, Run], events: Sequence[ValidEvent],
     return fresh
 
 
+#: The savepoint before the events' COPY (:func:`_insert_new_events`) and the ledger rows'
+#: (:meth:`_Projection._flush_ledger`): raw statements, never released (each holds until
+#: commit; a release was a round trip per request), rolled back to when the COPY meets a
+#: stored key.
+_EVENTS_SAVEPOINT = "SAVEPOINT rd_ingest_events"
+_LEDGER_SAVEPOINT = "SAVEPOINT rd_ingest_ledger"
+
+
+def _rollback_to(savepoint: str) -> None:
+    """``ROLLBACK TO`` the savepoint of the ``SAVEPOINT`` statement ``savepoint`` (the
+    transaction usable again, the savepoint kept)."""
+    with connection.cursor() as cursor:
+        cursor.execute(savepoint.replace("SAVEPOINT", "ROLLBACK TO SAVEPOINT", 1))
+
+
 def _insert_new_events(runs: dict[str, Run], seqs: dict[int, int], events: Sequence[ValidEvent],
-                       now, result: IngestResult) -> list[ValidEvent]:
+                       now, result: IngestResult, saved: bool = False) -> list[ValidEvent]:
     """Append the events not yet stored and return them (duplicates counted into ``result``;
     Conflict for a stored ``event_id`` of other content).
 
-    PostgreSQL: COPY them all inside a savepoint, optimistically; if the unique ``(run,
-    event_id)`` index says some are stored already (by an earlier batch, or by a concurrent one
-    that has just committed: the index makes this batch wait for it), roll the savepoint back,
-    drop the stored ones (one query) and COPY the rest, until one COPY goes through. Elsewhere:
-    that query first, then ``bulk_create``."""
+    PostgreSQL: COPY them all after a savepoint (:data:`_EVENTS_SAVEPOINT`; ``saved``: taken
+    already, in the seq's round trip), optimistically; if the unique ``(run, event_id)`` index
+    says some are stored already (by an earlier batch, or by a concurrent one that has just
+    committed: the index makes this batch wait for it), roll back to the savepoint, drop the
+    stored ones (one query) and COPY the rest, until one COPY goes through. Elsewhere: that
+    query first, then ``bulk_create``."""
     if connection.vendor != "postgresql":
         fresh = _drop_stored(runs, events, result)
         _write_events(runs, seqs, fresh, now)
         return fresh
     from psycopg.errors import UniqueViolation
 
+    if not saved:
+        with connection.cursor() as cursor:
+            cursor.execute(_EVENTS_SAVEPOINT)
     pending = list(events)
     while pending:
         try:
-            with transaction.atomic():
-                _write_events(runs, seqs, pending, now)
+            _write_events(runs, seqs, pending, now)
             return pending
         except UniqueViolation:
+            _rollback_to(_EVENTS_SAVEPOINT)
             pending = _drop_stored(runs, pending, result)
     return pending
 
@@ -759,13 +783,16 @@ class _Projection:
         # Fast path: a batch's ledger keys are usually new (one report per rank per update).
         # A key another batch stored (or is storing: the unique index waits for its commit)
         # turns the COPY into a UniqueViolation; then those keys are united and the rest copied.
+        if pending:
+            with connection.cursor() as cursor:
+                cursor.execute(_LEDGER_SAVEPOINT)
         while pending:
             try:
-                with transaction.atomic():
-                    _copy_lines(LedgerRow._meta.db_table, _LEDGER_COLUMNS,
-                                _ledger_text(pending, self.seqs))
+                _copy_lines(LedgerRow._meta.db_table, _LEDGER_COLUMNS,
+                            _ledger_text(pending, self.seqs))
                 return
             except UniqueViolation:
+                _rollback_to(_LEDGER_SAVEPOINT)
                 pending = self._unite_existing(pending)
 
     def _join_stored(self, pending: dict[tuple, dict[str, Any]]) -> dict[tuple, dict[str, Any]]:

@@ -56,19 +56,33 @@ def concurrent() -> bool:
     return connection.vendor == "postgresql"
 
 
-def take_seq(run_pks: Iterable[int]) -> int:
+def take_seq(run_pks: Iterable[int], then: str | None = None) -> int:
     """PostgreSQL, inside the batch's transaction: lock the runs ``run_pks`` shared (until the
     transaction ends) and return the batch's seq (one for all its runs; a positive int, higher
     than the seq of every batch that locked any of these runs earlier). Must be called before
-    the batch stamps any row."""
+    the batch stamps any row. ``then``: a statement without parameters or result (ingest's
+    ``SAVEPOINT``) run right after, in the same round trip when the connection binds
+    parameters client-side (psycopg's ``ClientCursor``, Django's default), else on its own."""
     keys = sorted({_key(pk) for pk in run_pks})
     # One statement: the FROM clause's aggregate takes every lock (in key order) before the
     # outer target list calls nextval, which it evaluates once, on the aggregate's one row.
+    sql = (f"SELECT nextval('{SEQUENCE}') FROM (SELECT count("
+           "pg_advisory_xact_lock_shared(%s, k)) FROM unnest(%s::int[]) AS k) AS locked")
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT nextval('{SEQUENCE}') FROM (SELECT count("
-                       "pg_advisory_xact_lock_shared(%s, k)) FROM unnest(%s::int[]) AS k) "
-                       "AS locked", [RUN_LOCK_CLASS, keys])
-        return int(cursor.fetchone()[0])
+        joined = then is not None and _client_side(cursor)
+        cursor.execute(f"{sql}; {then}" if joined else sql, [RUN_LOCK_CLASS, keys])
+        seq = int(cursor.fetchone()[0])  # the first statement's result
+        if then is not None and not joined:
+            cursor.execute(then)
+        return seq
+
+
+def _client_side(cursor) -> bool:
+    """Whether ``cursor`` (Django's) merges parameters into the statement's text (psycopg's
+    ``ClientCursor``), so that one ``execute`` may hold several statements."""
+    from psycopg import ClientCursor
+
+    return isinstance(cursor.cursor, ClientCursor)
 
 
 def committed_seq(run_pk: int) -> int:
