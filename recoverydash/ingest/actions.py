@@ -276,8 +276,9 @@ def _unique_in_batch(runs: dict[str, Run], events: Sequence[ValidEvent],
     raises Conflict (409) for a repeat with other content."""
     seen: dict[tuple[int, str], ValidEvent] = {}
     unique: list[ValidEvent] = []
+    pk_of = {run_id: run.pk for run_id, run in runs.items()}
     for ev in events:
-        key = (runs[ev.model.run_id].pk, ev.model.event_id)
+        key = (pk_of[ev.model.run_id], ev.model.event_id)
         first = seen.get(key)
         if first is None:
             seen[key] = ev
@@ -370,12 +371,21 @@ def _span_kinds(runs: dict[str, Run], events: Iterable[ValidEvent]) -> dict[str,
     kinds: dict[str, dict[str, str]] = {}
     mixed = False
     for ev in events:
-        if ev.model.type not in _LEDGER_TYPES:
+        m = ev.model
+        if m.type == "update_committed":
+            groups = (m.spans,)
+        elif m.type == "update_aggregate":
+            groups = [part.spans for part in m.ranks]
+        else:
             continue
-        mine = kinds.setdefault(ev.model.run_id, {})
-        for _, span in _spans_of(ev):
-            if mine.setdefault(span.stratum, span.kind) != span.kind:
-                mixed = True
+        mine = kinds.get(m.run_id)
+        if mine is None:
+            mine = kinds[m.run_id] = {}
+        for spans in groups:  # the spans of _spans_of, without their wire paths
+            for span in spans:
+                kind = span.kind
+                if mine.setdefault(span.stratum, kind) != kind:
+                    mixed = True
     if mixed or any(runs[r].strata.get(s, k) != k for r, ks in kinds.items()
                     for s, k in ks.items()):
         _check_span_kinds({r: Run(strata=dict(run.strata)) for r, run in runs.items()}, events)
@@ -595,6 +605,7 @@ class _Projection:
         self.drill_marks: dict[int, str] = {}
         self.drill_results: list[ValidEvent] = []
         self.by_pk = {r.pk: r for r in runs.values()}
+        self.pk_of = {run_id: r.pk for run_id, r in runs.items()}
         # Events per (run pk, attempt), applied to the attempt rows under the run lock.
         self.attempt_events: dict[tuple[int, int], list[ValidEvent]] = {}
         self.ledger: dict[tuple[int, int, int, int], dict[str, Any]] = {}
@@ -606,15 +617,19 @@ class _Projection:
     def add(self, ev: ValidEvent) -> None:
         m, body = ev.model, ev.body
         run = self.runs[m.run_id]
-        self.attempt_events.setdefault((run.pk, m.attempt), []).append(ev)
+        pk = self.pk_of[m.run_id]
+        events = self.attempt_events.get((pk, m.attempt))
+        if events is None:
+            events = self.attempt_events[(pk, m.attempt)] = []
+        events.append(ev)
         kind = m.type
         if kind == "update_committed":
-            self._ledger_part(run, m, GLOBAL_RANK if m.rank is None else m.rank, body["spans"],
+            self._ledger_part(pk, m, GLOBAL_RANK if m.rank is None else m.rank, body["spans"],
                               m.samples, m.tokens)
         elif kind == "update_aggregate":
             # each rank's part exactly as that rank's own update_committed
             for part, raw in zip(m.ranks, body["ranks"]):
-                self._ledger_part(run, m, part.rank, raw["spans"], part.samples, part.tokens)
+                self._ledger_part(pk, m, part.rank, raw["spans"], part.samples, part.tokens)
         elif kind == "heartbeat":
             self.heartbeats.append(Heartbeat(run=run, attempt=m.attempt, rank=m.rank, time=m.time,
                                              update=m.update, fetched=body.get("fetched") or [],
@@ -632,10 +647,11 @@ class _Projection:
         elif kind in _GENERATION_TYPES:
             self.generation_events.append(ev)
 
-    def _ledger_part(self, run: Run, m: Any, rank: int, spans: list[dict], samples: int | None,
-                     tokens: int | None) -> None:
-        """One rank's report for ``m.update``: a new ledger key, or united into the batch's."""
-        key = (run.pk, m.attempt, m.update, rank)
+    def _ledger_part(self, run_pk: int, m: Any, rank: int, spans: list[dict],
+                     samples: int | None, tokens: int | None) -> None:
+        """One rank's report for ``m.update`` (of run ``run_pk``): a new ledger key, or united
+        into the batch's."""
+        key = (run_pk, m.attempt, m.update, rank)
         entry = self.ledger.get(key)
         if entry is None:
             self.ledger[key] = {"time": m.time, "spans": list(spans), "samples": samples,
