@@ -1122,6 +1122,24 @@ def _ints(values: Iterable[int]) -> str:
     return "{" + ",".join(map(str, values)) + "}"
 
 
+def _texts(values: Iterable[str | None]) -> str:
+    """An array literal of texts (``{"a","b\\"c",NULL}``) for a ``%s::text[]`` (or
+    ``::timestamptz[]``) parameter, as :func:`_ints`: each element quoted, its backslashes and
+    double quotes escaped, ``None`` a NULL."""
+    out = []
+    for value in values:
+        if value is None:
+            out.append("NULL")
+        else:
+            out.append('"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    return "{" + ",".join(out) + "}"
+
+
+def _time_or_none(value: datetime | None) -> str | None:
+    """A datetime's text for :func:`_texts` (ISO 8601, its offset kept), ``None`` kept."""
+    return None if value is None else value.isoformat()
+
+
 def _put(rows: dict[tuple, dict[str, Any]], key: tuple, entry: dict[str, Any]) -> None:
     """Add a row to write to ``rows``, united with the entry of the same key if there is one
     (then marked ``retry`` if either was)."""
@@ -1386,7 +1404,8 @@ def _finish_hot(runs: dict[str, Run], seqs: dict[int, int], events: Sequence[Val
             f'SELECT t.id, t.run_id, t.attempt, {columns}, t.fetched::text, t.sdk_losses::text '
             f'FROM "{Attempt._meta.db_table}" t JOIN unnest(%s::bigint[], %s::integer[]) '
             'AS k(run_id, attempt) ON t.run_id = k.run_id AND t.attempt = k.attempt '
-            'ORDER BY t.id FOR UPDATE OF t', [[k[0] for k in keys], [k[1] for k in keys]])
+            'ORDER BY t.id FOR UPDATE OF t', [_ints([k[0] for k in keys]),
+                                              _ints([k[1] for k in keys])])
         for (pk, run_pk, number, last_event_at, last_update, last_update_at, heartbeat_at,
              fetched, losses) in cursor.fetchall():
             # Attempt.from_db: the columns not read stay deferred (never a default value)
@@ -1412,10 +1431,11 @@ def _save_hot_attempts(attempts: Sequence[Attempt]) -> None:
            '%s::text[], %s::bigint[]) AS v(id, last_event_at, last_update, last_update_at, '
            'heartbeat_at, fetched, sdk_losses, seq) WHERE t.id = v.id')
     with connection.cursor() as cursor:
-        cursor.execute(sql, [[a.pk for a in attempts], [a.last_event_at for a in attempts],
-                             [a.last_update for a in attempts],
-                             [a.last_update_at for a in attempts],
-                             [a.heartbeat_at for a in attempts],
-                             [json.dumps(a.fetched) for a in attempts],
-                             [json.dumps(a.sdk_losses) for a in attempts],
-                             [a.seq for a in attempts]])
+        cursor.execute(sql, [_ints([a.pk for a in attempts]),
+                             _texts([_time_or_none(a.last_event_at) for a in attempts]),
+                             _ints([a.last_update for a in attempts]),
+                             _texts([_time_or_none(a.last_update_at) for a in attempts]),
+                             _texts([_time_or_none(a.heartbeat_at) for a in attempts]),
+                             _texts([json.dumps(a.fetched) for a in attempts]),
+                             _texts([json.dumps(a.sdk_losses) for a in attempts]),
+                             _ints([a.seq for a in attempts])])

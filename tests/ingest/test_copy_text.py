@@ -109,3 +109,20 @@ def test_event_lines_are_the_generic_spelling_of_the_rows(update, rank, extra, s
                                    ev.model.rank, ev.model.time, now, 99, ev.content_hash,
                                    actions._stored_text(ev))])
     assert sent == {"text": generic, "columns": actions._EVENT_COLUMNS}
+
+
+@pytest.mark.django_db
+@settings(max_examples=150, deadline=None)
+@given(st.lists(texts | st.none() | json_values.map(json_text), max_size=6),
+       st.lists(times | st.none(), max_size=4))
+def test_array_literals_read_back_as_the_values(values, when):
+    if connection.vendor != "postgresql":
+        pytest.skip("array parameters are PostgreSQL's")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::text[], %s::timestamptz[], %s::bigint[]",
+                       [actions._texts(values), actions._texts(map(actions._time_or_none, when)),
+                        actions._ints(range(-3, len(values)))])
+        texts_back, times_back, ints_back = cursor.fetchone()
+    assert texts_back == values
+    assert times_back == when
+    assert ints_back == list(range(-3, len(values)))
