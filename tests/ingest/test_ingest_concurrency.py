@@ -55,8 +55,8 @@ def _post_all(project: Project, batches: list[list[dict]], threads: int,
     seqs: dict[int, int] = {}
     take = seq_of.take_seq
 
-    def recording_take(run_pks):
-        taken.seq = take(run_pks)
+    def recording_take(run_pks, then=None):
+        taken.seq = take(run_pks, then=then)
         return taken.seq
 
     monkeypatch.setattr(seq_of, "take_seq", recording_take)
