@@ -15,7 +15,7 @@ from .costs import Costs, cost_basis, costs_at
 from .counting import count_strata
 from .figures import (committed_frontier, fetched_cursor, health_at, health_basis,
                       last_restorable,
-                      logger_rewind_update, restorable_on, run_ended_at,
+                      logger_rewind_update, newer_undecided, restorable_on, run_ended_at,
                       seconds_since_last_restorable, tslrc_sawtooth, update_interval,
                       updates_at_risk)
 from .generations import GenerationVerdict, Reason, evaluate_generations
@@ -53,6 +53,9 @@ class RunAnalysis:
     #: ``not_in_live_lineage`` the restore plan's 409 gives for it
     restorable_elsewhere: list = field(default_factory=list)
     elsewhere_reasons: dict = field(default_factory=dict)
+    #: the generations the restore plan passes over undecided (:func:`.figures.newer_undecided`
+    #: of ``last_restorable`` on the live lineage), ``[{"generation_id", "update", "status"}]``
+    newer_undecided: list = field(default_factory=list)
     #: the run's first event; when it ended (:func:`.figures.run_ended_at`), None while open
     first_event_at: float | None = None
     ended_at: float | None = None
@@ -204,6 +207,7 @@ def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None,
                            elsewhere_reasons=reasons, first_event_at=first_event,
                            ended_at=run_ended_at(attempts[live]))
     analysis.update_interval = update_interval(view.ledger, live)
+    analysis.newer_undecided = newer_undecided(verdicts, live_lineage, last)
     try:
         basis_costs = cost_basis(view.ledger, attempts, live_lineage, restarts, verdicts,
                                  on_lineage, first_event)
@@ -351,7 +355,8 @@ def restore_plan(source, world_size: int | None = None, dataset_version: str | N
     time). The answer is the newest restorable generation of the live lineage, with its
     manifest's objects and data cursor, and warnings ``world_size_changed``,
     ``dataset_version_changed`` (restart finding codes) and ``config_digest_changed`` when the
-    given values differ from the manifest's. Without one: 409 listing every generation that is
+    given values differ from the manifest's, and ``newer_undecided`` (extension,
+    :func:`.figures.newer_undecided`). Without one: 409 listing every generation that is
     not restorable in the live lineage with its status and reasons; a generation restorable in
     another lineage (``restorable_elsewhere``) is listed with status ``restorable`` and the reason
     ``not_in_live_lineage``."""
@@ -384,4 +389,5 @@ def restore_plan(source, world_size: int | None = None, dataset_version: str | N
         "committed_at": format_time(last.committed_at),
         "objects": list(manifest.get("objects") or []),
         "cursor": list((manifest.get("data_progress") or {}).get("cursor") or []),
-        "warnings": warnings})
+        "warnings": warnings,
+        "newer_undecided": list(source.newer_undecided)})

@@ -7,7 +7,7 @@ Times are POSIX seconds (UTC) unless a docstring says otherwise.
 Figures: :func:`last_restorable`, :func:`seconds_since_last_restorable`,
 :func:`checkpoint_stale`, :func:`updates_at_risk`, :func:`health`, :func:`run_ended_at`,
 :func:`logger_rewind_update`, :func:`median_update_interval`, :func:`reporter_ages`, :func:`youngest_silent`,
-:func:`silence_limit`, :func:`silent_reporters`, :func:`attempt_silent`.
+:func:`silence_limit`, :func:`silent_reporters`, :func:`attempt_silent`, :func:`newer_undecided`.
 Chart series: :func:`tslrc_sawtooth`, :func:`committed_frontier`, :func:`fetched_cursor`.
 Per-restart figures are in :mod:`.restarts`, per-stratum counts in :mod:`.counting`, costs in
 :mod:`.costs`, generation statuses in :mod:`.generations`.
@@ -39,6 +39,33 @@ def restorable_on(verdicts: list, lineage) -> list:
     (:meth:`.lineage.Lineage.contains_state`), in the order given."""
     return [v for v in verdicts if v.status == "restorable" and v.update is not None
             and lineage.contains_state(v.attempt, v.update)]
+
+
+#: Statuses of a generation whose restorability is not decided yet
+#: (docs/definitions.md#generation-status).
+UNDECIDED = ("committed", "pending")
+#: At most this many generations in a restore plan's ``newer_undecided`` (the newest).
+NEWER_UNDECIDED_SHOWN = 20
+
+
+def newer_undecided(verdicts: list, lineage, named) -> list[dict]:
+    """docs/definitions.md#newer-undecided: the generations a restore plan naming ``named``
+    passes over without knowing yet whether they could be loaded: status ``committed`` or
+    ``pending`` (:data:`UNDECIDED`), an update above ``named.update``, and a state on
+    ``lineage`` (the live lineage, :meth:`.lineage.Lineage.contains_state`: a generation a
+    restart rolled back is not listed). Newest first (by update, then generation id), at most
+    :data:`NEWER_UNDECIDED_SHOWN`: ``[{"generation_id": str, "update": int, "status": str}]``.
+
+    ``verdicts``: GenerationVerdict list; ``named``: the GenerationVerdict the plan names (None,
+    or one without an update: an empty list)."""
+    if named is None or named.update is None:
+        return []
+    out = [v for v in verdicts if v.status in UNDECIDED and v.update is not None
+           and v.update > named.update and v.attempt is not None
+           and lineage.contains_state(v.attempt, v.update)]
+    out.sort(key=lambda v: (v.update, v.generation_id), reverse=True)
+    return [{"generation_id": v.generation_id, "update": v.update, "status": v.status}
+            for v in out[:NEWER_UNDECIDED_SHOWN]]
 
 
 def logger_rewind_update(restored) -> int | None:

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from recoverydash import recovery
-from recoverydash.runs.analysis import analyze_with_result, request_analysis
+from recoverydash.runs.analysis import analyze_with_result, plan_restore, request_analysis
 from recoverydash.runs.models import CheckpointObject, Generation, Run
 from recoverydash.storage.locations import Locations
 from recoverydash.storage.objects import StorageError
@@ -34,45 +34,6 @@ from recoverydash.storage.verification import (
 
 FAILURES = ("object_missing", "size_mismatch")
 PARALLEL = 8
-UNDECIDED = ("committed", "pending")
-"""Statuses of a generation whose restorability is not decided yet
-(docs/definitions.md#generation-status)."""
-NEWER_UNDECIDED_SHOWN = 20
-"""At most this many generations in a restore plan's ``newer_undecided`` (the newest)."""
-
-
-def newer_undecided(verdicts: list, named) -> list[dict]:
-    """docs/definitions.md#newer-undecided: the generations a restore plan naming ``named``
-    passes over without knowing yet whether it could load them: status ``committed`` or
-    ``pending`` (``UNDECIDED``), an update above ``named.update``, written by ``named``'s attempt
-    or a later one (an older attempt's were rolled back by the restart that wrote ``named``'s
-    lineage on). Newest first (by update, then generation id), at most
-    ``NEWER_UNDECIDED_SHOWN``: ``[{"generation_id": str, "update": int, "status": str}]``.
-
-    ``verdicts``: the analysis' GenerationVerdict list; ``named``: the GenerationVerdict the
-    plan names (None: nothing named, an empty list)."""
-    if named is None or named.update is None:
-        return []
-    out = [v for v in verdicts if v.status in UNDECIDED and v.update is not None
-           and v.update > named.update
-           and (v.attempt is None or named.attempt is None or v.attempt >= named.attempt)]
-    out.sort(key=lambda v: (v.update, v.generation_id), reverse=True)
-    return [{"generation_id": v.generation_id, "update": v.update, "status": v.status}
-            for v in out[:NEWER_UNDECIDED_SHOWN]]
-
-
-def _plan(run: Run, world_size, dataset_version, config_digest) -> "recovery.RestorePlan":
-    """``recovery.restore_plan`` of the run analysed up to its newest events (as
-    ``runs.analysis.plan_restore``), its 200 body with ``newer_undecided`` (:func:`newer_undecided`
-    of the same analysis)."""
-    _, outcome = analyze_with_result(run)
-    plan = recovery.restore_plan(outcome, world_size=world_size, dataset_version=dataset_version,
-                                 config_digest=config_digest)
-    if plan.status_code == 200:
-        named = next((v for v in outcome.generations
-                      if v.generation_id == plan.body["generation_id"]), None)
-        plan.body["newer_undecided"] = newer_undecided(outcome.generations, named)
-    return plan
 
 
 @dataclass
@@ -191,8 +152,9 @@ def restore_plan_confirmed(run: Run, world_size: int | None = None,
                            dataset_version: str | None = None, config_digest: str | None = None,
                            *, budget_s: float | None = None) -> "recovery.RestorePlan":
     """docs/ingest-v1.md#restore-plan, true when it is asked: the run analysed up to its newest
-    events and ``recovery.restore_plan`` of it (a 200 with ``newer_undecided``:
-    :func:`newer_undecided`), then the sizes of the generation it names are re-checked
+    events and ``recovery.restore_plan`` of it (``runs.analysis.plan_restore``; a 200 lists
+    ``newer_undecided``: ``recovery.figures.newer_undecided``), then the sizes of the generation
+    it names are re-checked
     (``confirm_generation``) within ``budget_s`` (default ``RECOVERYDASH_RESTORE_RECHECK_S``)
     seconds; a generation that fails is flipped and the plan is made again, falling back to the
     next restorable generation (or 409 when none is left). The answer's ``warnings`` gain
@@ -202,7 +164,7 @@ def restore_plan_confirmed(run: Run, world_size: int | None = None,
     budget = settings.RECOVERYDASH_RESTORE_RECHECK_S if budget_s is None else budget_s
     deadline = time.monotonic() + budget
     flipped: list[Confirmation] = []
-    plan = _plan(run, world_size, dataset_version, config_digest)
+    plan = plan_restore(run, world_size, dataset_version, config_digest)
     extra: list[dict] = []
     while plan.status_code == 200 and budget > 0:
         generation = (Generation.objects.select_related("run")
@@ -219,7 +181,7 @@ def restore_plan_confirmed(run: Run, world_size: int | None = None,
             extra = _incomplete_warnings(confirmation, budget, generation.verified_at)
             break
         flipped.append(confirmation)
-        plan = _plan(run, world_size, dataset_version, config_digest)
+        plan = plan_restore(run, world_size, dataset_version, config_digest)
     if flipped:
         _after_flip(run, flipped)
     if plan.status_code == 200:
