@@ -115,3 +115,43 @@ def test_nasty_events_read_back_as_sent(client, ingest_token, other_token, strat
     assert hb.fetched == beat["fetched"]
     assert sorted(LedgerRow.objects.filter(run=other).values_list("id", "spans")) == other_rows
     assert other.events.count() == 1
+
+
+def _nul_bodies(bad: str) -> list[tuple[str, dict]]:
+    def spans(stratum="main", ids=None):
+        span = {"stratum": stratum, "epoch": 0}
+        span.update({"ids": ids} if ids is not None else {"ranges": [[0, 4]]})
+        return [span]
+
+    return [
+        ("extra value", update(_nid("z"), 1, note=bad)),
+        ("extra key", update(_nid("z"), 1, **{"x" + bad: 1})),
+        ("nested key", update(_nid("z"), 1, note={"a": [{"k" + bad: 1}]})),
+        ("nested value", update(_nid("z"), 1, note={"a": [1, ["v" + bad]]})),
+        ("stratum", update(_nid("z"), 1, spans=spans("m" + bad))),
+        ("sample id", update(_nid("z"), 1, spans=spans("ids", ["s" + bad]))),
+        ("aggregate part extra", event("update_aggregate", _nid("z"), update=1, rank=0,
+                                       ranks=[{"rank": 0, "spans": spans(), "x": bad}])),
+        ("aggregate part key", event("update_aggregate", _nid("z"), update=1, rank=0,
+                                     ranks=[{"rank": 0, "spans": spans(), "x" + bad: 1}])),
+        ("heartbeat cursor stratum", event("heartbeat", _nid("z"), update=1, rank=0,
+                                           fetched=[{"stratum": bad, "epoch": 0,
+                                                     "position": 1}])),
+        ("audit sample id", event("audit_window", _nid("z"), update=1, rank=0, accum_slot=0,
+                                  sample_ids=[bad])),
+        ("shard object uri", event("shard_written", _nid("z"), rank=0, generation_id="g",
+                                   shard="rank0", update=1,
+                                   objects=[{"uri": "mem://b/" + bad, "shard": "rank0",
+                                             "component": "model", "size": 1}])),
+    ]
+
+
+@pytest.mark.parametrize("bad", ["\x00", "\ud800", "a\udfffb"])
+def test_nul_and_lone_surrogates_anywhere_are_400_storing_nothing(client, ingest_token, bad):
+    """A NUL character (PostgreSQL's text and jsonb cannot hold it) or a lone surrogate (no
+    UTF-8 spelling) in any string or key that would reach a COPYed column: 400, nothing stored
+    (never a 500 from COPY)."""
+    for name, body in _nul_bodies(bad):
+        answer = post(client, ingest_token, [body])
+        assert answer.status_code == 400, (name, answer.status_code, answer.content[:200])
+    assert not Event.objects.exists()
