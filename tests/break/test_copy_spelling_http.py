@@ -13,7 +13,8 @@ import json
 from decimal import Decimal
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from ingest_support import event, post, update
 
 from recoverydash.ingest.actions import stored_body
