@@ -79,7 +79,7 @@ def rank_updates(run_id: str, batch_no: int) -> list[dict]:
         out.append({"event_id": f"{run_id}-{update}-{rank}", "type": "update_committed",
                     "run_id": run_id, "attempt": 0, "time": T, "rank": rank, "update": update,
                     "samples": PER_RANK, "spans": [{"stratum": "main", "epoch": 0,
-                                                    "ranges": [[base + rank, base + gbs, WORLD]]}]})
+                                                    "ranges": [[base + rank, base + rank + gbs, WORLD]]}]})
     return out
 
 
@@ -96,7 +96,7 @@ def aggregates(run_id: str, batch_no: int) -> list[dict]:
                     "world_size": WORLD,
                     "ranks": [{"rank": r, "samples": PER_RANK,
                                "spans": [{"stratum": "main", "epoch": 0,
-                                          "ranges": [[base + r, base + gbs, WORLD]]}]}
+                                          "ranges": [[base + r, base + r + gbs, WORLD]]}]}
                               for r in range(WORLD)]})
     return out
 
