@@ -8,8 +8,9 @@ What it does, by itself, in about a minute:
    ``manage.py create_token``;
 2. starts gunicorn (``BENCH_WORKERS`` sync workers, default 2) on a free loopback port;
 3. sends batches of 1,000 ``update_committed`` events as an SDK does (64 data-parallel ranks,
-   each reporting one strided span per update, spelled as the SDK's recorders spell it: ``[base + r, base + r + 512, 64]``, so the ranks of an update fold into one ledger row) from ``BENCH_CLIENTS`` threads (default 2, one
-   run each), ``BENCH_SECONDS`` in all (default 20) after a warm-up;
+   each reporting one strided span per update, spelled as the SDK's recorders spell it:
+   ``[base + r, base + r + 512, 64]``, so the ranks of an update fold into one ledger row) from
+   ``BENCH_CLIENTS`` threads (default 2, one run each), ``BENCH_SECONDS`` in all (default 20) after a warm-up;
 4. after each of ``BENCH_ROUNDS`` (default 4) HTTP rounds, COPYs as many events' rows into
    the same tables with psycopg 3 from as many connections, one transaction per 1,000 events,
    twice: the rows exactly as ingest stores them (slim bodies with the hashes of the whole
