@@ -1,5 +1,5 @@
-"""``stale_state`` and ``optimizer_stateless`` continued (docs/definitions.md#stale-state-and-
-stateless-optimizers): the pass of :func:`state_repeats` over generations split at any update,
+"""``stale_state`` and ``optimizer_stateless`` continued
+(docs/definitions.md#stale-state-and-stateless-optimizers): the pass of :func:`state_repeats` over generations split at any update,
 the later part continued from the earlier one's basis with only the first occurrences of its own
 digests given (what the worker's ``InputDigest`` rows answer), finds exactly what one pass over
 every generation finds; a row at or below the basis' top is refused."""
