@@ -83,3 +83,48 @@ def test_a_request_leaves_the_collector_on_accepted_or_refused(client, ingest_to
     r = post(client, ingest_token, [{"type": "update_committed"}])
     assert r.status_code == 400
     assert gc.isenabled() is True
+
+
+class _Cycle:
+    """An object in a reference cycle (only the cyclic collector frees it)."""
+
+    def __init__(self):
+        self.me = self
+
+
+def test_overlapping_requests_past_the_bound_collect_cycles_while_paused(monkeypatch):
+    import weakref
+
+    now = [1000.0]
+    monkeypatch.setattr(api, "_clock", lambda: now[0])
+    with api.no_cycle_collection():  # a request that holds the pause throughout
+        cycle = _Cycle()
+        gone = weakref.ref(cycle)
+        del cycle
+        with api.no_cycle_collection():  # another one, within the bound: no collection
+            now[0] += api.MAX_PAUSE_S
+        assert gone() is not None and gc.isenabled() is False
+        with api.no_cycle_collection():  # one that leaves past the bound collects
+            now[0] += 0.001
+        assert gone() is None
+        assert gc.isenabled() is False  # still paused for the request inside
+        cycle = _Cycle()
+        again = weakref.ref(cycle)
+        del cycle
+        with api.no_cycle_collection():  # the bound started again at that collection
+            now[0] += api.MAX_PAUSE_S
+        assert again() is not None
+    assert gc.isenabled() is True
+
+
+def test_the_wsgi_module_freezes_what_django_loaded():
+    import importlib
+    import sys
+
+    gc.unfreeze()
+    sys.modules.pop("recoverydash.wsgi", None)
+    try:
+        importlib.import_module("recoverydash.wsgi")
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
