@@ -6,8 +6,9 @@ Times are POSIX seconds (UTC) unless a docstring says otherwise.
 
 Figures: :func:`last_restorable`, :func:`seconds_since_last_restorable`,
 :func:`checkpoint_stale`, :func:`updates_at_risk`, :func:`health`, :func:`run_ended_at`,
-:func:`logger_rewind_update`, :func:`median_update_interval`, :func:`reporter_ages`, :func:`youngest_silent`,
-:func:`silence_limit`, :func:`silent_reporters`, :func:`attempt_silent`, :func:`newer_undecided`.
+:func:`logger_rewind_update`, :func:`median_update_interval`, :func:`reporter_ages`,
+:func:`youngest_silent`, :func:`silence_limit`, :func:`silent_reporters`, :func:`attempt_silent`,
+:func:`newer_undecided`.
 Chart series: :func:`tslrc_sawtooth`, :func:`committed_frontier`, :func:`fetched_cursor`.
 Per-restart figures are in :mod:`.restarts`, per-stratum counts in :mod:`.counting`, costs in
 :mod:`.costs`, generation statuses in :mod:`.generations`.
@@ -42,7 +43,10 @@ def restorable_on(verdicts: list, lineage) -> list:
 
 
 #: Statuses of a generation whose restorability is not decided yet
-#: (docs/definitions.md#generation-status).
+#: (docs/definitions.md#generation-status): ``pending`` (no manifest has reached it) and
+#: ``committed`` (manifest in, not proven yet: objects not verified, storage that could not check
+#: them, a ledger behind its update). A restore plan's 409 listing one of them does not say that
+#: nothing is restorable (the SDK's ``restore_plan`` lets storage decide then).
 UNDECIDED = ("committed", "pending")
 #: At most this many generations in a restore plan's ``newer_undecided`` (the newest).
 NEWER_UNDECIDED_SHOWN = 20

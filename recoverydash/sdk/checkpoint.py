@@ -851,11 +851,6 @@ def select_restorable(location: str, *, world_size: int | None = None,
 
 # --- asking the server, falling back to storage ---------------------------------------------------
 
-UNDECIDED_STATUSES = ("committed", "pending")
-"""Statuses of a generation the server has not decided yet (docs/definitions.md#generation-status):
-``pending`` (no manifest has reached it) and ``committed`` (manifest in, not proven yet: objects
-not verified, storage that could not check them, a ledger behind its update). A 409 listing one
-of them does not say that nothing is restorable."""
 
 
 def restore_plan(url: str | None, token: str | None, run_id: str, *,
@@ -993,17 +988,15 @@ def _malformed_plan(body) -> str | None:
     return None
 
 
-NEWER_UNDECIDED_SHOWN = 20
-"""At most this many entries of a server's ``newer_undecided`` are kept (the server sends the
-newest 20)."""
-
-
 def _newer_undecided(body: dict) -> list[dict]:
     """The extension ``newer_undecided`` of a 200 plan (docs/ingest-v1.md#restore-plan): its
     entries naming a generation (non-empty string id) at an integer update above the plan's,
-    with status ``committed`` or ``pending``, in the order given, at most
-    ``NEWER_UNDECIDED_SHOWN``. Missing (an older server) or malformed: ``[]``; an entry that is
-    not one is dropped. Never a reason to refuse the plan."""
+    with status ``committed`` or ``pending`` (the core's ``UNDECIDED``), in the order given, at
+    most the core's ``NEWER_UNDECIDED_SHOWN`` (what a server sends). Missing (an older server)
+    or malformed: ``[]``; an entry that is not one is dropped. Never a reason to refuse the
+    plan."""
+    from recoverydash.recovery.figures import NEWER_UNDECIDED_SHOWN, UNDECIDED
+
     items, named = body.get("newer_undecided"), body.get("update")
     if not isinstance(items, list):
         return []
@@ -1014,7 +1007,7 @@ def _newer_undecided(body: dict) -> list[dict]:
         gid, update, status = g.get("generation_id"), g.get("update"), g.get("status")
         if isinstance(gid, str) and gid and isinstance(update, int) \
                 and not isinstance(update, bool) and update > named \
-                and status in UNDECIDED_STATUSES:
+                and status in UNDECIDED:
             out.append({"generation_id": gid, "update": update, "status": status})
     return out[:NEWER_UNDECIDED_SHOWN]
 
@@ -1093,7 +1086,7 @@ def _wait_for_undecided(plan: dict, req, unsent, location, s3_client, wait_s: fl
 
 def _restore_plan(url, token, run_id, *, location, world_size, dataset_version, config_digest,
                   timeout, s3_client, spool_dir, wait_undecided_s=0.0) -> dict:
-    from recoverydash.recovery.figures import logger_rewind_update
+    from recoverydash.recovery.figures import UNDECIDED, logger_rewind_update
 
     t0 = time.monotonic()
     warnings: list = []
@@ -1123,12 +1116,12 @@ def _restore_plan(url, token, run_id, *, location, world_size, dataset_version, 
                 body = body if isinstance(body, dict) else {}
                 listed = body.get("rejected") or []
                 undecided = [g for g in listed if isinstance(g, dict)
-                             and g.get("status") in UNDECIDED_STATUSES]
+                             and g.get("status") in UNDECIDED]
                 decided = {g["generation_id"]: [r for r in g.get("reasons") or []
                                                 if isinstance(r, dict)]
                            for g in listed if isinstance(g, dict)
                            and isinstance(g.get("generation_id"), str)
-                           and g.get("status") not in UNDECIDED_STATUSES}
+                           and g.get("status") not in UNDECIDED}
                 newer = unsent.newer_than(None, None, decided) if unsent else None
                 if undecided:
                     warnings.append({"code": "server_undecided", "detail": (
