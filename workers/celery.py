@@ -3,8 +3,8 @@ transport under ``var/broker`` in the embedded default; the beat schedule is def
 place. Task defaults follow "Celery without tears": acks late, requeue when a worker is lost,
 no results stored, a soft and a hard time limit on every task (``RECOVERYDASH_TASK_*``), and an
 ``expires`` on periodic tasks of about 1.5 periods so a backlog does not run the same periodic job
-many times (the tasks a periodic job fans out expire at its next cycle: ``workers.tasks``). The filesystem broker is kombu's, made safe against torn and bad message files
-(``workers.broker``).
+many times (the tasks a periodic job fans out expire at its next cycle: ``workers.tasks``). The
+filesystem broker is kombu's, made safe against torn and bad message files (``workers.broker``).
 """
 
 from __future__ import annotations

@@ -41,8 +41,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from datetime import datetime
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Iterable, Sequence
 
 from django.db import DatabaseError, IntegrityError, connection, transaction
@@ -755,10 +755,10 @@ class _Projection:
     def _folded(self) -> dict[tuple, dict[str, Any]]:
         """The batch's ledger entries as rows to store: ``{(run pk, attempt, update, rank,
         ranks): entry}``, an entry with its ``shift`` and ``ok`` (whether its first rank may fold
-        at all, ``runs.folding.fold``'s answer: the spans are walked once). The parts of one ``(run, attempt,
-        update)`` (an aggregate's, or the per-rank events of this batch) are folded where they
-        have the DistributedSampler shape (``runs.folding.fold``: exact, each rank's report is
-        given back as sent); every other part is a row of one rank."""
+        at all, ``runs.folding.fold``'s answer: the spans are walked once). The parts of one
+        ``(run, attempt, update)`` (an aggregate's, or the per-rank events of this batch) are
+        folded where they have the DistributedSampler shape (``runs.folding.fold``: exact, each
+        rank's report is given back as sent); every other part is a row of one rank."""
         groups: dict[tuple, dict[int, dict[str, Any]]] = {}
         for (run_pk, attempt, update, rank), entry in self.ledger.items():
             groups.setdefault((run_pk, attempt, update), {})[rank] = entry
@@ -1136,8 +1136,8 @@ def _texts(values: Iterable[str | None]) -> str:
 
 
 def _time_or_none(value: datetime | None) -> str | None:
-    """A datetime's text for :func:`_texts` (ISO 8601, its offset kept), ``None`` kept."""
-    return None if value is None else value.isoformat()
+    """A datetime's text for :func:`_texts` (:func:`_time_text`), ``None`` kept."""
+    return None if value is None else _time_text(value)
 
 
 def _put(rows: dict[tuple, dict[str, Any]], key: tuple, entry: dict[str, Any]) -> None:

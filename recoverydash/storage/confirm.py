@@ -154,12 +154,12 @@ def restore_plan_confirmed(run: Run, world_size: int | None = None,
     """docs/ingest-v1.md#restore-plan, true when it is asked: the run analysed up to its newest
     events and ``recovery.restore_plan`` of it (``runs.analysis.plan_restore``; a 200 lists
     ``newer_undecided``: ``recovery.figures.newer_undecided``), then the sizes of the generation
-    it names are re-checked
-    (``confirm_generation``) within ``budget_s`` (default ``RECOVERYDASH_RESTORE_RECHECK_S``)
-    seconds; a generation that fails is flipped and the plan is made again, falling back to the
-    next restorable generation (or 409 when none is left). The answer's ``warnings`` gain
-    ``generation_rejected`` per generation flipped, and ``storage_recheck_incomplete`` /
-    ``storage_recheck_failed`` when the named generation could not be re-checked whole.
+    it names are re-checked (``confirm_generation``) within ``budget_s`` (default
+    ``RECOVERYDASH_RESTORE_RECHECK_S``) seconds; a generation that fails is flipped and the plan
+    is made again, falling back to the next restorable generation (or 409 when none is left).
+    The answer's ``warnings`` gain ``generation_rejected`` per generation flipped, and
+    ``storage_recheck_incomplete`` / ``storage_recheck_failed`` when the named generation could
+    not be re-checked whole.
     Raises AnalysisFailed (the core refused the run's inputs)."""
     budget = settings.RECOVERYDASH_RESTORE_RECHECK_S if budget_s is None else budget_s
     deadline = time.monotonic() + budget
