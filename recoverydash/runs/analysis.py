@@ -21,6 +21,7 @@ import time
 import zlib
 from dataclasses import asdict
 from datetime import datetime, timedelta, timezone as dt_timezone
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -248,7 +249,19 @@ def _row_sig(row) -> str | None:
 
 
 def _encode(doc) -> bytes:
+    """``doc`` as compact JSON, zlib-compressed (read back by :func:`_decode`)."""
     return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
+
+
+def _decode(data) -> Any:
+    """What :func:`_encode` wrote (bytes or a memoryview). Raises zlib.error or ValueError
+    when ``data`` is not that."""
+    return json.loads(zlib.decompress(bytes(data)))
+
+
+def _int_keys(doc: dict) -> dict:
+    """``doc`` with its keys as ints (JSON object keys are strings)."""
+    return {int(k): v for k, v in doc.items()}
 
 
 class StoredInputs:
@@ -319,20 +332,20 @@ class StoredInputs:
                 return cls._from_format3(blob, analysis_pk)
             if not blob.startswith(_INPUTS_MAGIC):
                 return None
-            doc = json.loads(zlib.decompress(blob[4:]))
+            doc = _decode(blob[4:])
             if not isinstance(doc, dict) or doc.get("format") != INPUTS_FORMAT:
                 return None
-            out.attempts = {int(k): v for k, v in doc["attempts"].items()}
-            out.light = {int(k): v for k, v in doc["light"].items()}
-            out.statuses = {int(k): v for k, v in doc["statuses"].items()}
-            out.judged = {int(k): v for k, v in doc["judged"].items()}
+            out.attempts = _int_keys(doc["attempts"])
+            out.light = _int_keys(doc["light"])
+            out.statuses = _int_keys(doc["statuses"])
+            out.judged = _int_keys(doc["judged"])
             out.judged_for = doc["judged_for"]
-            out.checked = {int(k): v for k, v in doc["checked"].items()}
+            out.checked = _int_keys(doc["checked"])
             out.checked_seq = doc["checked_seq"]
             rep = doc["repeats"]
             out.repeats = {"basis": rep["basis"],
-                           "sigs": {int(k): v for k, v in rep["sigs"].items()},
-                           "found": {int(k): v for k, v in rep["found"].items()}}
+                           "sigs": _int_keys(rep["sigs"]),
+                           "found": _int_keys(rep["found"])}
             out.chunks = set(doc["chunks"])
         except (zlib.error, ValueError, KeyError, TypeError, AttributeError):
             return None
@@ -344,20 +357,20 @@ class StoredInputs:
         """A format 3 copy: every entry decoded, the light entries made from them; its first
         write stores every chunk row and compares every generation's state digests."""
         size = int.from_bytes(blob[4:8], "big")
-        doc = json.loads(zlib.decompress(blob[8:8 + size]))
+        doc = _decode(blob[8:8 + size])
         if not isinstance(doc, dict) or doc.get("format") != 3:
             return None
         entries, at = {}, 8 + size
         for _chunk, length in doc["chunks"]:
             entries.update((int(k), v) for k, v in
-                           json.loads(zlib.decompress(blob[at:at + length])).items())
+                           _decode(blob[at:at + length]).items())
             at += length
         out = cls(analysis_pk)
-        out.attempts = {int(k): v for k, v in doc["attempts"].items()}
+        out.attempts = _int_keys(doc["attempts"])
         out.entries = entries
         out.light = {pk: _light(entry) for pk, entry in entries.items()}
-        out.statuses = {int(k): v for k, v in doc["statuses"].items()}
-        out.judged = {int(k): v for k, v in doc["judged"].items()}
+        out.statuses = _int_keys(doc["statuses"])
+        out.judged = _int_keys(doc["judged"])
         out.judged_for = doc["judged_for"]
         out.dirty = {pk // GENERATION_CHUNK for pk in entries}
         return out
@@ -386,7 +399,7 @@ class StoredInputs:
         for chunk, data in InputChunk.objects.filter(
                 analysis_id=self.analysis_pk, chunk__in=wanted).values_list("chunk", "data"):
             try:
-                doc = json.loads(zlib.decompress(bytes(data)))
+                doc = _decode(data)
             except (zlib.error, ValueError) as exc:
                 raise InputsLost(f"chunk {chunk} unreadable: {exc}") from exc
             for k, entry in doc.items():
