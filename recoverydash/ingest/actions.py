@@ -608,7 +608,8 @@ class _Projection:
         self.pk_of = {run_id: r.pk for run_id, r in runs.items()}
         # Events per (run pk, attempt), applied to the attempt rows under the run lock.
         self.attempt_events: dict[tuple[int, int], list[ValidEvent]] = {}
-        self.ledger: dict[tuple[int, int, int, int], dict[str, Any]] = {}
+        #: the batch's ledger parts: ``{(run pk, attempt, update): {rank: entry}}``
+        self.ledger: dict[tuple[int, int, int], dict[int, dict[str, Any]]] = {}
         self.heartbeats: list[Heartbeat] = []
         self.audit: list[AuditWindow] = []
         self.generation_events: list[ValidEvent] = []
@@ -616,7 +617,6 @@ class _Projection:
 
     def add(self, ev: ValidEvent) -> None:
         m, body = ev.model, ev.body
-        run = self.runs[m.run_id]
         pk = self.pk_of[m.run_id]
         events = self.attempt_events.get((pk, m.attempt))
         if events is None:
@@ -626,11 +626,14 @@ class _Projection:
         if kind == "update_committed":
             self._ledger_part(pk, m, GLOBAL_RANK if m.rank is None else m.rank, body["spans"],
                               m.samples, m.tokens)
-        elif kind == "update_aggregate":
+            return
+        if kind == "update_aggregate":
             # each rank's part exactly as that rank's own update_committed
             for part, raw in zip(m.ranks, body["ranks"]):
                 self._ledger_part(pk, m, part.rank, raw["spans"], part.samples, part.tokens)
-        elif kind == "heartbeat":
+            return
+        run = self.runs[m.run_id]
+        if kind == "heartbeat":
             self.heartbeats.append(Heartbeat(run=run, attempt=m.attempt, rank=m.rank, time=m.time,
                                              update=m.update, fetched=body.get("fetched") or [],
                                              seq=self.seqs[run.pk]))
@@ -651,11 +654,14 @@ class _Projection:
                      samples: int | None, tokens: int | None) -> None:
         """One rank's report for ``m.update`` (of run ``run_pk``): a new ledger key, or united
         into the batch's."""
-        key = (run_pk, m.attempt, m.update, rank)
-        entry = self.ledger.get(key)
+        group = (run_pk, m.attempt, m.update)
+        parts = self.ledger.get(group)
+        if parts is None:
+            parts = self.ledger[group] = {}
+        entry = parts.get(rank)
         if entry is None:
-            self.ledger[key] = {"time": m.time, "spans": list(spans), "samples": samples,
-                                "tokens": tokens}
+            parts[rank] = {"time": m.time, "spans": list(spans), "samples": samples,
+                           "tokens": tokens}
             return
         _unite_entry(entry, {"spans": spans, "samples": samples, "tokens": tokens,
                              "time": m.time})
@@ -759,11 +765,8 @@ class _Projection:
         ``(run, attempt, update)`` (an aggregate's, or the per-rank events of this batch) are
         folded where they have the DistributedSampler shape (``runs.folding.fold``: exact, each
         rank's report is given back as sent); every other part is a row of one rank."""
-        groups: dict[tuple, dict[int, dict[str, Any]]] = {}
-        for (run_pk, attempt, update, rank), entry in self.ledger.items():
-            groups.setdefault((run_pk, attempt, update), {})[rank] = entry
         rows: dict[tuple, dict[str, Any]] = {}
-        for group, parts in groups.items():
+        for group, parts in self.ledger.items():
             if len(parts) == 1:
                 ((rank, entry),) = parts.items()
                 rows[group + (rank, 1)] = dict(entry, shift=0, ok=rank != GLOBAL_RANK

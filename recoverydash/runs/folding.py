@@ -94,28 +94,32 @@ def fold(parts: dict, ok: dict | None = None) -> list[tuple[int, int, int, dict]
         ok = {}
     for rank in order:
         ok[rank] = rank != GLOBAL_RANK and foldable(parts[rank]["spans"])
+    count = len(order)
     i = 0
-    while i < len(order):
+    while i < count:
         rank = order[i]
         entry = parts[rank]
         n, shift = 1, 0
         if ok[rank]:
-            prev = entry
-            while i + n < len(order) and order[i + n] == rank + n:
-                nxt = parts[order[i + n]]
-                if not ok[rank + n] or nxt["time"] != entry["time"] \
-                        or nxt["samples"] != entry["samples"] or nxt["tokens"] != entry["tokens"]:
+            time, samples, tokens = entry["time"], entry["samples"], entry["tokens"]
+            spans = entry["spans"]
+            first = spans[0]["ranges"][0]
+            while i + n < count and order[i + n] == rank + n:
+                nxt = parts[rank + n]
+                if not ok[rank + n] or nxt["time"] != time or nxt["samples"] != samples \
+                        or nxt["tokens"] != tokens:
                     break
-                first, then = prev["spans"][0]["ranges"][0], nxt["spans"][0]["ranges"][0]
+                then_spans = nxt["spans"]
+                then = then_spans[0]["ranges"][0]
                 step = then[0] - first[0]
                 if n > 1 and step != shift:
                     break
                 # The first range's stop moves by the step too (a necessary condition of the
                 # comparison below, which builds the moved spans: most refusals end here).
-                if then[1] - first[1] != step or shifted(prev["spans"], step) != nxt["spans"]:
+                if then[1] - first[1] != step or shifted(spans, step) != then_spans:
                     break
                 shift = step
-                prev = nxt
+                spans, first = then_spans, then
                 n += 1
         if n == 1:
             shift = 0
