@@ -191,7 +191,10 @@ class Event(models.Model):
     event re-sent with the same id and hash is a duplicate, with another hash a conflict (409).
     """
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    # No index of its own on ``run``: ``uniq_event`` and ``event_run_type`` begin with it (an
+    # index kept up on every insert of the ingest path that no query needs).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events",
+                            db_index=False)
     event_id = models.CharField(max_length=200)
     type = models.CharField(max_length=32)
     attempt = models.IntegerField()
@@ -463,7 +466,10 @@ class LedgerRow(models.Model):
     analysis core does (``recovery.ledger``).
     """
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="ledger_rows")
+    # No index of its own on ``run``: ``uniq_ledger`` and ``ledger_run_seq`` begin with it (an
+    # index kept up on every insert of the ingest path that no query needs).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="ledger_rows",
+                            db_index=False)
     attempt = models.IntegerField()
     update = models.BigIntegerField()
     rank = models.IntegerField(default=GLOBAL_RANK)
@@ -539,7 +545,10 @@ class Heartbeat(models.Model):
     the heartbeats above the seq its state reflects into that state
     (``recovery.heartbeats.HeartbeatFold``), never the whole table."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="heartbeats")
+    # No index of its own on ``run``: both indexes below begin with it (an index kept up on
+    # every insert of the ingest path that no query needs).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="heartbeats",
+                            db_index=False)
     attempt = models.IntegerField()
     rank = models.IntegerField(null=True, blank=True)
     time = models.DateTimeField()
