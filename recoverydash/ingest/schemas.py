@@ -71,6 +71,8 @@ MAX_EXTRA_DEPTH = 32
 CHUNK = 256
 #: generation_id and shard names: what every URL and storage path can carry unescaped.
 ID_PATTERN = r"^[A-Za-z0-9_:=@+~][A-Za-z0-9._:=@+~-]{0,199}$"
+#: run_id (and a drill result's control_run_id): 1-128 characters from A-Z a-z 0-9 . _ : -
+RUN_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 ID_RULE = ("1-200 characters from A-Z a-z 0-9 _ . - : = @ + ~, not starting with '.' or '-' "
            "(no '/', no spaces)")
 #: stop a list or map at its first bad item: one bad event costs its fields, not its items
@@ -293,7 +295,7 @@ class EventBase(_Wire):
     """Fields of every event (docs/ingest-v1.md#2-common-fields)."""
 
     event_id: Name200
-    run_id: Annotated[str, Strict(), Field(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
+    run_id: Annotated[str, Strict(), Field(pattern=RUN_ID_PATTERN)]
     attempt: Int31
     time: Time
     rank: Optional[Int31] = None
@@ -514,7 +516,7 @@ class DrillResult(EventBase):
     cost: DrillCost = DrillCost()
     failures: Annotated[list[Text500], Field(max_length=20)] = []
     control_run_id: Optional[Annotated[str, Strict(), Field(
-        pattern=r"^[A-Za-z0-9._:-]{1,128}$")]] = None
+        pattern=RUN_ID_PATTERN)]] = None
 
 
 EVENT_MODELS = (AttemptStarted, UpdateCommitted, UpdateAggregate, Heartbeat, CheckpointStarted, ShardWritten,

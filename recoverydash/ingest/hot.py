@@ -1,0 +1,217 @@
+"""The hot path of ``POST /events``: a request body of the types trainers send all the time
+(``update_committed``, ``update_aggregate``, ``heartbeat``), decoded and checked in one pass by
+msgspec instead of ``json.loads`` and the pydantic models of :mod:`.schemas`.
+
+It decides nothing of its own. :func:`validate_hot` accepts a *subset* of what
+:func:`.schemas.validate_events` accepts, and for what it accepts it returns what that function
+returns (the same typed values, the same bodies, canonical JSON and content hashes); anything
+else it answers ``None`` and the request goes the general way, which accepts it or refuses it
+with its located errors. So the wire contract is still the models of :mod:`.schemas`: these
+structs take every bound from there, and ``tests/ingest/test_hot_path.py`` pins the two paths
+against each other on random and mutated batches.
+
+What sends a body the general way: another event type anywhere in it, a field the models do
+not name (the general path keeps unknown fields), a value of another JSON type, a bound
+broken, a time that is not RFC 3339 with an offset, a span with both or neither of ``ranges``
+and ``ids``, a range with start > stop, a step < 1 or a reach over
+``RECOVERYDASH_MAX_RANGE_POSITIONS``, a rank twice in one aggregate, a NUL character or a lone
+surrogate in any string, more events than a request may carry, or JSON msgspec or orjson will
+not read. Without unknown fields every number of these types is an integer of at most 64 bits,
+so the canonical JSON is orjson's (:func:`.schemas.canonical_bytes` with ``floats=False``).
+
+Cost (bench/ingest.py's body of 1,000 per-rank ``update_committed``, in-process): decoding and
+checking about 3 us per event against about 6.5 us for ``json.loads``, the models and
+``_event_checks``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Annotated, ClassVar, Optional, Union
+
+import msgspec
+import orjson
+
+from .schemas import (MAX_AGGREGATE_RANKS, MAX_I31, MAX_RANGE_POSITIONS, MAX_U63, RUN_ID_PATTERN,
+                      ValidEvent, _parse_time, canonical_bytes)
+
+_Int63 = Annotated[int, msgspec.Meta(ge=0, le=MAX_U63)]
+_Pos63 = Annotated[int, msgspec.Meta(ge=1, le=MAX_U63)]
+_Int31 = Annotated[int, msgspec.Meta(ge=0, le=MAX_I31)]
+_Range = Annotated[list[_Int63], msgspec.Meta(min_length=2, max_length=3)]
+#: A sample id: a string, or a signed 64-bit integer (orjson reads a larger one as a float;
+#: the models take any integer, so one beyond goes the general way, where ``json`` reads it)
+_SampleId = Union[Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)], str]
+_SampleIds = Annotated[list[_SampleId], msgspec.Meta(max_length=100_000)]
+#: ``run_id`` as the models check it (their pattern, anchored at both ends of the text: Python's
+#: ``$`` would also match before a final newline)
+_RUN_ID = re.compile(RUN_ID_PATTERN.removeprefix("^").removesuffix("$"))
+
+
+class HotSpan(msgspec.Struct, forbid_unknown_fields=True):
+    """:class:`.schemas.Span` without unknown fields."""
+
+    stratum: str
+    epoch: _Int63
+    ranges: Optional[list[_Range]] = None
+    ids: Optional[_SampleIds] = None
+    order: Optional[str] = None
+    padding: Optional[bool] = None
+
+    @property
+    def kind(self) -> str:
+        return "ranges" if self.ranges is not None else "ids"
+
+
+class HotCursor(msgspec.Struct, forbid_unknown_fields=True):
+    """:class:`.schemas.Cursor` without unknown fields."""
+
+    stratum: str
+    epoch: _Int63
+    position: _Int63
+
+
+class HotUpdateCommitted(msgspec.Struct, tag_field="type", tag="update_committed",
+                         forbid_unknown_fields=True):
+    """:class:`.schemas.UpdateCommitted` without unknown fields (``time`` checked after)."""
+
+    type: ClassVar[str] = "update_committed"
+    event_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    run_id: str
+    attempt: _Int31
+    time: str  # replaced by its datetime (parse_rfc3339) once checked
+    update: _Pos63
+    spans: list[HotSpan]
+    rank: Optional[_Int31] = None
+    samples: Optional[_Int63] = None
+    tokens: Optional[_Int63] = None
+    ids_digest: Optional[str] = None
+
+
+class HotRankPart(msgspec.Struct, forbid_unknown_fields=True):
+    """:class:`.schemas.RankPart` without unknown fields."""
+
+    rank: _Int31
+    spans: list[HotSpan]
+    samples: Optional[_Int63] = None
+    tokens: Optional[_Int63] = None
+    ids_digest: Optional[str] = None
+
+
+class HotUpdateAggregate(msgspec.Struct, tag_field="type", tag="update_aggregate",
+                         forbid_unknown_fields=True):
+    """:class:`.schemas.UpdateAggregate` without unknown fields (distinct ranks and ``time``
+    checked after)."""
+
+    type: ClassVar[str] = "update_aggregate"
+    event_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    run_id: str
+    attempt: _Int31
+    time: str  # replaced by its datetime (parse_rfc3339) once checked
+    update: _Pos63
+    ranks: Annotated[list[HotRankPart], msgspec.Meta(min_length=1,
+                                                     max_length=MAX_AGGREGATE_RANKS)]
+    rank: Optional[_Int31] = None
+
+
+class HotHeartbeat(msgspec.Struct, tag_field="type", tag="heartbeat",
+                   forbid_unknown_fields=True):
+    """:class:`.schemas.Heartbeat` without unknown fields (``time`` and the order of
+    ``sdk_lost_updates`` checked after)."""
+
+    type: ClassVar[str] = "heartbeat"
+    event_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    run_id: str
+    attempt: _Int31
+    time: str  # replaced by its datetime (parse_rfc3339) once checked
+    update: _Int63
+    rank: Optional[_Int31] = None
+    fetched: Optional[list[HotCursor]] = None
+    sdk_dropped: Optional[_Int63] = None
+    sdk_quarantined: Optional[_Int63] = None
+    sdk_lost_updates: Optional[Annotated[list[_Int63],
+                                         msgspec.Meta(min_length=2, max_length=2)]] = None
+
+
+class _Body(msgspec.Struct):
+    """``{"events": [...]}``: other top-level fields are ignored, as the general path does."""
+
+    events: list[Union[HotUpdateCommitted, HotUpdateAggregate, HotHeartbeat]]
+
+
+_DECODER = msgspec.json.Decoder(_Body)
+
+
+def _spans_ok(spans: list[HotSpan]) -> bool:
+    """The models' span rules beyond types and bounds: exactly one of ``ranges`` and ``ids``;
+    each range with start <= stop, step >= 1 and a reach of at most MAX_RANGE_POSITIONS."""
+    for span in spans:
+        ranges = span.ranges
+        if ranges is None:
+            if span.ids is None:
+                return False
+            continue
+        if span.ids is not None:
+            return False
+        for r in ranges:
+            if r[0] > r[1] or r[1] - r[0] > MAX_RANGE_POSITIONS or (len(r) == 3 and r[2] < 1):
+                return False
+    return True
+
+
+def validate_hot(body: bytes, max_events: int) -> list[ValidEvent] | None:
+    """The request body ``body`` (bytes, decoded from its transport encoding) as
+    :func:`.schemas.validate_events` would return it, when every event is an
+    ``update_committed``, ``update_aggregate`` or ``heartbeat`` that passes the models'
+    checks, has no unknown field and holds only storable text, and there are 1 to
+    ``max_events`` events; otherwise ``None`` (nothing is refused here: the general path
+    decides). Never raises."""
+    try:
+        events = _DECODER.decode(body).events
+    except (msgspec.DecodeError, RecursionError):  # msgspec.ValidationError is a DecodeError
+        return None
+    if not events or len(events) > max_events:
+        return None
+    try:
+        # The wire objects as the general path keeps them (key order, explicit nulls): the
+        # same values msgspec checked, integers of at most 64 bits, so orjson reads them alike.
+        raw = orjson.loads(body)["events"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return None
+    if type(raw) is not list or len(raw) != len(events):
+        return None
+    out: list[ValidEvent] = []
+    run_ids: set[str] = set()
+    for i, (model, wire) in enumerate(zip(events, raw)):
+        if model.run_id not in run_ids:
+            if not _RUN_ID.fullmatch(model.run_id):
+                return None
+            run_ids.add(model.run_id)
+        try:
+            model.time = _parse_time(model.time)
+        except ValueError:
+            return None
+        kind = model.type
+        if kind == "update_committed":
+            if not _spans_ok(model.spans):
+                return None
+        elif kind == "update_aggregate":
+            seen: set[int] = set()
+            for part in model.ranks:
+                if part.rank in seen or not _spans_ok(part.spans):
+                    return None
+                seen.add(part.rank)
+        else:
+            lost = model.sdk_lost_updates
+            if lost is not None and lost[0] > lost[1]:
+                return None
+        try:
+            encoded = canonical_bytes(wire, False)
+        except (ValueError, RecursionError):  # a lone surrogate (UnicodeEncodeError)
+            return None
+        if b"\\u0000" in encoded:  # a NUL character: the general path says where
+            return None
+        out.append(ValidEvent(i, model, wire, encoded.decode("utf-8"),
+                              hashlib.sha256(encoded).hexdigest()))
+    return out
