@@ -107,7 +107,7 @@ def _mutate(rng: random.Random, events: list) -> None:
 def _text(rng: random.Random, events: list) -> bytes:
     """The body in one of several spellings of the same JSON, or with a text-level change."""
     doc = {"events": events}
-    if rng.random() < 0.1:
+    if rng.random() < 0.1:  # the hot path leaves such a body to the general one
         doc["meta"] = rng.choice([1, 1.5, "x", None])
     text = json.dumps(doc, separators=rng.choice([(",", ":"), (", ", ": ")]),
                       ensure_ascii=rng.choice([True, False]))
@@ -206,6 +206,18 @@ def test_well_formed_batches_of_the_hot_types_take_the_hot_path(seed):
 def test_bodies_it_leaves_to_the_general_path(events, why):
     body = json.dumps({"events": events}).encode()
     assert hot.validate_hot(body, LIMIT) is None, why
+
+
+def test_it_leaves_a_deeply_nested_top_level_field_to_the_general_path():
+    """Found by attack: msgspec skipped an unknown top-level field nested about 990 levels,
+    a depth ``json`` refuses (400); every top-level field but events now goes the general
+    way."""
+    heartbeat = (b'{"type":"heartbeat","event_id":"a","run_id":"r","attempt":0,'
+                 b'"time":"2026-11-01T00:00:05Z","update":1}')
+    for depth in (5, 993, 995):
+        body = b'{"x":' + b"[" * depth + b"]" * depth + b',"events":[' + heartbeat + b"]}"
+        assert hot.validate_hot(body, LIMIT) is None
+    assert hot.validate_hot(b'{"events":[' + heartbeat + b"]}", LIMIT) is not None
 
 
 def test_it_leaves_a_body_over_the_events_limit_and_an_empty_one_to_the_general_path():
