@@ -33,8 +33,16 @@ from typing import Annotated, ClassVar, Optional, Union
 import msgspec
 import orjson
 
-from .schemas import (MAX_AGGREGATE_RANKS, MAX_I31, MAX_RANGE_POSITIONS, MAX_U63, RUN_ID_PATTERN,
-                      ValidEvent, _parse_time, canonical_bytes)
+from .schemas import (
+    MAX_AGGREGATE_RANKS,
+    MAX_I31,
+    MAX_RANGE_POSITIONS,
+    MAX_U63,
+    RUN_ID_PATTERN,
+    ValidEvent,
+    _parse_time,
+    canonical_bytes,
+)
 
 _Int63 = Annotated[int, msgspec.Meta(ge=0, le=MAX_U63)]
 _Pos63 = Annotated[int, msgspec.Meta(ge=1, le=MAX_U63)]
@@ -72,18 +80,23 @@ class HotCursor(msgspec.Struct, forbid_unknown_fields=True):
     position: _Int63
 
 
-class HotUpdateCommitted(msgspec.Struct, tag_field="type", tag="update_committed",
-                         forbid_unknown_fields=True):
-    """:class:`.schemas.UpdateCommitted` without unknown fields (``time`` checked after)."""
+class _HotEvent(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, kw_only=True):
+    """:class:`.schemas.EventBase`'s fields (``time`` is the wire text until checked, then its
+    datetime, as the models give it)."""
 
-    type: ClassVar[str] = "update_committed"
     event_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
     run_id: str
     attempt: _Int31
-    time: str  # replaced by its datetime (parse_rfc3339) once checked
+    time: str
+    rank: Optional[_Int31] = None
+
+
+class HotUpdateCommitted(_HotEvent, tag="update_committed"):
+    """:class:`.schemas.UpdateCommitted` without unknown fields."""
+
+    type: ClassVar[str] = "update_committed"
     update: _Pos63
     spans: list[HotSpan]
-    rank: Optional[_Int31] = None
     samples: Optional[_Int63] = None
     tokens: Optional[_Int63] = None
     ids_digest: Optional[str] = None
@@ -99,34 +112,22 @@ class HotRankPart(msgspec.Struct, forbid_unknown_fields=True):
     ids_digest: Optional[str] = None
 
 
-class HotUpdateAggregate(msgspec.Struct, tag_field="type", tag="update_aggregate",
-                         forbid_unknown_fields=True):
-    """:class:`.schemas.UpdateAggregate` without unknown fields (distinct ranks and ``time``
-    checked after)."""
+class HotUpdateAggregate(_HotEvent, tag="update_aggregate"):
+    """:class:`.schemas.UpdateAggregate` without unknown fields (distinct ranks checked
+    after)."""
 
     type: ClassVar[str] = "update_aggregate"
-    event_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
-    run_id: str
-    attempt: _Int31
-    time: str  # replaced by its datetime (parse_rfc3339) once checked
     update: _Pos63
     ranks: Annotated[list[HotRankPart], msgspec.Meta(min_length=1,
                                                      max_length=MAX_AGGREGATE_RANKS)]
-    rank: Optional[_Int31] = None
 
 
-class HotHeartbeat(msgspec.Struct, tag_field="type", tag="heartbeat",
-                   forbid_unknown_fields=True):
-    """:class:`.schemas.Heartbeat` without unknown fields (``time`` and the order of
-    ``sdk_lost_updates`` checked after)."""
+class HotHeartbeat(_HotEvent, tag="heartbeat"):
+    """:class:`.schemas.Heartbeat` without unknown fields (the order of ``sdk_lost_updates``
+    checked after)."""
 
     type: ClassVar[str] = "heartbeat"
-    event_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
-    run_id: str
-    attempt: _Int31
-    time: str  # replaced by its datetime (parse_rfc3339) once checked
     update: _Int63
-    rank: Optional[_Int31] = None
     fetched: Optional[list[HotCursor]] = None
     sdk_dropped: Optional[_Int63] = None
     sdk_quarantined: Optional[_Int63] = None
