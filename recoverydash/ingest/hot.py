@@ -73,11 +73,15 @@ class HotSpan(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class HotCursor(msgspec.Struct, forbid_unknown_fields=True):
-    """:class:`.schemas.Cursor` without unknown fields."""
+    """:class:`.schemas.Cursor` without unknown fields but ``order`` (docs/ingest-v1.md: "an
+    optional order is kept"; the model keeps it as an unknown field, of any value), here a
+    string or null (UNSET when not sent, as the model has it only where sent): the observed
+    recorder's read cursors name their order."""
 
     stratum: str
     epoch: _Int63
     position: _Int63
+    order: Union[str, None, msgspec.UnsetType] = msgspec.UNSET
 
 
 class _HotEvent(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, kw_only=True):

@@ -17,6 +17,7 @@ import copy
 import json
 import random
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -69,6 +70,8 @@ def _event(rng: random.Random, i: int) -> dict:
         ev["update"] = rng.choice([0, 5])
         if rng.random() < 0.7:
             ev["fetched"] = [{"stratum": "main", "epoch": 0, "position": rng.choice([0, 99])}]
+            if rng.random() < 0.5:  # the observed recorder's cursors name their order
+                ev["fetched"][0]["order"] = rng.choice(["o1", None])
         if rng.random() < 0.3:
             ev.update(sdk_dropped=3, sdk_quarantined=0, sdk_lost_updates=[2, 4])
     return ev
@@ -128,9 +131,12 @@ def _fields(value):
     """A typed value as plain data: a pydantic model or a msgspec struct as its fields (and a
     span's kind), lists item by item."""
     if isinstance(value, BaseModel):
-        out = {name: _fields(getattr(value, name)) for name in type(value).model_fields}
+        out = {name: _fields(getattr(value, name))
+               for name in [*type(value).model_fields, *(value.__pydantic_extra__ or {})]}
     elif hasattr(type(value), "__struct_fields__"):
         out = {name: _fields(getattr(value, name)) for name in type(value).__struct_fields__}
+        if isinstance(value, hot.HotCursor) and value.order is msgspec.UNSET:
+            del out["order"]  # the model's cursor has it only where sent (an unknown field)
     elif isinstance(value, list):
         return [_fields(v) for v in value]
     else:
@@ -259,6 +265,9 @@ def test_the_sdks_events_take_the_hot_path(live_server, full_token, tmp_path, mo
         rec.consumed(4)
         rec.commit(update)
         rec.heartbeat()
+        # the observed recorder's read cursors name their order
+        client.heartbeat(update, fetched=[{"stratum": "main", "epoch": 0,
+                                           "position": 8 * update, "order": "o1"}])
     assert client.flush(10)
     rec.end("completed")
     assert client.flush(10)
