@@ -115,8 +115,10 @@ def test_a_request_frees_what_it_built_before_the_collector_runs_again(client, i
     r = post(client, ingest_token, events)
     assert r.status_code == 202 and r.json()["accepted"] == 1000
     built, left = counts
-    assert built > 10_000  # about 17 containers per event
-    assert left < built / 4  # 1,920 of 17,187 here; 18,557 when the batch is still alive
+    assert built > 10_000  # about 11 containers per event (the hot path's)
+    # Freed: 2,394 of 11,495 left on PostgreSQL, 3,715 of 11,177 on SQLite (its ORM path keeps
+    # more of its own); kept alive past the pause, more than were built (18,557 of 17,187).
+    assert left < built / 2
 
 class _Cycle:
     """An object in a reference cycle (only the cyclic collector frees it)."""
