@@ -11,13 +11,14 @@ structs take every bound from there, and ``tests/ingest/test_hot_path.py`` pins 
 against each other on random and mutated batches.
 
 What sends a body the general way: another event type anywhere in it, a field the models do
-not name (the general path keeps unknown fields), a top-level field besides ``events``, a value of another JSON type, a bound
-broken, a time that is not RFC 3339 with an offset, a span with both or neither of ``ranges``
-and ``ids``, a range with start > stop, a step < 1 or a reach over
-``RECOVERYDASH_MAX_RANGE_POSITIONS``, a rank twice in one aggregate, a NUL character or a lone
-surrogate in any string, more events than a request may carry, or JSON msgspec or orjson will
-not read. Without unknown fields every number of these types is an integer of at most 64 bits,
-so the canonical JSON is orjson's (:func:`.schemas.canonical_bytes` with ``floats=False``).
+not name (the general path keeps unknown fields; a read cursor's ``order`` is taken), a
+top-level field besides ``events``, a value of another JSON type, a bound broken, a time that
+is not RFC 3339 with an offset, a span with both or neither of ``ranges`` and ``ids``, a range
+with start > stop, a step < 1 or a reach over ``RECOVERYDASH_MAX_RANGE_POSITIONS``, a rank
+twice in one aggregate, a NUL character or a lone surrogate in any string, more events than a
+request may carry, or JSON msgspec or orjson will not read. Without unknown fields every number
+of these types is an integer of at most 64 bits, so the canonical JSON is orjson's
+(:func:`.schemas.canonical_bytes` with ``floats=False``).
 
 Cost (bench/ingest.py's body of 1,000 per-rank ``update_committed``, in-process): decoding and
 checking about 3 us per event against about 6.5 us for ``json.loads``, the models and

@@ -160,7 +160,7 @@ def assert_same_or_none(body: bytes, limit: int = LIMIT) -> bool:
     if fast is None:
         return False
     slow = _general(body)
-    assert slow is not None, f"the hot path accepted a body the general path refuses: {body[:300]!r}"
+    assert slow is not None, f"the hot path took a body the general path refuses: {body[:300]!r}"
     assert len(fast) == len(slow)
     for f, s in zip(fast, slow):
         assert (f.index, f.canonical, f.content_hash, f.manifest) == \
