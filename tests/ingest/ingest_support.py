@@ -67,3 +67,15 @@ def post(client, token: str | None, events=None, *, body: bytes | None = None,
         headers["Content-Encoding"] = encoding
     return client.generic("POST", URL, data=data, content_type=content_type, headers=headers,
                           CONTENT_TYPE=content_type)
+
+
+def json_places(value, path=()):
+    """Every ``(path, value)`` inside a JSON value, containers included (the value itself
+    first, at the path ``()``); a path is the keys and indexes leading to its value."""
+    yield path, value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from json_places(item, path + (key,))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from json_places(item, path + (i,))

@@ -11,6 +11,7 @@ from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from ingest_support import json_places
 
 from recoverydash.ingest import schemas
 from recoverydash.ingest.errors import BadRequest
@@ -74,22 +75,11 @@ def _hot_event(draw, n: int):
     return body
 
 
-def _paths(value, path=()):
-    """Every (path, value) inside a JSON value, containers included."""
-    yield path, value
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield from _paths(item, path + (key,))
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from _paths(item, path + (i,))
-
-
 @st.composite
 def _mutated(draw, body):
     """``body`` with one place replaced by another JSON value, or one key deleted."""
     body = json.loads(json.dumps(body))
-    places = list(_paths(body))[1:]
+    places = list(json_places(body))[1:]
     path, _ = draw(st.sampled_from(places))
     parent = body
     for part in path[:-1]:

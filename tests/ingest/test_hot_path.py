@@ -21,6 +21,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from ingest_support import json_places
 from pydantic import BaseModel
 
 from recoverydash.ingest import api, hot
@@ -77,20 +78,9 @@ def _event(rng: random.Random, i: int) -> dict:
     return ev
 
 
-def _places(value, path=()):
-    """Every (path, value) inside ``value``, containers included."""
-    yield path, value
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from _places(v, path + (k,))
-    elif isinstance(value, list):
-        for k, v in enumerate(value):
-            yield from _places(v, path + (k,))
-
-
 def _mutate(rng: random.Random, events: list) -> None:
     ev = rng.choice(events)
-    places = [p for p, _ in _places(ev) if p]
+    places = [p for p, _ in json_places(ev) if p]
     path = rng.choice(places)
     parent = ev
     for part in path[:-1]:
