@@ -27,7 +27,6 @@ checking about 3 us per event against about 6.5 us for ``json.loads``, the model
 
 from __future__ import annotations
 
-import hashlib
 import re
 from typing import Annotated, ClassVar, Optional, Union
 
@@ -37,11 +36,12 @@ import orjson
 from .schemas import (
     MAX_AGGREGATE_RANKS,
     MAX_I31,
-    MAX_RANGE_POSITIONS,
     MAX_U63,
     RUN_ID_PATTERN,
     ValidEvent,
+    _check_range,
     _parse_time,
+    _update_range,
     canonical_bytes,
 )
 
@@ -154,7 +154,8 @@ _DECODER = msgspec.json.Decoder(_Body)
 
 def _spans_ok(spans: list[HotSpan]) -> bool:
     """The models' span rules beyond types and bounds: exactly one of ``ranges`` and ``ids``;
-    each range with start <= stop, step >= 1 and a reach of at most MAX_RANGE_POSITIONS."""
+    each range as :func:`.schemas._check_range` takes it (start <= stop, step >= 1, a reach of
+    at most ``RECOVERYDASH_MAX_RANGE_POSITIONS``)."""
     for span in spans:
         ranges = span.ranges
         if ranges is None:
@@ -163,9 +164,11 @@ def _spans_ok(spans: list[HotSpan]) -> bool:
             continue
         if span.ids is not None:
             return False
-        for r in ranges:
-            if r[0] > r[1] or r[1] - r[0] > MAX_RANGE_POSITIONS or (len(r) == 3 and r[2] < 1):
-                return False
+        try:
+            for r in ranges:
+                _check_range(r)
+        except ValueError:
+            return False
     return True
 
 
@@ -211,9 +214,10 @@ def validate_hot(body: bytes, max_events: int) -> list[ValidEvent] | None:
                 if part.rank in seen or not _spans_ok(part.spans):
                     return None
                 seen.add(part.rank)
-        else:
-            lost = model.sdk_lost_updates
-            if lost is not None and lost[0] > lost[1]:
+        elif model.sdk_lost_updates is not None:
+            try:
+                _update_range(model.sdk_lost_updates)
+            except ValueError:
                 return None
         try:
             encoded = canonical_bytes(wire, False)
@@ -221,6 +225,5 @@ def validate_hot(body: bytes, max_events: int) -> list[ValidEvent] | None:
             return None
         if b"\\u0000" in encoded:  # a NUL character: the general path says where
             return None
-        out.append(ValidEvent(i, model, wire, encoded.decode("utf-8"),
-                              hashlib.sha256(encoded).hexdigest()))
+        out.append(ValidEvent.of(i, model, wire, encoded))
     return out

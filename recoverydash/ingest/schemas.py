@@ -553,6 +553,14 @@ class ValidEvent:
         self.content_hash = content_hash
         self.manifest = manifest
 
+    @classmethod
+    def of(cls, index: int, model: Any, body: dict, encoded: bytes,
+           manifest: ManifestV1 | None = None) -> "ValidEvent":
+        """The accepted event ``index`` from its canonical JSON ``encoded`` (UTF-8 bytes of
+        :func:`canonical_bytes`): ``content_hash`` is their sha256, in hex."""
+        return cls(index, model, body, encoded.decode("utf-8"),
+                   hashlib.sha256(encoded).hexdigest(), manifest)
+
 
 def canonical_json(body: Any, floats: bool = True) -> str:
     """Sorted keys, no spaces, non-ASCII kept: the text whose sha256 is an event's content hash.
@@ -847,15 +855,14 @@ def _event_checks(i: int, model: Any, body: dict, items: list[ErrorItem],
         return None
     try:
         encoded = canonical_bytes(body, floats)
-        text = encoded.decode("utf-8")
     except (ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
-        encoded = text = None
+        encoded = None
     # A value nested d levels holds d objects/arrays, each one "{" or "[" of the text (strings
     # may add more): an event with at most MAX_EXTRA_DEPTH of them cannot nest deeper, and the
     # walk over its wire models is skipped (the common per-rank event holds about 5), and so it
     # is for a hot event none of whose unknown fields holds one (an update_aggregate holds 5
     # per rank part).
-    if text is None or (text.count("{") + text.count("[") > MAX_EXTRA_DEPTH
+    if encoded is None or (encoded.count(b"{") + encoded.count(b"[") > MAX_EXTRA_DEPTH
                         and (manifest is not None or not _extras_flat(model))):
         deep = _too_deep_extra(manifest if manifest is not None else model, f"events[{i}]")
         if deep is None and manifest is not None:
@@ -875,7 +882,7 @@ def _event_checks(i: int, model: Any, body: dict, items: list[ErrorItem],
     if found:
         items.append(ErrorItem(i, *found))
         return None
-    return ValidEvent(i, model, body, text, hashlib.sha256(encoded).hexdigest(), manifest)
+    return ValidEvent.of(i, model, body, encoded, manifest)
 
 
 def validate_events(raw_events: Any, floats: bool = True) -> list[ValidEvent]:
