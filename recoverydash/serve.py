@@ -44,11 +44,16 @@ def main() -> int:
     import django
 
     django.setup()
+    from django.conf import settings
     from django.core.management import call_command
 
     port = int(os.environ.get("PORT", "8000"))
     host = os.environ.get("HOST", "127.0.0.1")
     call_command("migrate", interactive=False, verbosity=0)
+    from recoverydash.dashboard.staticfiles import collect_if_changed
+
+    if collect_if_changed():  # hashed, compressed static files (once per change of them)
+        print(f"recoverydash: static files collected into {settings.STATIC_ROOT}", flush=True)
     cmds = commands(port, host)
     procs = {name: subprocess.Popen(cmd) for name, cmd in cmds.items()}
     print(f"recoverydash: web on http://{host}:{port}/ with a worker and beat "

@@ -262,20 +262,26 @@ try:  # WhiteNoise expects the folder; `collectstatic` fills it for production
     STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 except OSError:
     pass
-from importlib.util import find_spec  # noqa: E402
-
+STATICFILES_DIRS = [BASE_DIR / "static"]
 # plotly.js is served from the installed plotly package (static/vendor/plotly/plotly.min.js): the
 # dashboard never loads anything from a CDN.
-STATICFILES_DIRS = [
-    BASE_DIR / "static",
-    ("vendor/plotly", Path(find_spec("plotly").submodule_search_locations[0]) / "package_data"),
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "recoverydash.dashboard.staticfiles.PlotlyFinder",
 ]
+# Collected files carry a hash of their content in their name and a gzip (and, with the brotli
+# package, a brotli) copy; WhiteNoise serves those names cached for ever (recoverydash.dashboard.
+# staticfiles: `make serve` and the demo collect when the sources changed).
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    "staticfiles": {"BACKEND": "recoverydash.dashboard.staticfiles.StaticStorage"},
 }
-# Serve from the finders too, so `make serve` works without collectstatic.
+# Serve from the finders too, so a server works before anything was collected (uncompressed).
 WHITENOISE_USE_FINDERS = True
+# only the hashed names are kept in STATIC_ROOT (the finders serve the plain ones): each file is
+# compressed once
+WHITENOISE_KEEP_ONLY_HASHED_FILES = True
 
 # --- Celery -------------------------------------------------------------------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
