@@ -254,6 +254,8 @@ def setup_instance(base: Path, runs: list[Scenario], s3: S3Mode | None = None) -
         shutil.rmtree(base)
     (base / "ckpt").mkdir(parents=True)
     os.environ["RECOVERYDASH_VAR_DIR"] = str(var)
+    # the collected static files outlive the demo's fresh instance: compressed once per change
+    os.environ.setdefault("STATIC_ROOT", str(REPO / "var" / "staticfiles"))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "recoverydash.settings")
     os.environ.pop("DATABASE_URL", None)
     os.environ.pop("CELERY_BROKER_URL", None)
@@ -267,6 +269,11 @@ def setup_instance(base: Path, runs: list[Scenario], s3: S3Mode | None = None) -
     from recoverydash.storage.models import StorageLocation
 
     call_command("migrate", interactive=False, verbosity=0)
+    from recoverydash.dashboard.staticfiles import collect_if_changed
+
+    if collect_if_changed():
+        say(f"static files collected (hashed names, gzip and brotli copies) into "
+            f"{os.environ['STATIC_ROOT']}")
     password = "demo-" + secrets.token_urlsafe(6)
     user = get_user_model().objects.create_superuser("demo", "demo@example.invalid", password)
     project = Project.objects.create(name="demo")
@@ -476,6 +483,20 @@ def expectation(s: Scenario) -> list[str]:
     return out
 
 
+def manage_prefix(var: Path) -> str:
+    """The command prefix that runs ``manage.py`` against this demo's database (its settings
+    read ``RECOVERYDASH_VAR_DIR``; without it ``manage.py`` opens another, empty database): the
+    var dir and the interpreter relative to the repository when they are inside it."""
+    def short(path: Path) -> str:
+        path = Path(path).absolute()
+        try:
+            return str(path.relative_to(REPO))
+        except ValueError:
+            return str(path)
+
+    return f"RECOVERYDASH_VAR_DIR={short(var)} {short(Path(sys.executable))} manage.py"
+
+
 def run_pages(url: str, runs: list[Scenario]) -> dict:
     """run_id -> the dashboard page of the run."""
     try:
@@ -606,6 +627,9 @@ def main() -> int:
               f"({elapsed:.0f} s)")
         print(f"dashboard: {url}/   login: {inst['user']} / {inst['password']}")
         print(f"API token (ingest, read): {inst['token']}")
+        prefix = manage_prefix(inst["var"])
+        print(f"manage.py on this demo's database (run from {REPO}): {prefix} <command>, e.g.\n"
+              f"  {prefix} add_location --project demo --uri file:///path/to/ckpt")
         if os.environ.get("DEMO_EXIT") == "1":
             return 0 if ok else 1
         print("serving until Ctrl-C", flush=True)
