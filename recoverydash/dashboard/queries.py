@@ -197,6 +197,12 @@ class FleetPage:
     view: str
 
     @property
+    def hidden(self) -> int:
+        """Runs matching the filters (a search included) that this view does not list: those
+        the "needs attention" view leaves out because they need none; 0 in the "all" view."""
+        return self.all_runs - self.total if self.view == "attention" else 0
+
+    @property
     def first_index(self) -> int:
         return (self.page - 1) * FLEET_PAGE_SIZE + 1 if self.total else 0
 
@@ -496,6 +502,11 @@ class GenerationDetail:
     #: notes of the stored analysis that change no status (``optimizer_stateless``,
     #: ``data_position_unknown``, ...)
     notes: list = field(default_factory=list)
+    #: components the run's contract requires (``required_components``) that no object of the
+    #: generation carries, when it is rejected with ``component_missing``
+    #: (``recovery.generations.components_without_object``)
+    contract_missing: list = field(default_factory=list)
+    required_components: list = field(default_factory=list)   # the run's contract's list
 
     @property
     def manifest_json(self) -> str:
@@ -562,10 +573,19 @@ def generation_detail(run, generation_id: str) -> GenerationDetail:
     stored = next((g for g in ((analysis.result or {}).get("generations") or []
                                if analysis is not None else [])
                    if g.get("generation_id") == generation_id), {})
+    reasons = list(gen.reasons or [])
+    required_by_contract = contract_of(run)["required_components"]
+    contract_missing = []
+    if any(r.get("code") == "component_missing" for r in reasons):
+        from recoverydash.recovery.generations import components_without_object
+
+        contract_missing = components_without_object(manifest, required_by_contract)
     return GenerationDetail(generation=gen, shards=shards, components=components, objects=objects,
-                            reasons=list(gen.reasons or []),
+                            reasons=reasons,
                             problems=sum(1 for o in objects if o.check_status != "ok"),
-                            notes=list(stored.get("notes") or []))
+                            notes=list(stored.get("notes") or []),
+                            contract_missing=contract_missing,
+                            required_components=required_by_contract)
 
 
 # --- restart page ---------------------------------------------------------------------------------

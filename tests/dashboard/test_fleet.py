@@ -105,3 +105,30 @@ def test_it_keeps_drill_runs_out_of_the_attention_order(owner_client, fleet, pro
     assert "0-drill" not in ids(owner_client.get("/"))
     everything = ids(owner_client.get("/", {"view": "all"}))
     assert everything[0] == "c-critical" and everything[-1] == "0-drill"
+
+
+def test_a_search_in_needs_attention_says_how_many_matching_runs_the_view_hides(owner_client,
+                                                                               project):
+    make(project, "team-x-critical", alerts=["critical"], health="failing")
+    make(project, "team-x-calm-1")
+    make(project, "team-x-calm-2")
+    make(project, "other-calm")
+    r = owner_client.get("/?q=team-x")
+    assert ids(r) == ["team-x-critical"]
+    html = r.content.decode()
+    assert 'data-hidden="2"' in html
+    assert "2 more runs matching “team-x” need no attention and are not listed in this view" in html
+    assert "Show all 3 matching runs" in html and "view=all" in html
+    r = owner_client.get("/?q=team-x&view=all")  # the same search in the other view finds all
+    assert sorted(ids(r)) == ["team-x-calm-1", "team-x-calm-2", "team-x-critical"]
+    assert "data-hidden" not in r.content.decode()
+
+
+def test_a_search_whose_runs_all_need_no_attention_names_them_in_the_empty_view(owner_client,
+                                                                               project):
+    make(project, "team-x-calm-1")
+    make(project, "other-critical", alerts=["critical"], health="failing")
+    html = owner_client.get("/?q=calm").content.decode()
+    assert 'data-hidden="1"' in html
+    assert "None of the 1 run matching “calm”" in html and "this view hides it" in html
+    assert "Show the 1 matching run" in html
