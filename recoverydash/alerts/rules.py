@@ -93,8 +93,8 @@ RULES: dict[str, Rule] = {
                                       "{n} restarts resumed from a state that is not restorable "
                                       "(attempts {subjects})"),
     "dataset_version_changed": Rule(True, "restart",
-                                    "{n} restarts changed the dataset version "
-                                    "(attempts {subjects})"),
+                                    "{n} restarts changed the dataset version"
+                                    "{details} (attempts {subjects})"),
     "world_size_changed": Rule(True, "restart",
                                "{n} restarts changed the world size (attempts {subjects})"),
     # subjects "attempt:generation" (docs/ingest-v1.md#restore_failed)
@@ -345,9 +345,14 @@ def conditions(result: dict, contract: dict, *, now: datetime, first_event_at: d
                 f"Attempt {attempt} resumed from {r.get('resumed_from') or 'an unknown state'}, "
                 "which is not a restorable generation."))
         if "dataset_version_changed" in codes:
+            # the finding's detail names both versions (recovery.restarts: "dataset_version
+            # 'v1' -> 'v2'")
+            change = next(f.get("detail") or "" for f in r["findings"]
+                          if f["code"] == "dataset_version_changed")
             found.append(Condition("dataset_version_changed", attempt, "warning",
                                    f"Attempt {attempt} runs on another dataset version than the "
-                                   "lineage it resumed."))
+                                   f"lineage it resumed" + (f": {change}." if change else "."),
+                                   detail=change))
         if "world_size_changed" in codes:
             found.append(Condition(
                 "world_size_changed", attempt, "info",

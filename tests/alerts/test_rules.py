@@ -118,6 +118,24 @@ def test_it_fires_restart_findings():
                              ("world_size_changed", "1", "info")]
 
 
+def test_dataset_version_changed_says_which_version_the_restart_changed_to():
+    from recoverydash.alerts.rules import group_summary
+
+    findings = [{"code": "dataset_version_changed", "detail": "dataset_version 'v1' -> 'v2'"}]
+    res = result(restarts=[restart(findings=findings)])
+    found = [c for c in conditions(res, DEFAULT_CONTRACT, now=T0, first_event_at=T0,
+                                   last_received_at=T0, ended=False)
+             if c.rule == "dataset_version_changed"]
+    assert [c.summary for c in found] == [
+        "Attempt 1 runs on another dataset version than the lineage it resumed: "
+        "dataset_version 'v1' -> 'v2'."]
+    items = [{"subject": s, "severity": "warning", "summary": "", "detail": d} for s, d in
+             (("1", "dataset_version 'v1' -> 'v2'"), ("2", "dataset_version 'v2' -> 'v3'"))]
+    assert group_summary("dataset_version_changed", items) == (
+        "2 restarts changed the dataset version: dataset_version 'v1' -> 'v2', "
+        "dataset_version 'v2' -> 'v3' (attempts 1, 2)")
+
+
 def test_it_fires_run_silent_and_not_for_an_ended_run(settings):
     settings.RECOVERYDASH_RUN_SILENT_S = 60
     now = T0 + timedelta(minutes=5)
