@@ -96,6 +96,19 @@ def shard_missing(gen: GenerationRecord, manifest: dict) -> Reason | None:
         if missing else None
 
 
+def components_without_object(manifest: dict, components) -> list:
+    """The names among ``components`` that no object of ``manifest`` carries (an object carries
+    its ``component``, or each of its ``components`` when it names several), in the given order:
+    the "no object for component X" part of :func:`component_missing`."""
+    carried = {c for o in manifest.get("objects") or [] for c in _held(o)}
+    return [c for c in dict.fromkeys(components) if c not in carried]
+
+
+def _held(o: dict) -> list:
+    many = o.get("components")
+    return list(many) if isinstance(many, list) and many else [o.get("component")]
+
+
 def component_missing(manifest: dict, required_components) -> Reason | None:
     """Components of the contract's ``required_components`` or of the manifest's ``components``
     with no object; and a component carried by more than half of the required shards (at least
@@ -103,14 +116,11 @@ def component_missing(manifest: dict, required_components) -> Reason | None:
     holds several components (a Lightning ``.ckpt``) names them all in ``components`` (an
     extension of docs/ingest-v1.md#objects-and-shards) and carries each of them."""
     objects = manifest.get("objects") or []
-
-    def held(o: dict) -> list:
-        many = o.get("components")
-        return list(many) if isinstance(many, list) and many else [o.get("component")]
-
+    held = _held
     carried = {c for o in objects for c in held(o)}
-    needed = list(dict.fromkeys(list(required_components) + list(manifest.get("components") or [])))
-    problems = [f"no object for component {c}" for c in needed if c not in carried]
+    needed = list(required_components) + list(manifest.get("components") or [])
+    problems = [f"no object for component {c}"
+                for c in components_without_object(manifest, needed)]
     shards = list(manifest.get("required_shards") or [])
     held_by: dict = {}  # one pass over the objects (not one per required shard)
     for o in objects:

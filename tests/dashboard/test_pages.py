@@ -65,6 +65,29 @@ def test_generation_page_lists_shards_components_objects_and_reasons(owner_clien
     assert "object_missing" in bad and "no such file" in bad
 
 
+def test_generation_page_names_the_contract_setting_of_a_missing_required_component(
+        owner_client, known_run):
+    from recoverydash.runs.models import Generation
+
+    gen = Generation.objects.get(run=known_run, generation_id="g1250")
+    gen.manifest = {**gen.manifest, "objects": [o for o in gen.manifest["objects"]
+                                                if o["component"] != "scheduler"]}
+    gen.status = "rejected"
+    gen.reasons = [{"code": "component_missing", "detail": "no object for component scheduler"}]
+    gen.save()
+    url = reverse("generation", args=[known_run.project.name, known_run.run_id, "g1250"])
+    html = owner_client.get(url).content.decode()
+    assert ("The run's contract requires <code>scheduler</code> in every generation (its setting "
+            "<code>required_components</code>: model, optimizer, scheduler, rng, data_progress)"
+            in html)
+    assert "If the trainer has no LR scheduler, nothing is missing" in html
+    assert reverse("run_contract", args=[known_run.project.name, known_run.run_id]) in html
+    # a generation rejected for another reason says nothing of the contract
+    other = owner_client.get(reverse("generation", args=[known_run.project.name,
+                                                         known_run.run_id, "g1255"]))
+    assert "contract-missing" not in other.content.decode()
+
+
 def test_generation_page_shows_the_notes_that_change_no_status(owner_client, known_run):
     from recoverydash.runs.models import Analysis
     analysis = Analysis.objects.get(run=known_run)
