@@ -1,5 +1,6 @@
-"""The documentation pages (docs/definitions.md, docs/ingest-v1.md served at /docs/<page>/) and the
-links from every figure of the dashboard to the paragraph that defines it."""
+"""The documentation pages (every docs/**/*.md served at /docs/<page>/, docs/index.md at /docs/),
+the links between them, and the links from every figure of the dashboard to the paragraph that
+defines it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import unicodedata
 from pathlib import Path
 
 import pytest
+from django.test import Client
 from django.urls import reverse
 
 from recoverydash.dashboard import docs
@@ -31,7 +33,7 @@ def github_slug(heading: str) -> str:
 
 def headings(name: str) -> list[str]:
     """The text of every Markdown heading of a docs page (inline code marks dropped)."""
-    source = (docs.docs_dir() / docs.PAGES[name][0]).read_text()
+    source = (docs.docs_dir() / docs.pages()[name][0]).read_text()
     source = re.sub(r"```.*?```", "", source, flags=re.DOTALL)
     found = re.finditer(r"^#{1,6} (.+?)\s*$", source, re.MULTILINE)
     return [m.group(1).replace("`", "") for m in found]
@@ -68,7 +70,7 @@ def test_the_definitions_have_every_promised_anchor():
     assert set(PROMISED) <= docs.definition_anchors()
 
 
-@pytest.mark.parametrize("name", sorted(docs.PAGES))
+@pytest.mark.parametrize("name", sorted(docs.pages()))
 def test_heading_ids_are_the_github_anchors_and_unique(name):
     """A link such as docs/definitions.md#replayed works on GitHub and on the served page alike."""
     page = docs.render_page(name)
@@ -77,29 +79,61 @@ def test_heading_ids_are_the_github_anchors_and_unique(name):
     assert ids == [github_slug(h) for h in headings(name)]
 
 
-@pytest.mark.parametrize("name", sorted(docs.PAGES))
-def test_every_link_between_the_pages_lands_on_a_heading(name):
-    source = (docs.docs_dir() / docs.PAGES[name][0]).read_text()
-    for target, anchor in re.findall(r"\]\(([\w.-]*\.md)?#([\w-]+)\)", source):
-        other = next((n for n, (file, _) in docs.PAGES.items() if file == target), name)
-        assert anchor in docs.render_page(other).anchors, (name, target, anchor)
+def markdown_links(text: str) -> list[str]:
+    """The targets of the inline links and images of a Markdown text, code left out."""
+    text = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    return re.findall(r"\]\(([^)\s]+)\)", text)
 
 
-def test_the_code_and_readmes_cite_only_anchors_that_exist():
-    """Docstrings, comments and READMEs cite ``docs/definitions.md#<anchor>`` and
-    ``docs/ingest-v1.md#<section>``; each must be a heading of that page."""
-    pages = {file: name for name, (file, _) in docs.PAGES.items()}
-    sources = [REPO / "README.md"]
-    for folder in ("recoverydash", "workers", "tests", "bench", "examples", "templates"):
-        sources += [p for p in (REPO / folder).rglob("*") if p.suffix in (".py", ".md", ".html")]
-    cited = set()
-    for path in sources:
-        for file, anchor in re.findall(r"docs/(definitions\.md|ingest-v1\.md)#([\w-]+)",
-                                       path.read_text()):
-            cited.add((pages[file], anchor, str(path.relative_to(REPO))))
-    assert cited
-    missing = [c for c in cited if c[1] not in docs.render_page(c[0]).anchors]
-    assert not missing, sorted(missing)
+def test_every_page_is_linked_from_the_index_and_the_index_comes_first():
+    names = list(docs.pages())
+    assert names[0] == docs.INDEX
+    index = (docs.docs_dir() / "index.md").read_text()
+    linked = {docs.resolve_link("index.md", t)[1] for t in markdown_links(index)
+              if docs.resolve_link("index.md", t)}
+    assert set(names) - {docs.INDEX} <= linked, sorted(set(names) - linked - {docs.INDEX})
+    assert {"trainer-guide", "operator-guide", "integrations/hf", "integrations/lightning",
+            "integrations/torchdata", "integrations/plain-loops", "ingest-v1", "definitions",
+            "formats", "benchmarks"} <= set(names)
+
+
+@pytest.mark.parametrize("name", sorted(docs.pages()))
+def test_every_relative_link_of_a_page_lands_on_a_page_heading_or_file(name):
+    """Relative links between the files (``../definitions.md#replayed``, ``#restoring``,
+    ``drills-page.png``) resolve to a page and one of its headings, or to a file under docs/:
+    the same links mkdocs checks with --strict, and the dashboard rewrites."""
+    file = docs.pages()[name][0]
+    for target in markdown_links((docs.docs_dir() / file).read_text()):
+        where = docs.resolve_link(file, target)
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        assert where is not None, (name, target, "a link outside docs/: use a code span")
+        kind, to, anchor = where
+        if kind == "page":
+            assert to in docs.pages(), (name, target)
+            assert not anchor or anchor in docs.render_page(to).anchors, (name, target)
+        else:
+            assert (docs.docs_dir() / to).is_file(), (name, target)
+
+
+def test_the_readme_and_contributing_link_only_files_and_headings_that_exist():
+    for source in ("README.md", "CONTRIBUTING.md"):
+        path = REPO / source
+        if not path.exists():
+            continue
+        for target in markdown_links(path.read_text()):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            file, _, anchor = target.partition("#")
+            if not file:
+                assert anchor in {github_slug(h) for h in re.findall(
+                    r"^#{1,6} (.+?)\s*$", re.sub(r"```.*?```", "", path.read_text(),
+                                                 flags=re.DOTALL), re.MULTILINE)}, (source, target)
+                continue
+            assert (REPO / file).exists(), (source, target)
+            if anchor and file.startswith("docs/") and file.endswith(".md"):
+                assert anchor in docs.render_page(file[len("docs/"):-3]).anchors, (source, target)
 
 
 @pytest.mark.django_db
@@ -128,7 +162,8 @@ def test_the_docs_pages_need_sign_in_and_unknown_pages_are_404(client, owner):
 @pytest.mark.django_db
 def test_the_figures_of_the_run_restart_and_generation_pages_link_their_definitions(
         owner_client, known_run):
-    run = owner_client.get(reverse("run", args=[known_run.project.name, known_run.run_id])).content.decode()
+    names = [known_run.project.name, known_run.run_id]
+    run = owner_client.get(reverse("run", args=names)).content.decode()
     for anchor in ("health", "restorable", "seconds-since-last-restorable", "updates-at-risk",
                    "verdict", "replayed", "omitted", "recomputed", "lost-seconds",
                    "recovery-seconds", "goodput", "mtbf", "save-cost", "young-interval",
@@ -136,10 +171,39 @@ def test_the_figures_of_the_run_restart_and_generation_pages_link_their_definiti
                    "omission-rate", "generation-status"):
         assert f'href="/docs/definitions/#{anchor}"' in run, anchor
     assert 'aria-label="Definition of replayed"' in run
-    restart = owner_client.get(reverse("restart", args=[known_run.project.name, known_run.run_id, 1])).content.decode()
+    restart = owner_client.get(reverse("restart", args=[*names, 1])).content.decode()
     for anchor in ("expected-cursor", "resume-cursor", "lost-updates", "restart-findings"):
         assert f'href="/docs/definitions/#{anchor}"' in restart, anchor
-    generation = owner_client.get(reverse("generation", args=[known_run.project.name, known_run.run_id, "g1250"]))
+    generation = owner_client.get(reverse("generation", args=[*names, "g1250"]))
     assert 'href="/docs/definitions/#generation-status"' in generation.content.decode()
     footer = owner_client.get("/").content.decode()
     assert 'numbers defined in <a href="/docs/definitions/">Definitions</a>' in footer
+
+
+@pytest.mark.django_db
+def test_the_index_a_page_in_a_subfolder_and_their_links_are_served(owner_client):
+    index = owner_client.get("/docs/")
+    assert index.status_code == 200
+    html = index.content.decode()
+    assert '<h1 id="recoverydash-documentation">' in html
+    # the index's links go to the served pages, subfolders included
+    assert 'href="/docs/integrations/hf/"' in html and 'href="/docs/trainer-guide/"' in html
+    assert owner_client.get("/docs/index/")["Location"] == "/docs/"
+    hf = owner_client.get("/docs/integrations/hf/").content.decode()
+    assert '<h1 id="hf-transformers-trainer">' in hf
+    # ../trainer-guide.md#attempt-numbers from docs/integrations/hf.md
+    assert 'href="/docs/trainer-guide/#attempt-numbers"' in hf
+    # the side list names every page, the subfolder's indented
+    assert '<li class="docs-sub"><a href="/docs/integrations/hf/" aria-current="page">' in hf
+
+
+@pytest.mark.django_db
+def test_the_images_of_the_pages_are_served_and_nothing_else_under_docs(owner_client):
+    guide = owner_client.get("/docs/trainer-guide/").content.decode()
+    assert 'src="/docs-files/drills-page.png"' in guide
+    image = owner_client.get("/docs-files/drills-page.png")
+    assert image.status_code == 200 and image["Content-Type"] == "image/png"
+    assert b"".join(image.streaming_content)[:8] == b"\x89PNG\r\n\x1a\n"
+    for path in ("definitions.md", "../pyproject.toml", "nope.png", "../static/x.png"):
+        assert owner_client.get(f"/docs-files/{path}").status_code == 404, path
+    assert Client().get("/docs-files/drills-page.png").status_code == 302  # sign-in first
