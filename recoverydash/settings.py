@@ -93,7 +93,7 @@ SECRET_KEY = _secret
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
 
-# --- HTTPS (README "Configuration"; .env.example has the production values) ------------------------
+# --- HTTPS (docs/operator-guide.md "Configuration"; .env.example has the production values) ---
 SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", False)
 CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", False)
 SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", False)

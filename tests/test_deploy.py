@@ -66,8 +66,9 @@ def test_it_mounts_the_trainers_checkpoints_read_only_into_web_and_worker():
                          "target": "/data/ckpt", "read_only": True,
                          "bind": {"create_host_path": True}}, name
     assert "volumes" not in services["migrate"]
-    # the README says how to declare it, mapping the trainers' path to the mount
-    readme = (REPO / "README.md").read_text()
+    # the README and the operator guide say how to declare it, mapping the trainers' path to
+    # the mount
+    readme = (REPO / "README.md").read_text() + (REPO / "docs" / "operator-guide.md").read_text()
     assert "--uri file:///data/ckpt --trainer-uri file:///mnt/ckpt" in readme
     assert "CHECKPOINTS_DIR" in (REPO / ".env.example").read_text()
 

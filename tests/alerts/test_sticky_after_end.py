@@ -1,7 +1,7 @@
 """Facts about a past restart (event rules: restart_replay, restart_omission,
 resumed_from_unrestorable, restore_failed, ...) stay open until a person resolves them, also once
 the run has ended; conditions about the run now (checkpoint_stale, run_silent) resolve when it
-ends (README 'Alerts and webhooks', docs/definitions.md#alert-rules)."""
+ends (docs/operator-guide.md 'Alerts and webhooks', docs/definitions.md#alert-rules)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """``manage.py apply_config FILE [--dry-run] [--prune]``: make projects' webhook endpoints,
 storage locations and run contracts what a YAML file says (configuration kept in git).
 
-The file (README "Configuration as code" shows a whole one)::
+The file (docs/operator-guide.md "Configuration as code" shows a whole one)::
 
     projects:
       - name: vision                 # created if it does not exist
@@ -110,7 +110,8 @@ class Command(BaseCommand):
     help = "Make projects' webhooks, storage locations and run contracts what a YAML file says."
 
     def add_arguments(self, parser):
-        parser.add_argument("file", help="YAML file (see the README: Configuration as code)")
+        parser.add_argument("file",
+                            help="YAML file (see docs/operator-guide.md: Configuration as code)")
         parser.add_argument("--dry-run", action="store_true",
                             help="print what would change, write nothing")
         parser.add_argument("--prune", action="store_true",
