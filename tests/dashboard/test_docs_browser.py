@@ -36,7 +36,7 @@ def test_the_question_mark_beside_replayed_opens_its_definition(browser, live_se
         == "sticky"
     page.evaluate("window.scrollTo(0, 0)")
     shoot(page, "docs-definitions")
-    page.click(".docs-pages >> text=Wire contract v1")
+    page.click(".docs-pages >> text=Wire contract, version 1")
     page.wait_for_url(f"{live_server.url}/docs/ingest-v1/")
     assert page.locator("h3#restore-plan").count() == 1
     shoot(page, "docs-ingest-v1")
