@@ -329,15 +329,16 @@ def conditions(result: dict, contract: dict, *, now: datetime, first_event_at: d
         attempt = str(r["attempt"])
         codes = {f["code"] for f in r.get("findings", [])}
         if r.get("verdict") != "unverified":
+            unit = "tokens" if r.get("units") == "tokens" else "positions"
             if r["replayed"] > int(contract["max_replay_samples"]):
                 found.append(Condition(
                     "restart_replay", attempt, "critical",
-                    f"Attempt {attempt} replayed {r['replayed']:,} committed positions "
+                    f"Attempt {attempt} replayed {r['replayed']:,} committed {unit} "
                     f"(contract allows {int(contract['max_replay_samples']):,})."))
             if r["omitted"] > int(contract["max_omission_samples"]):
                 found.append(Condition(
                     "restart_omission", attempt, "critical",
-                    f"Attempt {attempt} skipped {r['omitted']:,} positions that were never "
+                    f"Attempt {attempt} skipped {r['omitted']:,} {unit} that were never "
                     f"trained on (contract allows {int(contract['max_omission_samples']):,})."))
         if "resumed_from_unrestorable" in codes:
             found.append(Condition(

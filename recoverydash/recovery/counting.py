@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 
 from pyroaring import BitMap64
 
+SAMPLES, TOKENS, MIXED = "samples", "tokens", "mixed"
+"""The units of a stratum's positions (docs/definitions.md#units): a sample (the default) or a
+token of a packed stream (``sampler.units``); ``MIXED`` names a sum over strata of both."""
+
 
 def below(bitmap: BitMap64, position: int) -> int:
     """How many elements of ``bitmap`` are below ``position``."""
@@ -66,6 +70,7 @@ class StratumCount:
     distinct: int = 0
     duplicates: int = 0
     omissions: int = 0
+    units: str = SAMPLES
 
     @property
     def duplicate_rate(self) -> float:
@@ -83,7 +88,17 @@ class StratumCount:
     def to_dict(self) -> dict:
         return {"stratum": self.stratum, "consumed": self.consumed,
                 "duplicates": self.duplicates, "omissions": self.omissions,
-                "duplicate_rate": self.duplicate_rate, "omission_rate": self.omission_rate}
+                "duplicate_rate": self.duplicate_rate, "omission_rate": self.omission_rate,
+                "units": self.units}
+
+
+def units_of(units: list[str]) -> str:
+    """docs/definitions.md#units: the unit of a count summed over strata of ``units`` (one
+    entry per stratum): that unit when they agree (``SAMPLES`` for none), else ``MIXED``."""
+    found = set(units)
+    if len(found) > 1:
+        return MIXED
+    return found.pop() if found else SAMPLES
 
 
 def duplicates(count: KeyCount) -> int:
@@ -172,7 +187,9 @@ def count_strata(view, lineage) -> list[StratumCount]:
     out: dict = {}
     for key, count in counts.items():
         stratum, epoch, _order = key
-        row = out.setdefault(stratum, StratumCount(stratum))
+        row = out.get(stratum)
+        if row is None:
+            row = out[stratum] = StratumCount(stratum, units=view.units(stratum))
         row.consumed += count.consumed
         row.distinct += count.distinct
         row.duplicates += duplicates(count)

@@ -23,7 +23,16 @@ from dataclasses import dataclass, field
 from pyroaring import BitMap64
 
 from .costs import clamp_duration
-from .counting import HASHED_IDS, INTEGER_IDS, KeyCount, below, epoch_tail, stratum_kind
+from .counting import (
+    HASHED_IDS,
+    INTEGER_IDS,
+    SAMPLES,
+    KeyCount,
+    below,
+    epoch_tail,
+    stratum_kind,
+    units_of,
+)
 from .generations import Reason
 from .ledger import COORDINATOR_RANK
 from .lineage import Resume, cursor_of
@@ -50,12 +59,15 @@ class Restart:
     recovery_seconds: float | None
     verdict: str
     findings: list = field(default_factory=list)
+    #: the unit of replayed, omitted and recomputed (docs/definitions.md#units): that of the
+    #: strata k consumed, ``"mixed"`` when they differ
+    units: str = SAMPLES
 
     def to_dict(self) -> dict:
         out = {name: getattr(self, name) for name in (
             "attempt", "resumed_from", "resumed_update", "world_size_before", "world_size_after",
             "expected_cursor", "resume_cursor", "replayed", "omitted", "recomputed",
-            "lost_updates", "lost_seconds", "recovery_seconds", "verdict")}
+            "lost_updates", "lost_seconds", "recovery_seconds", "verdict", "units")}
         out["findings"] = [f.to_dict() for f in self.findings]
         return out
 
@@ -432,4 +444,5 @@ def analyse_restart(view, number: int, before: int, status_of) -> Restart:
         lost_seconds=lost,
         recovery_seconds=recovery,
         verdict=verdict(replay_count, omission_count, committed, resume.kind != "untracked"),
-        findings=findings)
+        findings=findings,
+        units=units_of([view.units(s) for s in sorted({key[0] for key in own})]))

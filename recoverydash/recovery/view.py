@@ -7,6 +7,7 @@ analysis.
 """
 from __future__ import annotations
 
+from .counting import SAMPLES, TOKENS
 from .inputs import AttemptRecord, RunInput
 from .ledger import Ledger
 from .lineage import Lineage, Segment, generation_writer, lineage_counts, lineage_floors, lineage_frontier, lineage_of, \
@@ -62,6 +63,7 @@ class RunView:
         self._lineages: dict = {}
         self._counts: dict = {}
         self._lengths: dict = {}
+        self._units: dict = {}
 
     @property
     def id_strata(self) -> set:
@@ -180,6 +182,21 @@ class RunView:
                     break
             self._lengths[stratum] = length
         return self._lengths[stratum]
+
+    def units(self, stratum: str) -> str:
+        """The unit of ``stratum``'s positions (docs/definitions.md#units): ``"tokens"`` or
+        ``"samples"``, from the newest attempt whose ``sampler.units`` names the stratum;
+        ``"samples"`` when none does."""
+        found = self._units.get(stratum)
+        if found is None:
+            found = SAMPLES
+            for record in reversed(self.attempts.values()):
+                declared = (record.sampler or {}).get("units") or {}
+                if isinstance(declared, dict) and stratum in declared:
+                    found = TOKENS if declared[stratum] == TOKENS else SAMPLES
+                    break
+            self._units[stratum] = found
+        return found
 
     def global_batch(self, lineage: Lineage, key: tuple) -> int | None:
         """The global batch (samples per update, :meth:`.inputs.AttemptRecord.global_batch`)

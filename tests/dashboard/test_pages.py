@@ -236,3 +236,24 @@ def test_the_run_page_shows_exactly_the_cores_numbers_for_scenario_s2(
     rates = figures["strata"]["data"]
     assert rates[0]["y"] == [100.0 * stratum["duplicate_rate"]]
     assert rates[1]["y"] == [100.0 * stratum["omission_rate"]]
+
+
+def test_the_run_and_restart_pages_say_tokens_for_a_token_stratum(owner_client, known_run):
+    """docs/definitions.md#units: the core's ``units`` of a restart and of a stratum is what the
+    pages call its counts."""
+    from recoverydash.runs.models import Analysis
+
+    analysis = Analysis.objects.get(run=known_run)
+    analysis.result["restarts"][-1]["units"] = "tokens"
+    for row in analysis.result["strata"]:
+        row["units"] = "tokens"
+    analysis.save()
+    args = [known_run.project.name, known_run.run_id]
+    html = without_definition_links(owner_client.get(reverse("run", args=args)).content.decode())
+    assert "<strong>48</strong> omitted, <strong>0</strong> replayed, 0 recomputed tokens." in html
+    assert '<span class="muted units">(tokens)</span>' in html
+    page = without_definition_links(owner_client.get(
+        reverse("restart", args=[*args, known_run.attempts.order_by("attempt").last().attempt]))
+        .content.decode())
+    assert "omitted tokens" in page and "replayed tokens" in page
+    assert "omitted positions" not in page

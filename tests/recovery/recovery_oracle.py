@@ -278,8 +278,18 @@ class Model:
             row["duplicate_rate"] = row["duplicates"] / row["consumed"] if row["consumed"] else 0.0
             total = row["omissions"] + distinct
             row["omission_rate"] = row["omissions"] / total if total else 0.0
+            row["units"] = self.units(s)
             out.append(row)
         return out
+
+    def units(self, stratum):
+        """docs/definitions.md#units: the newest attempt's declared unit, else samples."""
+        for a in sorted(self.attempts, reverse=True):
+            record = self.attempts[a]
+            declared = ((record.sampler if record else None) or {}).get("units") or {}
+            if stratum in declared:
+                return "tokens" if declared[stratum] == "tokens" else "samples"
+        return "samples"
 
     def frontiers(self, counts):
         return {key: max(c) + 1 for key, c in counts.items() if c}

@@ -124,6 +124,65 @@ def test_it_applies_the_epoch_tail_rule(length, batch, omissions):
     assert row.omission_rate == omissions / (omissions + 154)
 
 
+def token_run(resume_at, with_samples_stratum=False):
+    """docs/definitions.md#units: a packed stream of 512-token sequences (stratum ``text``, units
+    tokens), one update per sequence; a generation at update 2 (cursor 1,024 tokens); attempt 1
+    resumes from it with its stream at ``resume_at``; beside it, optionally, a samples stratum
+    ``img`` of 4 samples per update."""
+    def spans(start, update):
+        out = [{"stratum": "text", "epoch": 0, "ranges": [[start, start + 512]]}]
+        if with_samples_stratum:
+            out.append({"stratum": "img", "epoch": 0, "ranges": [[(update - 1) * 4, update * 4]]})
+        return out
+    ledger = [LedgerRecord(0, u, 0, float(u), spans((u - 1) * 512, u)) for u in (1, 2, 3)]
+    ledger += [LedgerRecord(1, 3 + i, 0, 100.0 + i, spans(resume_at + i * 512, 3 + i))
+               for i in range(2)]
+    sampler = {"units": {"text": "tokens"}, "epoch_length": {"text": 100_000}}
+    cursor = [{"stratum": "text", "epoch": 0, "position": 1024}]
+    if with_samples_stratum:
+        cursor.append({"stratum": "img", "epoch": 0, "position": 8})
+    objects = [{"uri": f"file:///c/g2/rank0/{c}", "shard": "rank0", "component": c, "size": 1,
+                "sha256": hashlib.sha256(c.encode()).hexdigest()} for c in COMPONENTS]
+    manifest = {"schema_revision": 1, "generation_id": "g2", "update": 2, "world_size": 1,
+                "required_shards": ["rank0"], "components": COMPONENTS, "objects": objects,
+                "data_progress": {"cursor": cursor}, "dataset_version": "ds",
+                "committed_at": None}
+    gen = GenerationRecord("g2", 0, 2, started_at=2.0, required_shards=["rank0"],
+                           components=COMPONENTS, manifests=[manifest], committed_at=2.5,
+                           object_checks={o["uri"]: "ok" for o in objects})
+    attempts = [AttemptRecord(0, started_at=0.0, world_size=1, dataset_version="ds",
+                              global_batch_size=512, sampler=sampler, ended_at=50.0,
+                              end_reason="failed", end_update=3),
+                AttemptRecord(1, started_at=90.0, world_size=1, dataset_version="ds",
+                              global_batch_size=512, sampler=sampler,
+                              resumed_from={"generation_id": "g2", "update": 2})]
+    return RunInput("tokens", attempts, ledger, [], [gen], first_event_at=0.0)
+
+
+@pytest.mark.parametrize("resume_at, replayed, omitted", [
+    (1024, 0, 0),    # the checkpoint's cursor: exact
+    (512, 512, 0),   # one sequence early: its 512 tokens are trained on twice
+    (1236, 0, 212),  # the rest of a document cut at token 300 of a sequence was dropped
+])
+def test_a_token_stratum_counts_tokens_and_says_so(resume_at, replayed, omitted):
+    analysis = analyze(token_run(resume_at), now=200.0)
+    restart = analysis.restarts[0]
+    assert (restart.replayed, restart.omitted, restart.units) == (replayed, omitted, "tokens")
+    assert restart.to_dict()["units"] == "tokens"
+    text = analysis.strata[0]
+    assert (text.stratum, text.units, text.duplicates, text.omissions) == \
+        ("text", "tokens", replayed, omitted)
+    assert text.consumed == 4 * 512  # update 3 of attempt 0 was rolled back
+    assert text.to_dict()["units"] == "tokens"
+
+
+def test_a_restart_over_strata_of_both_units_says_mixed():
+    analysis = analyze(token_run(512, with_samples_stratum=True), now=200.0)
+    assert (analysis.restarts[0].replayed, analysis.restarts[0].units) == (512, "mixed")
+    units = {s.stratum: s.units for s in analysis.strata}
+    assert units == {"img": "samples", "text": "tokens"}
+
+
 def test_it_counts_positions_behind_an_untracked_cursor_as_consumed():
     attempt = AttemptRecord(0, started_at=0.0, resumed_from={
         "generation_id": None, "update": 100, "cursor": [{"stratum": "s", "epoch": 0,

@@ -73,6 +73,18 @@ def num(value):
 
 
 @register.filter
+def unit_word(units) -> str:
+    """What a count of ``units`` (docs/definitions.md#units) is called on a page: ``tokens`` for a
+    token stratum, ``positions`` for samples (and for an analysis stored before units existed),
+    ``positions (samples and tokens)`` for a sum over strata of both."""
+    if units == "tokens":
+        return "tokens"
+    if units == "mixed":
+        return "positions (samples and tokens)"
+    return "positions"
+
+
+@register.filter
 def percent(value, digits: int = 1):
     """A share 0..1 as a percentage; ``—`` for None (or a figure the stored analysis lacks)."""
     if value is None or value == "":
