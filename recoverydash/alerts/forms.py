@@ -5,6 +5,8 @@ transport's ``check_key``)."""
 
 from __future__ import annotations
 
+import re
+
 from django import forms
 
 from recoverydash.alerts.transports import TransportError, check_address
@@ -69,6 +71,22 @@ def clean_routing_key(kind: str, key: str) -> str:
         return transport.check_key(key)
     except ValueError as exc:
         raise forms.ValidationError(str(exc)) from None
+
+
+#: An endpoint's name, its key in the admin API's paths (``/api/v1/webhooks/{name}``): the
+#: characters of a run id (docs/ingest-v1.md#identifiers), at most 100, not starting with ``.``
+#: or ``-``, so it is one URL path segment as it is (no ``/``, never ``.`` or ``..``).
+WEBHOOK_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:-]{0,99}")
+
+
+def check_name(name: str) -> str:
+    """``name`` when it is a valid endpoint name (:data:`WEBHOOK_NAME`) or empty (no name);
+    ``forms.ValidationError`` saying what was expected otherwise."""
+    if name and not WEBHOOK_NAME.fullmatch(name):
+        raise forms.ValidationError(
+            f"expected a name of 1-100 characters from A-Z a-z 0-9 _ . - :, not starting with "
+            f"'.' or '-' (it is part of the API's URLs), got {name[:120]!r}")
+    return name
 
 
 def check_name_free(project, name: str, exclude_pk: int | None = None) -> None:
@@ -148,8 +166,7 @@ def clean_endpoint(project, data: dict, instance=None) -> tuple[dict, str]:
                                         f"got {values['min_severity']!r}")
 
     def name():
-        if len(values["name"]) > 100:
-            raise forms.ValidationError("expected at most 100 characters")
+        check_name(values["name"])
         check_name_free(project, values["name"], instance.pk if instance is not None else None)
 
     check("kind", kind)

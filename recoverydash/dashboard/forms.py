@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from django import forms
 
+from recoverydash.alerts.forms import (
+    RoutingKeyCheck,
+    check_name,
+    check_name_free,
+    clean_webhook_url,
+)
 from recoverydash.alerts.models import SEVERITIES, WebhookEndpoint
-from recoverydash.alerts.forms import RoutingKeyCheck, check_name_free, clean_webhook_url
 from recoverydash.dashboard.actions import SILENCE_CHOICES
 from recoverydash.runs.models import DEFAULT_SCOPES, SCOPES
 
@@ -107,8 +112,9 @@ class WebhookForm(RoutingKeyCheck, forms.ModelForm):
         self.project = project
 
     def clean_name(self) -> str:
-        """A name no other endpoint of the project has (``alerts.forms.check_name_free``)."""
-        name = self.cleaned_data["name"]
+        """A name no other endpoint of the project has (``alerts.forms.check_name_free``), of
+        the characters an API path carries (``alerts.forms.check_name``)."""
+        name = check_name(self.cleaned_data["name"])
         if self.project is not None:
             check_name_free(self.project, name)
         return name

@@ -1,11 +1,13 @@
 """The project's storage locations page: where the server may read its checkpoints, with which
 credentials, and which objects of its manifests lie outside every location (never read).
 
-A form, the page's query, and the views. Who may declare what: any member of the project may
-declare an S3 prefix with its own keys or role; a folder of the server's file system, the
-server's own (ambient) credentials and a custom S3 endpoint act with the server's identity or
-network, so they need a staff account (the server's operator), like ``manage.py
-add_location``. Secret keys are write-only: never shown again.
+A form, the page's query, and the views. Who may declare what is the rule of
+``recoverydash.ingest.permissions``, the same for a member here and an admin token on the API:
+any member may declare an S3 prefix with its own keys or role, and change or remove one; a
+folder of the server's file system, the server's own (ambient) credentials and a custom S3
+endpoint act with the server's identity or network, so they need a staff account (the server's
+operator), like ``manage.py add_location``, and a location the operator declared is changed and
+removed by the operator only. Secret keys are write-only: never shown again.
 """
 
 from __future__ import annotations
@@ -20,11 +22,19 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from recoverydash.dashboard import queries
+from recoverydash.ingest.permissions import STAFF_ORIGIN, location_delete_refusal, location_refusals
 from recoverydash.runs.models import CheckpointObject
 from recoverydash.storage.locations import clean_location, declare_location
 from recoverydash.storage.models import KIND_MANIFESTS, StorageLocation
 
 OPERATOR_ONLY = "needs a staff account: it acts with the server's own {what}"
+_WHAT = {"url": "file system", "use_ambient_credentials": "identity", "endpoint_url": "network"}
+
+
+def _staff_words(field: str, errors: list[str]) -> list[str]:
+    """The dashboard's words for a refusal of ``permissions.location_refusals``: a field only
+    the operator may set needs a staff account; an operator's location is said as it is."""
+    return [OPERATOR_ONLY.format(what=_WHAT[field])] if field in _WHAT else errors
 
 
 class LocationForm(forms.ModelForm):
@@ -74,12 +84,10 @@ class LocationForm(forms.ModelForm):
         data["format"] = probe.format
         data["secret_access_key"] = probe.secret_access_key
         if not getattr(self.user, "is_staff", False):
-            if probe.url.startswith("file://"):
-                self.add_error("url", OPERATOR_ONLY.format(what="file system"))
-            if data.get("use_ambient_credentials"):
-                self.add_error("use_ambient_credentials", OPERATOR_ONLY.format(what="identity"))
-            if data.get("endpoint_url"):
-                self.add_error("endpoint_url", OPERATOR_ONLY.format(what="network"))
+            # the rule the admin API applies to a token (recoverydash.ingest.permissions)
+            stored = StorageLocation.objects.filter(project=self.project, url=probe.url).first()
+            for name, errors in location_refusals(stored, probe.url, data).items():
+                self.add_error(name or None, _staff_words(name, errors))
         return data
 
     def _stored_secret(self, probe: StorageLocation) -> str:
@@ -149,8 +157,9 @@ def locations(request, pk: int):
     if not form.is_valid():
         return _render(request, project, form, status=400)
     fields = {k: v for k, v in form.cleaned_data.items()}
+    origin = STAFF_ORIGIN if request.user.is_staff else "dashboard"
     try:
-        location, created = declare_location(project, origin="dashboard", **fields)
+        location, created = declare_location(project, origin=origin, **fields)
     except ValidationError as exc:
         for name, errors in exc.message_dict.items():
             form.add_error(name if name in form.fields else None, errors)
@@ -170,9 +179,8 @@ def location_delete(request, pk: int, location_pk: int):
     location = StorageLocation.objects.filter(project=project, pk=location_pk).first()
     if location is None:
         messages.error(request, "No such storage location.")
-    elif location.scheme == "file" and not request.user.is_staff:
-        messages.error(request, "Removing a folder location " + OPERATOR_ONLY.format(
-            what="file system"))
+    elif not request.user.is_staff and (why := location_delete_refusal(location)):
+        messages.error(request, f"Not removed: {why}.")
     else:
         location.delete()
         messages.success(request, f"Storage location {location.url} removed.")

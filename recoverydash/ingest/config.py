@@ -33,6 +33,7 @@ from recoverydash.runs.models import Project, Run
 from recoverydash.storage.locations import clean_location
 from recoverydash.storage.models import StorageLocation
 
+from .permissions import OPERATOR_ONLY, location_delete_refusal, location_refusals
 from .schemas import Contract
 
 #: Fields of an endpoint that a configuration sets (``secret`` write-only).
@@ -51,6 +52,12 @@ class ConfigError(ValueError):
     def __init__(self, errors: dict[str, list[str]]):
         self.errors = errors
         super().__init__("; ".join(f"{k or 'item'}: {' '.join(v)}" for k, v in errors.items()))
+
+
+class NotPermitted(ConfigError):
+    """An item refused as a whole because the actor may not change it
+    (``recoverydash.ingest.permissions``: an operator's storage location), not because a value
+    is malformed: the admin API answers 403."""
 
 
 @dataclass
@@ -178,33 +185,14 @@ def location_out(location: StorageLocation) -> dict[str, Any]:
     return out
 
 
-#: What only the server's operator may declare (``manage.py add_location`` / ``apply_config``,
-#: a staff account in the dashboard): each acts with the server's own files, identity or network.
-OPERATOR_ONLY = {"url": "a folder of the server's file system",
-                 "use_ambient_credentials": "the server's own credentials",
-                 "endpoint_url": "a custom S3 endpoint (the server's network)"}
-
-
-def _operator_only(instance: StorageLocation | None, probe: StorageLocation,
-                   given: dict) -> dict[str, list[str]]:
-    """The fields of a write by a project's token (not the operator) that would newly give its
-    location what ``OPERATOR_ONLY`` names; a value the location already had stays allowed."""
-    wanted = {"url": instance is None and probe.url.startswith("file://"),
-              "use_ambient_credentials": bool(given.get("use_ambient_credentials"))
-              and not (instance and instance.use_ambient_credentials),
-              "endpoint_url": bool(given.get("endpoint_url"))
-              and not (instance and instance.endpoint_url == given["endpoint_url"])}
-    return {f: [f"{OPERATOR_ONLY[f]} is declared by the server's operator (manage.py "
-                "add_location or apply_config, or a staff account on the storage locations "
-                "page), not by a project's token"] for f, bad in wanted.items() if bad}
-
-
 def apply_location(project: Project, data: dict, *, origin: str,
                    dry_run: bool = False, operator: bool = True) -> Change:
     """Create the location ``data["url"]`` of ``project`` or set the fields given of the one
     with that URL (in canonical form). ``operator``: False for a project's token (the admin
-    API), which may not declare what ``OPERATOR_ONLY`` names. Raises ConfigError (nothing
-    written)."""
+    API), which may do what a member may on the dashboard and no more
+    (``permissions.location_refusals``: nothing of an operator's location, nothing that uses
+    what ``permissions.OPERATOR_ONLY`` names, a 400 naming the field). Raises ConfigError,
+    NotPermitted for a change of an operator's location (nothing written)."""
     errors = _unknown(data, LOCATION_FIELDS)
     errors.update(_check_bools(data) | _check_strings(data))
     if not errors and not data.get("url"):
@@ -221,8 +209,8 @@ def apply_location(project: Project, data: dict, *, origin: str,
     with transaction.atomic():
         instance = (StorageLocation.objects.select_for_update()
                     .filter(project=project, url=probe.url).first())
-        if not operator and (refused := _operator_only(instance, probe, given)):
-            raise ConfigError(refused)
+        if not operator and (refused := location_refusals(instance, probe.url, given)):
+            raise (NotPermitted if "" in refused else ConfigError)(refused)
         if instance is None:
             if not dry_run:
                 probe.origin = origin
@@ -236,13 +224,19 @@ def apply_location(project: Project, data: dict, *, origin: str,
         return Change("location", probe.url, "update" if changed else "unchanged", changed)
 
 
-def delete_location(project: Project, url: str, *, dry_run: bool = False) -> Change | None:
+def delete_location(project: Project, url: str, *, dry_run: bool = False,
+                    operator: bool = True) -> Change | None:
     """Delete the location of ``project`` whose URL is ``url`` (canonical form); None when
     there is none. Objects under it are then outside the project's locations and are no longer
-    read (``object_outside_locations`` at their next check)."""
+    read (``object_outside_locations`` at their next check). ``operator``: False for a
+    project's token, which may not delete an operator's location (NotPermitted,
+    ``permissions.location_delete_refusal``)."""
     found = StorageLocation.objects.filter(project=project, url=url)
-    if not found.exists():
+    location = found.first()
+    if location is None:
         return None
+    if not operator and (why := location_delete_refusal(location)):
+        raise NotPermitted({"": [why]})
     if not dry_run:
         found.delete()
     return Change("location", url, "delete")
@@ -292,6 +286,7 @@ __all__ = [
     "WEBHOOK_FIELDS",
     "Change",
     "ConfigError",
+    "NotPermitted",
     "apply_contract",
     "apply_location",
     "apply_webhook",

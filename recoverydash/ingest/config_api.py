@@ -33,16 +33,20 @@ from recoverydash.storage.models import StorageLocation
 
 from . import config
 from .auth import TokenAuth, run_for
-from .errors import BadRequest, ErrorItem, NotFound
+from .errors import BadRequest, ErrorItem, Forbidden, NotFound
 
 admin_auth = TokenAuth(SCOPE_ADMIN)
 router = Router(tags=["admin"], auth=admin_auth)
 
 
-def _refused(exc: config.ConfigError) -> BadRequest:
-    return BadRequest("invalid configuration",
-                      [ErrorItem(None, path, message)
-                       for path, messages in exc.errors.items() for message in messages])
+def _refused(exc: config.ConfigError) -> BadRequest | Forbidden:
+    """The 400 of a refused item, or the 403 of one the token may not change
+    (``config.NotPermitted``), each error naming its field."""
+    items = [ErrorItem(None, path, message)
+             for path, messages in exc.errors.items() for message in messages]
+    if isinstance(exc, config.NotPermitted):
+        return Forbidden("not permitted", items)
+    return BadRequest("invalid configuration", items)
 
 
 def _by(request: HttpRequest) -> str:
@@ -120,12 +124,14 @@ def _endpoint(request: HttpRequest, name: str) -> WebhookEndpoint:
     return endpoint
 
 
-@router.get("/webhooks/{name}", response={200: WebhookOut}, summary="One webhook endpoint")
+# ``path``: a name is one segment since names are checked (``alerts.forms.WEBHOOK_NAME``); one
+# stored before that may hold ``/`` or be ``..``, and its percent-encoded form still reaches it.
+@router.get("/webhooks/{path:name}", response={200: WebhookOut}, summary="One webhook endpoint")
 def get_webhook(request: HttpRequest, name: str):
     return Status(200, config.webhook_out(_endpoint(request, name)))
 
 
-@router.delete("/webhooks/{name}", response={200: ChangeOut}, summary="Delete a webhook "
+@router.delete("/webhooks/{path:name}", response={200: ChangeOut}, summary="Delete a webhook "
                                                                       "endpoint")
 def remove_webhook(request: HttpRequest, name: str):
     _endpoint(request, name)
@@ -189,9 +195,10 @@ def list_locations(request: HttpRequest):
              summary="Declare a storage location, or change the one with that URL")
 def put_location(request: HttpRequest, body: LocationIn):
     """The server reads a manifest's objects only under its project's locations, with each
-    location's own credentials (docs/ingest-v1.md#7-checkpoints-in-storage). A token declares
-    no server folder, ambient credentials or custom endpoint (``config.OPERATOR_ONLY``): any
-    member can issue an admin token."""
+    location's own credentials (docs/ingest-v1.md#7-checkpoints-in-storage). A token may do
+    what a member may on the dashboard (``permissions``): it declares no server folder,
+    ambient credentials or custom endpoint (400 naming the field) and changes nothing of an
+    operator's location (403): any member can issue an admin token."""
     project = request.auth.project
     try:
         change = config.apply_location(project, body.model_dump(exclude_none=True),
@@ -211,7 +218,11 @@ def remove_location(request: HttpRequest, location_id: int):
     if location is None:
         raise NotFound(f"expected the id of a storage location of this project, "
                        f"got {location_id}")
-    return Status(200, config.delete_location(request.auth.project, location.url).as_dict())
+    try:
+        change = config.delete_location(request.auth.project, location.url, operator=False)
+    except config.ConfigError as exc:
+        raise _refused(exc) from None
+    return Status(200, change.as_dict())
 
 
 # --- run contracts --------------------------------------------------------------------------------

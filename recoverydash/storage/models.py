@@ -11,7 +11,7 @@ from recoverydash.runs.models import Project
 
 KIND_MANIFESTS = "manifests"
 KIND_ADOPT = "adopt"
-ORIGINS = ("dashboard", "command", "admin", "migration", "demo", "api", "config")
+ORIGINS = ("dashboard", "staff", "command", "admin", "migration", "demo", "api", "config")
 
 
 class StorageLocation(models.Model):

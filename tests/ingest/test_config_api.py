@@ -290,3 +290,24 @@ def test_it_refuses_a_file_with_one_bad_item_and_writes_nothing(project, run, tm
     monkeypatch.delenv("RD_TEST_PD_KEY")
     with pytest.raises(CommandError, match="RD_TEST_PD_KEY is not set"):
         _apply(_config(tmp_path, folder))
+
+
+@pytest.mark.parametrize("name", ["../../etc", "..", ".hidden", "-x", "on call", "a/b", "x" * 101,
+                                  "caf\u00e9", "%2e%2e"])
+def test_it_refuses_an_endpoint_name_that_is_not_one_url_segment(client, project, admin_token,
+                                                                  name):
+    status, body = _call(client, "post", "/webhooks", admin_token,
+                         {"name": name, "url": PUBLIC_URL})
+    assert status == 400 and body["errors"][0]["path"] == "name", body
+    assert "A-Z a-z 0-9 _ . - :" in body["errors"][0]["message"]
+    assert not WebhookEndpoint.objects.filter(project=project).exists()
+
+
+def test_it_still_reads_and_deletes_an_endpoint_named_before_names_were_checked(
+        client, project, admin_token):
+    WebhookEndpoint.objects.create(project=project, name="../../etc", url=PUBLIC_URL)
+    status, body = _call(client, "get", "/webhooks/..%2F..%2Fetc", admin_token)
+    assert status == 200 and body["name"] == "../../etc"
+    status, body = _call(client, "delete", "/webhooks/..%2F..%2Fetc", admin_token)
+    assert status == 200 and body["action"] == "delete"
+    assert not WebhookEndpoint.objects.filter(project=project).exists()
