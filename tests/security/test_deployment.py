@@ -202,6 +202,95 @@ def test_healthz_names_the_broker_when_it_does_not_answer(client):
     assert body["checks"]["database"] == "ok" and "Connection refused" in body["checks"]["broker"]
 
 
+@pytest.mark.django_db
+@pytest.mark.usefixtures("broker_up")
+def test_healthz_names_the_database_when_it_takes_no_write_though_it_reads(client):
+    """Found by an operator: /healthz said 200 while the database was read-only (ingest
+    answered 503). A read-only transaction still reads; the check's write fails."""
+    from django.contrib.sessions.models import Session
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET TRANSACTION READ ONLY")
+        else:
+            cursor.execute("PRAGMA query_only = ON")
+    try:
+        assert Session.objects.count() == 0  # reads still pass
+        response = client.get("/healthz")
+    finally:
+        if connection.vendor == "sqlite":
+            with connection.cursor() as cursor:
+                cursor.execute("PRAGMA query_only = OFF")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["failed"] == ["database"] and body["checks"]["broker"] == "ok"
+    assert ("read-only" in body["checks"]["database"]
+            or "readonly" in body["checks"]["database"]), body
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("broker_up")
+def test_healthz_leaves_no_row_and_no_queue_behind(client):
+    import redis
+    from django.contrib.sessions.models import Session
+
+    keys_before = set(redis.Redis(db=0).keys("*healthz*"))
+    assert client.get("/healthz").status_code == 200
+    assert not Session.objects.filter(session_key__startswith="healthz-").exists()
+    assert set(redis.Redis(db=0).keys("*healthz*")) == keys_before
+
+
+@pytest.fixture
+def read_only_redis(tmp_path):
+    """A real Redis that answers PING but refuses every write: a read-only replica of a primary
+    that is not there (as a failed-over or misconfigured broker is)."""
+    import shutil
+    import socket
+    import time
+
+    import redis
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("no redis-server binary")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                             "--save", "", "--appendonly", "no", "--dir", str(tmp_path),
+                             "--replicaof", "127.0.0.1", "1", "--replica-read-only", "yes"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                redis.Redis(port=port).ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.mark.django_db
+def test_healthz_names_the_broker_when_it_answers_but_takes_no_message(client,
+                                                                       read_only_redis):
+    """A connection alone is not health: this broker connects and answers PING, yet no task
+    could be queued on it."""
+    from celery import current_app
+
+    before = current_app.conf.broker_url
+    current_app.conf.broker_url = read_only_redis
+    try:
+        response = client.get("/healthz")
+    finally:
+        current_app.conf.broker_url = before
+    assert response.status_code == 503
+    body = response.json()
+    assert body["failed"] == ["broker"] and "read only replica" in body["checks"]["broker"], body
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_locked_postgresql_table_is_a_503_quickly_not_a_500(client, ingest_token):
     """Another session holds the runs table; ingest waits at most the lock timeout (0.5 s here)
