@@ -9,13 +9,14 @@ median of 5 rounds each on a warm page cache:
 * ``listing``: ``os.scandir`` of every folder and ``stat`` of every file (what ``ls -lR`` does;
   the sizes are what the check compares);
 * ``names``: the same walk without ``stat``;
-* ``check_cold``: ``recoverydash.formats.check(root)`` as one ``python -m recoverydash.sdk
-  check`` does it, nothing kept from an earlier check (the in-process cache cleared first):
+* ``check_cold``: ``recoverydash.checkpoints.formats.check(root)`` as one
+  ``python -m recoverydash.sdk check`` does it, nothing kept from an earlier check (the in-process cache cleared first):
   the listing, every ``.metadata`` read, every item's file and end compared with the listed
   size, the status rule. The ``.metadata`` files of one job's saves differ only in their
   ``storage_meta`` (the save's path and id, written by ``FileSystemWriter`` as here), so one is
   decoded with the restricted unpickler and the other 199 are compared with it byte for byte
-  up to that point and their tail's opcodes checked (``recoverydash.formats.dcp.summary_of``);
+  up to that point and their tail's opcodes checked
+  (``recoverydash.checkpoints.formats.dcp.summary_of``);
 * ``check``: the same with each ``.metadata``'s summary kept in process by an earlier check
   (URI, size, modification time), as a server listing the folder every minute does it.
 
@@ -101,7 +102,7 @@ def listing(root: str, with_stat: bool = True) -> int:
 
 
 def main() -> None:
-    from recoverydash.formats import check, dcp
+    from recoverydash.checkpoints.formats import check, dcp
 
     root = tempfile.mkdtemp(prefix="recoverydash-bench-check-")
     try:

@@ -1,14 +1,15 @@
-"""The import graph, read from the source (ast, nothing is imported): dependencies point one way,
-recovery <- runs <- storage / ingest / alerts <- dashboard <- workers.
+"""The import graph, read from the source (ast, nothing is imported), held against one list: the
+floors of the house, lowest first (``LAYERS``, which the README copies).
 
 Every ``import`` counts, at module level or inside a function (a lazy import is still a
-dependency a reader must know about). A module of a lower layer never imports a higher one,
-apps of one layer never import each other in a cycle, no two modules import each other (directly
-or around a loop), nothing in ``recoverydash`` imports ``workers`` (work is sent by task name),
-and the trainer side (``recoverydash.sdk``, ``recoverydash.integrations``,
-``recoverydash.formats``) reaches only itself and the pure layer 0 (the core and
-``storage/objects.py``), and through them no server library. The SDK's install test
-(``tests/sdk/test_light_install.py``) proves the same at run time, in a venv without the server.
+dependency a reader must know about). An app imports only apps of its own floor or lower ones,
+never a higher one; no apps and no modules import each other in a loop; nothing in
+``recoverydash`` imports ``workers`` (work is sent by task name) or a command line's
+``__main__``. Each floor is on a side: ``pure`` (serves both sides: the core and the
+checkpoints layer), ``trainer`` (the base install, ``pip install recoverydash``) or ``server``
+(the ``server`` extra); the demo drives both. A pure or trainer app reaches no server library,
+and the server never imports the trainer side. The SDK's install test
+(``tests/sdk/test_light_install.py``) proves the first at run time, in a venv without the server.
 """
 
 from __future__ import annotations
@@ -22,30 +23,24 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("recoverydash", "workers")
 
-# app -> layer; an app may import apps of its own layer or below, never above. Layer 0 is pure
-# (no server library): the core, and storage's object access, which the trainer side shares.
-LAYERS = {
-    "recovery": 0, "storage.objects": 0,
-    "runs": 1,
-    "storage": 2, "ingest": 2, "alerts": 2,
-    "dashboard": 3, "metrics": 3,
-    "project": 4,  # recoverydash.settings, urls, wsgi, serve and the package itself
-    "demo": 4,
-    "workers": 5,
-}
-PURE_MODULES = {"recoverydash.storage.objects": "storage.objects",
-                "recoverydash.storage.paths": "storage.objects"}  # canonical URIs, safe opens
-# The trainer side stands apart: the SDK, its framework integrations and the checkpoint-format
-# readers of its command line are installed without the server (pyproject's base dependencies),
-# so they may import only each other and layer 0, and only the demo (which drives a trainer)
-# uses them.
-TRAINER_SIDE = {"sdk", "integrations", "formats"}
-TRAINER_SIDE_USED_BY = TRAINER_SIDE | {"demo"}
-# The format adapters are pure readers of a folder (no server library, like storage.objects):
-# the server's adoption of another tool's checkpoints (ingest.adoption) and the check of an
-# adopt location's format (storage.locations) use them too.
-FORMATS_USED_BY = TRAINER_SIDE_USED_BY | {"ingest", "storage"}
-# Libraries of the server: neither layer 0 nor the trainer side may reach one.
+PURE, TRAINER, SERVER, BOTH = "pure", "trainer", "server", "both"
+# The floors, lowest first: (apps, side). ``project`` is recoverydash.settings, urls, wsgi, serve
+# and the package itself.
+LAYERS = [
+    ("recovery", PURE),                     # the core: figures, generation rules, verdicts
+    ("checkpoints", PURE),                  # objects, paths, formats, offline restore selection
+    ("sdk", TRAINER),                       # the trainer's sender, ledger, checkpoints
+    ("integrations", TRAINER),              # PyTorch, Hugging Face, Lightning, torchdata
+    ("runs", SERVER),                       # the data model, analysis, the work queue
+    ("storage ingest alerts", SERVER),      # verification, the API, alert rules and delivery
+    ("dashboard metrics", SERVER),          # pages, Prometheus
+    ("project", SERVER),                    # settings, URLs, serve
+    ("demo", BOTH),                         # a real trainer against a real server
+    ("workers", SERVER),                    # Celery tasks
+]
+FLOOR = {app: i for i, (apps, _) in enumerate(LAYERS) for app in apps.split()}
+SIDE = {app: side for apps, side in LAYERS for app in apps.split()}
+# Libraries of the server: neither the pure layers nor the trainer side may reach one.
 SERVER_LIBRARIES = {"django", "ninja", "celery", "kombu", "plotly", "psycopg", "psycopg2",
                     "redis", "pydantic", "dj_database_url", "whitenoise", "gunicorn",
                     "standardwebhooks", "httpx", "prometheus_client", "markdown", "axes"}
@@ -108,8 +103,6 @@ GRAPH = {name: imports_of(name) for name in MODULES}
 def app_of(name: str) -> str:
     """The app of a module: its package below ``recoverydash`` (``workers``; ``project`` for the
     modules beside settings)."""
-    if name in PURE_MODULES:
-        return PURE_MODULES[name]
     parts = name.split(".")
     if parts[0] == "workers":
         return "workers"
@@ -167,24 +160,15 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def node_of(name: str) -> str:
-    """The app of a module in the graph of apps, where a command-line entry point
-    (``x.__main__``) is a node of its own, ``x:main``, above its package: nothing imports an
-    entry point, so it closes no loop."""
-    return app_of(name) + (":main" if name.endswith(".__main__") else "")
-
-
 def test_it_knows_every_app_of_the_project():
-    assert {app_of(n) for n in MODULES} <= set(LAYERS) | TRAINER_SIDE
+    assert {app_of(n) for n in MODULES} <= set(FLOOR)
     assert len(MODULES) > 50 and "recoverydash.runs.analysis" in MODULES
 
 
 def test_it_finds_no_import_pointing_up_the_layers():
-    wrong = [f"{where(a, line)}: {app_of(a)} (layer {LAYERS[app_of(a)]}) imports {b} "
-             f"({app_of(b)}, layer {LAYERS[app_of(b)]})"
-             for a, b, line in project_edges()
-             if app_of(a) in LAYERS and app_of(b) in LAYERS
-             and LAYERS[app_of(a)] < LAYERS[app_of(b)]]
+    wrong = [f"{where(a, line)}: {app_of(a)} (floor {FLOOR[app_of(a)]}) imports {b} "
+             f"({app_of(b)}, floor {FLOOR[app_of(b)]})"
+             for a, b, line in project_edges() if FLOOR[app_of(a)] < FLOOR[app_of(b)]]
     assert wrong == []
 
 
@@ -197,8 +181,8 @@ def test_it_finds_no_import_of_workers_from_recoverydash():
 def test_it_finds_no_cycle_between_apps():
     graph: dict[str, set[str]] = {}
     for a, b, _ in project_edges():
-        if node_of(a) != node_of(b):
-            graph.setdefault(node_of(a), set()).add(node_of(b))
+        if app_of(a) != app_of(b):
+            graph.setdefault(app_of(a), set()).add(app_of(b))
     assert cycles(graph) == []
     entry_points_imported = [f"{where(a, line)} imports {b}" for a, b, line in project_edges()
                              if b.endswith(".__main__")]
@@ -214,16 +198,10 @@ def test_it_finds_no_cycle_between_modules():
     assert cycles(graph) == []
 
 
-def test_it_keeps_the_trainer_side_to_itself_and_the_pure_layer():
+def test_it_keeps_the_server_from_importing_the_trainer_side():
     wrong = [f"{where(a, line)} imports {b}" for a, b, line in project_edges()
-             if app_of(a) in TRAINER_SIDE and app_of(b) not in TRAINER_SIDE
-             and LAYERS.get(app_of(b)) != 0]
+             if SIDE[app_of(a)] == SERVER and SIDE[app_of(b)] == TRAINER]
     assert wrong == []
-    users = {app_of(a) for a, b, _ in project_edges()
-             if app_of(b) in TRAINER_SIDE - {"formats"}}
-    assert users <= TRAINER_SIDE_USED_BY
-    users = {app_of(a) for a, b, _ in project_edges() if app_of(b) == "formats"}
-    assert users <= FORMATS_USED_BY
 
 
 def private_uses(name: str) -> list[tuple[str, int]]:
@@ -261,13 +239,13 @@ def private_uses(name: str) -> list[tuple[str, int]]:
     return out
 
 
-def test_it_uses_no_private_name_of_the_pure_layer_from_another_module():
-    """What the trainer side and the server share of layer 0 (storage.objects, storage.paths)
-    is its public functions: a private helper used from outside is made public first."""
+def test_it_uses_no_private_name_of_the_pure_layers_from_another_app():
+    """What the trainer side and the server share of the pure layers (the core, checkpoints) is
+    their public functions: a private helper used from another app is made public first."""
     wrong = [f"{where(n, line)} uses {target}" for n in MODULES
              for target, line in private_uses(n)
-             if app_of(resolve(target.rpartition(".")[0])) in ("storage.objects",)
-             and app_of(n) != "storage.objects"]
+             if SIDE[app_of(resolve(target.rpartition(".")[0]))] == PURE
+             and app_of(resolve(target.rpartition(".")[0])) != app_of(n)]
     assert wrong == []
 
 
@@ -285,9 +263,8 @@ def reachable(start: list[str]) -> dict[str, tuple[str, int]]:
     return seen
 
 
-@pytest.mark.parametrize("app", sorted({app_of(n) for n in MODULES if app_of(n) in TRAINER_SIDE
-                                        or LAYERS.get(app_of(n)) == 0}))
-def test_it_reaches_no_server_library_from_the_trainer_side_or_the_pure_layer(app):
+@pytest.mark.parametrize("app", sorted(a for a, side in SIDE.items() if side in (PURE, TRAINER)))
+def test_it_reaches_no_server_library_from_the_trainer_side_or_the_pure_layers(app):
     start = [n for n in MODULES if app_of(n) == app]
     found = reachable(start)
     wrong = [f"{target} via {where(*found[target])}" for target in sorted(found)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
-from recoverydash.storage.objects import TransientStorageError  # pure module, no Django
+from recoverydash.checkpoints.objects import TransientStorageError  # pure module, no Django
 
 TRANSIENT = (OperationalError, InterfaceError, ConnectionError, TimeoutError,
              TransientStorageError)

@@ -184,13 +184,13 @@ class S3Mode:
         return f"{self.url}/{run_id}"
 
     def client_args(self) -> dict:
-        """Arguments of ``recoverydash.storage.objects.make_s3_client``."""
+        """Arguments of ``recoverydash.checkpoints.objects.make_s3_client``."""
         return {"endpoint_url": self.endpoint or None, "region": self.region,
                 "access_key_id": self.access_key_id or None,
                 "secret_access_key": self.secret_access_key or None}
 
     def client(self):
-        from recoverydash.storage.objects import make_s3_client
+        from recoverydash.checkpoints.objects import make_s3_client
 
         return make_s3_client(**self.client_args())
 
@@ -228,7 +228,7 @@ class S3Mode:
 
     def generations(self, client, run_id: str) -> dict:
         """generation folder -> whether its manifest is in the bucket."""
-        from recoverydash.storage.objects import MANIFEST_NAME
+        from recoverydash.checkpoints.objects import MANIFEST_NAME
 
         prefix = self.run_prefix(run_id)
         out: dict = {}

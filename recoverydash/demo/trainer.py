@@ -60,7 +60,7 @@ def _die(client=None, code: int = 17):
 
 def _install_save_fault(cfg: dict, rank: int, client):
     """Fault hooks inside the SDK's publication, for the save of update ``fault_update``."""
-    from recoverydash.storage import objects
+    from recoverydash.checkpoints import objects
 
     fault = cfg.get("fault")
     if fault == "kill_mid_shard" and rank == 3:
@@ -100,7 +100,6 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
     from torch.utils.data import DistributedSampler, TensorDataset
 
     from recoverydash.integrations.pytorch import observed_loader
-    from recoverydash.sdk.observe import position_sampler_of
     from recoverydash.sdk import (
         Client,
         ObservedRecorder,
@@ -110,6 +109,7 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
         save_generation,
         select_restorable,
     )
+    from recoverydash.sdk.observe import position_sampler_of
 
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(cfg["master_port"])})
@@ -137,7 +137,7 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.9)
     s3 = None  # the store's client in S3 mode: made here, after the fork, one per rank
     if cfg.get("s3"):
-        from recoverydash.storage.objects import make_s3_client
+        from recoverydash.checkpoints.objects import make_s3_client
 
         s3 = make_s3_client(**cfg["s3"])
     io_kw = {"s3_client": s3, "staging_dir": cfg.get("staging")}

@@ -3,8 +3,8 @@ Megatron, Orbax) in a storage location of kind ``adopt``, turned into generation
 may send no events at all (docs/formats.md#adopted-folders-on-the-server).
 
 On discovery's beat schedule (``workers.tasks.discover_manifests``, every 60 s,
-``recoverydash.ingest.discovery.discover_all``) each enabled adopt location is listed once (``recoverydash.formats.store.Tree``, with the location's own
-credentials), its format's adapter (``StorageLocation.format``, or detected when it is empty or
+``recoverydash.ingest.discovery.discover_all``) each enabled adopt location is listed once
+(``recoverydash.checkpoints.formats.store.Tree``, with the location's own credentials), its format's adapter (``StorageLocation.format``, or detected when it is empty or
 ``auto``) builds the generations, and those not known yet reach the run through the same ingest
 action as the API:
 
@@ -46,14 +46,14 @@ import urllib.parse
 
 from django.utils import timezone
 
-from recoverydash.formats import ADAPTERS, RULES
-from recoverydash.formats.base import Options, finish_all, rfc3339
-from recoverydash.formats.store import Tree
+from recoverydash.checkpoints.formats import ADAPTERS, RULES
+from recoverydash.checkpoints.formats.base import Options, finish_all, rfc3339
+from recoverydash.checkpoints.formats.store import Tree
+from recoverydash.checkpoints.objects import MANIFEST_NAME, PermanentStorageError, StorageError
 from recoverydash.ingest.actions import ingest_batch
 from recoverydash.runs.models import Generation
 from recoverydash.storage.locations import Locations, location_client
 from recoverydash.storage.models import StorageLocation
-from recoverydash.storage.objects import MANIFEST_NAME, PermanentStorageError, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +103,8 @@ def started_event(gen, run_id: str) -> dict | None:
 
 
 def detect_other(tree: Tree) -> str | None:
-    """The other tool's format the folder matches best (``recoverydash.formats.detect`` without
-    our own manifests: discovery reads those beside), or None."""
+    """The other tool's format the folder matches best (``recoverydash.checkpoints.formats.detect``
+    without our own manifests: discovery reads those beside), or None."""
     scores = {name: m.detect(tree) for name, m in ADAPTERS.items()}
     best = max(scores, key=lambda n: scores[n])
     return best if scores[best] > 0 else None

@@ -7,7 +7,7 @@ log, idempotent by its ``event_id``, and conflicts with a different committed ma
 the same way).
 
 Layout and file name: ``<location>/<generation_id>/recoverydash-manifest.json``
-(``recoverydash.storage.objects.MANIFEST_NAME``), written by the SDK's checkpoint publisher.
+(``recoverydash.checkpoints.objects.MANIFEST_NAME``), written by the SDK's checkpoint publisher.
 The manifest's extra fields ``run_id`` and ``attempt`` name the run and attempt; a location's
 ``run_id`` is used when the manifest has none.
 """
@@ -21,17 +21,17 @@ import logging
 from django.db import IntegrityError
 from django.utils import timezone
 
-from recoverydash.ingest.actions import ingest_batch
-from recoverydash.runs.models import CheckpointObject, Generation
-from recoverydash.storage.locations import Locations, location_client
-from recoverydash.storage.models import KIND_ADOPT, KIND_MANIFESTS, SeenManifest, StorageLocation
-from recoverydash.storage.objects import (
+from recoverydash.checkpoints.objects import (
     MANIFEST_NAME,
     PermanentStorageError,
     StorageError,
     list_manifests,
     read_manifest,
 )
+from recoverydash.ingest.actions import ingest_batch
+from recoverydash.runs.models import CheckpointObject, Generation
+from recoverydash.storage.locations import Locations, location_client
+from recoverydash.storage.models import KIND_ADOPT, KIND_MANIFESTS, SeenManifest, StorageLocation
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 writes itself: naming their generations, retiring the manifests of files the framework
 rewrites or deletes, and choosing the one to resume.
 
-Layout (``recoverydash.storage.objects``): the framework's files stay where it writes them; the
+Layout (``recoverydash.checkpoints.objects``): the framework's files stay where it writes them; the
 manifest of each save (``recoverydash.sdk.publish_files``) goes in a folder of its own beside
 them, ``<location>/u<update:09d>-a<attempt>[-<name>]/recoverydash-manifest.json``, that the
 framework never touches. The checkpoint to resume is read back from the manifest's objects (the
@@ -16,15 +16,11 @@ import os
 import re
 import time
 
+from recoverydash.checkpoints import objects as storage
+from recoverydash.checkpoints.objects import resolve_location
+from recoverydash.checkpoints.selection import select_restorable
 from recoverydash.sdk import faults
-from recoverydash.sdk.checkpoint import (
-    _all_gather_json,
-    _dist_info,
-    restore_plan,
-    select_restorable,
-)
-from recoverydash.storage import objects as storage
-from recoverydash.storage.objects import resolve_location
+from recoverydash.sdk.checkpoint import _all_gather_json, _dist_info, restore_plan
 
 log = logging.getLogger("recoverydash.integrations")
 

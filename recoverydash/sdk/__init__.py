@@ -32,7 +32,7 @@ create its client at the same point). ``recoverydash.sdk.attempt`` has the detai
 ``examples/train_ddp.py``.
 
 A location is a folder (``/ckpt``, ``file:///ckpt``) or an S3 prefix (``s3://bucket/prefix``;
-pass ``s3_client=recoverydash.storage.objects.make_s3_client(endpoint, ...)`` or let boto3 read
+pass ``s3_client=recoverydash.checkpoints.objects.make_s3_client(endpoint, ...)`` or let boto3 read
 its usual environment). On S3, each rank lets DCP write to a local staging folder, uploads its
 files with their ``ChecksumSHA256`` (S3 refuses bytes that do not match), and only when every
 rank succeeded does the coordinator publish the manifest with one conditional PUT
@@ -51,14 +51,26 @@ the state and nothing was left to load. Command line: ``python -m recoverydash.s
 the data ledger, hence ``data_cursor_mismatch`` and ``stale_state``, needs the server).
 """
 
-from recoverydash.sdk.attempt import resolve_attempt
-from recoverydash.sdk.checkpoint import (
+from recoverydash.checkpoints.objects import (
+    MANIFEST_NAME,
+    ObjectCheck,
+    TransientStorageError,
+    list_manifests,
+    read_manifest,
+    verify_object,
+    write_manifest_atomically,
+)
+from recoverydash.checkpoints.selection import (
     DEFAULT_REQUIRED_COMPONENTS,
     GenerationCheck,
-    PublishResult,
-    RestoreError,
-    Restored,
     Selection,
+    select_restorable,
+)
+from recoverydash.sdk.attempt import resolve_attempt
+from recoverydash.sdk.checkpoint import (
+    PublishResult,
+    Restored,
+    RestoreError,
     load_generation,
     make_generation_id,
     merge_cursors,
@@ -66,7 +78,6 @@ from recoverydash.sdk.checkpoint import (
     resolve_location,
     restore_plan,
     save_generation,
-    select_restorable,
     shard_name,
 )
 from recoverydash.sdk.client import Client, get_client, init, now_rfc3339
@@ -79,7 +90,6 @@ from recoverydash.sdk.ledger import (
     resume_skip,
     resumed_from,
 )
-from recoverydash.sdk.spool import default_spool_dir
 from recoverydash.sdk.observe import (
     BATCH_KEY,
     BatchTag,
@@ -91,15 +101,7 @@ from recoverydash.sdk.observe import (
     PositionSampler,
     strip,
 )
-from recoverydash.storage.objects import (
-    MANIFEST_NAME,
-    ObjectCheck,
-    TransientStorageError,
-    list_manifests,
-    read_manifest,
-    verify_object,
-    write_manifest_atomically,
-)
+from recoverydash.sdk.spool import default_spool_dir
 
 __all__ = [
     "BATCH_KEY",

@@ -26,8 +26,19 @@ import json
 import os
 import sys
 
-from recoverydash.formats import FORMATS, Options, UnknownFormat, check, progress_bar, rfc3339
-from recoverydash.storage.objects import DEFAULT_FULL_HASH_MAX_BYTES, StorageError, make_s3_client
+from recoverydash.checkpoints.formats import (
+    FORMATS,
+    Options,
+    UnknownFormat,
+    check,
+    progress_bar,
+    rfc3339,
+)
+from recoverydash.checkpoints.objects import (
+    DEFAULT_FULL_HASH_MAX_BYTES,
+    StorageError,
+    make_s3_client,
+)
 
 OFFLINE_NOTE = ("note: checked storage only (manifests, shards, components, sizes, digests); "
                 "the data ledger was not checked. data_cursor_mismatch and stale_state need the "

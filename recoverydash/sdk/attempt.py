@@ -105,7 +105,7 @@ def highest_in_location(location: str | None, *, s3_client=None) -> int | None:
     location cannot be listed)."""
     if not location:
         return None
-    from recoverydash.storage import objects as storage
+    from recoverydash.checkpoints import objects as storage
 
     try:
         uris = storage.list_manifests(storage.resolve_location(location), s3_client=s3_client)

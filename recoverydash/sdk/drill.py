@@ -78,6 +78,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
+from recoverydash.checkpoints import objects as storage
 from recoverydash.recovery.drills import (
     CRASH_POINTS,
     compare_state,
@@ -87,7 +88,6 @@ from recoverydash.recovery.drills import (
     first_divergence,
 )
 from recoverydash.sdk.faults import FAULT_ENV, TRACE_ENV
-from recoverydash.storage import objects as storage
 
 REPORT_FORMAT = 1
 

@@ -21,10 +21,10 @@ from django.conf import settings
 from django.utils import timezone
 
 from recoverydash import recovery
+from recoverydash.checkpoints.objects import StorageError
 from recoverydash.runs.analysis import analyze_with_result, plan_restore, request_analysis
 from recoverydash.runs.models import CheckpointObject, Generation, Run
 from recoverydash.storage.locations import Locations
-from recoverydash.storage.objects import StorageError
 from recoverydash.storage.verification import (
     _enqueue_verification,
     _store,

@@ -22,10 +22,9 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from recoverydash.storage import paths
+from recoverydash.checkpoints import paths
+from recoverydash.checkpoints.objects import PermanentStorageError, make_s3_client
 from recoverydash.storage.models import StorageLocation
-from recoverydash.storage.objects import PermanentStorageError, make_s3_client
-
 
 #: The wire contract's run id (docs/ingest-v1.md#identifiers): a location's run must be one
 #: ingest takes.
@@ -99,10 +98,10 @@ def check_location(location: StorageLocation) -> tuple[str, str]:
 
 def check_kind(kind: str, fmt: str) -> None:
     """A location of kind ``adopt`` names the format of the checkpoints it holds: one of
-    ``recoverydash.formats.ADAPTERS`` (``dcp``, ``hf``, ``lightning``, ``deepspeed``,
+    ``recoverydash.checkpoints.formats.ADAPTERS`` (``dcp``, ``hf``, ``lightning``, ``deepspeed``,
     ``megatron``, ``orbax``), or ``auto`` / empty to detect it at each listing; a ``manifests``
     location names none. Raises LocationRefused (field ``format`` or ``kind``)."""
-    from recoverydash.formats import ADAPTERS
+    from recoverydash.checkpoints.formats import ADAPTERS
     from recoverydash.storage.models import KIND_ADOPT, KIND_MANIFESTS
 
     if kind not in (KIND_ADOPT, KIND_MANIFESTS):

@@ -1,7 +1,7 @@
 """Verifying a committed generation's objects in storage, and re-checking them later.
 
 The checks themselves (HEAD, size, sha256; ``file://`` and ``s3://``) live in the pure module
-``recoverydash.storage.objects`` that the SDK shares. This module resolves each object through
+``recoverydash.checkpoints.objects`` that the SDK shares. This module resolves each object through
 the project's storage locations (``recoverydash.storage.locations``: an object under none of them
 is ``object_outside_locations`` and never opened or requested), checks it with that location's
 credentials, stores one result per object with the time of the check, and asks for the run to be
@@ -29,18 +29,18 @@ from django.db import transaction
 from django.db.models import F, Max, Q
 from django.utils import timezone
 
-from recoverydash.runs.analysis import request_analysis
-from recoverydash.runs.models import Analysis, CheckpointObject, Generation
-from recoverydash.runs.queue import VERIFY_GENERATION, enqueue
-from recoverydash.runs.seq import mark_changed
-from recoverydash.storage import paths
-from recoverydash.storage.locations import Locations, Resolved
-from recoverydash.storage.objects import (
+from recoverydash.checkpoints import paths
+from recoverydash.checkpoints.objects import (
     ObjectCheck,
     PermanentStorageError,
     TransientStorageError,
     verify_object,
 )
+from recoverydash.runs.analysis import request_analysis
+from recoverydash.runs.models import Analysis, CheckpointObject, Generation
+from recoverydash.runs.queue import VERIFY_GENERATION, enqueue
+from recoverydash.runs.seq import mark_changed
+from recoverydash.storage.locations import Locations, Resolved
 
 log = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ MANIFEST = "recoverydash-manifest.json"
 
 @pytest.fixture(scope="module")
 def s3_demo(tmp_path_factory):
+    from recoverydash.checkpoints.objects import make_s3_client
     from recoverydash.demo.util import free_port
-    from recoverydash.storage.objects import make_s3_client
 
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(),
                                             verbose=False)

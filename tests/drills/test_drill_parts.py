@@ -69,7 +69,7 @@ def test_it_compares_the_state_exactly_or_within_the_tolerance():
 
 
 def test_it_flips_one_byte_of_the_newest_generations_largest_object(tmp_path):
-    from recoverydash.storage import objects as storage
+    from recoverydash.checkpoints import objects as storage
 
     for update in (2, 4):
         gen = tmp_path / f"g{update}"

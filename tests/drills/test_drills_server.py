@@ -142,8 +142,8 @@ def test_it_finds_a_generation_whose_manifest_is_in_storage_without_its_commit(
     server (the drill's after_commit): before a restore plan, the pending generation is looked
     up beside its reported objects and its manifest ingested (the plan naming it end to end:
     tests/drills/test_drill_train_ddp.py, after_commit)."""
+    from recoverydash.checkpoints import objects as storage
     from recoverydash.ingest.discovery import committed_in_storage
-    from recoverydash.storage import objects as storage
 
     declare_location(project, tmp_path)
     loc = tmp_path / "run-a"

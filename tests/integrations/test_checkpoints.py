@@ -12,6 +12,7 @@ import threading
 
 import pytest
 
+from recoverydash.checkpoints.objects import MANIFEST_NAME
 from recoverydash.integrations._checkpoints import (
     free_generation_id,
     generation_name,
@@ -21,7 +22,6 @@ from recoverydash.integrations._checkpoints import (
     retire_manifests,
 )
 from recoverydash.sdk.checkpoint import publish_files
-from recoverydash.storage.objects import MANIFEST_NAME
 
 COMPONENTS = ["model", "optimizer", "scheduler", "rng", "data_progress"]
 

@@ -18,11 +18,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from recoverydash.checkpoints.objects import ObjectCheck
 from recoverydash.ingest.actions import ingest_batch
 from recoverydash.runs import analysis as bridge
-from recoverydash.runs.models import (Analysis, CheckpointObject, Generation, InputChunk,
-                                      InputDigest, Project, Run)
-from recoverydash.storage.objects import ObjectCheck
+from recoverydash.runs.models import (
+    Analysis,
+    CheckpointObject,
+    Generation,
+    InputChunk,
+    InputDigest,
+    Project,
+    Run,
+)
 from recoverydash.storage.verification import _store
 
 pytestmark = pytest.mark.django_db

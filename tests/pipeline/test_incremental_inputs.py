@@ -8,17 +8,18 @@ reads no row of the run's tables at all."""
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timedelta, timezone as tz
+from datetime import datetime, timedelta
+from datetime import timezone as tz
 
 import pytest
 from django.db import connection
 
 from recoverydash import recovery
+from recoverydash.checkpoints.objects import ObjectCheck
 from recoverydash.ingest.actions import ingest_batch
 from recoverydash.runs import analysis as bridge
 from recoverydash.runs.contracts import save_contract
 from recoverydash.runs.models import Analysis, CheckpointObject, Generation, Run
-from recoverydash.storage.objects import ObjectCheck
 from recoverydash.storage.verification import _store
 
 pytestmark = pytest.mark.django_db

@@ -11,10 +11,10 @@ import uuid
 
 import pytest
 
+from recoverydash.checkpoints.objects import make_s3_client, write_manifest_atomically
 from recoverydash.ingest.discovery import discover_all
 from recoverydash.runs.models import CheckpointObject, Generation, Run
 from recoverydash.storage.models import StorageLocation
-from recoverydash.storage.objects import make_s3_client, write_manifest_atomically
 
 pytestmark = pytest.mark.django_db(transaction=True)
 COMPONENTS = ["model", "optimizer", "scheduler", "rng", "data_progress"]

@@ -197,7 +197,7 @@ def s3_server():
     """moto's S3 in server mode over HTTP on 127.0.0.1: ``(endpoint_url, client)``."""
     from moto.server import ThreadedMotoServer
 
-    from recoverydash.storage.objects import make_s3_client
+    from recoverydash.checkpoints.objects import make_s3_client
 
     port = free_port()
     srv = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)

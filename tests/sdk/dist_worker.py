@@ -23,6 +23,7 @@ def main(cfg: dict) -> int:
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
+    from recoverydash.checkpoints import objects as storage
     from recoverydash.sdk import (
         Client,
         CountingRecorder,
@@ -33,7 +34,6 @@ def main(cfg: dict) -> int:
         save_generation,
         select_restorable,
     )
-    from recoverydash.storage import objects as storage
 
     s3 = None
     if cfg.get("s3_endpoint"):

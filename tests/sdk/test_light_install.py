@@ -32,10 +32,11 @@ VENV_TOOLS = {"pip", "setuptools", "wheel"}
 BLOCKED = ("django", "ninja", "celery", "kombu", "plotly", "psycopg", "redis", "pydantic",
            "gunicorn", "whitenoise", "standardwebhooks", "httpx", "dj_database_url", "markdown",
            "axes")
-# What a trainer imports: the SDK, its framework integrations, the core it runs offline, and the
-# checkpoint-format readers of its command line (those the checkout has).
+# What a trainer imports: the SDK, its framework integrations, and the pure layers it runs
+# offline (the core; checkpoints: objects, restore selection, the format readers of its command
+# line).
 TRAINER_SIDE = ("recoverydash.sdk", "recoverydash.integrations", "recoverydash.recovery",
-                "recoverydash.formats")
+                "recoverydash.checkpoints")
 # A framework's integration subclasses the framework's own classes (an HF TrainerCallback, a
 # Lightning Callback), so it imports the framework when it is imported: in this venv, without
 # any framework, such a module may only fail for that reason, and is listed.
@@ -59,7 +60,7 @@ class Block(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, Block())
 import recoverydash
-from recoverydash.storage import objects
+from recoverydash.checkpoints import objects
 
 modules, needs = [], {}
 for name in PACKAGES:

@@ -132,8 +132,8 @@ def test_it_returns_a_fresh_start_when_nothing_is_left_and_the_state_is_untouche
 def test_it_falls_back_when_loading_raises_and_raises_when_nothing_is_left(two_generations):
     import json
 
+    from recoverydash.checkpoints.objects import MANIFEST_NAME
     from recoverydash.sdk import RestoreError
-    from recoverydash.storage.objects import MANIFEST_NAME
 
     # bytes of the right size that DCP cannot read, and a manifest without digests: only the
     # load can find out

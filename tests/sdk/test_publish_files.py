@@ -8,13 +8,9 @@ import os
 
 import pytest
 
-from recoverydash.sdk.checkpoint import (
-    merge_cursors,
-    publish_files,
-    resolve_location,
-    select_restorable,
-)
-from recoverydash.storage.objects import MANIFEST_NAME
+from recoverydash.checkpoints.objects import MANIFEST_NAME
+from recoverydash.checkpoints.selection import select_restorable
+from recoverydash.sdk.checkpoint import merge_cursors, publish_files, resolve_location
 
 from .test_ledger import CaptureClient
 

@@ -14,9 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from recoverydash.checkpoints.objects import file_uri, write_manifest_atomically
+from recoverydash.checkpoints.selection import select_restorable
 from recoverydash.sdk.__main__ import main as cli
-from recoverydash.sdk.checkpoint import restore_plan, select_restorable
-from recoverydash.storage.objects import file_uri, write_manifest_atomically
+from recoverydash.sdk.checkpoint import restore_plan
 
 from .conftest import REPO, free_port
 

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from recoverydash.storage.objects import (
+from recoverydash.checkpoints.objects import (
     MANIFEST_NAME,
     PermanentStorageError,
     download_file,
@@ -47,7 +47,7 @@ def test_upload_file_stores_the_sha256_and_download_file_hashes_the_copy(s3_serv
 
 torch = pytest.importorskip("torch")
 
-from recoverydash.sdk.checkpoint import select_restorable
+from recoverydash.checkpoints.selection import select_restorable
 
 from . import test_torch_distributed as dist_tests
 

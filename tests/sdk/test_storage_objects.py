@@ -1,4 +1,4 @@
-"""recoverydash.storage.objects: verification statuses, manifest publication and discovery, on
+"""recoverydash.checkpoints.objects: verification statuses, manifest publication and discovery, on
 files and on S3 (moto's server mode over HTTP)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from recoverydash.storage.objects import (
+from recoverydash.checkpoints.objects import (
     MANIFEST_NAME,
     ManifestConflictError,
     PermanentStorageError,

@@ -13,9 +13,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from recoverydash.sdk.checkpoint import select_restorable
+from recoverydash.checkpoints.objects import MANIFEST_NAME
+from recoverydash.checkpoints.selection import select_restorable
 from recoverydash.sdk.ledger import padded_length
-from recoverydash.storage.objects import MANIFEST_NAME
 
 from .conftest import REPO, FakeIngest, free_port
 

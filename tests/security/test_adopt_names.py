@@ -13,7 +13,7 @@ import pytest
 from recoverydash.ingest.adoption import adopted_run_id
 from recoverydash.runs.models import ApiToken, Generation, Run
 from recoverydash.storage.models import KIND_ADOPT, StorageLocation
-from tests.formats.conftest import dcp_save
+from tests.checkpoints.conftest import dcp_save
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

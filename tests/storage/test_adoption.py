@@ -14,7 +14,7 @@ import pytest
 
 from recoverydash.runs.models import Generation, Run
 from recoverydash.storage.models import KIND_ADOPT
-from tests.formats.conftest import dcp_save, deepspeed_save, truncate
+from tests.checkpoints.conftest import dcp_save, deepspeed_save, truncate
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -91,7 +91,7 @@ def test_the_other_objects_of_that_generation_are_still_verified(
 def test_a_symlink_swapped_in_after_the_check_is_not_followed(tmp_path):
     """What was checked is what is opened: files are opened beneath the location's folder one
     component at a time with O_NOFOLLOW, so a folder replaced by a link in between fails."""
-    from recoverydash.storage import paths
+    from recoverydash.checkpoints import paths
 
     root = tmp_path / "ckpt"
     (root / "g1").mkdir(parents=True)

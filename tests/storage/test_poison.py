@@ -13,12 +13,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from recoverydash.runs.seq import mark_changed
+from recoverydash.checkpoints.objects import TransientStorageError, verify_object
 from recoverydash.runs.models import CheckpointObject, Generation
+from recoverydash.runs.seq import mark_changed
 from recoverydash.storage import verification
 from recoverydash.storage.locations import LocationRefused, check_location
 from recoverydash.storage.models import StorageLocation
-from recoverydash.storage.objects import TransientStorageError, verify_object
 
 from .conftest import checks, generation, manifest, run_events, write_generation
 

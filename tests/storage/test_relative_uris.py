@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 
+from recoverydash.checkpoints.objects import write_manifest_atomically
 from recoverydash.ingest.discovery import discover_all
 from recoverydash.runs.models import CheckpointObject
-from recoverydash.storage.objects import write_manifest_atomically
 
 from .conftest import checks, generation, manifest, run_events, write_generation
 

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from recoverydash.storage.objects import make_s3_client
+from recoverydash.checkpoints.objects import make_s3_client
 
 from .conftest import COMPONENTS, checks, generation, manifest, run_events
 

@@ -22,7 +22,7 @@ from django.db import migrations
 
 def used_prefix(uri: str, generation_id: str) -> str | None:
     """The location a verified object's generation lived in, canonical, or None."""
-    from recoverydash.storage import paths
+    from recoverydash.checkpoints import paths
 
     try:
         canon = paths.canonical(uri)
@@ -44,7 +44,7 @@ def used_prefix(uri: str, generation_id: str) -> str | None:
 
 
 def forwards(apps, schema_editor):
-    from recoverydash.storage import paths
+    from recoverydash.checkpoints import paths
 
     Location = apps.get_model("storage", "StorageLocation")
     CheckpointObject = apps.get_model("runs", "CheckpointObject")

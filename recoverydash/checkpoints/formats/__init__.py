@@ -6,9 +6,9 @@ Formats (one module each, the same interface: ``NAME``, ``RULE``, ``detect(tree)
 ``hf`` (Hugging Face Trainer ``checkpoint-N``), ``lightning`` (``.ckpt``), ``deepspeed``
 (``latest`` + ``global_stepN``), ``megatron`` (``latest_checkpointed_iteration.txt`` +
 ``iter_XXXXXXX``), ``orbax`` (``<step>``, ``*.orbax-checkpoint-tmp-*``), and ``recoverydash``
-(our own manifests, checked by ``recoverydash.sdk.checkpoint.select_restorable``). Each module
-doc states its completeness rule; ``recoverydash.formats.base`` the status rule they share;
-docs/formats.md what a structural check cannot prove.
+(our own manifests, checked by ``recoverydash.checkpoints.selection.select_restorable``). Each
+module doc states its completeness rule; ``recoverydash.checkpoints.formats.base`` the status rule
+they share; docs/formats.md what a structural check cannot prove.
 
 Pure: no Django, no torch (torch files are read with ``zipfile`` and a restricted unpickler that
 never runs code from a file), boto3 only for ``s3://``. Entry point: :func:`check`.
@@ -22,10 +22,10 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from recoverydash.formats import dcp, deepspeed, hf, lightning, megatron, orbax
-from recoverydash.formats.base import Generation, Options, finish_all, rfc3339
-from recoverydash.formats.store import Tree
-from recoverydash.storage.objects import MANIFEST_NAME, StorageError
+from recoverydash.checkpoints.formats import dcp, deepspeed, hf, lightning, megatron, orbax
+from recoverydash.checkpoints.formats.base import Generation, Options, finish_all, rfc3339
+from recoverydash.checkpoints.formats.store import Tree
+from recoverydash.checkpoints.objects import MANIFEST_NAME, StorageError
 
 ADAPTERS = {m.NAME: m for m in (dcp, hf, lightning, deepspeed, megatron, orbax)}
 """Format name -> adapter module (``recoverydash`` is handled by the SDK's selection)."""
@@ -141,8 +141,8 @@ def hash_generations(tree: Tree, generations: list, progress=None) -> int:
 
 def _own(location: str, tree: Tree, options: Options, s3_client, max_bytes) -> Check:
     """Our manifests, through the SDK's offline selection (every generation verified)."""
-    from recoverydash.sdk.checkpoint import select_restorable
-    from recoverydash.storage.objects import DEFAULT_FULL_HASH_MAX_BYTES
+    from recoverydash.checkpoints.objects import DEFAULT_FULL_HASH_MAX_BYTES
+    from recoverydash.checkpoints.selection import select_restorable
 
     sel = select_restorable(location, world_size=options.world_size,
                             dataset_version=options.dataset_version,

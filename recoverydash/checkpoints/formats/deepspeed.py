@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import re
 
-from recoverydash.formats.base import Generation, number_in
-from recoverydash.formats.readers import Refused
-from recoverydash.formats.store import Tree
-from recoverydash.formats.torchzip import check_torch_file, top_keys
-from recoverydash.storage.objects import StorageError
+from recoverydash.checkpoints.formats.base import Generation, number_in
+from recoverydash.checkpoints.formats.readers import Refused
+from recoverydash.checkpoints.formats.store import Tree
+from recoverydash.checkpoints.formats.torchzip import check_torch_file, top_keys
+from recoverydash.checkpoints.objects import StorageError
 
 NAME = "deepspeed"
 RULE = ("the `latest` tag commits the folder it names (written after every rank saved); "

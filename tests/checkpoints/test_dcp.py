@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from recoverydash.formats import Options, check
-from recoverydash.formats.dcp import component_of
+from recoverydash.checkpoints.formats import Options, check
+from recoverydash.checkpoints.formats.dcp import component_of
 
 from .conftest import dcp_save, dcp_save_two_ranks, truncate
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from recoverydash.storage import paths
+from recoverydash.checkpoints import paths
 
 MANIFEST_NAME = "recoverydash-manifest.json"
 """File name of the commit marker inside ``<location>/<generation_id>/``."""

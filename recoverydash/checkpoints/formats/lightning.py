@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import re
 
-from recoverydash.formats import dcp, deepspeed
-from recoverydash.formats.base import Generation
-from recoverydash.formats.store import Tree
-from recoverydash.formats.torchzip import check_torch_file, top_keys
+from recoverydash.checkpoints.formats import dcp, deepspeed
+from recoverydash.checkpoints.formats.base import Generation
+from recoverydash.checkpoints.formats.store import Tree
+from recoverydash.checkpoints.formats.torchzip import check_torch_file, top_keys
 
 NAME = "lightning"
 RULE = ("every .ckpt is a generation, committed by being there (written to a temporary file "

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from recoverydash.formats import check, dcp
-from recoverydash.formats.store import Tree
+from recoverydash.checkpoints.formats import check, dcp
+from recoverydash.checkpoints.formats.store import Tree
 
 from .conftest import dcp_save
 
@@ -118,7 +118,7 @@ def test_it_decodes_a_metadata_cut_in_its_storage_meta_and_rejects_it(ckpt, monk
 
 
 def test_it_reads_a_metadata_tail_as_pickletools_does_whole_cut_or_altered(ckpt, monkeypatch):
-    from recoverydash.formats import readers
+    from recoverydash.checkpoints.formats import readers
 
     with open(os.path.join(dcp_save(ckpt, 10), ".metadata"), "rb") as f:
         data = f.read()

@@ -19,15 +19,15 @@ import re
 from collections import OrderedDict
 from typing import NamedTuple
 
-from recoverydash.formats.base import Columns, Generation, columns, number_in
-from recoverydash.formats.readers import (
+from recoverydash.checkpoints.formats.base import Columns, Generation, columns, number_in
+from recoverydash.checkpoints.formats.readers import (
     UnreadableFile,
     dcp_layout,
     read_dcp_metadata,
     same_save_layout,
 )
-from recoverydash.formats.store import Tree
-from recoverydash.storage.objects import StorageError
+from recoverydash.checkpoints.formats.store import Tree
+from recoverydash.checkpoints.objects import StorageError
 
 NAME = "dcp"
 RULE = ("committed by .metadata (written once every rank's write results were gathered); "
@@ -67,8 +67,8 @@ class Summary(NamedTuple):
     components: frozenset
     shards: tuple = ()      # rank0 and every file's shard, by rank number
     listed: frozenset = frozenset()  # the files' relative paths
-    #: the files then the .metadata as :class:`~recoverydash.formats.base.Columns` of the
-    #: save's folder (None when an item's file lies in a sub-folder): shared by every save of
+    #: the files then the .metadata as :class:`~recoverydash.checkpoints.formats.base.Columns` of
+    #: the save's folder (None when an item's file lies in a sub-folder): shared by every save of
     #: the layout
     cols: Columns | None = None
 

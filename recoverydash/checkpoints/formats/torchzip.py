@@ -3,10 +3,10 @@ Lightning ``.ckpt``) without torch: see ``readers.read_torch_zip``."""
 
 from __future__ import annotations
 
-from recoverydash.formats.base import Generation
-from recoverydash.formats.readers import TorchFile, UnreadableFile, read_torch_zip
-from recoverydash.formats.store import Tree
-from recoverydash.storage.objects import StorageError
+from recoverydash.checkpoints.formats.base import Generation
+from recoverydash.checkpoints.formats.readers import TorchFile, UnreadableFile, read_torch_zip
+from recoverydash.checkpoints.formats.store import Tree
+from recoverydash.checkpoints.objects import StorageError
 
 
 def check_torch_file(tree: Tree, gen: Generation, rel: str) -> TorchFile | None:

@@ -17,8 +17,12 @@ import os
 import stat as statmod
 from typing import NamedTuple
 
-from recoverydash.storage import objects as storage
-from recoverydash.storage.objects import PermanentStorageError, StorageError, TransientStorageError
+from recoverydash.checkpoints import objects as storage
+from recoverydash.checkpoints.objects import (
+    PermanentStorageError,
+    StorageError,
+    TransientStorageError,
+)
 
 
 class Entry(NamedTuple):

@@ -13,14 +13,14 @@ import sys
 
 import pytest
 
-from recoverydash.formats import StderrProgress, check, detect
-from recoverydash.formats.readers import (
+from recoverydash.checkpoints.formats import StderrProgress, check, detect
+from recoverydash.checkpoints.formats.readers import (
     Refused,
     UnreadableFile,
     read_pickle,
     read_safetensors_header,
 )
-from recoverydash.formats.store import Tree
+from recoverydash.checkpoints.formats.store import Tree
 from recoverydash.sdk.__main__ import main as cli
 
 from .conftest import dcp_save, deepspeed_save, megatron_save, orbax_step, truncate

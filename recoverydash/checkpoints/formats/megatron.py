@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import re
 
-from recoverydash.formats import dcp
-from recoverydash.formats.base import Generation
-from recoverydash.formats.readers import Refused
-from recoverydash.formats.store import Tree
-from recoverydash.formats.torchzip import check_torch_file, top_keys
-from recoverydash.storage.objects import StorageError
+from recoverydash.checkpoints.formats import dcp
+from recoverydash.checkpoints.formats.base import Generation
+from recoverydash.checkpoints.formats.readers import Refused
+from recoverydash.checkpoints.formats.store import Tree
+from recoverydash.checkpoints.formats.torchzip import check_torch_file, top_keys
+from recoverydash.checkpoints.objects import StorageError
 
 NAME = "megatron"
 RULE = ("latest_checkpointed_iteration.txt commits the iteration it names (written after "

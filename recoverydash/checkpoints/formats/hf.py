@@ -21,16 +21,16 @@ from __future__ import annotations
 import json
 import re
 
-from recoverydash.formats import dcp, deepspeed
-from recoverydash.formats.base import Generation, number_in
-from recoverydash.formats.readers import (
+from recoverydash.checkpoints.formats import dcp, deepspeed
+from recoverydash.checkpoints.formats.base import Generation, number_in
+from recoverydash.checkpoints.formats.readers import (
     UnreadableFile,
     read_safetensors_header,
     safetensors_header_length,
 )
-from recoverydash.formats.store import Tree
-from recoverydash.formats.torchzip import check_torch_file
-from recoverydash.storage.objects import StorageError
+from recoverydash.checkpoints.formats.store import Tree
+from recoverydash.checkpoints.formats.torchzip import check_torch_file
+from recoverydash.checkpoints.objects import StorageError
 
 NAME = "hf"
 RULE = ("committed by trainer_state.json (written last); complete when its global_step is N, "

@@ -10,7 +10,8 @@ URI = "file:///ckpt/step-2/__0_0.distcp"
 
 
 def adopted(reasons=(), cursor=()):
-    """What ``recoverydash.formats.base.Generation.manifest`` builds for a DCP step-2."""
+    """What ``recoverydash.checkpoints.formats.base.Generation.manifest`` builds for a DCP
+    step-2."""
     return {"schema_revision": 1, "generation_id": "step-2", "update": 2, "world_size": 1,
             "required_shards": ["rank0"], "components": ["model", "optimizer"],
             "objects": [{"uri": URI, "shard": "rank0", "component": "model", "size": 64,

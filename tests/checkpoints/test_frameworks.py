@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from recoverydash.formats import check
+from recoverydash.checkpoints.formats import check
 
 from .conftest import truncate
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import NamedTuple
 
-from recoverydash.formats.store import Tree
+from recoverydash.checkpoints.formats.store import Tree
 
 HARD = ("shard_missing", "component_missing", "object_missing", "size_mismatch",
         "digest_mismatch", "update_mismatch", "world_size_mismatch", "schema_unsupported")

@@ -18,9 +18,9 @@ from __future__ import annotations
 import json
 import re
 
-from recoverydash.formats.base import Generation
-from recoverydash.formats.store import Tree
-from recoverydash.storage.objects import StorageError
+from recoverydash.checkpoints.formats.base import Generation
+from recoverydash.checkpoints.formats.store import Tree
+from recoverydash.checkpoints.objects import StorageError
 
 NAME = "orbax"
 RULE = ("a <step>.orbax-checkpoint-tmp-* folder never committed; <step>/ is committed by its "

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from recoverydash.formats import Options, check
+from recoverydash.checkpoints.formats import Options, check
 
 from .conftest import deepspeed_save, megatron_save, orbax_step, truncate
 
