@@ -53,12 +53,15 @@ def _deliver() -> None:
 def refresh_stale(now=None, refresh_after_s: float | None = None,
                   budget: int | None = None) -> int:
     """Request a new analysis (``runs.analysis.request_analysis``: debounced, one ``analyze_run``
-    task each) of at most ``budget`` runs not ended whose stored analysis is older than
-    ``refresh_after_s`` seconds, oldest first. What it is for: the parts of a stored result that
-    follow the clock without new events (its ``health``, updates that count once settled,
-    docs/definitions.md#updates-counted-once-complete) as the fleet, the API and the run page
-    show them; the alert rules do not wait for it (their clock-driven conditions are computed
-    from the stored figures at each cycle, :func:`evaluate_chunk`). The analyses run in the
+    task each) of at most ``budget`` runs whose stored analysis is older than
+    ``refresh_after_s`` seconds, oldest first: runs not ended, and ended runs with an update not
+    settled yet (``clock_basis.earliest_unsettled``: a rank's last part that never came counts
+    once the settle delay passed, docs/definitions.md#updates-counted-once-complete, and the
+    generations and restart waiting for it are decided then). What it is for: the parts of a
+    stored result that follow the clock without new events (its ``health``, updates that count
+    once settled) as the fleet, the API, the run page and the alert rules read them (the
+    clock-driven rules are computed from the stored figures at each cycle,
+    :func:`evaluate_chunk`). The analyses run in the
     workers, not in the beat, so a cycle costs ``budget`` small updates and sends whatever the
     number of runs. Every run gets its turn: an analysis moves its run to the back (its
     ``computed_at``), runs already queued (``Run.analysis_queued_at`` within the debounce mark's
@@ -75,7 +78,10 @@ def refresh_stale(now=None, refresh_after_s: float | None = None,
     budget = settings.RECOVERYDASH_BEAT_REFRESH_BUDGET if budget is None else budget
     if budget <= 0:
         return 0
-    due = list(Analysis.objects.exclude(health="ended")
+    # the key present and not JSON null (a number: the first report of an unsettled update)
+    unsettled = (Q(clock_basis__earliest_unsettled__isnull=False)
+                 & ~Q(clock_basis__earliest_unsettled=None))
+    due = list(Analysis.objects.filter(~Q(health="ended") | unsettled)
                .filter(computed_at__lt=now - timedelta(seconds=after))
                .exclude(error_seq__gte=F("run__ingest_seq"))
                .filter(Q(run__analysis_queued_at__isnull=True)
@@ -206,7 +212,7 @@ def clock_changes(pks: list[int], now) -> tuple[list[int], list[tuple], int]:
                 else:
                     entry[1] = found
     holding = []
-    for run_id, found, keep in judged:
+    for _run_id, found, keep in judged:
         for pk, _, rule, _, subjects, summary, seen_at in keep:
             info = rule_info(rule)
             items = sorted(({"subject": c.subject, "kind": info.subject, "severity": c.severity,

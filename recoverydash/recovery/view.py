@@ -84,15 +84,18 @@ class RunView:
         settled when it is complete (a coordinator's report, or reports of ``world_size``
         distinct data-parallel ranks; any report when the world size is unknown), when a later
         update of the attempt is complete (the missing part is not coming), when its first
-        report is ``settle_seconds`` old at ``now``, or when the attempt is over (it ended, or a
-        newer attempt exists). Only the newest updates of a running attempt can be unsettled."""
+        report is ``settle_seconds`` old at ``now``, or when a newer attempt exists. An
+        ``attempt_ended`` does not settle the attempt's updates: the lead reporter sends it at
+        once while the other ranks' last updates come with their exit (docs/definitions.md#
+        updates-counted-once-complete). Only the newest updates of the live attempt can be
+        unsettled."""
         if attempt in self._settled:
             return self._settled[attempt]
         record = self.attempts.get(attempt)
         state = self.ledger.attempts.get(attempt)
         top = None
         if record is not None and state is not None and state.updates \
-                and record.world_size and record.ended_at is None and attempt == self.live:
+                and record.world_size and attempt == self.live:
             newest = state.updates.max()
             top = state.complete_top(record.world_size)
             if (top is None or top < newest) and self.now is not None:

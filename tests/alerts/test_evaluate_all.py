@@ -79,6 +79,20 @@ def test_it_requests_the_oldest_analyses_again_within_the_budget(project, settin
     assert requested == [runs[27].pk, runs[26].pk]
 
 
+def test_it_requests_again_an_ended_run_whose_last_update_is_not_settled(project):
+    # ended runs: one whose analysis left an update unsettled (a rank's part of its last update
+    # never came: it counts once the settle delay passed), one settled (null), one without basis
+    runs = fleet(project, 3, ended={0, 1, 2})
+    Run.objects.update(ingest_seq=1)
+    Analysis.objects.filter(run=runs[0]).update(clock_basis={"earliest_unsettled": 1.8e9})
+    Analysis.objects.filter(run=runs[1]).update(clock_basis={"earliest_unsettled": None})
+    requested = []
+    with mock.patch("recoverydash.runs.analysis.request_analysis",
+                    side_effect=lambda pk: requested.append(pk) or True):
+        assert evaluation.refresh_stale(refresh_after_s=0, budget=5) == 1
+    assert requested == [runs[0].pk]
+
+
 def varied_fleet(project):
     """Runs whose clock-driven alerts are in every situation at ``T0 + 2 h``: limits of 1 h."""
     def make(name, *, committed=None, first=T0, seen=None, ended=None, health="ok",

@@ -81,8 +81,7 @@ class Model:
         """None: every update of ``a`` settled; else the highest settled one (-1: none)."""
         record = self.attempts.get(a)
         ups = self.updates.get(a, set())
-        if record is None or not record.world_size or record.ended_at is not None \
-                or a != max(self.attempts) or not ups:
+        if record is None or not record.world_size or a != max(self.attempts) or not ups:
             return None
         tops = [u for u in ups if self.complete(a, u)]
         if self.now is not None:

@@ -100,8 +100,12 @@ def test_the_basis_figures_and_where_it_stops():
 
 def test_an_ended_run_stops_its_clock():
     run = simple_run(ended="completed")
-    basis = stored(clock_basis(analyze(run, 200.0)))
-    assert basis["earliest_unsettled"] is None  # an ended attempt has every update settled
+    # rank 1's part of update 4 may still come with its exit: attempt_ended settles nothing
+    # (docs/definitions.md#updates-counted-once-complete), the age does (140 + 300)
+    assert stored(clock_basis(analyze(run, 200.0)))["earliest_unsettled"] == 140.0
+    assert clock_driven_at(stored(clock_basis(analyze(run, 200.0))), 440.0, 300.0) is None
+    basis = stored(clock_basis(analyze(run, 440.0)))
+    assert basis["earliest_unsettled"] is None
     got = clock_driven_at(basis, 10_000.0, 300.0)
     assert got["health"] == "ended"
     assert got["seconds_since_last_restorable"] == 25.0  # 150 (end) - 125
