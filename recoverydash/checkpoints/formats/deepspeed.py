@@ -20,6 +20,7 @@ needed to read any of this.
 from __future__ import annotations
 
 import re
+from typing import Any, NamedTuple
 
 from recoverydash.checkpoints.formats.base import Generation, number_in
 from recoverydash.checkpoints.formats.readers import Refused
@@ -123,22 +124,65 @@ def check_inside(tree: Tree, gen: Generation, folder: str) -> None:
 
 
 def check_tag_folder(tree: Tree, gen: Generation, folder: str, set_shards: bool = True) -> None:
-    """Check one tag folder's files against the world sizes its model states declare."""
+    """Check one tag folder's files against the world sizes its model states declare: read the
+    first model states file, take its progress, settle the world sizes, then check every model
+    states file and, under ZeRO, every optimizer partition. Findings go to ``gen``."""
     prefix = f"{folder}/" if folder else ""
-    names = tree.children(folder)
-    models = {(_dp(m), int(m.group(2))): n for n in names if (m := _MODEL.fullmatch(n))}
-    optims = {(int(m.group(2)), int(m.group(3))): n for n in names if (m := _OPTIM.fullmatch(n))}
-    first = models.get((None, 0)) or models.get((0, 0)) or (sorted(models.values()) or [None])[0]
-    keys: dict = {}
-    readable = False
-    if first is not None:
-        found = check_torch_file(tree, gen, prefix + first)
-        readable = found is not None
-        keys = top_keys(found)
-        if not readable:
-            gen.unread(REQUIRED)
-    dp = _int(keys.get("dp_world_size"))
-    mp = _int(keys.get("mp_world_size")) or 1
+    files = _TagFiles.of(tree.children(folder))
+    first = files.first_model()
+    keys, readable = _read_first(tree, gen, prefix, first)
+    _take_progress(gen, keys)
+    stage = _zero_stage(keys.get("ds_config"))
+    dp, mp = _world_sizes(gen, keys, files, prefix, folder, first, readable)
+    gen.world_size = dp * mp if dp else None
+    if set_shards and dp:
+        gen.required_shards = [_shard(d, m, mp) for m in range(mp) for d in range(dp)]
+    if stage is not None:
+        gen.progress["zero_stage"] = stage
+    _check_model_states(tree, gen, prefix, files, first, dp, mp,
+                        per_dp=any(d is not None for d, _ in files.models) or stage == 3)
+    if _under_zero(files, stage, first, keys):
+        _check_optimizer_partitions(tree, gen, prefix, files, dp, mp)
+    elif keys.get("optimizer") is not None:
+        gen.carries("optimizer")
+
+
+class _TagFiles(NamedTuple):
+    """The states files of a tag folder by rank: ``models`` (dp rank or None, mp rank) -> name,
+    ``optims`` (dp rank, mp rank) -> name."""
+
+    models: dict[tuple[int | None, int], str]
+    optims: dict[tuple[int, int], str]
+
+    @classmethod
+    def of(cls, names: list[str]) -> _TagFiles:
+        return cls({(_dp(m), int(m.group(2))): n for n in names if (m := _MODEL.fullmatch(n))},
+                   {(int(m.group(2)), int(m.group(3))): n for n in names
+                    if (m := _OPTIM.fullmatch(n))})
+
+    def first_model(self) -> str | None:
+        """The model states file read for the world sizes: mp rank 0's (of dp rank 0 under
+        ZeRO-3), else the first by name, None when there is none."""
+        return (self.models.get((None, 0)) or self.models.get((0, 0))
+                or (sorted(self.models.values()) or [None])[0])
+
+
+def _read_first(tree: Tree, gen: Generation, prefix: str,
+                first: str | None) -> tuple[dict[str, Any], bool]:
+    """(top-level keys of the first model states file, whether it was readable); an unreadable
+    one leaves the required components unread."""
+    if first is None:
+        return {}, False
+    found = check_torch_file(tree, gen, prefix + first)
+    if found is None:
+        gen.unread(REQUIRED)
+        return {}, False
+    return top_keys(found), True
+
+
+def _take_progress(gen: Generation, keys: dict[str, Any]) -> None:
+    """``global_steps`` is the update (a folder naming another step is ``update_mismatch``);
+    ``global_samples`` is kept as progress."""
     steps = _int(keys.get("global_steps"))
     if steps is not None:
         if gen.update is not None and gen.update != steps and gen.format == NAME:
@@ -147,43 +191,65 @@ def check_tag_folder(tree: Tree, gen: Generation, folder: str, set_shards: bool 
         gen.progress.update({"global_steps": steps})
     if _int(keys.get("global_samples")) is not None:
         gen.progress["global_samples"] = keys["global_samples"]
-    stage = _zero_stage(keys.get("ds_config"))
-    zero = bool(optims) or (stage or 0) > 0 or (first is not None and keys.get("optimizer") is None
-                                                and keys.get("param_shapes") is not None)
+
+
+def _world_sizes(gen: Generation, keys: dict[str, Any], files: _TagFiles, prefix: str,
+                 folder: str, first: str | None, readable: bool) -> tuple[int | None, int]:
+    """(data-parallel, model-parallel) world sizes as the model states declare them; when they
+    do not, the sizes the files present imply (and a problem says why)."""
+    dp = _int(keys.get("dp_world_size"))
+    mp = _int(keys.get("mp_world_size")) or 1
     if first is None:
         gen.problem("object_missing", f"{folder}: no mp_rank_XX_model_states.pt")
-    elif dp is None:
-        if readable:
-            gen.problem("schema_unsupported", f"{prefix + first}: no dp_world_size (not a "
-                                              "DeepSpeed model states file?)")
-        dp = max([d for d, _ in optims] + [0]) + 1
-        mp = max([m for _, m in optims] + [m for _, m in models] + [0]) + 1
-    gen.world_size = dp * mp if dp else None
-    if set_shards and dp:
-        gen.required_shards = [_shard(d, m, mp) for m in range(mp) for d in range(dp)]
-    if stage is not None:
-        gen.progress["zero_stage"] = stage
-    per_dp_model = any(d is not None for d, _ in models) or stage == 3
+        return dp, mp
+    if dp is not None:
+        return dp, mp
+    if readable:
+        gen.problem("schema_unsupported", f"{prefix + first}: no dp_world_size (not a "
+                                          "DeepSpeed model states file?)")
+    dp = max([d for d, _ in files.optims] + [0]) + 1
+    mp = max([m for _, m in files.optims] + [m for _, m in files.models] + [0]) + 1
+    return dp, mp
+
+
+def _under_zero(files: _TagFiles, stage: int | None, first: str | None,
+                keys: dict[str, Any]) -> bool:
+    """Whether the optimizer is partitioned (ZeRO): partitions present, a stage above 0, or a
+    model states file with parameter shapes and no optimizer."""
+    return bool(files.optims) or (stage or 0) > 0 or (
+        first is not None and keys.get("optimizer") is None
+        and keys.get("param_shapes") is not None)
+
+
+def _check_model_states(tree: Tree, gen: Generation, prefix: str, files: _TagFiles,
+                        first: str | None, dp: int | None, mp: int, per_dp: bool) -> None:
+    """Every model-parallel rank's model states (one per data-parallel rank too when
+    ``per_dp``, ZeRO-3), each a readable torch zip."""
     for m in range(mp):
-        for d in (range(dp or 1) if per_dp_model else [None]):
-            name = models.get((d, m))
-            want = name or (f"zero_pp_rank_{d}_mp_rank_{m:02d}_model_states.pt" if d is not None
-                            else f"mp_rank_{m:02d}_model_states.pt")
+        for d in (range(dp or 1) if per_dp else [None]):
+            want = files.models.get((d, m)) or (
+                f"zero_pp_rank_{d}_mp_rank_{m:02d}_model_states.pt" if d is not None
+                else f"mp_rank_{m:02d}_model_states.pt")
             obj = gen.add(tree, prefix + want, _shard(d or 0, m, mp), "model")
             if obj is not None and want != first:
                 check_torch_file(tree, gen, obj.path)
-    if not zero:
-        if keys and keys.get("optimizer") is not None:
-            gen.carries("optimizer")
-        return
-    lead = next((re.match(r"(bf16_|fp16_)?", n).group(0) for n in optims.values()), "")
+
+
+def _check_optimizer_partitions(tree: Tree, gen: Generation, prefix: str, files: _TagFiles,
+                                dp: int | None, mp: int) -> None:
+    """Every data-parallel rank's optimizer partition of every model-parallel rank, each a
+    readable torch zip; partitions beyond the declared world size are noted."""
+    lead = next((m.group(0) for n in files.optims.values()
+                 if (m := re.match(r"(bf16_|fp16_)?", n))), "")
     for m in range(mp):
         for d in range(dp or 0):
-            name = optims.get((d, m)) or f"{lead}zero_pp_rank_{d}_mp_rank_{m:02d}_optim_states.pt"
+            name = (files.optims.get((d, m))
+                    or f"{lead}zero_pp_rank_{d}_mp_rank_{m:02d}_optim_states.pt")
             obj = gen.add(tree, prefix + name, _shard(d, m, mp), "optimizer")
             if obj is not None:
                 check_torch_file(tree, gen, obj.path)
-    extra = sorted(n for (d, m), n in optims.items() if dp is not None and (d >= dp or m >= mp))
+    extra = sorted(n for (d, m), n in files.optims.items()
+                   if dp is not None and (d >= dp or m >= mp))
     if extra:
         gen.notes.append(f"{len(extra)} optimizer partition(s) beyond the declared world size: "
                          f"{', '.join(extra[:3])}")

@@ -15,6 +15,7 @@ rule applies. ``update`` is the iteration.
 from __future__ import annotations
 
 import re
+from typing import Any, NamedTuple
 
 from recoverydash.checkpoints.formats import dcp
 from recoverydash.checkpoints.formats.base import Generation
@@ -84,7 +85,9 @@ def scan(tree: Tree) -> list[Generation]:
     return out
 
 
-def _arg(args, name: str):
+def _arg(args: Any, name: str) -> Any:
+    """Field ``name`` of the saved ``args`` (an argparse Namespace, read as a placeholder, or a
+    dict), None when absent."""
     if isinstance(args, Refused):
         return args.field(name)
     if isinstance(args, dict):
@@ -92,66 +95,118 @@ def _arg(args, name: str):
     return None
 
 
+RankKey = tuple[int | None, ...]
+
+
 def check_iteration(tree: Tree, gen: Generation, folder: str) -> None:
-    """Check one ``iter_`` folder (legacy per-rank files, or a torch_dist DCP save)."""
+    """Check one ``iter_`` folder (legacy per-rank files, or a torch_dist DCP save): find the rank
+    folders, read the first one's ``model_optim_rng.pt``, settle the parallel layout from its
+    ``args``, check every rank's files, then what the first file carries. Findings go to
+    ``gen``."""
     if dcp.is_dcp_folder(tree, folder):
-        dcp.check_folder(tree, folder, gen.generation_id, gen=gen)
-        gen.required_components = list(dcp.REQUIRED)
-        gen.required_shards = sorted({o.shard for o in gen.objects})
-        if f"{folder}/common.pt" in tree.files:
-            gen.add(tree, f"{folder}/common.pt", "rank0", "train_state")
+        _check_torch_dist(tree, gen, folder)
         return
-    ranks = {}
-    for n in tree.children(folder):
-        m = _RANK.fullmatch(n)
-        if m and tree.is_dir(f"{folder}/{n}"):
-            ranks[tuple(int(g) if g is not None else None for g in m.groups())] = n
+    ranks = _rank_folders(tree, folder)
     if not ranks:
         gen.problem("object_missing", f"{folder}: no mp_rank_* folder")
         return
     first_key = min(ranks, key=lambda k: tuple(-1 if v is None else v for v in k))
     first = f"{folder}/{ranks[first_key]}/{MODEL_FILE}"
     keys = top_keys(check_torch_file(tree, gen, first)) if first in tree.files else {}
-    args = keys.get("args")
-    tp = _arg(args, "tensor_model_parallel_size") or 1
-    pp = _arg(args, "pipeline_model_parallel_size") or 1
-    ep = _arg(args, "expert_model_parallel_size") or 1
-    distributed = bool(_arg(args, "use_distributed_optimizer"))
-    world = _arg(args, "world_size")
-    if isinstance(world, int):
-        gen.world_size = world
-    if args is None:
-        if keys:
-            gen.notes.append(f"{first}: no args saved: tensor/pipeline sizes taken from the "
-                             "folders")
-        else:
-            gen.unread(REQUIRED)
-        tp = max(k[0] for k in ranks) + 1
-        pp = max((k[1] or 0) for k in ranks) + 1
-    pipeline = pp > 1 or any(k[1] is not None for k in ranks)
-    expert = ep > 1 or any(k[2] is not None for k in ranks)
-    expected = []
-    for t in range(tp):
-        for p in range(pp):
-            for e in range(ep):
-                name = f"mp_rank_{t:02d}"
-                if pipeline:
-                    name += f"_{p:03d}"
-                if expert:
-                    name += f"_{e:03d}"
-                expected.append(name)
-    gen.required_shards = expected
-    for name in expected:
+    layout = _Layout.of(gen, keys, ranks, first)
+    gen.required_shards = layout.shards()
+    _check_rank_files(tree, gen, folder, layout, first)
+    if keys:
+        _take_contents(gen, keys, first, layout.distributed)
+
+
+def _check_torch_dist(tree: Tree, gen: Generation, folder: str) -> None:
+    """A ``torch_dist`` save: the DCP rule, plus ``common.pt`` when present."""
+    dcp.check_folder(tree, folder, gen.generation_id, gen=gen)
+    gen.required_components = list(dcp.REQUIRED)
+    gen.required_shards = sorted({o.shard for o in gen.objects})
+    if f"{folder}/common.pt" in tree.files:
+        gen.add(tree, f"{folder}/common.pt", "rank0", "train_state")
+
+
+def _rank_folders(tree: Tree, folder: str) -> dict[RankKey, str]:
+    """(tensor, pipeline or None, expert or None) rank -> ``mp_rank_*`` folder name."""
+    ranks: dict[RankKey, str] = {}
+    for n in tree.children(folder):
+        m = _RANK.fullmatch(n)
+        if m and tree.is_dir(f"{folder}/{n}"):
+            ranks[tuple(int(g) if g is not None else None for g in m.groups())] = n
+    return ranks
+
+
+class _Layout(NamedTuple):
+    """The parallel layout of a legacy save: tensor / pipeline / expert sizes, whether the rank
+    folder names carry the pipeline and expert ranks, whether the optimizer is distributed."""
+
+    tp: int
+    pp: int
+    ep: int
+    pipeline: bool
+    expert: bool
+    distributed: bool
+
+    @classmethod
+    def of(cls, gen: Generation, keys: dict[str, Any], ranks: dict[RankKey, str],
+           first: str) -> _Layout:
+        """From the saved ``args`` of the first file; without them, from the folders present
+        (noted, or the required components left unread when the file was not read)."""
+        args = keys.get("args")
+        tp = _arg(args, "tensor_model_parallel_size") or 1
+        pp = _arg(args, "pipeline_model_parallel_size") or 1
+        ep = _arg(args, "expert_model_parallel_size") or 1
+        world = _arg(args, "world_size")
+        if isinstance(world, int):
+            gen.world_size = world
+        if args is None:
+            if keys:
+                gen.notes.append(f"{first}: no args saved: tensor/pipeline sizes taken from the "
+                                 "folders")
+            else:
+                gen.unread(REQUIRED)
+            tp = max(k[0] or 0 for k in ranks) + 1
+            pp = max((k[1] or 0) for k in ranks) + 1
+        return cls(tp, pp, ep, pp > 1 or any(k[1] is not None for k in ranks),
+                   ep > 1 or any(k[2] is not None for k in ranks),
+                   bool(_arg(args, "use_distributed_optimizer")))
+
+    def shards(self) -> list[str]:
+        """Every rank folder the layout requires, ``mp_rank_TT[_PPP][_EEE]``."""
+        out = []
+        for t in range(self.tp):
+            for p in range(self.pp):
+                for e in range(self.ep):
+                    name = f"mp_rank_{t:02d}"
+                    if self.pipeline:
+                        name += f"_{p:03d}"
+                    if self.expert:
+                        name += f"_{e:03d}"
+                    out.append(name)
+        return out
+
+
+def _check_rank_files(tree: Tree, gen: Generation, folder: str, layout: _Layout,
+                      first: str) -> None:
+    """Every required rank folder's ``model_optim_rng.pt`` (and ``distrib_optim.pt`` with the
+    distributed optimizer), each a readable torch zip."""
+    for name in gen.required_shards:
         rel = f"{folder}/{name}/{MODEL_FILE}"
         obj = gen.add(tree, rel, name, "model")
         if obj is not None and rel != first:
             check_torch_file(tree, gen, rel)
-        if distributed:
+        if layout.distributed:
             rel = f"{folder}/{name}/{DIST_OPTIM}"
             if gen.add(tree, rel, name, "optimizer") is not None:
                 check_torch_file(tree, gen, rel)
-    if not keys:
-        return
+
+
+def _take_contents(gen: Generation, keys: dict[str, Any], first: str, distributed: bool) -> None:
+    """What the first file carries: its components, the iteration (``update_mismatch`` when the
+    folder names another), consumed samples and the checkpoint version as progress."""
     if any(k == "model" or re.fullmatch(r"model\d+", k) for k in keys):
         gen.carries("model")
     if keys.get("optimizer") is not None or distributed:
@@ -166,7 +221,7 @@ def check_iteration(tree: Tree, gen: Generation, folder: str) -> None:
             gen.problem("update_mismatch", f"folder says {gen.update}, {first} iteration {it}")
         gen.update = it
         gen.progress["iteration"] = it
-    consumed = _arg(args, "consumed_train_samples")
+    consumed = _arg(keys.get("args"), "consumed_train_samples")
     if isinstance(consumed, int):
         gen.progress["consumed_train_samples"] = consumed
     version = keys.get("checkpoint_version")
