@@ -36,7 +36,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -79,8 +79,9 @@ class ObjectCheck:
 
     status: one of ``STATUSES`` (``object_outside_locations`` is the server's, for a URI under
     none of the project's storage locations: never looked at). detail: a sentence for humans,
-    which never states an observed size or digest of an object that fails. observed_size: bytes, or None when
-    the object is missing or unverifiable. observed_sha256: 64 hex chars when a digest was obtained
+    which never states an observed size or digest of an object that fails. observed_size:
+    bytes, or None when the object is missing or unverifiable. observed_sha256: 64 hex chars
+    when a digest was obtained
     (from the S3 ``ChecksumSHA256`` or by reading the bytes), else None. ``ok`` with
     ``observed_sha256`` None means the size matched but the digest was not checked (no expected
     digest, or the object is over ``full_hash_max_bytes`` and storage holds no full-object sha256);
@@ -169,7 +170,7 @@ def make_s3_client(endpoint_url: str | None = None, region: str | None = None,
                    *, connect_timeout: float = 5.0, read_timeout: float = 30.0,
                    max_attempts: int = 3, role_arn: str | None = None,
                    external_id: str | None = None, session_token: str | None = None,
-                   only_given: bool = False):
+                   only_given: bool = False) -> Any:
     """A boto3 S3 client. Unset arguments fall back to boto3's usual chain (environment, profile).
 
     Timeouts are seconds. Path-style addressing is used when ``endpoint_url`` is given (MinIO, moto,
@@ -237,9 +238,10 @@ def s3_error(e: Exception, what: str) -> StorageError:
         err = e.response.get("Error", {})
         code = str(err.get("Code", ""))
         status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+        said = f"{what}: {code or status} {err.get('Message', '')}".strip()
         if code in _TRANSIENT_CODES or status >= 500 or status in (408, 429):
-            return TransientStorageError(f"{what}: {code or status} {err.get('Message', '')}".strip())
-        return PermanentStorageError(f"{what}: {code or status} {err.get('Message', '')}".strip())
+            return TransientStorageError(said)
+        return PermanentStorageError(said)
     if isinstance(e, (bx.NoCredentialsError, bx.PartialCredentialsError, bx.ParamValidationError,
                       bx.NoRegionError)):
         return PermanentStorageError(f"{what}: {e}")
@@ -263,7 +265,8 @@ def is_missing(e: Exception) -> bool:
     return code in _MISSING_CODES or status == 404
 
 
-def _s3(s3_client):
+def _s3(s3_client: Any) -> Any:
+    """``s3_client``, or a client made from the environment when it is None."""
     return s3_client if s3_client is not None else make_s3_client()
 
 
@@ -273,8 +276,8 @@ class _TimeUp(Exception):
     """The caller's deadline passed while hashing."""
 
 
-def _hash_stream(read, chunk: int = CHUNK_BYTES, *, limit: int | None = None,
-                 deadline: float | None = None) -> tuple[str, int]:
+def _hash_stream(read: Callable[[int], bytes], chunk: int = CHUNK_BYTES, *,
+                 limit: int | None = None, deadline: float | None = None) -> tuple[str, int]:
     """(sha256 hex, bytes read) of a stream read in ``chunk`` pieces; at most ``limit`` bytes
     are read (None: to the end), and ``_TimeUp`` is raised once ``deadline``
     (``time.monotonic()``) has passed."""
@@ -311,27 +314,26 @@ def _digest_verdict(expected: str | None, observed: str, size: int, how: str) ->
                        f"size {size} matches; sha256 {how} (no expected digest)", size, observed)
 
 
-def verify_object(uri: str, size: int, sha256: str | None = None, *, s3_client=None,
+def verify_object(uri: str, size: int, sha256: str | None = None, *, s3_client: Any = None,
                   full_hash_max_bytes: int = DEFAULT_FULL_HASH_MAX_BYTES,
                   root: str | None = None, deadline: float | None = None,
                   size_only: bool = False) -> ObjectCheck:
     """Check one object against its manifest entry.
 
-    uri: ``s3://bucket/key`` or ``file:///abs/path`` (other schemes: ``storage_unverified``).
-    size: expected bytes. sha256: expected 64 hex chars, or None to check size only.
-    S3: HEAD (with ``ChecksumMode=ENABLED``) for existence and size; a full-object
-    ``ChecksumSHA256`` stored with the object is compared without reading it; otherwise objects of at
-    most ``full_hash_max_bytes`` are read (a ranged GET of at most ``size + 1`` bytes, so an object
-    that grew is seen without reading all of it) and hashed. File: opened with ``O_NONBLOCK`` and
-    ``O_NOFOLLOW``; anything but a regular file (``fstat``: a FIFO, a device, a folder) is
-    ``object_missing`` and never read; then the size, then a sha256 of at most ``size + 1`` bytes
-    under the same limit. With ``root`` (a folder, links already resolved) the file is opened
-    beneath it one component at a time, refusing symbolic links (``paths.open_beneath``), so a
-    path confined to ``root`` stays confined while it is opened. Over the limit with no stored
-    digest: ``ok`` with ``observed_sha256`` None and a detail saying the digest was not checked.
-    ``size_only`` skips digests (the re-check at the moment of a restore question).
-    ``deadline`` (``time.monotonic()``): hashing stops when it passes, with
-    ``storage_unverified`` saying so.
+    uri: ``s3://bucket/key`` or ``file:///abs/path`` (other schemes: ``storage_unverified``). size:
+    expected bytes. sha256: expected 64 hex chars, or None to check size only. S3: HEAD (with
+    ``ChecksumMode=ENABLED``) for existence and size; a full-object ``ChecksumSHA256`` stored with
+    the object is compared without reading it; otherwise objects of at most ``full_hash_max_bytes``
+    are read (a ranged GET of at most ``size + 1`` bytes, so an object that grew is seen without
+    reading all of it) and hashed. File: opened with ``O_NONBLOCK`` and ``O_NOFOLLOW``; anything but
+    a regular file (``fstat``: a FIFO, a device, a folder) is ``object_missing`` and never read;
+    then the size, then a sha256 of at most ``size + 1`` bytes under the same limit. With ``root``
+    (a folder, links already resolved) the file is opened beneath it one component at a time,
+    refusing symbolic links (``paths.open_beneath``), so a path confined to ``root`` stays confined
+    while it is opened. Over the limit with no stored digest: ``ok`` with ``observed_sha256`` None
+    and a detail saying the digest was not checked. ``size_only`` skips digests (the re-check at the
+    moment of a restore question). ``deadline`` (``time.monotonic()``): hashing stops when it
+    passes, with ``storage_unverified`` saying so.
 
     Details never state an observed size or digest of an object that fails (they are in
     ``observed_size`` / ``observed_sha256`` for the caller). Returns ObjectCheck. Raises
@@ -420,7 +422,7 @@ def _b64_sha256_to_hex(value: str) -> str | None:
     return raw.hex() if len(raw) == 32 else None
 
 
-def _verify_s3(client, bucket: str, key: str, size: int, sha256: str | None,
+def _verify_s3(client: Any, bucket: str, key: str, size: int, sha256: str | None,
                limit: int, deadline: float | None) -> ObjectCheck:
     where = f"s3://{bucket}/{key}"
     try:
@@ -474,7 +476,7 @@ def manifest_uri(location: str, generation_id: str) -> str:
     return join_uri(location, generation_id, MANIFEST_NAME)
 
 
-def list_manifests(location: str, *, s3_client=None) -> list[str]:
+def list_manifests(location: str, *, s3_client: Any = None) -> list[str]:
     """URIs of every published manifest directly under ``location`` (one per generation folder).
 
     location: a folder (``file:///dir`` or ``/dir``) or an S3 prefix (``s3://bucket/prefix``).
@@ -497,7 +499,7 @@ def list_manifests(location: str, *, s3_client=None) -> list[str]:
     raise PermanentStorageError(f"cannot list {location!r}: only s3:// and file:// locations")
 
 
-def _list_s3_manifests(client, bucket: str, prefix: str) -> Iterator[str]:
+def _list_s3_manifests(client: Any, bucket: str, prefix: str) -> Iterator[str]:
     prefix = prefix.rstrip("/") + "/" if prefix.strip("/") else ""
     token = None
     while True:
@@ -520,7 +522,7 @@ def _list_s3_manifests(client, bucket: str, prefix: str) -> Iterator[str]:
         token = page.get("NextContinuationToken")
 
 
-def read_manifest(uri: str, *, s3_client=None) -> dict:
+def read_manifest(uri: str, *, s3_client: Any = None) -> dict[str, Any]:
     """The manifest document at ``uri`` (a manifest file URI, not a location).
 
     Raises PermanentStorageError when it is missing or not a JSON object (a published manifest is
@@ -540,7 +542,8 @@ SMALL_OBJECT_MAX_BYTES = 64 * 1024 * 1024
 """The most ``read_bytes`` reads (manifests, per-rank state): a bigger object is refused."""
 
 
-def read_bytes(uri: str, *, s3_client=None, max_bytes: int = SMALL_OBJECT_MAX_BYTES) -> bytes:
+def read_bytes(uri: str, *, s3_client: Any = None,
+               max_bytes: int = SMALL_OBJECT_MAX_BYTES) -> bytes:
     """Whole content of a small object (manifests, per-rank state), at most ``max_bytes``.
 
     A file is opened with ``O_NONBLOCK`` / ``O_NOFOLLOW`` and must be a regular file. Missing,
@@ -580,13 +583,14 @@ def read_bytes(uri: str, *, s3_client=None, max_bytes: int = SMALL_OBJECT_MAX_BY
     return data
 
 
-def encode_manifest(manifest: dict) -> bytes:
+def encode_manifest(manifest: dict[str, Any]) -> bytes:
     """Canonical bytes of a manifest: sorted keys, UTF-8, trailing newline."""
     return (json.dumps(manifest, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode()
 
 
-def write_manifest_atomically(location: str, manifest: dict, *, s3_client=None) -> str:
-    """Publish ``manifest`` as ``<location>/<manifest["generation_id"]>/recoverydash-manifest.json``.
+def write_manifest_atomically(location: str, manifest: dict[str, Any], *,
+                              s3_client: Any = None) -> str:
+    """Publish ``manifest`` as ``<location>/<generation_id>/recoverydash-manifest.json``.
 
     This is the commit. Filesystem: write a temporary file in the same folder, fsync it, link it
     into place (atomic, and refuses to replace an existing manifest), fsync the folder. S3: one
@@ -611,7 +615,7 @@ def write_manifest_atomically(location: str, manifest: dict, *, s3_client=None) 
 
 def _same_manifest(existing: bytes, data: bytes) -> bool:
     try:
-        return json.loads(existing) == json.loads(data)
+        return bool(json.loads(existing) == json.loads(data))
     except ValueError:
         return False
 
@@ -632,13 +636,15 @@ def _write_file_atomically(path: str, data: bytes, uri: str) -> str:
                 with open(path, "rb") as f:
                     if _same_manifest(f.read(), data):
                         return uri
-                raise ManifestConflictError(f"a different manifest is already published at {uri}")
+                raise ManifestConflictError(
+                    f"a different manifest is already published at {uri}") from None
             except OSError:                 # filesystems without hard links
                 if os.path.exists(path):
                     with open(path, "rb") as f:
                         if _same_manifest(f.read(), data):
                             return uri
-                    raise ManifestConflictError(f"a different manifest is published at {uri}")
+                    raise ManifestConflictError(
+                        f"a different manifest is published at {uri}") from None
                 os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):
@@ -657,7 +663,7 @@ def _write_file_atomically(path: str, data: bytes, uri: str) -> str:
     return uri
 
 
-def _put_s3_once(client, bucket: str, key: str, data: bytes, uri: str) -> str:
+def _put_s3_once(client: Any, bucket: str, key: str, data: bytes, uri: str) -> str:
     checksum = base64.b64encode(hashlib.sha256(data).digest()).decode()
     try:
         client.put_object(Bucket=bucket, Key=key, Body=data, ContentType="application/json",
@@ -674,11 +680,12 @@ def _put_s3_once(client, bucket: str, key: str, data: bytes, uri: str) -> str:
             existing = read_bytes(uri, s3_client=client)
             if _same_manifest(existing, data):
                 return uri
-            raise ManifestConflictError(f"a different manifest is already published at {uri}") from e
+            raise ManifestConflictError(
+                f"a different manifest is already published at {uri}") from e
         raise s3_error(e, f"PUT {uri}") from e
 
 
-def put_object(uri: str, data: bytes, *, s3_client=None) -> tuple[int, str]:
+def put_object(uri: str, data: bytes, *, s3_client: Any = None) -> tuple[int, str]:
     """Write ``data`` at ``uri`` (file: temp + fsync + rename; s3: one PUT with ChecksumSHA256).
 
     Returns (size in bytes, sha256 hex). For the SDK's small per-rank state files.
@@ -715,9 +722,10 @@ SINGLE_PUT_MAX_BYTES = 5 * 1024**3
 """S3's limit for one PUT; larger files go up as a multipart upload."""
 
 
-def upload_file(uri: str, path: str, *, s3_client=None, sha256: str | None = None
+def upload_file(uri: str, path: str, *, s3_client: Any = None, sha256: str | None = None
                 ) -> tuple[int, str]:
-    """Copy the local file ``path`` to ``uri`` (``s3://`` or ``file://``); returns (size, sha256 hex).
+    """Copy the local file ``path`` to ``uri`` (``s3://`` or ``file://``); returns (size, sha256
+    hex).
 
     The file is hashed first (or ``sha256`` is trusted when given). S3: files up to 5 GiB go up in
     one ``put_object`` carrying that full-object ``ChecksumSHA256``, so S3 refuses bytes that do
@@ -753,7 +761,7 @@ def upload_file(uri: str, path: str, *, s3_client=None, sha256: str | None = Non
     return size, sha256
 
 
-def download_file(uri: str, path: str, *, s3_client=None) -> tuple[int, str]:
+def download_file(uri: str, path: str, *, s3_client: Any = None) -> tuple[int, str]:
     """Copy the object at ``uri`` (``s3://`` or ``file://``) to the local file ``path`` (folders
     made), hashing while it streams; returns (size, sha256 hex). A missing object raises
     PermanentStorageError; other failures TransientStorageError / PermanentStorageError."""
@@ -792,7 +800,7 @@ def download_file(uri: str, path: str, *, s3_client=None) -> tuple[int, str]:
     return n, h.hexdigest()
 
 
-def object_exists(uri: str, *, s3_client=None) -> bool:
+def object_exists(uri: str, *, s3_client: Any = None) -> bool:
     """Whether an object or file exists at ``uri`` (a HEAD on S3). Raises StorageError when
     storage cannot answer."""
     p = parse_uri(uri)

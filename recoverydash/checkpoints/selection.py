@@ -15,6 +15,7 @@ Pure: the standard library, the core and ``recoverydash.checkpoints.objects``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from recoverydash.checkpoints import objects as storage
 from recoverydash.checkpoints.objects import (
@@ -38,19 +39,22 @@ class GenerationCheck:
     generation_id: str
     update: int | None
     status: str
-    reasons: list = field(default_factory=list)
+    reasons: list[dict[str, str]] = field(default_factory=list)
     manifest_uri: str = ""
-    manifest: dict | None = None
+    manifest: dict[str, Any] | None = None
 
     @property
     def committed_at(self) -> str | None:
-        return (self.manifest or {}).get("committed_at")
+        """The manifest's ``committed_at`` (RFC 3339), None without one."""
+        value = (self.manifest or {}).get("committed_at")
+        return value if isinstance(value, str) else None
 
     @property
-    def cursor(self) -> list:
+    def cursor(self) -> list[dict[str, Any]]:
+        """The manifest's data progress cursor (one entry per stratum), empty without one."""
         return list(((self.manifest or {}).get("data_progress") or {}).get("cursor") or [])
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"generation_id": self.generation_id, "update": self.update,
                 "status": self.status, "reasons": self.reasons,
                 "committed_at": self.committed_at, "manifest_uri": self.manifest_uri}
@@ -62,10 +66,10 @@ class Selection:
     and every generation, newest first."""
 
     restorable: GenerationCheck | None
-    generations: list
+    generations: list[GenerationCheck]
 
     @property
-    def rejected(self) -> list:
+    def rejected(self) -> list[GenerationCheck]:
         return [g for g in self.generations if g.status == "rejected"]
 
     @property
@@ -77,24 +81,25 @@ class Selection:
         return self.restorable.update if self.restorable else None
 
     @property
-    def manifest(self) -> dict | None:
+    def manifest(self) -> dict[str, Any] | None:
         return self.restorable.manifest if self.restorable else None
 
     @property
-    def cursor(self) -> list:
+    def cursor(self) -> list[dict[str, Any]]:
         return self.restorable.cursor if self.restorable else []
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"restorable": self.restorable.to_dict() if self.restorable else None,
                 "cursor": self.cursor, "generations": [g.to_dict() for g in self.generations]}
 
 
-def _reason(code: str, detail: str) -> dict:
+def _reason(code: str, detail: str) -> dict[str, str]:
     return {"code": code, "detail": detail}
 
 
-def _static_reasons(manifest: dict, attempt: int, world_size, dataset_version,
-                    required_components) -> list[dict]:
+def _static_reasons(manifest: dict[str, Any], attempt: int, world_size: int | None,
+                    dataset_version: str | None,
+                    required_components: list[str] | None) -> list[dict[str, str]]:
     """Rules that need no storage: the recovery core's, plus the restarting job's world size and
     dataset version."""
     from recoverydash.recovery.generations import (
@@ -128,7 +133,8 @@ def _static_reasons(manifest: dict, attempt: int, world_size, dataset_version,
     return out
 
 
-def _storage_reasons(manifest: dict, s3_client, full_hash_max_bytes: int) -> tuple[list, bool]:
+def _storage_reasons(manifest: dict[str, Any], s3_client: Any,
+                     full_hash_max_bytes: int) -> tuple[list[dict[str, str]], bool]:
     """(reasons from verifying every object, whether storage could not answer for some)."""
     failures: dict[str, list[str]] = {}
     unverified = []
@@ -158,10 +164,10 @@ def _storage_reasons(manifest: dict, s3_client, full_hash_max_bytes: int) -> tup
 
 def select_restorable(location: str, *, world_size: int | None = None,
                       dataset_version: str | None = None,
-                      required_components: list[str] | None = None, s3_client=None,
+                      required_components: list[str] | None = None, s3_client: Any = None,
                       verify_all: bool = False,
                       full_hash_max_bytes: int = DEFAULT_FULL_HASH_MAX_BYTES,
-                      decided: dict[str, list] | None = None) -> Selection:
+                      decided: dict[str, list[dict[str, str]]] | None = None) -> Selection:
     """The newest restorable generation of ``location`` (a folder or ``s3://bucket/prefix``),
     decided from storage alone.
 
@@ -178,9 +184,33 @@ def select_restorable(location: str, *, world_size: int | None = None,
     Returns a Selection. Raises StorageError (Transient/Permanent) only when the location cannot
     be listed."""
     location = resolve_location(location)
-    uris = storage.list_manifests(location, s3_client=s3_client)
+    found = _found_generations(location, s3_client)
+    chosen = None
+    decided = decided or {}
+    for g in found:
+        if g.status:
+            continue
+        if g.generation_id in decided:
+            g.status, g.reasons = "rejected", list(decided[g.generation_id])
+            continue
+        if chosen is not None and not verify_all:
+            g.status = "committed"
+            g.reasons.append(_reason("not_checked", f"a newer generation "
+                                     f"({chosen.generation_id}) is restorable"))
+            continue
+        status = _judge(g, world_size, dataset_version, required_components, s3_client,
+                        verify_all, full_hash_max_bytes)
+        if status == "restorable" and chosen is None:
+            chosen = g
+    return Selection(chosen, found)
+
+
+def _found_generations(location: str, s3_client: Any) -> list[GenerationCheck]:
+    """Every manifest of ``location``, newest first (by ``update``, then ``committed_at``, then
+    id), unjudged (status ``""``); one that storage could not read is ``committed``
+    (``storage_unverified``, transient) or ``rejected`` (``schema_unsupported``) already."""
     found: list[GenerationCheck] = []
-    for uri in uris:
+    for uri in storage.list_manifests(location, s3_client=s3_client):
         gen_id = uri.rstrip("/").split("/")[-2]
         try:
             manifest = storage.read_manifest(uri, s3_client=s3_client)
@@ -198,32 +228,27 @@ def select_restorable(location: str, *, world_size: int | None = None,
     found.sort(key=lambda g: (g.update if g.update is not None else -1,
                               (g.manifest or {}).get("committed_at") or "", g.generation_id),
                reverse=True)
-    chosen = None
-    decided = decided or {}
-    for g in found:
-        if g.status:
-            continue
-        if g.generation_id in decided:
-            g.status, g.reasons = "rejected", list(decided[g.generation_id])
-            continue
-        if chosen is not None and not verify_all:
-            g.status = "committed"
-            g.reasons.append(_reason("not_checked", f"a newer generation "
-                                     f"({chosen.generation_id}) is restorable"))
-            continue
-        attempt = g.manifest.get("attempt") if isinstance(g.manifest.get("attempt"), int) else 0
-        try:
-            g.reasons = _static_reasons(g.manifest, attempt, world_size, dataset_version,
-                                        required_components)
-        except Exception as e:  # a malformed manifest must not stop the others
-            g.reasons = [_reason("schema_unsupported", f"malformed manifest: {e!r}")]
-        if g.reasons and not verify_all:
-            g.status = "rejected"
-            continue
-        storage_reasons, unverified = _storage_reasons(g.manifest, s3_client, full_hash_max_bytes)
-        g.reasons += storage_reasons
-        hard = [r for r in g.reasons if r["code"] != "storage_unverified"]
-        g.status = "rejected" if hard else ("committed" if unverified else "restorable")
-        if g.status == "restorable" and chosen is None:
-            chosen = g
-    return Selection(chosen, found)
+    return found
+
+
+def _judge(g: GenerationCheck, world_size: int | None, dataset_version: str | None,
+           required_components: list[str] | None, s3_client: Any, verify_all: bool,
+           full_hash_max_bytes: int) -> str:
+    """Set ``g``'s status and reasons: the rules that need no storage, then (unless those
+    rejected it and ``verify_all`` is off) every object verified in storage. Returns the
+    status."""
+    manifest = g.manifest or {}
+    attempt = manifest.get("attempt")
+    try:
+        g.reasons = _static_reasons(manifest, attempt if isinstance(attempt, int) else 0,
+                                    world_size, dataset_version, required_components)
+    except Exception as e:  # a malformed manifest must not stop the others
+        g.reasons = [_reason("schema_unsupported", f"malformed manifest: {e!r}")]
+    if g.reasons and not verify_all:
+        g.status = "rejected"
+        return g.status
+    storage_reasons, unverified = _storage_reasons(manifest, s3_client, full_hash_max_bytes)
+    g.reasons += storage_reasons
+    hard = [r for r in g.reasons if r["code"] != "storage_unverified"]
+    g.status = "rejected" if hard else ("committed" if unverified else "restorable")
+    return g.status

@@ -19,15 +19,38 @@ from __future__ import annotations
 import gc
 import sys
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any, Protocol, TextIO
 
 from recoverydash.checkpoints.formats import dcp, deepspeed, hf, lightning, megatron, orbax
 from recoverydash.checkpoints.formats.base import Generation, Options, finish_all, rfc3339
 from recoverydash.checkpoints.formats.store import Tree
 from recoverydash.checkpoints.objects import MANIFEST_NAME, StorageError
 
-ADAPTERS = {m.NAME: m for m in (dcp, hf, lightning, deepspeed, megatron, orbax)}
+
+class Adapter(Protocol):
+    """What every format module offers (module doc)."""
+
+    NAME: str
+    RULE: str
+
+    def detect(self, tree: Tree) -> int: ...
+
+    def scan(self, tree: Tree) -> list[Generation]: ...
+
+
+class Progress(Protocol):
+    """A progress counter of bytes (tqdm's interface): ``update(n_bytes)``, ``close()``."""
+
+    def update(self, n: int) -> object: ...
+
+    def close(self) -> object: ...
+
+
+ADAPTERS: dict[str, Adapter] = {m.NAME: m for m in (dcp, hf, lightning, deepspeed, megatron,
+                                                    orbax)}
 """Format name -> adapter module (``recoverydash`` is handled by the SDK's selection)."""
 FORMATS = ("recoverydash", *ADAPTERS)
 RULES = {"recoverydash": ("committed by recoverydash-manifest.json (written atomically after "
@@ -49,14 +72,14 @@ class Check:
     location: str
     format: str
     rule: str
-    generations: list = field(default_factory=list)
+    generations: list[Generation] = field(default_factory=list)
     hashed_bytes: int = 0
 
     @property
     def restorable(self) -> Generation | None:
         return next((g for g in self.generations if g.status == "restorable"), None)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         best = self.restorable
         return {"location": self.location, "format": self.format, "rule": self.rule,
                 "restorable": None if best is None else {
@@ -76,7 +99,8 @@ def detect(tree: Tree) -> str | None:
 
 
 def check(location: str, *, format: str = "auto", options: Options | None = None,
-          s3_client=None, hash_files: bool = False, progress=None,
+          s3_client: Any = None, hash_files: bool = False,
+          progress: Callable[[int], Progress] | None = None,
           full_hash_max_bytes: int | None = None, tree: Tree | None = None) -> Check:
     """Check the checkpoints under ``location`` (a folder or ``s3://bucket/prefix``).
 
@@ -107,7 +131,7 @@ def check(location: str, *, format: str = "auto", options: Options | None = None
 
 
 @contextmanager
-def _gc_paused():
+def _gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while the folder is listed and its metadata decoded:
     a check allocates tens of thousands of small acyclic objects, and collections over the
     growing heap otherwise cost as much as the decoding (reference counting still frees
@@ -121,7 +145,8 @@ def _gc_paused():
             gc.enable()
 
 
-def hash_generations(tree: Tree, generations: list, progress=None) -> int:
+def hash_generations(tree: Tree, generations: list[Generation],
+                     progress: Progress | None = None) -> int:
     """Read every object of the generations and record its sha256; returns bytes read.
     A file storage cannot read now is marked ``storage_unverified`` on its generation."""
     total = 0
@@ -139,7 +164,8 @@ def hash_generations(tree: Tree, generations: list, progress=None) -> int:
     return total
 
 
-def _own(location: str, tree: Tree, options: Options, s3_client, max_bytes) -> Check:
+def _own(location: str, tree: Tree, options: Options, s3_client: Any,
+         max_bytes: int | None) -> Check:
     """Our manifests, through the SDK's offline selection (every generation verified)."""
     from recoverydash.checkpoints.objects import DEFAULT_FULL_HASH_MAX_BYTES
     from recoverydash.checkpoints.selection import select_restorable
@@ -162,7 +188,7 @@ def _own(location: str, tree: Tree, options: Options, s3_client, max_bytes) -> C
     return Check(location, "recoverydash", RULES["recoverydash"], gens)
 
 
-def _parse_time(text) -> float | None:
+def _parse_time(text: object) -> float | None:
     from datetime import datetime
 
     if not isinstance(text, str):
@@ -177,7 +203,7 @@ class StderrProgress:
     """A small progress counter on stderr (bytes hashed of the total), used when tqdm is not
     installed; prints at most every ``every`` seconds."""
 
-    def __init__(self, total: int, every: float = 0.5, stream=None):
+    def __init__(self, total: int, every: float = 0.5, stream: TextIO | None = None):
         self.total, self.done, self.every = total, 0, every
         self.stream = stream or sys.stderr
         self._last = 0.0
@@ -197,14 +223,15 @@ class StderrProgress:
         self.stream.flush()
 
 
-def progress_bar(total: int):
+def progress_bar(total: int) -> Progress:
     """tqdm over ``total`` bytes on stderr when tqdm is installed, else a StderrProgress."""
     try:
         from tqdm import tqdm
     except ImportError:
         return StderrProgress(total)
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="hashing",
-                file=sys.stderr, leave=False)
+    bar: Progress = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
+                         desc="hashing", file=sys.stderr, leave=False)
+    return bar
 
 
 __all__ = ["ADAPTERS", "FORMATS", "RULES", "Check", "Generation", "Options", "StderrProgress",

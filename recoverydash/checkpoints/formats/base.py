@@ -23,9 +23,10 @@ comparison), nor that the saved state is the state of one update (docs/formats.m
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from recoverydash.checkpoints.formats.store import Tree
 
@@ -41,7 +42,7 @@ class Options:
     ``dataset_version`` (compared with our manifests'; the frameworks' formats record none)."""
 
     world_size: int | None = None
-    required_components: list | None = None
+    required_components: list[str] | None = None
     dataset_version: str | None = None
 
 
@@ -60,12 +61,12 @@ class FoundObject:
     mtime: float
     declared_size: int | None = None
     sha256: str | None = None
-    held: tuple = ()  # every component with state in the file, when it holds several
+    held: tuple[str, ...] = ()  # every component with state in the file, when it holds several
 
-    def to_object(self, update: int | None) -> dict:
+    def to_object(self, update: int | None) -> dict[str, Any]:
         """The spec 4 Object: ``size`` is the declared size where the structure declares one
         (so later verification compares storage with the commit), else the observed size."""
-        out = {"uri": self.uri, "shard": self.shard, "component": self.component,
+        out: dict[str, Any] = {"uri": self.uri, "shard": self.shard, "component": self.component,
                "size": self.declared_size if self.declared_size is not None else self.size}
         if len(self.held) > 1:  # the Object extension: one file, several components
             out["components"] = list(self.held)
@@ -83,30 +84,31 @@ class Columns(NamedTuple):
     and ``held`` (every component with state in it). Build with :func:`columns`, once per
     layout: every generation of that layout shares it."""
 
-    names: tuple
-    shards: tuple
-    components: tuple
-    ends: tuple
-    held: tuple
+    names: tuple[str, ...]
+    shards: tuple[str, ...]
+    components: tuple[str, ...]
+    ends: tuple[int | None, ...]
+    held: tuple[tuple[str, ...], ...]
     declared_n: int       # how many leading files declare their end
-    checked: list         # ends[:declared_n], as a list (compared with the listed sizes)
-    shard_set: frozenset
-    component_order: tuple  # components in the order first seen
+    checked: list[int | None]  # ends[:declared_n], as a list (compared with the listed sizes)
+    shard_set: frozenset[str]
+    component_order: tuple[str, ...]  # components in the order first seen
 
 
-def columns(names, shards, components, ends, held) -> Columns:
+def columns(names: Iterable[str], shards: Iterable[str], components: Iterable[str],
+            ends: Iterable[int | None], held: Iterable[tuple[str, ...]]) -> Columns:
     """:class:`Columns` from per-file sequences of the same length. Raises ValueError when a
     name holds ``/`` or a declared end follows an undeclared one."""
-    names, ends = tuple(names), tuple(ends)
-    if any("/" in n for n in names):
+    name_t, end_t = tuple(names), tuple(ends)
+    if any("/" in n for n in name_t):
         raise ValueError("Columns names are names in one folder, without '/'")
-    n = next((i for i, e in enumerate(ends) if e is None), len(ends))
-    if any(e is not None for e in ends[n:]):
+    n = next((i for i, e in enumerate(end_t) if e is None), len(end_t))
+    if any(e is not None for e in end_t[n:]):
         raise ValueError("Columns: every declared end must come before the undeclared ones")
-    components = tuple(components)
-    shards = tuple(shards)
-    return Columns(names, shards, components, ends, tuple(held), n, list(ends[:n]),
-                   frozenset(shards), tuple(dict.fromkeys(components)))
+    comp_t = tuple(components)
+    shard_t = tuple(shards)
+    return Columns(name_t, shard_t, comp_t, end_t, tuple(held), n, list(end_t[:n]),
+                   frozenset(shard_t), tuple(dict.fromkeys(comp_t)))
 
 
 @dataclass
@@ -126,28 +128,30 @@ class Generation:
     update: int | None = None
     commit_marker: str | None = None
     committed_at: float | None = None
-    required_shards: list = field(default_factory=list)
-    required_components: list = field(default_factory=list)
-    _objects: list = field(default_factory=list, repr=False)
-    progress: dict = field(default_factory=dict)
+    required_shards: list[str] = field(default_factory=list)
+    required_components: list[str] = field(default_factory=list)
+    _objects: list[FoundObject] = field(default_factory=list, repr=False)
+    progress: dict[str, Any] = field(default_factory=dict)
     world_size: int | None = None
-    notes: list = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     uncommitted: str = "no commit marker"
     status: str = ""
-    reasons: list = field(default_factory=list)
-    _problems: dict = field(default_factory=dict, repr=False)
-    _carried: set = field(default_factory=set, repr=False)
-    _unread: set = field(default_factory=set, repr=False)
+    reasons: list[dict[str, str]] = field(default_factory=list)
+    _problems: dict[str, list[str]] = field(default_factory=dict, repr=False)
+    _carried: set[str] = field(default_factory=set, repr=False)
+    _unread: set[str] = field(default_factory=set, repr=False)
     #: files added in bulk, not yet made FoundObjects: (rel, shard, component, size, mtime,
     #: declared_size, held); ``_base`` is their tree's base URI
-    _compact: list = field(default_factory=list, repr=False)
+    _compact: list[tuple[str, str, str, int, float, int | None, tuple[str, ...]]] = field(
+        default_factory=list, repr=False)
     _base: str = field(default="", repr=False)
     #: folders of files added as columns (:meth:`add_columns`), not yet made FoundObjects:
     #: (base URI, folder prefix, Columns, sizes, mtimes, indexes of the files present or None)
-    _chunks: list = field(default_factory=list, repr=False)
+    _chunks: list[tuple[str, str, Columns, list[Any], list[Any], list[int] | None]] = field(
+        default_factory=list, repr=False)
 
     @property
-    def objects(self) -> list:
+    def objects(self) -> list[FoundObject]:
         """The generation's files as :class:`FoundObject` (those added by :meth:`add_declared`
         are made when first asked for: a check that needs only statuses never builds them)."""
         if self._chunks:
@@ -172,14 +176,14 @@ class Generation:
                                        mtimes[i], ends[i], None, helds[i]))
         self._chunks.clear()
 
-    def _chunk_shards(self) -> set:
-        out = set()
+    def _chunk_shards(self) -> set[str]:
+        out: set[str] = set()
         for *_, cols, _sizes, _mtimes, present in self._chunks:
             out |= cols.shard_set if present is None else {cols.shards[i] for i in present}
         return out
 
-    def _chunk_components(self) -> list:
-        out = []
+    def _chunk_components(self) -> list[str]:
+        out: list[str] = []
         for *_, cols, _sizes, _mtimes, present in self._chunks:
             out.extend(cols.component_order if present is None else
                        [cols.components[i] for i in present])
@@ -190,7 +194,7 @@ class Generation:
         return self.commit_marker is not None
 
     @property
-    def components(self) -> list:
+    def components(self) -> list[str]:
         """Components found, in the order first seen."""
         return list(dict.fromkeys([o.component for o in self._objects]
                                   + self._chunk_components()
@@ -207,7 +211,7 @@ class Generation:
         or a Lightning ``.ckpt`` holding model and optimizer)."""
         self._carried.add(component)
 
-    def unread(self, components) -> None:
+    def unread(self, components: Iterable[str]) -> None:
         """Components that would be inside a file that could not be read (its own finding
         rejects the generation); they are not also reported as ``component_missing``."""
         self._unread.update(components)
@@ -230,7 +234,8 @@ class Generation:
                                           f"{declared_size} ({what})")
         return obj
 
-    def add_declared(self, tree: Tree, files) -> None:
+    def add_declared(self, tree: Tree, files: Iterable[
+            tuple[str, str, str, int | None, tuple[str, ...]]]) -> None:
         """:meth:`add` for many files at once, each ``(rel, shard, component, declared_size,
         held)`` (``held``: every component with state in the file; a DCP save's 64 ranks'
         files: one loop, not a call per file)."""
@@ -259,12 +264,12 @@ class Generation:
         sizes_of, mtimes_of = tree.files.folder(folder)
         names = cols.names
         sizes = list(map(sizes_of.get, names))
-        present = None
+        present: list[int] | None = None
         n = cols.declared_n
         if None in sizes or sizes[:n] != cols.checked:
             prefix = folder + "/" if folder else ""
             problem, present = self.problem, []
-            for i, (name, size, declared) in enumerate(zip(names, sizes, cols.ends)):
+            for i, (name, size, declared) in enumerate(zip(names, sizes, cols.ends, strict=False)):
                 if size is None:
                     problem("object_missing", f"{prefix}{name}: no such file")
                     continue
@@ -327,7 +332,7 @@ class Generation:
 
     # --- output ------------------------------------------------------------------------------
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The generation as the CLI prints it with ``--json``."""
         return {"generation_id": self.generation_id, "format": self.format,
                 "update": self.update, "status": self.status, "reasons": self.reasons,
@@ -339,12 +344,12 @@ class Generation:
                 "objects": [{**o.to_object(self.update), "observed_size": o.size,
                              "path": o.path} for o in self.objects]}
 
-    def manifest(self, run_id: str | None = None, rule: str = "") -> dict:
+    def manifest(self, run_id: str | None = None, rule: str = "") -> dict[str, Any]:
         """A spec 4 manifest describing this committed generation, for the server's discovery
         (``schema_revision`` 1 with the extension ``adopted``: the format, its rule, and the
         reasons found, which the recovery core applies instead of its own shard and component
         rules). ``data_progress.cursor`` is empty: these formats record no data cursor."""
-        doc = {
+        doc: dict[str, Any] = {
             "schema_revision": 1, "generation_id": self.generation_id,
             "update": self.update if self.update is not None else 0,
             "world_size": self.world_size or max(1, len(self.required_shards)),
@@ -373,7 +378,7 @@ def rfc3339(ts: float | None) -> str | None:
         .replace("+00:00", "Z")
 
 
-def _short(items, n: int = 5) -> str:
+def _short(items: Iterable[object], n: int = 5) -> str:
     items = list(items)
     shown = "; ".join(str(i) for i in items[:n]) if n <= 3 else \
         ", ".join(str(i) for i in items[:n])
@@ -386,11 +391,11 @@ def number_in(name: str, pattern: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def finish_all(generations: list, options: Options) -> list:
+def finish_all(generations: list[Generation], options: Options) -> list[Generation]:
     """Apply the status rule to every generation and sort them newest first (by update, then
     commit time, then id). A generation is superseded when another one is at a higher update,
     or at the same update and committed later."""
-    keys = {}
+    keys: dict[int, tuple[int, float, str]] = {}
     for g in generations:
         when = g.committed_at if g.committed_at is not None else \
             max((o.mtime for o in g.objects), default=0.0)

@@ -21,6 +21,8 @@ from typing import NamedTuple
 
 from recoverydash.checkpoints.formats.base import Columns, Generation, columns, number_in
 from recoverydash.checkpoints.formats.readers import (
+    DcpLayout,
+    DcpMetadata,
     UnreadableFile,
     dcp_layout,
     read_dcp_metadata,
@@ -36,6 +38,11 @@ RULE = ("committed by .metadata (written once every rank's write results were ga
 REQUIRED = ["model", "optimizer"]
 METADATA = ".metadata"
 _DISTCP = re.compile(r"__(\d+)_(\d+)\.distcp")
+
+
+def _rank_of(name: str) -> int:
+    """The rank of a ``__<r>_<n>.distcp`` file name (matched by ``_DISTCP`` already)."""
+    return int(name[2:name.index("_", 2)])
 _PREFIXES = (("optimizer", "optimizer"), ("optim", "optimizer"), ("lr_scheduler", "scheduler"),
              ("scheduler", "scheduler"), ("dataloader", "data_progress"),
              ("data_loader", "data_progress"), ("train_state", "train_state"), ("rng", "rng"))
@@ -63,10 +70,10 @@ class Summary(NamedTuple):
     every component with items in it, most bytes first), and
     ``components``, those of every state dict key."""
 
-    files: tuple
-    components: frozenset
-    shards: tuple = ()      # rank0 and every file's shard, by rank number
-    listed: frozenset = frozenset()  # the files' relative paths
+    files: tuple[tuple[str, int, str, str, tuple[str, ...]], ...]
+    components: frozenset[str]
+    shards: tuple[str, ...] = ()      # rank0 and every file's shard, by rank number
+    listed: frozenset[str] = frozenset()  # the files' relative paths
     #: the files then the .metadata as :class:`~recoverydash.checkpoints.formats.base.Columns` of
     #: the save's folder (None when an item's file lies in a sub-folder): shared by every save of
     #: the layout
@@ -75,11 +82,11 @@ class Summary(NamedTuple):
 
 MAX_CACHED_FILES = 1 << 20
 """Files summarised in the in-process cache of :func:`summary_of` at most (oldest dropped)."""
-_SUMMARIES: OrderedDict = OrderedDict()
+_SUMMARIES: OrderedDict[tuple[str, str, int, float], Summary] = OrderedDict()
 _cached_files = 0
 
 
-def summarise(md) -> Summary:
+def summarise(md: DcpMetadata) -> Summary:
     """The :class:`Summary` of a decoded ``.metadata`` (``readers.DcpMetadata``)."""
     ends: dict[str, int] = {}
     weight: dict[str, dict[str, int]] = {}
@@ -132,8 +139,9 @@ def summary_of(tree: Tree, marker: str) -> Summary:
     data = tree.read(marker)
     layout = dcp_layout(data)
     layouts = tree.decoded.setdefault(NAME, {})
-    ref = layouts.get(layout.key) if layout is not None else None
-    if ref is not None and same_save_layout(ref[0], layout):
+    ref: tuple[DcpLayout, Summary] | None = (layouts.get(layout.key) if layout is not None
+                                             else None)
+    if ref is not None and layout is not None and same_save_layout(ref[0], layout):
         got = ref[1]  # a save of the same job: the same state dict and storage items
     else:
         got = summarise(read_dcp_metadata(data))
@@ -197,14 +205,13 @@ def check_folder(tree: Tree, folder: str, generation_id: str, *, fmt: str = NAME
     names = tree.children(folder)
     if marker not in tree.files:
         distcp = [n for n in names if _DISTCP.fullmatch(n)]
-        ranks = sorted({int(_DISTCP.fullmatch(n).group(1)) for n in distcp})
+        ranks = sorted({_rank_of(n) for n in distcp})
         if own:
             gen.uncommitted = (f"no .metadata in {folder or '.'}: {len(distcp)} .distcp file(s) "
                                f"from rank(s) {ranks or 'none'}; DCP writes .metadata only after "
                                "every rank finished")
             for n in distcp:
-                rank = int(_DISTCP.fullmatch(n).group(1))
-                gen.add(tree, prefix + n, f"rank{rank}", "model")
+                gen.add(tree, prefix + n, f"rank{_rank_of(n)}", "model")
         else:
             gen.problem("object_missing", f"{marker}: no DCP metadata")
         return gen

@@ -164,7 +164,7 @@ class _TagFiles(NamedTuple):
         """The model states file read for the world sizes: mp rank 0's (of dp rank 0 under
         ZeRO-3), else the first by name, None when there is none."""
         return (self.models.get((None, 0)) or self.models.get((0, 0))
-                or (sorted(self.models.values()) or [None])[0])
+                or min(self.models.values(), default=None))
 
 
 def _read_first(tree: Tree, gen: Generation, prefix: str,
@@ -239,8 +239,8 @@ def _check_optimizer_partitions(tree: Tree, gen: Generation, prefix: str, files:
                                 dp: int | None, mp: int) -> None:
     """Every data-parallel rank's optimizer partition of every model-parallel rank, each a
     readable torch zip; partitions beyond the declared world size are noted."""
-    lead = next((m.group(0) for n in files.optims.values()
-                 if (m := re.match(r"(bf16_|fp16_)?", n))), "")
+    lead = next((found.group(0) for n in files.optims.values()
+                 if (found := re.match(r"(bf16_|fp16_)?", n))), "")
     for m in range(mp):
         for d in range(dp or 0):
             name = (files.optims.get((d, m))
@@ -255,7 +255,7 @@ def _check_optimizer_partitions(tree: Tree, gen: Generation, prefix: str, files:
                          f"{', '.join(extra[:3])}")
 
 
-def _dp(m) -> int | None:
+def _dp(m: re.Match[str]) -> int | None:
     return int(m.group(1)) if m.group(1) is not None else None
 
 
@@ -263,15 +263,16 @@ def _shard(dp: int, mp: int, mp_world: int) -> str:
     return f"rank{dp}" if mp_world == 1 else f"rank{dp}-mp{mp}"
 
 
-def _int(value) -> int | None:
+def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _zero_stage(config) -> int | None:
+def _zero_stage(config: Any) -> int | None:
     """``zero_optimization.stage`` of a saved ``ds_config`` (a dict, or a placeholder of
     DeepSpeedConfig whose state holds it)."""
     if isinstance(config, Refused):
-        config = config.field("_param_dict") or config.field("zero_config") or config.state
+        config = (config.field("_param_dict") or config.field("zero_config")
+                  or config.__dict__.get("state"))
     if isinstance(config, dict):
         zero = config.get("zero_optimization")
         if isinstance(zero, dict):

@@ -24,6 +24,7 @@ import re
 from recoverydash.checkpoints.formats import dcp, deepspeed
 from recoverydash.checkpoints.formats.base import Generation, number_in
 from recoverydash.checkpoints.formats.readers import (
+    SafetensorsHeader,
     UnreadableFile,
     read_safetensors_header,
     safetensors_header_length,
@@ -135,10 +136,10 @@ def _trainer_state(tree: Tree, gen: Generation, rel: str, n: int | None) -> None
         gen.problem("update_mismatch", f"folder says {n}, trainer_state.json global_step {step}")
 
 
-def _model(tree: Tree, gen: Generation, prefix: str, names: list) -> None:
+def _model(tree: Tree, gen: Generation, prefix: str, names: list[str]) -> None:
     index = next((f for f in names if f.endswith(".safetensors.index.json")), None)
     shards = [f for f in names if f.endswith(".safetensors")]
-    mapped: dict[str, list] = {}
+    mapped: dict[str, list[str]] = {}
     if index is not None:
         gen.add(tree, prefix + index, "rank0", "model")
         try:
@@ -170,7 +171,7 @@ def _model(tree: Tree, gen: Generation, prefix: str, names: list) -> None:
                 check_torch_file(tree, gen, obj.path)
 
 
-def _safetensors(tree: Tree, gen: Generation, rel: str):
+def _safetensors(tree: Tree, gen: Generation, rel: str) -> SafetensorsHeader | None:
     """Check one safetensors file; returns its header, or None when it is broken."""
     entry = tree.files[rel]
     try:

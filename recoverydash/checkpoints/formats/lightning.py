@@ -41,7 +41,7 @@ def _ckpts(tree: Tree) -> list[str]:
             rels = [f"{folder}/{next(iter(names))}"] if names else []
         else:  # most folders: one C substring test per file, full paths made for .ckpt only
             prefix = folder + "/" if folder else ""
-            rels = (prefix + n for n in names if ".ckpt" in n)
+            rels = [prefix + n for n in names if ".ckpt" in n]
         for rel in rels:
             parts = rel.split("/")
             for depth, part in enumerate(parts[:MAX_DEPTH]):

@@ -48,10 +48,10 @@ def scan(tree: Tree) -> list[Generation]:
     out = []
     for n in tree.children():
         tmp = _TMP.fullmatch(n)
-        step = _STEP.fullmatch(n)
-        if not (tmp or step) or not tree.is_dir(n):
+        found = tmp or _STEP.fullmatch(n)
+        if found is None or not tree.is_dir(n):
             continue
-        gen = Generation(NAME, n, n, update=int((tmp or step).group(1)))
+        gen = Generation(NAME, n, n, update=int(found.group(1)))
         check_step(tree, gen, n)
         if tmp:
             gen.uncommitted = ("an .orbax-checkpoint-tmp folder: never renamed into place, the "
@@ -102,13 +102,14 @@ def check_step(tree: Tree, gen: Generation, folder: str) -> None:
         base = f"{folder}/{item}"
         files = tree.under(base)
         if f"{base}/_METADATA" in tree.files:
-            obj = gen.add(tree, f"{base}/_METADATA", "process0", item)
+            rel = f"{base}/_METADATA"
+            gen.add(tree, rel, "process0", item)
             try:
-                json.loads(tree.read(obj.path))
+                json.loads(tree.read(rel))
             except StorageError as e:
-                gen.problem("storage_unverified", f"{obj.path}: {e}")
+                gen.problem("storage_unverified", f"{rel}: {e}")
             except (UnicodeDecodeError, ValueError) as e:
-                gen.problem("schema_unsupported", f"{obj.path} is not JSON: {e}")
+                gen.problem("schema_unsupported", f"{rel} is not JSON: {e}")
         elif item in files:  # a JSON item (JsonCheckpointHandler): <item>/<item>
             gen.add(tree, f"{base}/{item}", "process0", item)
         elif files:

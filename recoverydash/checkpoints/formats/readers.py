@@ -25,7 +25,7 @@ import pickle
 import struct
 import zipfile
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import IO, Any, NamedTuple
 
 MAX_PICKLE_BYTES = 512 * 1024 * 1024
 """A ``data.pkl`` or ``.metadata`` larger than this (bytes) is not read (a structural check only
@@ -50,7 +50,7 @@ class Refused:
 
     name = "?"
 
-    def field(self, name: str, default=None):
+    def field(self, name: str, default: Any = None) -> Any:
         """A field of the pickled object's state (dataclasses, plain objects), or ``default``."""
         state = self.__dict__.get("state")
         if isinstance(state, tuple) and len(state) == 2:  # (dict, slots)
@@ -68,24 +68,24 @@ class _General(Refused):
     """Any refused class: takes whatever the pickle gives (NEWOBJ arguments, a state of any
     shape, list and dict items)."""
 
-    def __new__(cls, *args, **kwargs):
+    def __new__(cls, *args: Any, **kwargs: Any) -> _General:
         obj = object.__new__(cls)
         obj.__dict__["args"] = args
         return obj
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: Any) -> None:
         self.__dict__["state"] = state
 
-    def __setitem__(self, key, value):
+    def __setitem__(self, key: Any, value: Any) -> None:
         self.__dict__.setdefault("items", {})[key] = value
 
-    def append(self, value):
+    def append(self, value: Any) -> None:
         self.__dict__.setdefault("list", []).append(value)
 
-    def extend(self, values):
+    def extend(self, values: Any) -> None:
         self.__dict__.setdefault("list", []).extend(values)
 
 
@@ -94,21 +94,21 @@ class _Plain(Refused):
     paths): no ``__new__`` or ``__setstate__`` in Python, so the C unpickler builds them and
     fills their ``__dict__`` itself (a ``.metadata`` holds tens of thousands of them)."""
 
-    def __init__(self, *args, **kwargs):  # called for REDUCE only (torch.Size((2, 3)))
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # REDUCE only (torch.Size((2, 3)))
         self.__dict__["args"] = args
 
 
-class _TupleState(list, Refused):
+class _TupleState(list[Any], Refused):
     """The stand-in for torch classes whose pickled state is a tuple (they define
     ``__getstate__``: DCP's ``TensorProperties``): BUILD appends the state to the list, a C call
     (``list.append``), so the thousands of them in a ``.metadata`` cost no Python frame."""
 
     __setstate__ = list.append
 
-    def __hash__(self):  # an identity, like the object it stands for
+    def __hash__(self) -> int:  # type: ignore[override]  # an identity, like its object
         return id(self)
 
-    def field(self, name: str, default=None):
+    def field(self, name: str, default: Any = None) -> Any:
         return default
 
 
@@ -178,29 +178,31 @@ class TensorRef:
 
     storage: StorageRef | None
     offset: int = 0
-    shape: tuple = ()
+    shape: tuple[Any, ...] = ()
 
 
-def _rebuild_tensor(storage, storage_offset=0, size=(), *rest, **kw):
-    shape = tuple(size.args[0]) if isinstance(size, Refused) and size.args else tuple(size or ())
+def _rebuild_tensor(storage: Any, storage_offset: Any = 0, size: Any = (), *rest: Any,
+                    **kw: Any) -> TensorRef:
+    args = size.__dict__.get("args") if isinstance(size, Refused) else None
+    shape = tuple(args[0]) if args else tuple(size or ())
     return TensorRef(storage if isinstance(storage, StorageRef) else None, int(storage_offset or 0),
                      shape)
 
 
-def _rebuild_parameter(data, *rest, **kw):
+def _rebuild_parameter(data: Any, *rest: Any, **kw: Any) -> Any:
     return data
 
 
-def _rebuild_from_type(func, new_type, args, state):
+def _rebuild_from_type(func: Any, new_type: Any, args: Any, state: Any) -> Any:
     return func(*args) if callable(func) else _refused_type("torch._tensor._rebuild_from_type_v2")()
 
 
-class _OrderedDict(dict):
+class _OrderedDict(dict[Any, Any]):
     """``collections.OrderedDict`` read as a dict that also takes attributes (a module's
     ``state_dict`` carries ``_metadata``)."""
 
 
-_TORCH_WHITELIST = {
+_TORCH_WHITELIST: dict[tuple[str, str], Any] = {
     ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
     ("torch._utils", "_rebuild_tensor"): _rebuild_tensor,
     ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
@@ -235,7 +237,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
         self.refused: set[str] = set()
         self.storages: list[StorageRef] = []
 
-    def find_class(self, module: str, name: str):
+    def find_class(self, module: str, name: str) -> Any:
         stub = _TORCH_WHITELIST.get((module, name))
         if stub is not None:
             return stub
@@ -248,7 +250,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
             self.refused.add(qual)
         return _refused_type(qual)
 
-    def persistent_load(self, pid):
+    def persistent_load(self, pid: Any) -> Any:
         if isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage":
             _, stype, key, location, numel = pid[:5]
             ref = StorageRef(str(key), stype if isinstance(stype, StorageType) else None,
@@ -263,7 +265,7 @@ class Unpickled:
     """What :func:`read_pickle` found: the object (stubs inside) and the refused global names."""
 
     obj: object
-    refused: set = field(default_factory=set)
+    refused: set[str] = field(default_factory=set)
 
 
 def read_pickle(data: bytes) -> Unpickled:
@@ -273,7 +275,8 @@ def read_pickle(data: bytes) -> Unpickled:
     try:
         obj = u.load()
     except EOFError as e:
-        raise UnreadableFile("size_mismatch", f"pickle stream ends early ({len(data)} bytes)") from e
+        raise UnreadableFile("size_mismatch",
+                             f"pickle stream ends early ({len(data)} bytes)") from e
     except pickle.UnpicklingError as e:
         code = "size_mismatch" if "truncated" in str(e) else "schema_unsupported"
         raise UnreadableFile(code, f"not a readable pickle ({len(data)} bytes): {e}") from e
@@ -290,15 +293,16 @@ class TorchFile:
     :class:`TensorRef` stubs), ``storages`` (persistent ids met), ``refused`` globals."""
 
     obj: object
-    storages: list
-    refused: set
+    storages: list[StorageRef]
+    refused: set[str]
     legacy: bool = False
 
 
 ZIP_MAGIC = b"PK\x03\x04"
 
 
-def read_torch_zip(fileobj, size: int) -> TorchFile:
+def read_torch_zip(fileobj: IO[bytes] | io.BufferedIOBase | io.RawIOBase,
+                   size: int) -> TorchFile:
     """Read a ``torch.save`` file (zip format) from a seekable binary reader of ``size`` bytes.
 
     Checks: a central directory (a truncated zip has none), one ``*/data.pkl`` that the restricted
@@ -341,17 +345,18 @@ def read_torch_zip(fileobj, size: int) -> TorchFile:
             raise UnreadableFile("size_mismatch", "data.pkl ends early") from e
         except Exception as e:
             raise UnreadableFile("schema_unsupported", f"data.pkl unreadable: {e!r}"[:300]) from e
-        seen = set()
+        seen: set[str] = set()
         for ref in u.storages:
             if ref.key in seen:
                 continue
             seen.add(ref.key)
-            info = infos.get(f"{prefix}data/{ref.key}")
-            if info is None:
+            found = infos.get(f"{prefix}data/{ref.key}")
+            if found is None:
                 raise UnreadableFile("size_mismatch", f"storage data/{ref.key} is not in the zip")
-            if ref.nbytes is not None and info.file_size < ref.nbytes:
+            if ref.nbytes is not None and found.file_size < ref.nbytes:
                 raise UnreadableFile("size_mismatch", f"storage data/{ref.key} holds "
-                                                      f"{info.file_size} bytes, needs {ref.nbytes}")
+                                                      f"{found.file_size} bytes, needs "
+                                                      f"{ref.nbytes}")
         return TorchFile(obj, u.storages, u.refused)
 
 
@@ -371,9 +376,9 @@ class StorageItem(NamedTuple):
 class DcpMetadata:
     """A ``.metadata`` file read without torch: every storage item, and the FQNs the save holds."""
 
-    items: list
-    fqns: list
-    refused: set
+    items: list[StorageItem]
+    fqns: list[str]
+    refused: set[str]
 
 
 def read_dcp_metadata(data: bytes) -> DcpMetadata:
@@ -425,8 +430,8 @@ class DcpLayout(NamedTuple):
     lengths) as None; ``strings``: the string literals of the tail."""
 
     key: bytes
-    tail: tuple
-    strings: tuple
+    tail: tuple[tuple[str, Any], ...]
+    strings: tuple[str, ...]
 
 
 def dcp_layout(data: bytes) -> DcpLayout | None:
@@ -454,7 +459,8 @@ def dcp_layout(data: bytes) -> DcpLayout | None:
     got = _plain_tail(data, v)
     if got is not None:
         return DcpLayout(key, *got) if got else None
-    tail, strings = [], []
+    tail: list[tuple[str, Any]] = []
+    strings: list[str] = []
     try:
         for op, arg, pos in pickletools.genops(data[v:]):
             literal = op.name in _LITERALS
@@ -462,7 +468,7 @@ def dcp_layout(data: bytes) -> DcpLayout | None:
             if literal and isinstance(arg, str):
                 strings.append(arg)
             if op.name == "STOP":
-                if v + pos + 1 != n:
+                if v + (pos or 0) + 1 != n:
                     return None
                 break
         else:
@@ -480,13 +486,15 @@ _BARE_OPS = {0x94: "MEMOIZE", 0x93: "STACK_GLOBAL", 0x29: "EMPTY_TUPLE", 0x81: "
              0x89: "NEWFALSE", 0x52: "REDUCE", 0x30: "POP"}
 
 
-def _plain_tail(data: bytes, v: int):
+def _plain_tail(data: bytes, v: int
+                ) -> tuple[tuple[tuple[str, Any], ...], tuple[str, ...]] | tuple[()] | None:
     """What ``pickletools.genops`` gives :func:`dcp_layout` for the opcodes from ``v``, read
     directly when they are only the argument-less opcodes of :data:`_BARE_OPS`, BINGET and
     SHORT_BINUNICODE (what ``FileSystemWriter`` writes after ``storage_meta``): ``(tail,
     strings)``; ``()`` when STOP is not at the last byte; None for anything else (an unknown
     opcode, a string running past the end or not UTF-8): then genops reads it."""
-    tail, strings = [], []
+    tail: list[tuple[str, Any]] = []
+    strings: list[str] = []
     add, bare, n, p = tail.append, _BARE_OPS, len(data), v
     while p < n:
         b = data[p]
@@ -521,7 +529,8 @@ def same_save_layout(a: DcpLayout, b: DcpLayout) -> bool:
     none of ``b``'s differing strings naming a Metadata field (so the tail sets no other)."""
     if a.key != b.key or a.tail != b.tail:
         return False
-    return all(x == y or y not in DCP_METADATA_FIELDS for x, y in zip(a.strings, b.strings))
+    return all(x == y or y not in DCP_METADATA_FIELDS
+               for x, y in zip(a.strings, b.strings, strict=False))
 
 
 # --- safetensors -------------------------------------------------------------------------------
@@ -538,8 +547,8 @@ class SafetensorsHeader:
     offsets relative to the data section, which starts at ``data_start``; ``metadata`` the
     ``__metadata__`` strings."""
 
-    tensors: dict
-    metadata: dict
+    tensors: dict[str, tuple[str, tuple[int, ...], int, int]]
+    metadata: dict[str, Any]
     data_start: int
 
     @property
@@ -593,7 +602,7 @@ def safetensors_header_length(head: bytes, size: int) -> int:
     UnreadableFile when the file is shorter than 8 bytes or the length is implausible."""
     if len(head) < 8 or size < 8:
         raise UnreadableFile("size_mismatch", f"{size} bytes: no safetensors header")
-    (n,) = struct.unpack("<Q", head[:8])
+    n: int = struct.unpack("<Q", head[:8])[0]
     if n > MAX_SAFETENSORS_HEADER:
         raise UnreadableFile("schema_unsupported", f"header length {n} is not plausible")
     if 8 + n > size:

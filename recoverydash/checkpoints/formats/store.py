@@ -15,7 +15,8 @@ from __future__ import annotations
 import io
 import os
 import stat as statmod
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
 
 from recoverydash.checkpoints import objects as storage
 from recoverydash.checkpoints.objects import (
@@ -37,6 +38,10 @@ def _split(rel: str) -> tuple[str, str]:
     return folder, name
 
 
+#: one folder's files: ``({name: size in bytes}, {name: modification time, POSIX seconds})``
+FolderTables = tuple[dict[str, int], dict[str, float]]
+
+
 class Listing:
     """The listed files as one read-mostly mapping ``relative path -> Entry`` over the per-folder
     tables ``{folder: (sizes, mtimes)}`` (each ``{name: int}`` / ``{name: float}``: a folder's
@@ -46,11 +51,11 @@ class Listing:
 
     __slots__ = ("_count", "_dirs")
 
-    def __init__(self, dirs: dict):
+    def __init__(self, dirs: dict[str, FolderTables]):
         self._dirs = dirs
         self._count = sum(len(sizes) for sizes, _ in dirs.values())
 
-    def get(self, rel: str, default=None):
+    def get(self, rel: str, default: Entry | None = None) -> Entry | None:
         folder, _, name = rel.rpartition("/")
         table = self._dirs.get(folder)
         if table is None:
@@ -58,9 +63,11 @@ class Listing:
         size = table[0].get(name)
         if size is None:
             return default
-        return tuple.__new__(Entry, (size, table[1][name]))
+        return Entry(size, table[1][name])
 
-    def __contains__(self, rel) -> bool:
+    def __contains__(self, rel: object) -> bool:
+        if not isinstance(rel, str):
+            return False
         folder, _, name = rel.rpartition("/")
         table = self._dirs.get(folder)
         return table is not None and name in table[0]
@@ -71,7 +78,7 @@ class Listing:
             raise KeyError(rel)
         return got
 
-    def pop(self, rel: str, *default):
+    def pop(self, rel: str, *default: Entry | None) -> Entry | None:
         got = self.get(rel)
         if got is None:
             if default:
@@ -86,37 +93,37 @@ class Listing:
     def __len__(self) -> int:
         return self._count
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         for folder, (sizes, _) in self._dirs.items():
             prefix = folder + "/" if folder else ""
             for name in sizes:
                 yield prefix + name
 
-    def keys(self):
+    def keys(self) -> list[str]:
         return list(self)
 
-    def items(self):
+    def items(self) -> Iterator[tuple[str, Entry]]:
         for folder, (sizes, mtimes) in self._dirs.items():
             prefix = folder + "/" if folder else ""
             for name, size in sizes.items():
-                yield prefix + name, tuple.__new__(Entry, (size, mtimes[name]))
+                yield prefix + name, Entry(size, mtimes[name])
 
-    def values(self):
+    def values(self) -> list[Entry]:
         return [e for _, e in self.items()]
 
-    def folder(self, folder: str) -> tuple[dict, dict]:
+    def folder(self, folder: str) -> FolderTables:
         """The files directly in ``folder`` (relative, ``""`` the root) as ``({name: size},
         {name: mtime})``; empty dicts when nothing is listed there. Do not modify them."""
         return self._dirs.get(folder) or ({}, {})
 
-    def folders(self):
+    def folders(self) -> Iterator[tuple[str, dict[str, int]]]:
         """``(folder, {name: size})`` for every listed folder."""
         return ((folder, t[0]) for folder, t in self._dirs.items())
 
 
-def listing_of(entries: dict) -> Listing:
+def listing_of(entries: dict[str, Entry]) -> Listing:
     """A :class:`Listing` of a plain ``{relative path: Entry}`` dict (tests, other listings)."""
-    dirs: dict = {}
+    dirs: dict[str, FolderTables] = {}
     for rel, e in entries.items():
         folder, name = _split(rel)
         sizes, mtimes = dirs.setdefault(folder, ({}, {}))
@@ -132,16 +139,16 @@ class Tree:
     does not exist lists as empty. Raises TransientStorageError / PermanentStorageError when the
     listing fails."""
 
-    def __init__(self, root: str, *, s3_client=None):
+    def __init__(self, root: str, *, s3_client: Any = None):
         self.root = root
         p = storage.parse_uri(root)
         self.scheme = p.scheme
         self._s3 = s3_client
-        self._links: set = set()
-        self._children: dict[str, list[str]] | None = None
+        self._links: set[str] = set()
+        self._children: dict[str, list[str] | tuple[str, ...]] | None = None
         #: adapters' memo of what they decoded from this listing's files (lives as long as the
         #: tree: one check, one discovery pass), e.g. ``dcp``'s layouts of ``.metadata`` files
-        self.decoded: dict = {}
+        self.decoded: dict[Any, Any] = {}
         if p.scheme == "file":
             self._path = p.path
             self._children = {}
@@ -155,13 +162,13 @@ class Tree:
             raise PermanentStorageError(f"cannot list {root!r}: only folders and s3:// prefixes")
 
     @property
-    def links(self) -> set:
+    def links(self) -> set[str]:
         """Relative paths of the listed files that are symbolic links (local folders only; a
         link's Entry is its target's size and time). A server reading someone's folder resolves
         these before opening them (``recoverydash.ingest.adoption.confine``)."""
         return self._links
 
-    def drop(self, rels) -> None:
+    def drop(self, rels: Iterable[str]) -> None:
         """Forget files of the listing (never to be read): they are then absent to adapters."""
         for rel in rels:
             self.files.pop(rel, None)
@@ -188,7 +195,7 @@ class Tree:
     def children(self, folder: str = "") -> list[str]:
         """Names directly under ``folder`` (files and sub-folders), sorted; ``""`` is the root."""
         if self._children is None:
-            kids: dict[str, set] = {}
+            kids: dict[str, set[str]] = {}
             for rel in self.files:
                 parts = rel.split("/")
                 for depth in range(len(parts)):
@@ -197,7 +204,7 @@ class Tree:
         got = self._children.get(folder.strip("/") if folder else "")
         if got is None:
             return []
-        if type(got) is not list:  # as listed: sorted once, when first asked for
+        if not isinstance(got, list):  # as listed: sorted once, when first asked for
             got = self._children[folder.strip("/")] = sorted(got)
         return got
 
@@ -211,7 +218,7 @@ class Tree:
 
     # --- reading -----------------------------------------------------------------------------
 
-    def open(self, rel: str):
+    def open(self, rel: str) -> io.BufferedIOBase | io.RawIOBase:
         """A seekable binary reader of a file (a local file, or ranged GETs on S3). Raises
         PermanentStorageError when it is gone, TransientStorageError when storage cannot answer."""
         if self.scheme == "file":
@@ -225,21 +232,21 @@ class Tree:
         entry = self.files.get(rel)
         if entry is None:
             raise PermanentStorageError(f"no object {self.uri(rel)}")
-        return S3RangeReader(self._s3, self._bucket, self.uri(rel)[len(f"s3://{self._bucket}/"):],
-                             entry.size)
+        return S3RangeReader(self._s3, self._bucket,
+                             self.uri(rel)[len(f"s3://{self._bucket}/"):], entry.size)
 
     def read(self, rel: str, start: int = 0, length: int | None = None) -> bytes:
         """Bytes ``[start, start + length)`` of a file (to its end when ``length`` is None)."""
         with self.open(rel) as f:
             f.seek(start)
             try:
-                return f.read() if length is None else f.read(length)
+                return bytes(f.read() if length is None else f.read(length))
             except StorageError:
                 raise
             except OSError as e:
                 raise TransientStorageError(f"read {self.uri(rel)}: {e}") from e
 
-    def sha256(self, rel: str, progress=None) -> str:
+    def sha256(self, rel: str, progress: Callable[[int], object] | None = None) -> str:
         """sha256 hex of a whole file, read in 1 MiB chunks; ``progress(n)`` gets each chunk's
         length in bytes."""
         import hashlib
@@ -255,15 +262,16 @@ class Tree:
                     progress(len(chunk))
 
 
-def _list_local(root: str, links: set | None = None,
-                children: dict | None = None) -> dict[str, tuple[dict, dict]]:
+def _list_local(root: str, links: set[str] | None = None,
+                children: dict[str, list[str] | tuple[str, ...]] | None = None
+                ) -> dict[str, FolderTables]:
     """Files under a local folder, per folder: ``{folder: ({name: size}, {name: mtime})}``
     (``folder`` relative, ``""`` the root; symbolic links followed for files, not for folders;
     the relative paths of file links are added to ``links``). ``children`` gets, per folder, the
     names directly in it as listed (unsorted tuples of files and sub-folders that hold files or
     are empty). One ``os.scandir`` per folder and one ``stat`` per file, from the directory
     entries: nothing is asked twice, and no full path string is made."""
-    out: dict[str, tuple[dict, dict]] = {}
+    out: dict[str, FolderTables] = {}
     if not os.path.isdir(root):
         if os.path.isfile(root):  # a single file named as the location
             st = os.stat(root)
@@ -274,12 +282,14 @@ def _list_local(root: str, links: set | None = None,
         return out
     regular = statmod.S_IFREG
     stack = [("", root)]
-    folders = []  # (rel, sizes, sub-folder names), parents before their sub-folders
+    folders: list[tuple[str, dict[str, int], list[str]]] = []  # parents before sub-folders
     try:
         while stack:
             rel, path = stack.pop()
             prefix = rel + "/" if rel else ""
-            sizes, mtimes, subs = {}, {}, []
+            sizes: dict[str, int] = {}
+            mtimes: dict[str, float] = {}
+            subs: list[str] = []
             with os.scandir(path) as it:
                 for d in it:
                     name = d.name
@@ -312,12 +322,12 @@ def _list_local(root: str, links: set | None = None,
     return out
 
 
-def _list_s3(client, bucket: str, prefix: str) -> dict[str, Entry]:
+def _list_s3(client: Any, bucket: str, prefix: str) -> dict[str, Entry]:
     base = prefix + "/" if prefix else ""
     out: dict[str, Entry] = {}
     token = None
     while True:
-        kw = {"Bucket": bucket, "Prefix": base}
+        kw: dict[str, Any] = {"Bucket": bucket, "Prefix": base}
         if token:
             kw["ContinuationToken"] = token
         try:
@@ -340,7 +350,8 @@ class S3RangeReader(io.RawIOBase):
     """A seekable reader of one S3 object through ranged GETs, with a 1 MiB read-ahead, so that
     ``zipfile`` and header readers fetch only the bytes they look at."""
 
-    def __init__(self, client, bucket: str, key: str, size: int, readahead: int = 1 << 20):
+    def __init__(self, client: Any, bucket: str, key: str, size: int,
+                 readahead: int = 1 << 20):
         self._c, self._b, self._k, self._size = client, bucket, key, size
         self._pos = 0
         self._buf_at, self._buf = 0, b""
@@ -365,7 +376,7 @@ class S3RangeReader(io.RawIOBase):
             body = self._c.get_object(Bucket=self._b, Key=self._k,
                                       Range=f"bytes={start}-{end - 1}")["Body"]
             try:
-                return body.read()
+                return bytes(body.read())
             finally:
                 body.close()
         except Exception as e:
@@ -373,7 +384,7 @@ class S3RangeReader(io.RawIOBase):
                 raise PermanentStorageError(f"no object s3://{self._b}/{self._k}") from e
             raise storage.s3_error(e, f"GET s3://{self._b}/{self._k}") from e
 
-    def read(self, n: int = -1) -> bytes:
+    def read(self, n: int | None = -1) -> bytes:
         if self._pos >= self._size:
             return b""
         end = self._size if n is None or n < 0 else min(self._size, self._pos + n)
@@ -385,7 +396,7 @@ class S3RangeReader(io.RawIOBase):
         self._pos += len(out)
         return out
 
-    def readinto(self, b) -> int:
+    def readinto(self, b: Any) -> int:
         data = self.read(len(b))
         b[:len(data)] = data
         return len(data)

@@ -3,6 +3,8 @@ Lightning ``.ckpt``) without torch: see ``readers.read_torch_zip``."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from recoverydash.checkpoints.formats.base import Generation
 from recoverydash.checkpoints.formats.readers import TorchFile, UnreadableFile, read_torch_zip
 from recoverydash.checkpoints.formats.store import Tree
@@ -34,6 +36,6 @@ def check_torch_file(tree: Tree, gen: Generation, rel: str) -> TorchFile | None:
     return found
 
 
-def top_keys(found: TorchFile | None) -> dict:
+def top_keys(found: TorchFile | None) -> dict[str, Any]:
     """The top-level dict of a torch file (empty when it is not a dict)."""
     return found.obj if found is not None and isinstance(found.obj, dict) else {}
