@@ -54,8 +54,8 @@ test: $(VENV)/.installed  ## the whole suite on PostgreSQL (SQLite when PostgreS
 test-sqlite: $(VENV)/.installed  ## the API and model tests on SQLite (the embedded default)
 	DATABASE_URL= $(PY) -m pytest -m "not slow"
 
-serve: $(VENV)/.installed  ## web + Celery worker + beat in the foreground (PORT, default 8000)
-	PORT=$(PORT) $(PY) -m recoverydash.serve
+serve: $(VENV)/.installed  ## web + Celery workers + beat in the foreground (PORT; ROLES="web worker" for some)
+	PORT=$(PORT) $(PY) -m recoverydash.serve $(ROLES)
 
 demo: $(VENV)/.installed  ## a real fault-injected PyTorch run, watched by recoverydash
 	$(PY) -m recoverydash.demo

@@ -117,7 +117,8 @@ def main() -> int:
     _, token = ApiToken.issue(project, ["ingest", "read"])
     endpoint = WebhookEndpoint.objects.create(project=project, url=receiver.url)
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "workers.celery", "worker", "-Q", QUEUE,
+        [sys.executable, "-m", "celery", "-A", "workers.celery", "worker",
+         "-Q", f"{QUEUE},{QUEUE}.webhooks",
          "--concurrency", "2", "--loglevel", "WARNING", "--without-gossip", "--without-mingle"],
         cwd=REPO, env=dict(os.environ), start_new_session=True)
     client = Client()

@@ -1,63 +1,124 @@
-"""``make serve``: migrate, then run the web server, a Celery worker and Celery beat in the
-foreground as one unit. Ctrl-C (or SIGTERM) stops all three. One that dies is started again
-(after 1 s, doubling to 30 s while it keeps dying) without touching the others, with a line saying
-so; one that dies ``MAX_RESTARTS`` times within ``RESTART_WINDOW_S`` seconds is a fault that
-restarting does not fix: then everything stops and the exit status says which.
+"""``make serve`` / ``python -m recoverydash.serve [ROLE ...]``: migrate, then run the roles asked
+for (default all three) in the foreground as one unit:
+
+- ``web``: gunicorn on ``HOST:PORT``;
+- ``worker``: two Celery workers, one for analysis, verification and the periodic jobs (queue
+  ``celery``, ``CELERY_CONCURRENCY`` processes) and one for webhook deliveries (queue
+  ``webhooks``, ``CELERY_WEBHOOK_CONCURRENCY``), so failing receivers never hold analysis up;
+- ``beat``: Celery beat with the beat lock (``workers.beat.LockedScheduler``): on several hosts
+  each may run one, exactly one sends the periodic tasks and the others wait, saying so.
+
+Ctrl-C (or SIGTERM) stops them all. One that dies is started again (after 1 s, doubling to 30 s
+while it keeps dying) without touching the others, with a line saying so; one that dies
+``MAX_RESTARTS`` times within ``RESTART_WINDOW_S`` seconds is a fault that restarting does not
+fix: then everything stops and the exit status says which. Migrations run under the migration
+lock (``recoverydash.locks``), so hosts starting together migrate one after the other;
+``--no-migrate`` skips them (a separate migrate job does it).
 
 Environment: ``PORT`` (default 8000), ``HOST`` (default 127.0.0.1: the embedded server is not
 exposed to the network unless asked; ``HOST=0.0.0.0`` to serve other machines),
-``WEB_CONCURRENCY`` (gunicorn workers, default 2),
-``CELERY_CONCURRENCY`` (default 2), and every setting of ``recoverydash.settings``.
+``WEB_CONCURRENCY`` (gunicorn workers, default 2), ``CELERY_CONCURRENCY`` (default 2),
+``CELERY_WEBHOOK_CONCURRENCY`` (default 2), ``RECOVERYDASH_ROLES`` (the roles when none are
+given, e.g. ``web,worker``), and every setting of ``recoverydash.settings``
+(docs/operating.md#roles).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import subprocess
 import sys
 import time
 
+ROLES = ("web", "worker", "beat")
 
-def commands(port: int, host: str = "127.0.0.1") -> dict[str, list[str]]:
-    """The three processes, by name."""
+
+def commands(port: int, host: str = "127.0.0.1",
+             roles: tuple[str, ...] = ROLES) -> dict[str, list[str]]:
+    """The processes of ``roles``, by name (``web``; ``worker`` and ``webhooks`` for the worker
+    role; ``beat``)."""
     from django.conf import settings
+
+    from recoverydash.runs.queue import webhooks_queue
 
     py = sys.executable
     var = str(settings.VAR_DIR)
-    return {
+    node = os.uname().nodename
+    celery = [py, "-m", "celery", "-A", "workers.celery"]
+    every = {
         # the config adds only the hooks that sum the workers' /metrics counters
         "web": [py, "-m", "gunicorn", "recoverydash.wsgi", "--bind", f"{host}:{port}",
                 "--config", "python:recoverydash.metrics.gunicorn",
                 "--workers", os.environ.get("WEB_CONCURRENCY", "2"), "--threads", "4",
                 "--access-logfile", "-", "--timeout", "60"],
-        "worker": [py, "-m", "celery", "-A", "workers.celery", "worker", "--loglevel", "INFO",
+        "worker": [*celery, "worker", "--loglevel", "INFO",
+                   "-Q", settings.CELERY_TASK_DEFAULT_QUEUE,
                    "--concurrency", os.environ.get("CELERY_CONCURRENCY", "2"),
-                   "--hostname", f"worker@{os.uname().nodename}"],
-        "beat": [py, "-m", "celery", "-A", "workers.celery", "beat", "--loglevel", "INFO",
+                   "--hostname", f"worker@{node}"],
+        "webhooks": [*celery, "worker", "--loglevel", "INFO",
+                     "-Q", webhooks_queue(settings.CELERY_TASK_DEFAULT_QUEUE),
+                     "--concurrency", os.environ.get("CELERY_WEBHOOK_CONCURRENCY", "2"),
+                     "--hostname", f"webhooks@{node}"],
+        "beat": [*celery, "beat", "--loglevel", "INFO",
                  "--schedule", os.path.join(var, "celerybeat-schedule")],
     }
+    wanted = {"web": ("web",), "worker": ("worker", "webhooks"), "beat": ("beat",)}
+    return {name: every[name] for role in ROLES if role in roles for name in wanted[role]}
 
 
-def main() -> int:
+def parse_roles(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line: roles (``web``, ``worker``, ``beat``; several, or one argument
+    ``web,worker``; none: ``RECOVERYDASH_ROLES`` or all three) and ``--no-migrate``. Exits with
+    status 2 and a message naming the roles for an unknown one."""
+    parser = argparse.ArgumentParser(
+        prog="python -m recoverydash.serve",
+        description="Run recoverydash's web server, Celery workers and beat in the foreground.",
+        epilog="roles: web (gunicorn), worker (Celery workers of the queues celery and "
+               "webhooks), beat (Celery beat; one sends, others wait on the beat lock)")
+    parser.add_argument("roles", nargs="*", metavar="ROLE",
+                        help="web, worker, beat (default: $RECOVERYDASH_ROLES or all three)")
+    parser.add_argument("--no-migrate", action="store_true",
+                        help="do not run the database migrations first")
+    args = parser.parse_args(argv)
+    given = args.roles or [os.environ.get("RECOVERYDASH_ROLES") or ",".join(ROLES)]
+    roles = [r.strip() for arg in given for r in arg.split(",") if r.strip()]
+    unknown = [r for r in roles if r not in ROLES]
+    if unknown or not roles:
+        parser.error(f"expected roles among {', '.join(ROLES)}, got {', '.join(unknown) or 'none'}")
+    args.roles = tuple(r for r in ROLES if r in roles)
+    return args
+
+
+def migrate() -> None:
+    """Apply the migrations under the migration lock (another host migrating: wait for it)."""
+    from django.core.management import call_command
+
+    from recoverydash.locks import migrate_lock
+
+    lock = migrate_lock()
+    lock.wait(poll_s=0.5, say_every_s=10.0)
+    try:
+        call_command("migrate", interactive=False, verbosity=0)
+    finally:
+        lock.release()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_roles(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "recoverydash.settings")
     import django
 
     django.setup()
-    from django.conf import settings
-    from django.core.management import call_command
-
     port = int(os.environ.get("PORT", "8000"))
     host = os.environ.get("HOST", "127.0.0.1")
-    call_command("migrate", interactive=False, verbosity=0)
-    from recoverydash.dashboard.staticfiles import collect_if_changed
-
-    if collect_if_changed():  # hashed, compressed static files (once per change of them)
-        print(f"recoverydash: static files collected into {settings.STATIC_ROOT}", flush=True)
-    cmds = commands(port, host)
+    if not args.no_migrate:
+        migrate()
+    cmds = commands(port, host, args.roles)
     procs = {name: subprocess.Popen(cmd) for name, cmd in cmds.items()}
-    print(f"recoverydash: web on http://{host}:{port}/ with a worker and beat "
-          f"(Ctrl-C stops all)", flush=True)
+    where = f"web on http://{host}:{port}/" if "web" in args.roles else "no web"
+    print(f"recoverydash: {where}; running {', '.join(cmds)} (Ctrl-C stops all)", flush=True)
     stopping = False
 
     def stop(*_):

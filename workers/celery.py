@@ -5,6 +5,8 @@ no results stored, a soft and a hard time limit on every task (``RECOVERYDASH_TA
 ``expires`` on periodic tasks of about 1.5 periods so a backlog does not run the same periodic job
 many times (the tasks a periodic job fans out expire at its next cycle: ``workers.tasks``). The
 filesystem broker is kombu's, made safe against torn and bad message files (``workers.broker``).
+Webhook deliveries go to their own queue (``recoverydash.runs.queue.ROUTES``); the beat runs
+once across hosts (``workers.beat.LockedScheduler``).
 """
 
 from __future__ import annotations
@@ -45,7 +47,18 @@ def _configure() -> None:
         # the longest verification or analysis.
         app.conf.broker_transport_options = {
             "visibility_timeout": settings.RECOVERYDASH_BROKER_VISIBILITY_TIMEOUT_S}
+    from kombu import Queue
+
+    from recoverydash.runs.queue import webhooks_queue
+
+    default = settings.CELERY_TASK_DEFAULT_QUEUE
     app.conf.update(
+        # webhook deliveries on a queue of their own (route_task): workers started with
+        # -Q celery never take one, so failing receivers cannot hold analysis up. A worker
+        # started without -Q takes both.
+        task_queues=[Queue(name, routing_key=name) for name in (default,
+                                                                webhooks_queue(default))],
+        task_routes=(route_task,),
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         task_soft_time_limit=settings.RECOVERYDASH_TASK_SOFT_TIME_LIMIT_S,
@@ -60,8 +73,21 @@ def _configure() -> None:
         task_publish_retry_policy={"max_retries": 1, "interval_start": 0,
                                    "interval_step": 0.5, "interval_max": 0.5},
         beat_schedule=BEAT_SCHEDULE,
+        # every beat takes the beat lock first: a second one waits instead of doubling the work
+        beat_scheduler="workers.beat:LockedScheduler",
         timezone="UTC",
     )
+
+
+def route_task(name, args=None, kwargs=None, options=None, task=None, **kw):
+    """Celery router: the tasks of ``runs.queue.WEBHOOK_TASKS`` go to the webhooks queue beside
+    the app's default queue (``runs.queue.webhooks_queue``); the others to the default."""
+    from recoverydash.runs.queue import WEBHOOK_TASKS, webhooks_queue
+
+    if name in WEBHOOK_TASKS:
+        queue = webhooks_queue(app.conf.task_default_queue)
+        return {"queue": queue, "routing_key": queue}
+    return None
 
 
 def _every(seconds: float, task: str) -> dict:

@@ -37,6 +37,22 @@ TASK_NAMES = (ANALYZE_RUN, VERIFY_GENERATION, DELIVER_WEBHOOK, SEND_TEST_WEBHOOK
               EVALUATE_ALERTS_CHUNK)
 
 
+WEBHOOKS_QUEUE = "webhooks"
+"""The queue of webhook deliveries, their retries and test notifications when the default queue
+is Celery's ``celery`` (analysis, verification and the other periodic jobs): a receiver that is
+slow or down ties up the workers of this queue only, never analysis (docs/operating.md#queues).
+"""
+#: The tasks on the webhooks queue (the periodic ``deliver_due`` by name: the beat sends it).
+WEBHOOK_TASKS = frozenset({DELIVER_WEBHOOK, SEND_TEST_WEBHOOK, "workers.tasks.deliver_due"})
+
+
+def webhooks_queue(default_queue: str) -> str:
+    """The webhooks queue beside ``default_queue`` (``CELERY_TASK_DEFAULT_QUEUE``):
+    ``webhooks`` beside ``celery``, else ``<default_queue>.webhooks`` (a test or bench on a
+    queue of its own keeps its deliveries beside it)."""
+    return WEBHOOKS_QUEUE if default_queue == "celery" else f"{default_queue}.webhooks"
+
+
 _FAN_OUT_EXPIRES: contextvars.ContextVar[float | None] = contextvars.ContextVar(
     "fan_out_expires", default=None)
 

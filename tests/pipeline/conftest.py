@@ -70,7 +70,8 @@ class Worker:
 
     def start(self):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "workers.celery", "worker", "-Q", self.queue,
+            [sys.executable, "-m", "celery", "-A", "workers.celery", "worker",
+             "-Q", f"{self.queue},{self.queue}.webhooks",
              "--concurrency", "1", "--loglevel", "WARNING", "--without-gossip",
              "--without-mingle", "--hostname", f"test-{self.queue}-{time.monotonic_ns()}@%h"],
             cwd=REPO, env=self.env, start_new_session=True)

@@ -8,6 +8,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 from recoverydash.serve import supervise
 
 ALIVE = [sys.executable, "-c", "import time; time.sleep(120)"]
@@ -65,3 +67,43 @@ def test_a_process_that_keeps_dying_stops_the_unit_with_its_status(capsys):
     assert status == 7
     assert "recoverydash: beat exited 3 times within 60 s (last status 7); stopping" in \
         capsys.readouterr().err
+
+
+def test_roles_choose_the_processes_and_the_worker_role_keeps_webhooks_on_their_own_queue(
+        settings, monkeypatch):
+    from recoverydash.serve import commands, parse_roles
+
+    monkeypatch.delenv("RECOVERYDASH_ROLES", raising=False)
+    assert parse_roles([]).roles == ("web", "worker", "beat")
+    assert parse_roles(["beat", "web"]).roles == ("web", "beat")
+    assert parse_roles(["web,worker"]).roles == ("web", "worker")
+    monkeypatch.setenv("RECOVERYDASH_ROLES", "worker")
+    assert parse_roles([]).roles == ("worker",)
+    assert parse_roles(["--no-migrate", "beat"]).no_migrate is True
+    cmds = commands(8123, "0.0.0.0", ("worker",))
+    assert list(cmds) == ["worker", "webhooks"]
+    assert cmds["worker"][cmds["worker"].index("-Q") + 1] == "celery"
+    assert cmds["webhooks"][cmds["webhooks"].index("-Q") + 1] == "webhooks"
+    assert list(commands(8123, "0.0.0.0", ("web", "beat"))) == ["web", "beat"]
+
+
+def test_an_unknown_role_is_refused_naming_the_roles(capsys):
+    from recoverydash.serve import parse_roles
+
+    with pytest.raises(SystemExit) as stopped:
+        parse_roles(["web", "scheduler"])
+    assert stopped.value.code == 2
+    assert "expected roles among web, worker, beat, got scheduler" in capsys.readouterr().err
+
+
+def test_webhook_deliveries_are_routed_to_their_own_queue():
+    from celery import current_app
+
+    from recoverydash.runs import queue
+
+    router = current_app.amqp.router
+    for name in (queue.DELIVER_WEBHOOK, queue.SEND_TEST_WEBHOOK, "workers.tasks.deliver_due"):
+        assert router.route({}, name)["queue"].name == "webhooks", name
+    for name in (queue.ANALYZE_RUN, queue.VERIFY_GENERATION, queue.EVALUATE_ALERTS_CHUNK,
+                 "workers.tasks.sweep_runs"):
+        assert router.route({}, name)["queue"].name == "celery", name
