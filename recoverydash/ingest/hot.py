@@ -13,10 +13,11 @@ against each other on random and mutated batches.
 What sends a body the general way: another event type anywhere in it, a field the models do
 not name (the general path keeps unknown fields; a read cursor's ``order`` is taken), a
 top-level field besides ``events``, a value of another JSON type, a bound broken, a time that
-is not RFC 3339 with an offset, a span with both or neither of ``ranges`` and ``ids``, a range
-with start > stop, a step < 1 or a reach over ``RECOVERYDASH_MAX_RANGE_POSITIONS``, a rank
-twice in one aggregate, a NUL character or a lone surrogate in any string, more events than a
-request may carry, or JSON msgspec or orjson will not read. Without unknown fields every number
+is not RFC 3339 with an offset, a span with both or neither of ``ranges`` and ``ids`` (or
+``indices`` beside ``ids``), a range with start > stop, a step < 1 or a reach over
+``RECOVERYDASH_MAX_RANGE_POSITIONS``, a rank twice in one aggregate, a NUL character or a
+lone surrogate in any string, more events than a request may carry, or JSON msgspec or orjson
+will not read. Without unknown fields every number
 of these types is an integer of at most 64 bits, so the canonical JSON is orjson's
 (:func:`.schemas.canonical_bytes` with ``floats=False``).
 
@@ -36,6 +37,7 @@ import orjson
 from .schemas import (
     MAX_AGGREGATE_RANKS,
     MAX_I31,
+    MAX_SPAN_IDS,
     MAX_U63,
     RUN_ID_PATTERN,
     ValidEvent,
@@ -52,7 +54,9 @@ _Range = Annotated[list[_Int63], msgspec.Meta(min_length=2, max_length=3)]
 #: A sample id: a string, or a signed 64-bit integer (orjson reads a larger one as a float;
 #: the models take any integer, so one beyond goes the general way, where ``json`` reads it)
 _SampleId = Union[Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)], str]
-_SampleIds = Annotated[list[_SampleId], msgspec.Meta(max_length=100_000)]
+_SampleIds = Annotated[list[_SampleId], msgspec.Meta(max_length=MAX_SPAN_IDS)]
+#: a span's ``indices``: dataset indices, each an index or a range of them
+_Indices = Annotated[list[_Int63 | _Range], msgspec.Meta(max_length=MAX_SPAN_IDS)]
 #: ``run_id`` as the models check it (their pattern, anchored at both ends of the text: Python's
 #: ``$`` would also match before a final newline)
 _RUN_ID = re.compile(RUN_ID_PATTERN.removeprefix("^").removesuffix("$"))
@@ -67,6 +71,7 @@ class HotSpan(msgspec.Struct, forbid_unknown_fields=True):
     ids: Optional[_SampleIds] = None
     order: Optional[str] = None
     padding: Optional[bool] = None
+    indices: _Indices | None = None
 
     @property
     def kind(self) -> str:
@@ -153,13 +158,14 @@ _DECODER = msgspec.json.Decoder(_Body)
 
 
 def _spans_ok(spans: list[HotSpan]) -> bool:
-    """The models' span rules beyond types and bounds: exactly one of ``ranges`` and ``ids``;
-    each range as :func:`.schemas._check_range` takes it (start <= stop, step >= 1, a reach of
-    at most ``RECOVERYDASH_MAX_RANGE_POSITIONS``)."""
+    """The models' span rules beyond types and bounds: exactly one of ``ranges`` and ``ids``,
+    ``indices`` only beside ``ranges``; each range (of ``ranges`` and of ``indices``) as
+    :func:`.schemas._check_range` takes it (start <= stop, step >= 1, a reach of at most
+    ``RECOVERYDASH_MAX_RANGE_POSITIONS``)."""
     for span in spans:
         ranges = span.ranges
         if ranges is None:
-            if span.ids is None:
+            if span.ids is None or span.indices is not None:
                 return False
             continue
         if span.ids is not None:
@@ -167,6 +173,10 @@ def _spans_ok(spans: list[HotSpan]) -> bool:
         try:
             for r in ranges:
                 _check_range(r)
+            if span.indices is not None:
+                for item in span.indices:
+                    if type(item) is list:
+                        _check_range(item)
         except ValueError:
             return False
     return True

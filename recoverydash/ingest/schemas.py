@@ -189,22 +189,57 @@ class _Wire(BaseModel):
 
 
 # --- docs/ingest-v1.md#3-positions-spans-and-cursors --------------------------------------------
+#: At most this many sample ids in a span's ``ids``, and items in its ``indices``.
+MAX_SPAN_IDS = 100_000
+def _index_item(value: Any) -> Any:
+    """One item of a span's ``indices``: a dataset index (an integer in ``[0, 2**63)``) or a
+    range of them written like a ``ranges`` item (:func:`_check_range`). Raises ValueError
+    saying which was expected."""
+    if type(value) is int:
+        if not 0 <= value <= MAX_U63:
+            raise ValueError(f"expected a dataset index in [0, 2**63), got {short(value)}")
+        return value
+    if type(value) is list and 2 <= len(value) <= 3 \
+            and all(type(x) is int and 0 <= x <= MAX_U63 for x in value):
+        return _check_range(value)
+    raise ValueError("expected a dataset index (an integer in [0, 2**63)) or a range of them "
+                     f"[start, stop] or [start, stop, step], got {short(value)}")
+
+
+#: One item of a span's ``indices`` (docs/ingest-v1.md#3-positions-spans-and-cursors): a dataset
+#: index, or a range of them written like a ``ranges`` item.
+IndexItem = Annotated[int | list[int], PlainValidator(_index_item),
+                      WithJsonSchema({"oneOf": [
+                          {"type": "integer", "minimum": 0, "maximum": MAX_U63},
+                          {"type": "array", "items": {"type": "integer", "minimum": 0,
+                                                      "maximum": MAX_U63},
+                           "minItems": 2, "maxItems": 3}]})]
+
+
 class Span(_Wire):
     """Positions of one ``(stratum, epoch)``: ``ranges`` ([start, stop] or [start, stop, step],
-    half-open like Python's range) xor ``ids`` (at most 100,000 sample identities)."""
+    half-open like Python's range) xor ``ids`` (at most 100,000 sample identities). **Extension**
+    ``indices``, beside ``ranges`` only: the set of dataset indices (sample identities) the
+    span's positions held, each item an index or a range of indices (at most 100,000 items)."""
 
     stratum: Str
     epoch: Int63
     ranges: Optional[Annotated[list[Range], FAIL_FAST]] = None
-    ids: Optional[Annotated[list[SampleId], Field(max_length=100_000, fail_fast=True)]] = None
+    ids: Optional[Annotated[list[SampleId], Field(max_length=MAX_SPAN_IDS,
+                                                  fail_fast=True)]] = None
     order: Optional[Str] = None
     padding: Optional[StrictBool] = None
+    indices: Annotated[list[IndexItem], Field(max_length=MAX_SPAN_IDS,
+                                              fail_fast=True)] | None = None
 
     @model_validator(mode="after")
     def _ranges_xor_ids(self) -> "Span":
         if (self.ranges is None) == (self.ids is None):
             got = "both" if self.ranges is not None else "neither"
             raise ValueError(f"expected exactly one of ranges or ids, got {got}")
+        if self.indices is not None and self.ranges is None:
+            raise ValueError("expected indices only beside ranges (the dataset indices of the "
+                             "span's positions), got indices beside ids")
         return self
 
     @property

@@ -48,7 +48,7 @@ from .counting import KeyCount
 from .heartbeats import HeartbeatFold
 from .inputs import LedgerRecord
 from .positions import (MAX_RANGE_LENGTH, POSITION_LIMIT, add_group, identity_position,
-                        range_positions, span_key, wire_range)
+                        index_set, range_positions, span_key, wire_range)
 
 RANK, KEY, SLOT, U0, U1, A, ADV, M, S = range(9)
 _RANK, _SPANS, _UPDATE, _ATTEMPT, _TIME = map(attrgetter, ("rank", "spans", "update", "attempt",
@@ -67,6 +67,14 @@ _EMPTY_CHUNK = array("d", [math.inf]) * (1 << TIME_SHIFT)
 #: its times changed (``AttemptLedger.dirty``).
 TIME_BLOCK_SHIFT = 6
 _BLOCK_SHIFT = TIME_SHIFT + TIME_BLOCK_SHIFT  # update >> _BLOCK_SHIFT: its block
+#: dataset indices below this are packed with their update's offset in its block
+#: (:attr:`AttemptLedger.idents`); larger ones are kept per update (``wide``)
+_IDENT_LIMIT = 2 ** 32
+_IDENT_MASK = (1 << _BLOCK_SHIFT) - 1
+#: First 8 bytes of a format 6 time block that also holds dataset indices (a chunk index is
+#: never negative): then the length of the indices' part (8 bytes), that part (zlib JSON), and
+#: the block's times as before.
+_IDENT_MARK = (-1).to_bytes(8, "little", signed=True)
 #: Format of :meth:`Ledger.to_bytes`. 4 adds the heartbeat fold (:mod:`.heartbeats`): a state of
 #: an older format loads (``state_format`` says which) but holds no heartbeats, so the worker
 #: rebuilds it from the rows. 5 holds what 4 holds, laid out so that the per-update times are
@@ -103,7 +111,73 @@ class AttemptLedger:
     #: by :meth:`Ledger.from_parts` (every block of a state built or loaded otherwise): what
     #: :meth:`Ledger.to_parts` gives to be stored again
     dirty: set = field(default_factory=set, compare=False, repr=False)
+    #: the dataset indices the reports named (a span's ``indices``, docs/ingest-v1.md#3-
+    #: positions-spans-and-cursors), ranks united: ``{key: {block: BitMap64}}``, per block of
+    #: 4,096 updates (``update >> _BLOCK_SHIFT``, the time blocks) the packed values
+    #: ``(update & 4095) << 32 | index`` of its indices below 2**32 ...
+    idents: dict = field(default_factory=dict)
+    #: ... and ``{key: {update: BitMap64}}`` of larger indices
+    wide: dict = field(default_factory=dict)
+    #: ``{key: {rank: BitMap64 of updates}}``: which reports of the key carried indices
+    ident_ranks: dict = field(default_factory=dict)
     _groups: dict | None = None
+
+    def note_indices(self, key: tuple, update: int, rank: int, indices: BitMap64) -> None:
+        """Keep the dataset ``indices`` rank ``rank`` reported for ``key`` at ``update`` (united
+        with what the update holds)."""
+        self.ident_ranks.setdefault(key, {}).setdefault(rank, BitMap64()).add(update)
+        if not indices:
+            return
+        block = update >> _BLOCK_SHIFT
+        self.dirty.add(block)
+        if indices.max() >= _IDENT_LIMIT:
+            small = BitMap64(i for i in indices if i < _IDENT_LIMIT)
+            self.wide.setdefault(key, {}).setdefault(update, BitMap64()).update(
+                i for i in indices if i >= _IDENT_LIMIT)
+            indices = small
+        if indices:
+            packed = self.idents.setdefault(key, {}).get(block)
+            moved = indices.shift((update & _IDENT_MASK) << 32)
+            if packed is None:
+                self.idents[key][block] = moved
+            else:
+                packed |= moved
+
+    def indices_in(self, key: tuple, after: int, upto: int | None) -> BitMap64:
+        """The dataset indices the reports of ``key`` named in updates ``after < u <= upto``
+        (``upto`` None: no bound), ranks united."""
+        out = BitMap64()
+        hi = math.inf if upto is None else upto
+        for block, packed in self.idents.get(key, {}).items():
+            first = block << _BLOCK_SHIFT
+            last = first + _IDENT_MASK
+            if last <= after or first > hi:
+                continue
+            if after < first and last <= hi:
+                out.update(v & 0xFFFFFFFF for v in packed)
+            else:
+                lo, top = max(after + 1, first) - first, min(hi, last) - first
+                out.update(v & 0xFFFFFFFF for v in packed if lo <= v >> 32 <= top)
+        for update, bitmap in self.wide.get(key, {}).items():
+            if after < update <= hi:
+                out |= bitmap
+        return out
+
+    def unindexed(self, key: tuple, after: int, upto: int | None) -> int:
+        """How many reports ``(update, rank)`` of ``key`` in updates ``after < u <= upto``
+        carried positions but no ``indices`` (0: every one named its samples)."""
+        hi = math.inf if upto is None else upto
+        by_rank: dict = {}
+        for run in self.runs:
+            if run[KEY] == key and run[U0] <= hi and run[U1] > after:
+                mine = by_rank.setdefault(run[RANK], BitMap64())
+                mine.add_range(max(run[U0], after + 1), int(min(run[U1], hi)) + 1)
+        for (update, rank) in self.pieces.get(key, {}):
+            if after < update <= hi:
+                by_rank.setdefault(rank, BitMap64()).add(update)
+        named = self.ident_ranks.get(key, {})
+        return sum(len(updates - named[rank]) if rank in named else len(updates)
+                   for rank, updates in by_rank.items())
 
     def note_time(self, update: int, when: float) -> None:
         """Keep the earliest report time of ``update`` (a NaN time is never kept)."""
@@ -392,7 +466,8 @@ class Ledger:
             keys = []
             for span in spans:
                 ranges = span.get("ranges")
-                if ranges is None or len(ranges) != 1 or "ids" in span or span.get("padding"):
+                if ranges is None or len(ranges) != 1 or "ids" in span or span.get("padding") \
+                        or "indices" in span:
                     break
                 keys.append((span["stratum"], span.get("epoch", 0), span.get("order")))
             if len(keys) != len(spans) or (len(keys) > 1 and len(set(keys)) != len(keys)):
@@ -459,6 +534,7 @@ class Ledger:
                 self._note_ids(span["stratum"], span["ids"])
                 entry[1].extend(span["ids"])
             entry[0].extend(span.get("ranges") or ())
+        self._note_indices(state, rank, update, spans)
         for key, (ranges, ids) in by_key.items():
             parts = sorted((wire_range(item) for item in ranges), key=lambda r: r.start)
             parts = [r for r in parts if len(r)]
@@ -472,6 +548,18 @@ class Ledger:
             bitmap.update(identity_position(i) for i in ids)
             if bitmap:
                 state.pieces.setdefault(key, {})[(update, rank)] = bitmap
+
+    @staticmethod
+    def _note_indices(state: AttemptLedger, rank: int, update: int, spans) -> None:
+        """Keep the ``indices`` of the spans (of positions, not padding) of one report."""
+        found: dict = {}
+        for span in spans:
+            items = span.get("indices")
+            if items is None or span.get("padding") or span.get("ranges") is None:
+                continue
+            found.setdefault(span_key(span), BitMap64()).update(index_set(items))
+        for key, indices in found.items():
+            state.note_indices(key, update, rank, indices)
 
     def _note_ids(self, stratum: str, ids) -> None:
         """``stratum`` is reported as sample ids; note when some id is not an int index."""
@@ -505,6 +593,7 @@ class Ledger:
         for span in spans:
             if span.get("ids") is not None and not span.get("padding"):
                 self._note_ids(span["stratum"], span["ids"])
+        self._note_indices(state, rank, update, spans)
         old = self._content(state, rank, update)
         new = _report_bitmaps(spans)
         if all(key in old and bitmap.issubset(old[key]) for key, bitmap in new.items()):
@@ -576,6 +665,18 @@ class Ledger:
                         count.positions |= bitmap
         self._segments[handle] = out
         return out
+
+    def identities(self, number: int, key: tuple, after: int, upto: int | None):
+        """The dataset indices attempt ``number``'s reports of position key ``key`` named in
+        updates ``after < u <= upto`` (a BitMap64, ranks united; docs/ingest-v1.md, a span's
+        ``indices``), or None when some report of the key there named none: its samples are
+        then unknown."""
+        state = self.attempts.get(number)
+        if state is None:
+            return BitMap64()
+        if state.unindexed(key, after, upto):
+            return None
+        return state.indices_in(key, after, upto)
 
     def frontier_in(self, number: int, after: int, upto: int | None) -> dict:
         """``{key: max position + 1}`` of attempt ``number`` in updates ``after < u <= upto``,
@@ -700,9 +801,20 @@ class Ledger:
                 "absorbed": [[rank, packed(bm)] for rank, bm in state.absorbed.items()],
                 "updates": packed(state.updates),
             }
+            if state.ident_ranks:
+                item["ident_ranks"] = [[key_id(key), rank, packed(bm)]
+                                       for key, ranks in state.ident_ranks.items()
+                                       for rank, bm in ranks.items()]
             if format_ == 5:
                 item["times"] = len(state.times)
-            else:
+                if state.idents or state.wide:
+                    item["idents"] = [[key_id(key), block, b64(bm.serialize())]
+                                      for key, blocks in state.idents.items()
+                                      for block, bm in blocks.items()]
+                    item["wide"] = [[key_id(key), update, b64(bm.serialize())]
+                                    for key, updates in state.wide.items()
+                                    for update, bm in updates.items()]
+            else:  # format 6: a block's indices are stored with its times (_ident_part)
                 item["blocks"] = sorted({i >> TIME_BLOCK_SHIFT for i in state.times})
         doc = {"format": format_, "byteorder": sys.byteorder, "keys": [list(k) for k in keys],
                "id_strata": sorted(self.id_strata), "hashed_strata": sorted(self.hashed_strata),
@@ -756,9 +868,48 @@ class Ledger:
                 if block in wanted:
                     by_block.setdefault(block, []).append(index)
             for block, indices in by_block.items():
-                blocks[(number, block)] = b"".join(self._chunks(state, sorted(indices)))
+                blocks[(number, block)] = b"".join([self._ident_part(state, block),
+                                                    *self._chunks(state, sorted(indices))])
             state.dirty = set()
         return _MAGIC6 + head, blocks
+
+    @staticmethod
+    def _ident_part(state: AttemptLedger, block: int) -> bytes:
+        """The dataset indices of ``block`` (:attr:`AttemptLedger.idents` and ``wide``) as a
+        format 6 block's first part: :data:`_IDENT_MARK`, its length, and the zlib-compressed
+        JSON ``{"idents": [[key, base64 roaring]], "wide": [[key, update, base64 roaring]]}``;
+        empty when the block holds none (the block is then laid out as before indices)."""
+        idents = [[list(key), base64.b64encode(blocks[block].serialize()).decode()]
+                  for key, blocks in state.idents.items() if block in blocks]
+        wide = [[list(key), update, base64.b64encode(bm.serialize()).decode()]
+                for key, updates in state.wide.items() for update, bm in updates.items()
+                if update >> _BLOCK_SHIFT == block]
+        if not idents and not wide:
+            return b""
+        body = zlib.compress(json.dumps({"idents": idents, "wide": wide},
+                                        separators=(",", ":")).encode(), 1)
+        return _IDENT_MARK + len(body).to_bytes(8, "little") + body
+
+    @staticmethod
+    def _load_ident_part(state: AttemptLedger, block: int, blob) -> memoryview:
+        """Read the indices part of a format 6 block into ``state`` (see :meth:`_ident_part`)
+        and return the rest of the block (its times). Raises ValueError when unreadable."""
+        blob = memoryview(blob)
+        if bytes(blob[:8]) != _IDENT_MARK:
+            return blob
+        size = int.from_bytes(blob[8:16], "little")
+        try:
+            doc = json.loads(zlib.decompress(blob[16:16 + size]))
+            for key, data in doc["idents"]:
+                state.idents.setdefault(tuple(key), {})[block] = \
+                    BitMap64.deserialize(base64.b64decode(data))
+            for key, update, data in doc["wide"]:
+                state.wide.setdefault(tuple(key), {})[int(update)] = \
+                    BitMap64.deserialize(base64.b64decode(data))
+        except (zlib.error, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"ledger state: the indices of time block {block} are "
+                             f"unreadable: {exc}") from None
+        return blob[16 + size:]
 
     @classmethod
     def from_parts(cls, head: bytes, blocks) -> "Ledger":
@@ -787,6 +938,7 @@ class Ledger:
                 if blob is None:
                     raise ValueError(f"ledger state: time block {block} of attempt {number} "
                                      "is missing")
+                blob = cls._load_ident_part(state, block, blob)
                 count, rest = divmod(len(blob), 8 + width)
                 if rest:
                     raise ValueError(f"ledger state: time block {block} of attempt {number} "
@@ -912,6 +1064,14 @@ class Ledger:
             for rank, blob in item["absorbed"]:
                 state.absorbed[rank] = updates(blob)
             state.updates = updates(item["updates"])
+            for kid, rank, blob in item.get("ident_ranks") or ():
+                state.ident_ranks.setdefault(keys[kid], {})[rank] = updates(blob)
+            for kid, block, blob in item.get("idents") or ():
+                state.idents.setdefault(keys[kid], {})[block] = \
+                    BitMap64.deserialize(base64.b64decode(blob))
+            for kid, update, blob in item.get("wide") or ():
+                state.wide.setdefault(keys[kid], {})[update] = \
+                    BitMap64.deserialize(base64.b64decode(blob))
         return ledger
 
 
@@ -976,7 +1136,8 @@ class _Lane:
             row = []
             keys = set()
             for span in spans:
-                if type(span) is not dict or "ids" in span or span.get("padding"):
+                if type(span) is not dict or "ids" in span or "indices" in span \
+                        or span.get("padding"):
                     return None
                 ranges = span.get("ranges")
                 if type(ranges) is not list or len(ranges) != 1:

@@ -69,6 +69,28 @@ def wire_range(item) -> range:
     return range(start, stop, step)
 
 
+def index_set(items) -> BitMap64:
+    """The dataset indices of a span's ``indices`` (docs/ingest-v1.md#3-positions-spans-and-
+    cursors) as a set: each item an int in ``[0, 2**63)`` or a range ``[start, stop]`` /
+    ``[start, stop, step]`` (:func:`wire_range`'s rules). Raises ValueError on an item that is
+    neither (the server refuses it at ingest)."""
+    out = BitMap64()
+    for item in items:
+        if type(item) is int:
+            if not 0 <= item < POSITION_LIMIT:
+                raise ValueError(f"bad dataset index {item!r}: need 0 <= index < 2**63")
+            out.add(item)
+        elif isinstance(item, (list, tuple)):
+            r = wire_range(item)
+            if r.step == 1:
+                out.add_range(r.start, r.stop)
+            else:
+                out.update(r)
+        else:
+            raise ValueError(f"bad dataset index {item!r}: need an int or a range")
+    return out
+
+
 def report_positions(spans: Iterable[dict]) -> dict[tuple, BitMap64]:
     """Union of one reporter's spans per position key, padding spans excluded (spec 3, 4:
     reports of one data-parallel rank for one update are united). Keys with no position are

@@ -75,7 +75,12 @@ to a ``padding`` span. Nothing is clipped: an overrun (a position past the epoch
 repeat across updates is sent as observed. A position repeated inside one update of one rank
 cannot be expressed by spans (the server unites them); it is counted in the event's
 ``repeated`` field and logged. ``ids_digest`` is the sha256 (32 hex chars) of the JSON list of
-the dataset indices (or ids) in the order they reached the model.
+the dataset indices (or ids) in the order they reached the model. A span under a named order
+also carries ``indices``, the set of dataset indices its positions held (compressed like the
+ranges: runs of three or more as ranges, the rest as integers), so that the server compares
+samples by identity when a restart changes the order (another seed, world size or sampler); a
+DistributedSampler's order is left without them, as the server re-creates its permutation from
+the order's seed, epoch and dataset length (docs/ingest-v1.md#3-positions-spans-and-cursors).
 
 Cost on the training thread: a few objects per batch (the draw, the tag) and a list append per
 microbatch, about 0.4 us per sample recorded in all with a loader without worker processes; the
@@ -1201,8 +1206,15 @@ class ObservedRecorder(Reporter):
     # -- internals --
 
     def _spans(self, pending: list[BatchTag], epoch: int) -> tuple[list[dict], int, int, list]:
-        """(spans, samples, repeated positions, ids in order) of one update's tags."""
+        """(spans, samples, repeated positions, ids in order) of one update's tags.
+
+        A span of positions under a named order carries ``indices``, the dataset indices its
+        positions held (docs/ingest-v1.md#3-positions-spans-and-cursors), so that the server can
+        compare the samples of two orders when a restart changes the order; except under a
+        DistributedSampler's order, whose permutation the server re-creates from the order's
+        seed, epoch and length, and for padding."""
         keyed: dict[tuple, list] = {}
+        indexed: dict[tuple, list] = {}
         id_keyed: dict[tuple, list] = {}
         samples = 0
         ordered_ids: list = []
@@ -1217,22 +1229,36 @@ class ObservedRecorder(Reporter):
                     continue
                 e = epoch if it.epoch is None else it.epoch
                 pad = it.padding_from
+                named = it.order is not None and it.info.get("algorithm") != SAMPLER_ALGORITHM
                 if pad is None:
-                    keyed.setdefault((it.stratum, e, it.order, False), []).extend(positions)
+                    key = (it.stratum, e, it.order, False)
+                    keyed.setdefault(key, []).extend(positions)
+                    if named:
+                        indexed.setdefault(key, []).extend(ids)
                 else:
-                    for p in positions:
-                        keyed.setdefault((it.stratum, e, it.order, p >= pad), []).append(p)
+                    for p, i in zip(positions, ids, strict=False):
+                        key = (it.stratum, e, it.order, p >= pad)
+                        keyed.setdefault(key, []).append(p)
+                        if named and p < pad:
+                            indexed.setdefault(key, []).append(i)
         spans: list[dict] = []
         repeated = 0
-        for (stratum, e, order, padding), ps in keyed.items():
-            ranges, rep = compress(ps)
-            repeated += 0 if padding else rep
-            span = {"stratum": stratum, "epoch": e, "ranges": ranges}
-            if order is not None:
-                span["order"] = order
-            if padding:
-                span["padding"] = True
-            spans.append(span)
+        for key, ps in keyed.items():
+            stratum, e, order, padding = key
+            indices = indexed.get(key)
+            if indices is not None and len(indices) != len(ps):  # pragma: no cover
+                indices = None
+            for part, part_indices in _index_parts(ps, indices):
+                ranges, rep = compress(part)
+                repeated += 0 if padding else rep
+                span = {"stratum": stratum, "epoch": e, "ranges": ranges}
+                if order is not None:
+                    span["order"] = order
+                if padding:
+                    span["padding"] = True
+                if part_indices is not None:
+                    span["indices"] = part_indices
+                spans.append(span)
         for (stratum, e), ids in id_keyed.items():
             clean = [i if isinstance(i, (int, str)) and not isinstance(i, bool) else str(i)
                      for i in ids]
@@ -1255,6 +1281,60 @@ def _below(positions, bound: int):
         return range(positions.start, min(positions.stop, max(bound, positions.start)),
                      positions.step)
     return [p for p in positions if p < bound]
+
+
+#: At most this many items in one span's ``indices`` (docs/ingest-v1.md): a longer set is sent
+#: in several spans of the same key, each with its positions and their indices.
+MAX_INDEX_ITEMS = 100_000
+
+
+def index_items(indices: list) -> list | None:
+    """The set of dataset ``indices`` as a span's ``indices`` items: sorted, every run of three
+    or more with a constant step as a range ``[start, stop]`` (step 1) or ``[start, stop,
+    step]`` (``stop`` is last + 1), other indices as integers. None when an index is not an
+    integer in ``[0, 2**63)`` (a dataset keyed otherwise: its samples cannot be named by
+    index)."""
+    try:
+        values = sorted(set(indices))
+    except TypeError:
+        return None
+    if values and (type(values[0]) is not int or values[0] < 0
+                   or type(values[-1]) is not int or values[-1] >= 2 ** 63
+                   or not all(type(v) is int for v in values)):
+        return None
+    out: list = []
+    i, n = 0, len(values)
+    while i < n:
+        start = values[i]
+        if i + 2 < n:
+            step = values[i + 1] - start
+            j = i + 1
+            while j + 1 < n and values[j + 1] - values[j] == step:
+                j += 1
+            if j - i >= 2:
+                out.append([start, values[j] + 1] if step == 1 else [start, values[j] + 1, step])
+                i = j + 1
+                continue
+        out.append(start)
+        i += 1
+    return out
+
+
+def _index_parts(positions: list, indices: list | None):
+    """``(positions, indices items or None)`` of one span key: the whole key when its indices
+    fit one span (:data:`MAX_INDEX_ITEMS`), else the (position, index) pairs in parts of that
+    many, so each span says which indices its own positions held."""
+    if indices is None:
+        yield positions, None
+        return
+    items = index_items(indices)
+    if items is None or len(items) <= MAX_INDEX_ITEMS:
+        yield positions, items
+        return
+    pairs = sorted(zip(positions, indices, strict=True), key=lambda pair: pair[0])
+    for lo in range(0, len(pairs), MAX_INDEX_ITEMS):
+        part = pairs[lo:lo + MAX_INDEX_ITEMS]
+        yield [p for p, _ in part], index_items([i for _, i in part])
 
 
 def compress(positions: list[int]) -> tuple[list[list[int]], int]:

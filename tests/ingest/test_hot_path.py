@@ -38,7 +38,10 @@ ODD = [None, True, False, 0, -1, 1, 7, 1.5, 2.0, -0.0, 2**31 - 1, 2**31, 2**63 -
 
 
 def _span(rng: random.Random, r: int) -> dict:
-    shape = rng.choice(["sdk", "sdk", "ids", "two", "opt"])
+    shape = rng.choice(["sdk", "sdk", "ids", "two", "opt", "indices"])
+    if shape == "indices":  # the observed recorder's dataset indices beside its positions
+        return {"stratum": "k", "epoch": 0, "order": "o2", "ranges": [[r, r + 3]],
+                "indices": rng.choice([[7, [10, 12], [30, 61, 3]], [2**63 - 1], []])}
     if shape == "ids":
         return {"stratum": "i", "epoch": 0, "ids": [rng.choice([5, "s5", 2**63 - 1, -3]),
                                                     f"id{r}"]}

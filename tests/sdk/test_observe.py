@@ -29,6 +29,7 @@ from recoverydash.sdk.observe import (
     ObservedIterableDataset,
     ObservedRecorder,
     compress,
+    index_items,
     strip,
 )
 
@@ -222,6 +223,61 @@ def test_it_names_a_random_order_by_its_generator_and_keeps_positions_contiguous
     (o2,), _, ys2 = run(2)
     assert ps1 == list(range(N)) and sorted(ys1) == list(range(N)) and ys1 != list(range(N))
     assert o1 == o1b and ys1 == ys1b and o2 != o1 and ys2 != ys1
+
+
+def indices_of(rec):
+    """{update: sorted dataset indices} from the ``indices`` of the spans ``rec`` sent."""
+    out = {}
+    for ev in rec.client.of("update_committed"):
+        got = []
+        for span in ev["spans"]:
+            for item in span.get("indices") or []:
+                got.extend(range(*item) if isinstance(item, list) else [item])
+        out[ev["update"]] = sorted(got)
+    return out
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_it_sends_the_dataset_indices_of_a_random_orders_positions(workers):
+    """Item 1 of issue 25: the positions of a RandomSampler's order travel with the dataset
+    indices the model received, so that another seed's order can be compared by sample."""
+    rec = recorder()
+    loader = observed_loader(rec, dataset(), batch_size=4, shuffle=True, seed=3,
+                             num_workers=workers)
+    received = {}
+    for update, batch in enumerate(loader, start=1):
+        received[update] = sorted(rec.observe(batch)[1].tolist())
+        rec.commit()
+    assert indices_of(rec) == received
+    assert flat(indices_of(rec)) == list(range(N))
+
+
+def test_a_distributed_samplers_positions_carry_no_indices():
+    """Its permutation is re-created by the server from seed, epoch and length."""
+    rec = recorder(rank=1, world=2)
+    ds = dataset()
+    loader = observed_loader(rec, ds, batch_size=3,
+                             sampler=DistributedSampler(ds, num_replicas=2, rank=1, seed=4))
+    for batch in loader:
+        rec.observe(batch)
+        rec.commit()
+    spans = [s for ev in rec.client.of("update_committed") for s in ev["spans"]]
+    assert spans and all("indices" not in s and s["order"] for s in spans)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 2**63 - 1) | st.integers(0, 90), max_size=60))
+def test_index_items_name_any_set_of_indices_exactly(indices):
+    items = index_items(indices)
+    out = [i for item in items for i in (range(*item) if isinstance(item, list) else [item])]
+    assert out == sorted(set(indices))
+    assert all(isinstance(item, int) or len(range(*item)) >= 3 for item in items)
+
+
+def test_index_items_name_nothing_for_indices_that_are_not_integers():
+    assert index_items([3, "a"]) is None and index_items([True]) is None
+    assert index_items([-1, 4]) is None and index_items([]) == []
+    assert index_items([5, 1, 2, 3, 9, 11, 13]) == [[1, 4], 5, [9, 14, 2]]
 
 
 def test_it_counts_positions_of_a_batch_sampler():
