@@ -13,7 +13,7 @@ TORCH_WHEELS ?= /opt/wheels
 PIP_TORCH := $(if $(wildcard $(TORCH_WHEELS)/torch-*.whl),--find-links $(TORCH_WHEELS),--extra-index-url $(TORCH_INDEX))
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install test test-sqlite test-fast serve demo bench browser migrate lint docs clean
+.PHONY: install alertmanager test test-sqlite test-fast serve demo bench browser migrate lint docs clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -22,7 +22,22 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 install: $(VENV)/.installed  ## create .venv and install everything (server, SDK, PyTorch CPU, test tools)
-	@$(MAKE) --no-print-directory browser
+	@$(MAKE) --no-print-directory browser alertmanager
+
+# Debian's Alertmanager, for the test that pushes alerts into a real one
+# (tests/alerts/test_alertmanager_api.py; without it that test checks the bodies against the
+# API's schema only). Like the browser: root and apt-get, else a note.
+alertmanager:
+	@if command -v prometheus-alertmanager >/dev/null 2>&1; then \
+	  echo "alertmanager: $$(command -v prometheus-alertmanager)"; \
+	elif ! command -v apt-get >/dev/null 2>&1 || [ "$$(id -u)" != 0 ]; then \
+	  echo "note: no prometheus-alertmanager (apt-get as root installs it); its live test will be skipped"; \
+	elif apt-get install -y -qq prometheus-alertmanager >/dev/null 2>&1 \
+	    || (apt-get update -qq && apt-get install -y -qq prometheus-alertmanager >/dev/null); then \
+	  echo "alertmanager: installed"; \
+	else \
+	  echo "note: apt-get did not install prometheus-alertmanager; its live test will be skipped"; \
+	fi
 
 # Debian's chromium for the Playwright tests (never a browser download). Installing it needs root
 # and apt-get; without them this says so and goes on: the browser tests are then skipped.

@@ -32,6 +32,7 @@ from recoverydash.alerts.models import (
 )
 from recoverydash.alerts.transports import StandardWebhookTransport, Transport, TransportError
 from recoverydash.alerts.transports_alertmanager import AlertmanagerTransport
+from recoverydash.alerts.transports_alertmanager_api import AlertmanagerApiTransport
 from recoverydash.alerts.transports_opsgenie import OpsgenieTransport
 from recoverydash.alerts.transports_pagerduty import PagerDutyTransport
 from recoverydash.alerts.transports_slack import SlackTransport
@@ -56,6 +57,7 @@ TRANSPORTS: dict[str, type[Transport]] = {
     "standard": StandardWebhookTransport, "slack": SlackTransport,
     "pagerduty": PagerDutyTransport, "alertmanager": AlertmanagerTransport,
     "opsgenie": OpsgenieTransport, "teams": TeamsTransport,
+    "alertmanager_api": AlertmanagerApiTransport,
 }
 
 

@@ -208,7 +208,8 @@ class WebhookEndpoint(models.Model):
     each, ``recoverydash.alerts.transports*``): ``standard`` (the body of
     docs/ingest-v1.md#6-alert-webhooks, signed per Standard Webhooks), ``slack`` (incoming
     webhook), ``pagerduty`` (Events v2), ``alertmanager`` (the body of Alertmanager's
-    ``webhook_config``, signed like ``standard``), ``opsgenie`` (Alert API v2) or ``teams``
+    ``webhook_config``, signed like ``standard``), ``alertmanager_api`` (pushed into an
+    Alertmanager, ``POST /api/v2/alerts``), ``opsgenie`` (Alert API v2) or ``teams``
     (Microsoft Teams Workflows, an Adaptive Card). ``routing_key`` is the receiver's key where it
     needs one: PagerDuty's routing key, Opsgenie's API key; it is checked by the transport when
     the endpoint is saved (``alerts.forms.clean_endpoint``). ``name`` is unique within the
@@ -219,7 +220,8 @@ class WebhookEndpoint(models.Model):
              ("pagerduty", "PagerDuty Events v2"),
              ("alertmanager", "Alertmanager-compatible webhook (version 4)"),
              ("opsgenie", "Opsgenie Alert API v2"),
-             ("teams", "Microsoft Teams (Workflows, Adaptive Card)")]
+             ("teams", "Microsoft Teams (Workflows, Adaptive Card)"),
+             ("alertmanager_api", "Alertmanager API v2 (push to POST /api/v2/alerts)")]
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="webhooks")
     name = models.CharField(max_length=100, blank=True, default="")
