@@ -84,7 +84,7 @@ lint: $(VENV)/.installed
 # The documentation site (mkdocs.yml, docs/*.md) into site/; --strict fails on a link to a page
 # or heading that does not exist. The dashboard serves the same files at /docs/.
 docs: $(VENV)/.installed  ## the documentation site, mkdocs build --strict, into site/
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 clean:
 	rm -rf var test-artifacts .pytest_cache .hypothesis site

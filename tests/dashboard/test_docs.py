@@ -98,6 +98,26 @@ def test_every_page_is_linked_from_the_index_and_the_index_comes_first():
             "formats", "benchmarks"} <= set(names)
 
 
+def test_the_site_nav_lists_every_page_once():
+    """mkdocs.yml's nav (``make docs`` fails on a page left out; this says it sooner)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_multi_constructor("tag:yaml.org,2002:python/", lambda *a: None)
+    nav = yaml.load((REPO / "mkdocs.yml").read_text(), Loader=Loader)["nav"]
+
+    def files(items):
+        for item in items:
+            for value in item.values():
+                yield from (files(value) if isinstance(value, list) else [value])
+
+    listed = list(files(nav))
+    assert len(listed) == len(set(listed))
+    assert sorted(f[:-3] for f in listed) == sorted(docs.pages())
+
+
 @pytest.mark.parametrize("name", sorted(docs.pages()))
 def test_every_relative_link_of_a_page_lands_on_a_page_heading_or_file(name):
     """Relative links between the files (``../definitions.md#replayed``, ``#restoring``,

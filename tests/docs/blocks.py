@@ -16,12 +16,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-#: The README and the guides: every code block of these is executed or checked by a test.
-#: The reference pages (the wire contract, definitions, formats, retention, benchmarks) hold
-#: examples of documents, not of commands, and are not listed.
-GUIDE_GLOBS = ("README.md", "CONTRIBUTING.md", "docs/index.md", "docs/demo.md",
-               "docs/trainer-guide.md", "docs/operator-guide.md", "docs/architecture.md",
-               "docs/integrations/*.md", "docs/deploy*.md")
+#: The reference pages: examples of documents (events, answers, manifests), not of commands;
+#: every other page under docs/, with README.md and CONTRIBUTING.md, is a guide, and every code
+#: block of a guide is executed or checked by a test.
+REFERENCE_PAGES = frozenset({"docs/definitions.md", "docs/ingest-v1.md", "docs/formats.md",
+                             "docs/retention.md", "docs/benchmarks.md"})
+
 
 _FENCE = re.compile(r"^```([\w+-]*)[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 _LABEL = re.compile(r"<!--\s*block:\s*(.+?)\s*-->\s*\Z")
@@ -45,9 +45,11 @@ class Block:
 
 
 def guide_files() -> list[str]:
-    """The guide files that exist, relative to the repository, sorted, each once."""
-    found = {p.relative_to(REPO).as_posix() for g in GUIDE_GLOBS for p in REPO.glob(g)}
-    return sorted(found)
+    """README.md, CONTRIBUTING.md and every page under docs/ but the reference pages, relative
+    to the repository, sorted."""
+    pages = {p.relative_to(REPO).as_posix() for p in (REPO / "docs").rglob("*.md")}
+    found = {"README.md", "CONTRIBUTING.md"} | (pages - REFERENCE_PAGES)
+    return sorted(f for f in found if (REPO / f).is_file())
 
 
 def blocks_of(file: str) -> list[Block]:
