@@ -8,7 +8,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     STATIC_ROOT=/srv/recoverydash/staticfiles
 
 WORKDIR /srv/recoverydash
-RUN useradd --system --home /srv/recoverydash recoverydash \
+# a numeric user, so Kubernetes' runAsNonRoot can check it (deploy/kubernetes)
+RUN useradd --system --uid 10001 --home /srv/recoverydash recoverydash \
     && mkdir -p /var/lib/recoverydash && chown recoverydash /var/lib/recoverydash
 
 COPY pyproject.toml README.md ./
@@ -21,6 +22,6 @@ COPY manage.py ./
 # The server needs no PyTorch: the base (the SDK's pyroaring) and the `server` extra.
 RUN pip install ".[server]" && SECRET_KEY=build-only python manage.py collectstatic --noinput
 
-USER recoverydash
+USER 10001
 EXPOSE 8000
 CMD ["gunicorn", "recoverydash.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--threads", "4", "--access-logfile", "-", "--config", "python:recoverydash.metrics.gunicorn"]
