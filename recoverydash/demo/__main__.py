@@ -37,6 +37,7 @@ printed at start.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import secrets
@@ -537,9 +538,60 @@ def print_table(runs, answers, jobs, pages=None) -> tuple[bool, list]:
     return ok_all, report
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line: no arguments (everything is in the environment, module docstring);
+    ``--help`` prints the docstring and exits without starting anything."""
+    parser = argparse.ArgumentParser(prog="python -m recoverydash.demo",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    return parser.parse_args(argv)
+
+
+def own_folder(base: Path):
+    """Hold the demo folder ``base`` for this process: an exclusive lock on ``.<name>.lock``
+    beside it (the folder itself is wiped at start), given back by the kernel when the process
+    ends. Returns the open lock file, or None when another demo holds it."""
+    import fcntl
+
+    base.parent.mkdir(parents=True, exist_ok=True)
+    lock = open(base.parent / f".{base.name}.lock", "a+")  # noqa: SIM115 - held while running
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.seek(0)
+        holder = lock.read().strip() or "another process"
+        lock.close()
+        say(f"the demo folder {base} is in use by {holder}: stop that demo first, or set "
+            "RECOVERYDASH_DEMO_DIR to another folder")
+        return None
+    lock.truncate(0)
+    lock.write(f"demo pid {os.getpid()}\n")
+    lock.flush()
+    return lock
+
+
+def _terminate(signum, frame):
+    """SIGTERM: unwind like Ctrl-C, so the ``finally`` blocks stop the server and the ranks."""
+    raise KeyboardInterrupt
+
+
+def stop_ranks() -> None:
+    """Kill the training ranks this process forked and still runs (``trainer.launch``)."""
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        child.kill()
+        child.join(5)
+
+
 def main() -> int:
+    parse_args()
     t_start = time.monotonic()
     base = Path(os.environ.get("RECOVERYDASH_DEMO_DIR", REPO / "var" / "demo")).resolve()
+    folder_lock = own_folder(base)
+    if folder_lock is None:
+        return 2
+    signal.signal(signal.SIGTERM, _terminate)
     only = [k.strip() for k in os.environ.get("DEMO_ONLY", "").split(",") if k.strip()]
     runs = [s for s in scenarios() if not only or s.key in only]
     try:
@@ -640,6 +692,7 @@ def main() -> int:
             pass
         return 0 if ok else 1
     finally:
+        stop_ranks()
         stop_server(server)
 
 
@@ -647,5 +700,5 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except KeyboardInterrupt:
-        print("\nstopped (the server was stopped too)", file=sys.stderr)
+        print("\nstopped (the server and the ranks were stopped too)", file=sys.stderr)
         sys.exit(130)
