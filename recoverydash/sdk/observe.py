@@ -107,6 +107,7 @@ from recoverydash.sdk.ledger import (
     padded_length,
     resume_skip,
 )
+from recoverydash.sdk.tokens import TokenRanges, merge
 
 log = logging.getLogger("recoverydash.sdk")
 
@@ -1132,7 +1133,7 @@ class ObservedRecorder(Reporter):
                 info.setdefault("epoch_length", {}).setdefault(st, int(it.length))
             if "padded_length" in it.info:
                 info.setdefault("padded_length", {}).setdefault(st, it.info["padded_length"])
-            info.setdefault("units", {}).setdefault(st, "samples")
+            info.setdefault("units", {}).setdefault(st, it.info.get("units", "samples"))
         return info
 
     def start(self, *, resumed_from: dict | None = None, **fields) -> bool:
@@ -1191,7 +1192,8 @@ class ObservedRecorder(Reporter):
             real = positions if it.padding_from is None else _below(positions, it.padding_from)
             if not real:
                 continue
-            low = real[0] if type(real) is range else min(real)
+            low = real[0] if type(real) is range else \
+                real.lowest() if type(real) is TokenRanges else min(real)
             p = low - it.rank if it.world_size > 1 else low
             e = self._epoch if it.epoch is None else it.epoch
             if it.stratum not in out or (e, p) < out[it.stratum][:2]:
@@ -1216,6 +1218,9 @@ class ObservedRecorder(Reporter):
         keyed: dict[tuple, list] = {}
         indexed: dict[tuple, list] = {}
         id_keyed: dict[tuple, list] = {}
+        tokened: dict[tuple, list] = {}  # token ranges (docs/definitions.md#units)
+        tindexed: dict[tuple, list] = {}  # their identities: the source's token offsets
+        unnamed: set = set()  # token keys with a group that carried no identities
         samples = 0
         ordered_ids: list = []
         for tag in pending:
@@ -1229,6 +1234,15 @@ class ObservedRecorder(Reporter):
                     continue
                 e = epoch if it.epoch is None else it.epoch
                 pad = it.padding_from
+                if type(positions) is TokenRanges:  # a token iteration's padding: the whole group
+                    key = (it.stratum, e, it.order, pad is not None)
+                    tokened.setdefault(key, []).extend(positions)
+                    if positions.identities is None or key in unnamed:
+                        unnamed.add(key)
+                        tindexed.pop(key, None)
+                    elif pad is None and it.order is not None:
+                        tindexed.setdefault(key, []).extend(positions.identities)
+                    continue
                 named = it.order is not None and it.info.get("algorithm") != SAMPLER_ALGORITHM
                 if pad is None:
                     key = (it.stratum, e, it.order, False)
@@ -1259,6 +1273,21 @@ class ObservedRecorder(Reporter):
                 if part_indices is not None:
                     span["indices"] = part_indices
                 spans.append(span)
+        for key, rs in tokened.items():
+            stratum, e, order, padding = key
+            ranges, rep = merge(rs)
+            repeated += 0 if padding else rep
+            span = {"stratum": stratum, "epoch": e, "ranges": ranges}
+            if order is not None:
+                span["order"] = order
+            if padding:
+                span["padding"] = True
+            identities = tindexed.get(key)
+            if identities:
+                items = merge(identities)[0]
+                if len(items) <= MAX_INDEX_ITEMS:
+                    span["indices"] = items
+            spans.append(span)
         for (stratum, e), ids in id_keyed.items():
             clean = [i if isinstance(i, (int, str)) and not isinstance(i, bool) else str(i)
                      for i in ids]
@@ -1269,9 +1298,12 @@ class ObservedRecorder(Reporter):
 
 
 def _highest(positions) -> int:
-    """The highest of a non-empty list or range of positions (a range: O(1))."""
+    """The highest of a non-empty list or range of positions (a range: O(1); token ranges: the
+    last token held)."""
     if type(positions) is range:
         return positions[-1] if positions.step > 0 else positions[0]
+    if type(positions) is TokenRanges:
+        return positions.highest()
     return max(positions)
 
 
@@ -1280,6 +1312,8 @@ def _below(positions, bound: int):
     if type(positions) is range and positions.step > 0:
         return range(positions.start, min(positions.stop, max(bound, positions.start)),
                      positions.step)
+    if type(positions) is TokenRanges:
+        return positions.below(bound)
     return [p for p in positions if p < bound]
 
 
@@ -1337,6 +1371,17 @@ def _index_parts(positions: list, indices: list | None):
         yield [p for p, _ in part], index_items([i for _, i in part])
 
 
+def _token_count(pending: list) -> int | None:
+    """Tokens the model received in ``pending``'s token groups, padding excluded (None when no
+    group is in tokens): the ``tokens`` field of ``update_committed``."""
+    n = None
+    for tag in pending:
+        for it, positions, _ids in tag.groups:
+            if type(positions) is TokenRanges:
+                n = (n or 0) + (0 if it.padding_from is not None else positions.tokens())
+    return n
+
+
 def compress(positions: list[int]) -> tuple[list[list[int]], int]:
     """Sorted positions as ranges with a constant step (``[start, stop]`` for step 1, else
     ``[start, stop, step]``; ``stop`` is last + 1), greedily from the lowest position; and how many
@@ -1379,6 +1424,9 @@ class _ObservedReport:
         ev = {"type": "update_committed", "update": self.update, "spans": spans,
               "samples": samples, "rank": rec.rank,
               "event_id": rec.client.event_id(self.suffix, rec.rank)}
+        tokens = _token_count(self.pending)
+        if tokens is not None:
+            ev["tokens"] = tokens
         if ids:
             try:
                 ev["ids_digest"] = hashlib.sha256(json.dumps(ids, separators=(",", ":"))

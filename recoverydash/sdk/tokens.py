@@ -1,0 +1,75 @@
+"""Positions in tokens: what a packed sequence carries instead of one position per sample
+(docs/definitions.md#units, docs/ingest-v1.md#3-positions-spans-and-cursors).
+
+A packed language-model batch is cut from a stream of documents concatenated in the epoch's
+order; its unit of progress is the token, not the sample. A sequence of ``L`` tokens taken at
+offset ``o`` of a stratum's stream holds the token positions ``[o, o + L)``; a sequence that packs
+the end of one document and the start of the next is still one contiguous range, and a document
+consumed in part counts exactly the tokens consumed. :class:`TokenRanges` carries those ranges
+through the observed ledger's :class:`~recoverydash.sdk.observe.BatchTag` in place of a list of
+sample positions, so a 2,048-token sequence costs one pair, never 2,048 integers; the spans of an
+``update_committed`` are then token ranges (``sampler.units`` says ``"tokens"`` for the stratum)
+and its ``tokens`` field counts them. Padding tokens that carry no document are a range of their
+own under an :class:`~recoverydash.sdk.observe.Iteration` whose ``padding_from`` is 0: they are
+sent as a ``padding`` span and never counted.
+"""
+
+from __future__ import annotations
+
+TOKENS = "tokens"
+
+
+class TokenRanges(list):
+    """Half-open token ranges ``(start, stop)`` of one stratum's stream, in the order the model
+    received them (one per packed sequence, or per document piece). Units: tokens.
+
+    ``identities``: the same tokens named by their offsets in the source's own token stream (its
+    documents in document order, each ``(document start + offset)``), as half-open ranges: the
+    span's ``indices`` (docs/ingest-v1.md#3-positions-spans-and-cursors), by which the server
+    compares two orders of the stream (another seed, sequence length or blend). None when the
+    loader cannot name them (a restart that would need them is then ``unverified``)."""
+
+    __slots__ = ("identities",)
+
+    def __init__(self, ranges=(), identities: list | None = None):
+        super().__init__(ranges)
+        self.identities = identities
+
+    def __reduce__(self):
+        return (TokenRanges, (list(self), self.identities))
+
+    def tokens(self) -> int:
+        """How many tokens the ranges hold, counted with repeats."""
+        return sum(stop - start for start, stop in self)
+
+    def highest(self) -> int:
+        """The highest token position held (the ranges are not empty)."""
+        return max(stop for _start, stop in self) - 1
+
+    def lowest(self) -> int:
+        """The lowest token position held (the ranges are not empty)."""
+        return min(start for start, _stop in self)
+
+    def below(self, bound: int) -> TokenRanges:
+        """The parts of the ranges below ``bound``."""
+        return TokenRanges(((s, min(e, bound)) for s, e in self if s < bound), self.identities)
+
+
+def merge(ranges: list) -> tuple[list[list[int]], int]:
+    """``(ranges, repeated)``: the union of half-open ``(start, stop)`` ranges as sorted,
+    disjoint ``[start, stop]`` pairs (touching ranges joined), and how many token positions the
+    input held more than once (a repeat inside one update, which spans cannot express). Exact:
+    ``sum(stop - start)`` of the union plus ``repeated`` equals the input's token count."""
+    out: list[list[int]] = []
+    total = 0
+    for start, stop in sorted(ranges):
+        if stop <= start:
+            continue
+        total += stop - start
+        if out and start <= out[-1][1]:
+            if stop > out[-1][1]:
+                out[-1][1] = stop
+        else:
+            out.append([start, stop])
+    union = sum(stop - start for start, stop in out)
+    return out, total - union
