@@ -71,6 +71,9 @@ class RestartOut(Schema):
     recovery_seconds: Optional[float]
     verdict: Literal["exact", "replay", "omission", "replay_and_omission", "unverified"]
     findings: list[CodeOut]
+    units: Literal["samples", "tokens", "mixed"] = Field(
+        "samples", description="what replayed, omitted and recomputed count "
+                               "(docs/definitions.md#units); samples for an older analysis")
 
 
 class StratumOut(Schema):
@@ -80,6 +83,8 @@ class StratumOut(Schema):
     omissions: int
     duplicate_rate: float
     omission_rate: float
+    units: Literal["samples", "tokens"] = Field(
+        "samples", description="what the counts count (docs/definitions.md#units)")
 
 
 class AlertOut(Schema):
