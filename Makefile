@@ -12,6 +12,9 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_WHEELS ?= /opt/wheels
 PIP_TORCH := $(if $(wildcard $(TORCH_WHEELS)/torch-*.whl),--find-links $(TORCH_WHEELS),--extra-index-url $(TORCH_INDEX))
 CHROMIUM := /usr/bin/chromium
+# Mosaic Streaming without its declared requirements (transformers<5 and numpy<2.2 clash with the
+# frameworks extra's pins); the modules it imports for local shards are in that extra.
+STREAMING := mosaicml-streaming==0.13.0
 
 .PHONY: install alertmanager test test-sqlite test-fast serve demo bench browser migrate lint docs clean
 
@@ -19,6 +22,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
 	$(PY) -m pip install --quiet $(PIP_TORCH) -e ".[server,dev,torch,frameworks]"
+	$(PY) -m pip install --quiet --no-deps $(STREAMING)
 	touch $@
 
 install: $(VENV)/.installed  ## create .venv and install everything (server, SDK, PyTorch CPU, test tools)

@@ -1,0 +1,247 @@
+"""Megatron-Core datasets (``GPTDataset``, ``BlendedDataset``) with the observed ledger, in tokens
+or samples. Three lines (a complete loop: ``examples/megatron_gpt.py``)::
+
+    train_ds = ObservedMegatronDataset(train_ds, units="tokens")     # a GPT or Blended dataset
+    loader = DataLoader(train_ds, batch_sampler=your_sampler, collate_fn=ObservedCollate())
+    ... batch = rec.observe(batch) before the model, rec.commit(update) after optimizer.step() ...
+
+Positions. Megatron's sample order is already global: sample ``i`` of a ``GPTDataset`` is the
+``i``-th of its shuffled sample index (document index -> sample index -> shuffle index), and its
+pretraining sampler hands out samples ``consumed_samples, consumed_samples + 1, ...`` in global
+batches split by data-parallel rank. The position of what a rank received is therefore read from
+the index the dataset was asked for, whatever the world size:
+
+* a ``GPTDataset`` is one stratum (named after its path prefix); a ``BlendedDataset`` has one
+  stratum per source, and blended index ``i`` is sample ``dataset_sample_index[i]`` of source
+  ``dataset_index[i]`` (each source's samples are drawn in increasing order, so every source's
+  stratum is consumed front to back with the blend's proportions);
+* ``units="tokens"``: sample ``s`` of a source covers the tokens ``[s * L, (s + 1) * L)`` of that
+  source's packed stream (``L`` = ``sequence_length``; the extra label token belongs to the next
+  sample), so a restart that replays a sample replays ``L`` tokens and one that resumes inside a
+  document counts the document's tokens it consumed (docs/definitions.md#units). A batch-padding
+  sample (index ``None``) is padding: sent, never counted. ``units="samples"``: position ``s``.
+* the order is the dataset's ``unique_description_hash`` (path, split, seed, sequence length,
+  number of samples): a relaunch that rebuilds the same index names the same order; one that
+  changes it (another ``train_iters``, seed or blend) names another, and positions are not compared
+  across them.
+
+The resume cursor is ``consumed_samples`` (what Megatron saves in its checkpoint as
+``consumed_train_samples``): :meth:`ObservedMegatronDataset.cursor` turns it into the ledger's
+cursor per stratum, the checkpoint's ``data_progress``. A checkpoint whose ``consumed_samples``
+lags its model by a step then names a cursor behind the ledger's, and the server rejects it
+(``data_cursor_mismatch``). Batch-size ramp-up (``rampup_batch_size``) changes how many samples an
+update takes: the ledger records what each update received, so it follows the ramp; the
+attempt declares the ramp's final global batch (:func:`attempt_fields`).
+
+Works without CUDA: the datasets and the compiled index helper (``helpers_cpp``, shipped built in
+the wheel) run on CPU; the model and the samplers are the trainer's own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from recoverydash.sdk.observe import BatchTag, Iteration, TaggedList
+from recoverydash.sdk.tokens import TOKENS, TokenRanges
+
+log = logging.getLogger("recoverydash.integrations")
+
+SAMPLES = "samples"
+
+
+class ObservedMegatronDataset:
+    """A Megatron ``GPTDataset`` or ``BlendedDataset`` whose batches carry their positions.
+
+    dataset: the dataset Megatron built (``BlendedMegatronDatasetBuilder(...).build()[0]``).
+    units: ``"tokens"`` (each sample is ``sequence_length`` token positions) or ``"samples"``.
+    names: stratum per source (default: the basename of each source's path prefix, made unique).
+    Indexing returns what the dataset returns; ``__getitems__`` (what a DataLoader's fetcher
+    calls) returns the samples with the batch's tag, for :class:`~recoverydash.sdk.observe.
+    ObservedCollate`. Other attributes are the dataset's."""
+
+    def __init__(self, dataset: Any, *, units: str = TOKENS, names: list[str] | None = None):
+        if units not in (TOKENS, SAMPLES):
+            raise ValueError(f"units must be 'tokens' or 'samples', got {units!r}")
+        self.dataset = dataset
+        self.units = units
+        self.blended = hasattr(dataset, "dataset_index") and hasattr(dataset, "datasets")
+        sources = list(dataset.datasets) if self.blended else [dataset]
+        self.sources = sources
+        self.names = list(names) if names else _names(sources)
+        if len(self.names) != len(sources):
+            raise ValueError(f"{len(sources)} sources, {len(self.names)} names")
+        self.iterations = [self._iteration(name, s) for name, s in zip(self.names, sources,
+                                                                        strict=True)]
+        self.padding = [Iteration(it.stratum, 0, it.order, length=it.length, padding_from=0,
+                                  info=it.info) for it in self.iterations]
+        self._starts: dict[int, Any] = {}  # source -> token offset of each document
+
+    def _iteration(self, name: str, source: Any) -> Iteration:
+        length = len(source)
+        seq = int(source.config.sequence_length)
+        info = {"algorithm": f"{type(source).__module__}.{type(source).__qualname__}",
+                "units": self.units, "seed": int(source.config.random_seed),
+                "shuffle": True, "sequence_length": seq}
+        return Iteration(name, 0, str(source.unique_description_hash), length=length * (
+            seq if self.units == TOKENS else 1), info=info)
+
+    # -- the dataset protocol --
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, idx: Any) -> Any:
+        return self.dataset[idx]
+
+    def __getitems__(self, indices: list) -> TaggedList:
+        out = TaggedList(self.dataset[i] for i in indices)
+        out.tag = self.tag(indices)
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "dataset":
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+    # -- positions --
+
+    def locate(self, idx: int | None) -> tuple[int, int | None]:
+        """``(source, sample)`` of dataset index ``idx`` (``sample`` None for Megatron's batch
+        padding index ``None``)."""
+        if idx is None:
+            return 0, None
+        if not self.blended:
+            return 0, int(idx)
+        ds = self.dataset
+        if ds.dataset_index is None:  # memory-mapped on first use
+            ds[idx]
+        return int(ds.dataset_index[idx]), int(ds.dataset_sample_index[idx])
+
+    def tag(self, indices: list) -> BatchTag:
+        """The :class:`BatchTag` of a batch of dataset indices: per stratum, the token ranges (or
+        sample positions) the batch holds, in batch order; identities are the dataset indices."""
+        groups: dict = {}
+        for idx in indices:
+            source, sample = self.locate(idx)
+            it = self.iterations[source] if sample is not None else self.padding[source]
+            seq = int(it.info["sequence_length"])
+            entry = groups.get(id(it))
+            if entry is None:
+                entry = groups[id(it)] = (it, TokenRanges() if self.units == TOKENS else [], [])
+            pos = sample if sample is not None else 0
+            if self.units == TOKENS:
+                entry[1].append((pos * seq, (pos + 1) * seq))
+                if sample is not None:
+                    self._identify(entry[1], source, sample)
+            else:
+                entry[1].append(pos)
+            entry[2].append(idx if idx is not None else -1)
+        return BatchTag(list(groups.values()))
+
+    def _identify(self, ranges: TokenRanges, source: int, sample: int) -> None:
+        """Append the source token offsets sample ``sample`` of ``source`` holds to
+        ``ranges.identities`` (None once a sample cannot be named)."""
+        if ranges.identities is None and len(ranges) > 1:
+            return
+        try:
+            found = self.identities(source, sample)
+        except Exception as e:  # noqa: BLE001 - identities are optional; positions stay exact
+            log.warning("recoverydash: the token identities of a Megatron sample are unknown "
+                        "(%r); a restart that changes the order is then unverified", e)
+            ranges.identities = None
+            return
+        if ranges.identities is None:
+            ranges.identities = []
+        ranges.identities.extend(found)
+
+    def identities(self, source: int, sample: int) -> list[tuple[int, int]]:
+        """The tokens of sample ``sample`` of ``source`` as ranges of the source's own token
+        stream (every document at its offset in document order, ``IndexedDataset`` sequence
+        lengths): the document pieces Megatron's sample, document and shuffle indices name, the
+        extra label token excluded. Units: tokens."""
+        import numpy
+
+        ds = self.sources[source]
+        if ds.shuffle_index is None:  # memory-mapped on first use
+            ds[sample]
+        starts = self._starts.get(source)
+        if starts is None:
+            lengths = numpy.asarray(ds.dataset.sequence_lengths, dtype=numpy.int64)
+            starts = self._starts[source] = numpy.concatenate(([0], numpy.cumsum(lengths)))
+        j = int(ds.shuffle_index[sample])
+        b, b_off = (int(x) for x in ds.sample_index[j])
+        e, e_off = (int(x) for x in ds.sample_index[j + 1])
+        out = []
+        for i in range(b, e + 1):
+            doc = int(ds.document_index[i])
+            lo = b_off if i == b else 0
+            hi = e_off if i == e else int(starts[doc + 1] - starts[doc])
+            if hi > lo:
+                out.append((int(starts[doc]) + lo, int(starts[doc]) + hi))
+        return out
+
+    def cursor(self, consumed_samples: int) -> list[dict]:
+        """The ledger cursor of Megatron's resume point ``consumed_samples`` (global samples the
+        checkpoint's state has consumed), per stratum: ``{"stratum", "epoch": 0, "position",
+        "order"}``, the position in this dataset's units (the next sample times
+        ``sequence_length`` for tokens). Raises ValueError past the dataset's end."""
+        n = int(consumed_samples)
+        if n < 0 or n > len(self.dataset):
+            raise ValueError(f"consumed_samples {n} outside [0, {len(self.dataset)}]")
+        if self.blended:
+            import numpy
+
+            ds = self.dataset
+            if ds.dataset_index is None:
+                ds[0]
+            nxt = numpy.bincount(numpy.asarray(ds.dataset_index[:n], dtype=numpy.int64),
+                                 minlength=len(self.sources)).tolist()
+        else:
+            nxt = [n]
+        out = []
+        for it, count in zip(self.iterations, nxt, strict=True):
+            seq = int(it.info["sequence_length"]) if self.units == TOKENS else 1
+            out.append({"stratum": it.stratum, "epoch": 0, "position": int(count) * seq,
+                        "order": it.order})
+        return out
+
+    def sampler_info(self) -> dict:
+        """``attempt_started.sampler`` for these strata: ``units``, ``epoch_length`` (in the
+        units), the algorithm, seed and sequence length."""
+        first = self.iterations[0].info
+        return {"ledger": "observed", "algorithm": first["algorithm"], "seed": first["seed"],
+                "shuffle": True, "sequence_length": first["sequence_length"],
+                "units": {it.stratum: self.units for it in self.iterations},
+                "epoch_length": {it.stratum: int(it.length or 0) for it in self.iterations}}
+
+
+def _names(sources: list) -> list[str]:
+    out: list[str] = []
+    for s in sources:
+        base = os.path.basename(str(getattr(s, "dataset_path", None) or type(s).__name__))
+        name, n = base or "megatron", 1
+        while name in out:
+            n += 1
+            name = f"{base}-{n}"
+        out.append(name)
+    return out
+
+
+def attempt_fields(dataset: ObservedMegatronDataset, *, global_batch_size: int,
+                   micro_batch_size: int, rampup_batch_size: list[int] | None = None) -> dict:
+    """The ``ObservedRecorder.start`` fields of a Megatron run: ``global_batch_size`` in the
+    ledger's units (the ramp's final global batch times ``sequence_length`` for tokens: the batch
+    that bounds the drop-last remainder at the end of the index, docs/definitions.md#units),
+    ``micro_batch_size`` and the sampler description, with ``rampup_batch_size`` ([start,
+    increment, ramp samples]) when a ramp-up is configured."""
+    sampler = dataset.sampler_info()
+    if rampup_batch_size:
+        sampler["rampup_batch_size"] = [int(x) for x in rampup_batch_size]
+    seq = int(sampler["sequence_length"]) if dataset.units == TOKENS else 1
+    return {"global_batch_size": int(global_batch_size) * seq,
+            "micro_batch_size": int(micro_batch_size), "sampler": sampler}
+
+
+__all__ = ["ObservedMegatronDataset", "attempt_fields"]
