@@ -40,6 +40,7 @@ from .schemas import (
     MAX_SPAN_IDS,
     MAX_U63,
     RUN_ID_PATTERN,
+    UNADDRESSABLE_RUN_IDS,
     ValidEvent,
     _check_range,
     _parse_time,
@@ -207,7 +208,7 @@ def validate_hot(body: bytes, max_events: int) -> list[ValidEvent] | None:
     run_ids: set[str] = set()
     for i, (model, wire) in enumerate(zip(events, raw)):
         if model.run_id not in run_ids:
-            if not _RUN_ID.fullmatch(model.run_id):
+            if not _RUN_ID.fullmatch(model.run_id) or model.run_id in UNADDRESSABLE_RUN_IDS:
                 return None
             run_ids.add(model.run_id)
         try:

@@ -73,6 +73,9 @@ CHUNK = 256
 ID_PATTERN = r"^[A-Za-z0-9_:=@+~][A-Za-z0-9._:=@+~-]{0,199}$"
 #: run_id (and a drill result's control_run_id): 1-128 characters from A-Z a-z 0-9 . _ : -
 RUN_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+#: run ids the pattern admits that no URL can address: a browser (and any WHATWG URL parser)
+#: folds the path segments ``.`` and ``..``, so such a run's pages and API routes never match
+UNADDRESSABLE_RUN_IDS = frozenset({".", ".."})
 ID_RULE = ("1-200 characters from A-Z a-z 0-9 _ . - : = @ + ~, not starting with '.' or '-' "
            "(no '/', no spaces)")
 #: stop a list or map at its first bad item: one bad event costs its fields, not its items
@@ -325,12 +328,24 @@ class ManifestHead(_Wire):
     generation_id: Ident
 
 
+def _addressable(run_id: str) -> str:
+    """``run_id`` unchanged; ValueError for ``.`` and ``..`` (:data:`UNADDRESSABLE_RUN_IDS`)."""
+    if run_id in UNADDRESSABLE_RUN_IDS:
+        raise ValueError(f"a run id cannot be '.' or '..' (URLs fold those path segments, so "
+                         f"the run could never be read), got {run_id!r}")
+    return run_id
+
+
+#: a run id: the pattern, and addressable in a URL
+RunId = Annotated[str, Strict(), Field(pattern=RUN_ID_PATTERN), AfterValidator(_addressable)]
+
+
 # --- docs/ingest-v1.md#2-common-fields ----------------------------------------------------------
 class EventBase(_Wire):
     """Fields of every event (docs/ingest-v1.md#2-common-fields)."""
 
     event_id: Name200
-    run_id: Annotated[str, Strict(), Field(pattern=RUN_ID_PATTERN)]
+    run_id: RunId
     attempt: Int31
     time: Time
     rank: Optional[Int31] = None
@@ -550,8 +565,7 @@ class DrillResult(EventBase):
     state: DrillState
     cost: DrillCost = DrillCost()
     failures: Annotated[list[Text500], Field(max_length=20)] = []
-    control_run_id: Optional[Annotated[str, Strict(), Field(
-        pattern=RUN_ID_PATTERN)]] = None
+    control_run_id: Optional[RunId] = None
 
 
 EVENT_MODELS = (AttemptStarted, UpdateCommitted, UpdateAggregate, Heartbeat, CheckpointStarted, ShardWritten,

@@ -432,5 +432,10 @@ def _pid_alive(pid: int) -> bool:
 
 def run_folder(spool_dir: str | None, run_id: str) -> str:
     """``<spool_dir>/<run_id>/``: the run's folder under ``spool_dir`` (``default_spool_dir()``
-    when None), the run id with every character outside ``[A-Za-z0-9._:-]`` replaced by ``_``."""
-    return os.path.join(spool_dir or default_spool_dir(), _RUN_ID_RE.sub("_", str(run_id)) or "_")
+    when None), the run id with every character outside ``[A-Za-z0-9._:-]`` replaced by ``_``,
+    and ``.`` or ``..`` (which ingest refuses) spelled with ``_``: never the spool's own folder
+    or its parent."""
+    name = _RUN_ID_RE.sub("_", str(run_id)) or "_"
+    if name in (".", ".."):
+        name = name.replace(".", "_")
+    return os.path.join(spool_dir or default_spool_dir(), name)

@@ -27,7 +27,7 @@ from recoverydash.checkpoints.objects import PermanentStorageError, make_s3_clie
 from recoverydash.storage.models import StorageLocation
 
 #: The wire contract's run id (docs/ingest-v1.md#identifiers): a location's run must be one
-#: ingest takes.
+#: ingest takes (which also refuses ``.`` and ``..``: no URL can address them).
 RUN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
@@ -86,9 +86,11 @@ def check_location(location: StorageLocation) -> tuple[str, str]:
         if location.access_key_id or location.secret_access_key or location.role_arn:
             raise LocationRefused("access_key_id", "keys and roles are for s3:// locations")
     check_kind(location.kind, location.format)
-    if location.run_id and not RUN_ID.fullmatch(location.run_id):
+    if location.run_id and (not RUN_ID.fullmatch(location.run_id)
+                            or location.run_id in (".", "..")):
         raise LocationRefused("run_id", "expected a run id of 1-128 characters from A-Z a-z "
-                                        f"0-9 . _ : -, got {location.run_id[:140]!r}")
+                                        f"0-9 . _ : -, not '.' or '..', got "
+                                        f"{location.run_id[:140]!r}")
     if bool(location.access_key_id) != bool(location.secret_access_key):
         raise LocationRefused("secret_access_key", "give both the access key id and the secret")
     if location.endpoint_url and not location.endpoint_url.startswith(("http://", "https://")):

@@ -165,6 +165,8 @@ def test_it_answers_400_for_json_of_the_wrong_shape(client, ingest_token, body, 
 @pytest.mark.parametrize("mutate,path,needle", [
     (lambda e: e.update(run_id="bad run!"), "events[0].run_id", "pattern"),
     (lambda e: e.update(run_id="x" * 129), "events[0].run_id", "pattern"),
+    (lambda e: e.update(run_id=".."), "events[0].run_id", "cannot be '.' or '..'"),
+    (lambda e: e.update(run_id="."), "events[0].run_id", "cannot be '.' or '..'"),
     (lambda e: e.update(time="2026-11-01T00:00:05"), "events[0].time", "offset"),
     (lambda e: e.update(time="2026-11-01"), "events[0].time", "offset"),
     (lambda e: e.update(time=1700000000), "events[0].time", "string"),

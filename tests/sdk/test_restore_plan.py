@@ -429,3 +429,8 @@ def test_storage_and_no_server_answers_list_nothing_newer(tmp_path):
     plan = restore_plan(None, None, RUN, location=loc, spool_dir=False)
     assert (plan["source"], plan["generation_id"], plan["newer_undecided"]) == ("storage", "g7",
                                                                                 [])
+
+
+@pytest.mark.parametrize("run_id, folder", [(".", "_"), ("..", "__"), ("a/../b", "a_.._b")])
+def test_a_run_folder_is_never_the_spool_itself_or_its_parent(tmp_path, run_id, folder):
+    assert run_folder(str(tmp_path), run_id) == str(tmp_path / folder)

@@ -59,6 +59,9 @@ def test_the_command_takes_s3_keys_from_the_environment(monkeypatch):
     (["--uri", "ckpt"], "url: expected file:///absolute/folder or s3://bucket/prefix, got 'ckpt'"),
     (["--uri", "s3://b-1/x", "--access-key-id", "AKIA"],
      "secret_access_key: give both the access key id and the secret"),
+    (["--uri", "s3://b-1/x", "--run-id", ".."],
+     "run_id: expected a run id of 1-128 characters from A-Z a-z 0-9 . _ : -, not '.' or '..', "
+     "got '..'"),
 ])
 def test_the_command_refuses_what_may_not_be_a_location(args, message):
     with pytest.raises(CommandError) as refused:
