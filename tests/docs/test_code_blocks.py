@@ -414,6 +414,25 @@ def check_prometheus(block: Block, cwd: Path) -> str:
     return "checked: parsed; its metrics path is served and its rule files exist"
 
 
+def check_adapter_rules(block: Block, cwd: Path) -> str:
+    """prometheus-adapter's rules: each series is a metric ``/metrics`` exports, and they are
+    the external metrics the worker autoscaler of ``deploy/kubernetes`` reads."""
+    import yaml
+
+    from recoverydash.metrics.collector import METRICS
+
+    rules = yaml.safe_load(block.text)["externalRules"]
+    series = [rule["seriesQuery"] for rule in rules]
+    assert set(series) <= set(METRICS), sorted(set(series) - set(METRICS))
+    for rule in rules:
+        assert rule["metricsQuery"] == f"sum({rule['seriesQuery']})", rule
+    scaler = yaml.safe_load((REPO / "deploy" / "kubernetes" / "worker-autoscaler.yaml")
+                            .read_text())
+    read = [m["external"]["metric"]["name"] for m in scaler["spec"]["metrics"]]
+    assert sorted(read) == sorted(series), (read, series)
+    return "checked: its series are exported metrics, the ones the autoscaler reads"
+
+
 def write_config(block: Block, cwd: Path) -> str:
     """A configuration file the commands after it use: written under the name of its first
     comment line (``# recoverydash.yml``)."""
@@ -498,6 +517,7 @@ def check_check_output(block: Block, cwd: Path) -> str:
 DOCUMENTS = {
     "diagram": check_diagram,
     "prometheus-config": check_prometheus,
+    "prometheus-adapter-rules": check_adapter_rules,
     "config-as-code": write_config,
     "drill-report": check_drill_report,
     "check-output": check_check_output,
