@@ -230,6 +230,34 @@ print(json.dumps({"global_step": trainer.global_step,
                   "manifests": sorted(d for d in os.listdir("ckpt")
                                       if os.path.exists(f"ckpt/{d}/recoverydash-manifest.json"))}))
 """, slow=True),
+    # docs/integrations/megatron.md: examples/megatron_gpt.py's two synthetic sources blended
+    # 2:1 by Megatron-Core (sequences of 16 tokens), its pretraining batch order, one gloo rank;
+    # after the block, 2 updates of 2 microbatches of 2 samples: 128 tokens
+    "megatron-dataset": PythonSetup(_COMMON + """
+import importlib.util, tempfile
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+import recoverydash.sdk as rd
+spec = importlib.util.spec_from_file_location("megatron_gpt", os.path.join(
+    os.environ["PYTHONPATH"], "examples", "megatron_gpt.py"))
+example = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(example)
+dist.init_process_group("gloo", store=dist.FileStore(tempfile.mktemp(), 1), rank=0, world_size=1)
+train_ds = example.build_data(os.path.abspath("data"), 16, 64, 0)
+gbs, mbs = 4, 2
+sampler = example.PretrainingBatches(len(train_ds), 0, mbs, 0, 1)
+rec = rd.ObservedRecorder(rd.init(URL, TOKEN, RUN), dataset_version="blend-v1")
+resumed = None
+""", """
+batches = iter(loader)
+for update in (1, 2):
+    for _ in range(gbs // mbs):
+        batch = rec.observe(next(batches))
+    rec.commit(update)
+rec.client.flush(10)
+print(json.dumps({"updates": rec.update}))
+dist.destroy_process_group()
+""", slow=True),
 }
 
 
@@ -343,6 +371,14 @@ def check_python(label: str, facts: list, run_id: str, cwd: Path, token: str) ->
         assert (restart["replayed"], restart["omitted"], restart["lost_updates"]) == (0, 0, 0)
         # 8 updates of 2 ranks x 4 samples x 2 microbatches, none rolled back
         assert stratum(report) == (128, 0, 0)
+    elif label == "megatron-dataset":
+        (f,) = facts
+        assert f == {"updates": 2}
+        strata = recovery(run_id, token)["strata"]
+        assert len(strata) == 2  # one stratum per blended source
+        assert sum(s["consumed"] for s in strata) == 2 * 4 * 16  # tokens, each once
+        assert {s["units"] for s in strata} == {"tokens"}
+        assert sum(s["duplicates"] + s["omissions"] for s in strata) == 0
     elif label == "torchdata-loader":
         (f,) = facts
         # the restored loader delivers the epoch's fourth batch, as the first loader did
