@@ -1,0 +1,68 @@
+"""observe_streaming on a local mixture, without a server: the positions the samples carry are
+Streaming's global order counted per stream (a prefix of each stream after every batch, with or
+without worker processes, with Streaming's row repeats as padding), and streaming_cursor of
+Streaming's own state is exactly where the recorded positions stand."""
+
+from __future__ import annotations
+
+import pytest
+
+try:
+    from recoverydash.integrations.streaming import (
+        observe_streaming,
+        streaming_base,
+        streaming_cursor,
+    )
+
+    sb = streaming_base()
+except ImportError:  # pragma: no cover
+    pytest.skip("mosaicml-streaming is not installed", allow_module_level=True)
+
+from recoverydash.sdk.observe import ObservedCollate, strip
+
+
+@pytest.fixture(scope="module")
+def streams(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mds")
+    for name, n, first in (("web", 300, 0), ("code", 120, 100_000)):
+        with sb.MDSWriter(out=str(root / name), columns={"x": "int64"}, size_limit=2048) as w:
+            for i in range(n):
+                w.write({"x": first + i})
+    return root
+
+
+@pytest.mark.parametrize("workers, canonical, size", [(0, 8, 400), (2, 7, 403)])
+def test_positions_are_the_global_order_per_stream(streams, workers, canonical, size):
+    ds = observe_streaming(sb.StreamingDataset(
+        streams=[sb.Stream(local=str(streams / "web"), proportion=0.75),
+                 sb.Stream(local=str(streams / "code"), proportion=0.25)],
+        epoch_size=size, shuffle=True, shuffle_seed=3, batch_size=4,
+        num_canonical_nodes=canonical))
+    loader = sb.StreamingDataLoader(ds, batch_size=4, collate_fn=ObservedCollate(),
+                                    num_workers=workers)
+    real: dict = {"web": [], "code": []}
+    padding = 0
+    values = []
+    for i, batch in enumerate(loader):
+        clean, tag = strip(batch)
+        values += clean["x"].tolist()
+        named = []
+        for it, positions, indices in tag.groups:
+            named += [(it.stratum, i) for i in indices]
+            if it.padding_from is not None:
+                padding += len(positions)
+                continue
+            real[it.stratum] += positions
+        # every sample's identity is its index in its stream
+        assert sorted(named) == sorted(("code", v - 100_000) if v >= 100_000 else ("web", v)
+                                       for v in clean["x"].tolist())
+        if i == 9:  # 40 samples: each stream's positions are a prefix, where Streaming's state is
+            cursor = streaming_cursor(ds, loader.state_dict())
+            assert [c["position"] for c in cursor] == [len(real["web"]), len(real["code"])]
+            assert sorted(real["web"]) == list(range(len(real["web"])))
+            assert sorted(real["code"]) == list(range(len(real["code"])))
+    assert sorted(real["web"]) == list(range(len(real["web"])))
+    assert sorted(real["code"]) == list(range(len(real["code"])))
+    assert len(real["web"]) + len(real["code"]) + padding == len(values) >= size
+    # the repeats Streaming adds to even out short rows are the only padding
+    assert padding == len(values) - len(set(values))
