@@ -14,16 +14,106 @@ under a project's declared locations.
   reworded without it: it is never shown to users.
 """
 
+import os
+import re
+import types
 from collections import defaultdict
+from urllib.parse import unquote, urlparse
 
 from django.conf import settings
 from django.db import migrations
 
+# Frozen here: a migration never imports live product code, whose later edits would change what
+# this migration does to a database that applies it then. What it used of the path rules
+# (recoverydash.checkpoints.paths, storage/paths.py before it) as they were when this migration
+# was frozen (issue 30); do not update them when those change.
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_BUCKET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-_]{1,254}$")
+_SYSTEM_FOLDERS = ("/proc", "/sys", "/dev", "/etc", "/boot", "/run", "/root", "/var/run")
+
+
+class _UnsafeURI(ValueError):
+    """A URI that has no canonical form."""
+
+
+def _scheme_of(uri):
+    if uri.startswith("/"):
+        return "file"
+    m = _SCHEME.match(uri)
+    return m.group(0)[:-1].lower() if m else ""
+
+
+def _clean_path(path):
+    if "\x00" in path:
+        raise _UnsafeURI("a path with a NUL byte")
+    path = "/" + path.lstrip("/")
+    path = os.path.normpath(re.sub(r"/{2,}", "/", path))
+    return "/" + path.lstrip("/")
+
+
+def _canonical(uri):
+    """``file:///abs/path`` (decoded once, slashes collapsed, dot segments resolved, local host
+    only) or ``s3://bucket/key`` (no dot segments, a well-formed bucket); other schemes as they
+    are. Raises _UnsafeURI."""
+    if not isinstance(uri, str) or not uri:
+        raise _UnsafeURI(f"expected a URI, got {uri!r}")
+    scheme = _scheme_of(uri)
+    if scheme == "file":
+        if uri.startswith("/"):
+            path = uri
+        else:
+            u = urlparse(uri)
+            if u.netloc not in ("", "localhost"):
+                raise _UnsafeURI(f"a file URI on another host ({u.netloc!r}) is not local")
+            if u.query or u.fragment:
+                raise _UnsafeURI("a file URI with a query or fragment")
+            path = u.path
+        return "file://" + _clean_path(unquote(path))
+    if scheme == "s3":
+        rest = uri.split("://", 1)[1] if "://" in uri else ""
+        bucket, _, key = rest.partition("/")
+        if not _BUCKET.match(bucket):
+            raise _UnsafeURI(f"not an S3 bucket name: {bucket!r}")
+        for seg in key.split("/"):
+            if unquote(seg) in (".", ".."):
+                raise _UnsafeURI(f"an S3 key with a {unquote(seg)!r} segment")
+        if "\x00" in key:
+            raise _UnsafeURI("an S3 key with a NUL byte")
+        return f"s3://{bucket}/{key}"
+    if not scheme:
+        raise _UnsafeURI(f"a relative URI needs a base: {uri!r}")
+    return uri
+
+
+def _rest_under(uri, prefix):
+    base = prefix.rstrip("/")
+    if uri.rstrip("/") == base:
+        return ""
+    if uri.startswith(base + "/"):
+        return uri[len(base) + 1:]
+    return None
+
+
+def _is_unsafe_folder(path, protected):
+    if path == "/":
+        return "the file system root"
+    for folder in _SYSTEM_FOLDERS:
+        if path == folder or path.startswith(folder + "/"):
+            return f"the system folder {folder}"
+    for p in protected:
+        p = os.path.realpath(p)
+        if p == path or p.startswith(path.rstrip("/") + "/"):
+            return f"a folder that holds the server's own files ({p})"
+    return None
+
+
+paths = types.SimpleNamespace(canonical=_canonical, UnsafeURI=_UnsafeURI,
+                              file_path=lambda canonical_uri: canonical_uri[len("file://"):],
+                              rest_under=_rest_under, is_unsafe_folder=_is_unsafe_folder)
+
 
 def used_prefix(uri: str, generation_id: str) -> str | None:
     """The location a verified object's generation lived in, canonical, or None."""
-    from recoverydash.checkpoints import paths
-
     try:
         canon = paths.canonical(uri)
     except paths.UnsafeURI:
@@ -44,8 +134,6 @@ def used_prefix(uri: str, generation_id: str) -> str | None:
 
 
 def forwards(apps, schema_editor):
-    from recoverydash.checkpoints import paths
-
     Location = apps.get_model("storage", "StorageLocation")
     CheckpointObject = apps.get_model("runs", "CheckpointObject")
     Location.objects.filter(url__startswith="s3://", access_key_id="", role_arn="").update(
