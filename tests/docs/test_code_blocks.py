@@ -258,6 +258,41 @@ rec.client.flush(10)
 print(json.dumps({"updates": rec.update}))
 dist.destroy_process_group()
 """, slow=True),
+    # docs/integrations/streaming.md: examples/streaming_train.py's two MDS streams mixed 3:1,
+    # one gloo rank, batches of 2, 4 updates, a checkpoint every 2
+    "streaming-loader": PythonSetup(_COMMON + """
+import importlib.util, tempfile
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import get_state_dict
+import recoverydash.sdk as rd
+from recoverydash.integrations.streaming import streaming_base
+spec = importlib.util.spec_from_file_location("streaming_train", os.path.join(
+    os.environ["PYTHONPATH"], "examples", "streaming_train.py"))
+example = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(example)
+DataState = example.DataState
+dist.init_process_group("gloo", store=dist.FileStore(tempfile.mktemp(), 1), rank=0, world_size=1)
+example.write_streams(os.path.abspath("mds"))
+streams = [streaming_base().Stream(local=os.path.abspath(f"mds/{name}"), proportion=p)
+           for name, p in (("web", 0.75), ("code", 0.25))]
+model = torch.nn.Linear(1, 1)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+model(torch.ones(1, 1)).sum().backward()
+opt.step()
+msd, osd = get_state_dict(model, opt)
+state = {"model": msd, "optimizer": osd}
+b, update, save_every, updates, location = 2, 0, 2, 4, os.path.abspath("ckpt")
+rec = rd.ObservedRecorder(rd.init(URL, TOKEN, RUN), dataset_version="mds-v1")
+""", """
+rec.client.flush(10)
+manifests = sorted(d for d in os.listdir(location)
+                   if os.path.exists(f"{location}/{d}/recoverydash-manifest.json"))
+with open(f"{location}/{manifests[-1]}/recoverydash-manifest.json") as f:
+    cursor = json.load(f)["data_progress"]["cursor"]
+print(json.dumps({"update": update, "manifests": manifests,
+                  "cursor": sum(c["position"] for c in cursor)}))
+dist.destroy_process_group()
+""", slow=True),
 }
 
 
@@ -378,6 +413,12 @@ def check_python(label: str, facts: list, run_id: str, cwd: Path, token: str) ->
         assert len(strata) == 2  # one stratum per blended source
         assert sum(s["consumed"] for s in strata) == 2 * 4 * 16  # tokens, each once
         assert {s["units"] for s in strata} == {"tokens"}
+        assert sum(s["duplicates"] + s["omissions"] for s in strata) == 0
+    elif label == "streaming-loader":
+        (f,) = facts
+        assert f == {"update": 4, "manifests": ["u000000002-a0", "u000000004-a0"], "cursor": 8}
+        strata = recovery(run_id, token)["strata"]
+        assert sum(s["consumed"] for s in strata) == 8  # 4 updates of 2 samples, each once
         assert sum(s["duplicates"] + s["omissions"] for s in strata) == 0
     elif label == "torchdata-loader":
         (f,) = facts
