@@ -227,3 +227,34 @@ def test_the_images_of_the_pages_are_served_and_nothing_else_under_docs(owner_cl
     for path in ("definitions.md", "../pyproject.toml", "nope.png", "../static/x.png"):
         assert owner_client.get(f"/docs-files/{path}").status_code == 404, path
     assert Client().get("/docs-files/drills-page.png").status_code == 302  # sign-in first
+
+
+def test_every_integration_page_is_in_the_readme_and_the_trainer_guide_tables():
+    """A framework integration a new user needs appears where they look: the README's framework
+    table and the trainer guide's, each linking its page."""
+    pages = sorted(p.name for p in (docs.docs_dir() / "integrations").glob("*.md"))
+    readme = (REPO / "README.md").read_text()
+    guide = (docs.docs_dir() / "trainer-guide.md").read_text()
+    for page in pages:
+        assert f"](docs/integrations/{page})" in readme, page
+        assert f"](integrations/{page})" in guide, page
+
+
+def test_contributing_copies_the_layers_of_the_layering_test():
+    """CONTRIBUTING.md's numbered list names the apps of tests/test_layers.py's LAYERS, floor by
+    floor, in order."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("test_layers", REPO / "tests" / "test_layers.py")
+    layers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(layers)
+    text = (REPO / "CONTRIBUTING.md").read_text()
+    section = text[text.index("## The layering"):text.index("## The gates")]
+    items = re.findall(r"^\d+\. (.+?)(?=^\d+\. |^\s*$)", section, re.MULTILINE | re.DOTALL)
+    floors = [apps.split() for apps, _side in layers.LAYERS]
+    assert len(items) == len(floors), items
+    for item, apps in zip(items, floors, strict=True):
+        if apps == ["project"]:
+            assert "the project" in item, item
+        else:
+            assert all(f"`{app}`" in item.split(":")[0] for app in apps), (item, apps)
