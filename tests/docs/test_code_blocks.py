@@ -61,13 +61,13 @@ opt = torch.optim.SGD(model.parameters(), lr=0.1)
 class PythonSetup:
     """``before`` runs first (what the block takes as given), then the block, then ``after``
     (prints one JSON line of facts). ``launch``: ``python`` or ``torchrun2`` (2 gloo ranks);
-    ``runs``: the environment of each launch, one after the other."""
+    ``runs``: the environment of each launch, one after the other. Every python block's test is
+    marked slow (a fresh interpreter against the live server)."""
 
     before: str
     after: str
     launch: str = "python"
     runs: tuple = ({},)
-    slow: bool = False
 
 
 PYTHON = {
@@ -154,7 +154,7 @@ if rank == 0:
                       "source": plan["source"]}))
 del model, opt, sched   # DDP before the process group (examples/train_ddp.py says why)
 dist.destroy_process_group()
-""", launch="torchrun2", runs=({"RD_UPDATES": "4"}, {"RD_UPDATES": "8"}), slow=True),
+""", launch="torchrun2", runs=({"RD_UPDATES": "4"}, {"RD_UPDATES": "8"})),
     # docs/integrations/torchdata.md: 3 updates trained and saved, then a new recorder and
     # loader restored from the generation: the next batch is the fourth of the epoch
     "torchdata-loader": PythonSetup(_COMMON + """
@@ -187,7 +187,7 @@ small = rd.load_generation("ckpt", rd.make_generation_id(3, 0),
 x, ids = rec.observe(next(iter(loader)))
 client.flush(10)
 print(json.dumps({"seen": seen, "after_restore": ids.tolist()}))
-""", slow=True),
+"""),
     # docs/integrations/hf.md: a tiny GPT-2 from a config (nothing downloaded), 4 updates,
     # a checkpoint every 2
     "hf-trainer": PythonSetup(_COMMON + """
@@ -208,7 +208,7 @@ trainer = Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=Tokens
 print(json.dumps({"global_step": trainer.state.global_step,
                   "manifests": sorted(d for d in os.listdir("out")
                                       if os.path.exists(f"out/{d}/recoverydash-manifest.json"))}))
-""", slow=True),
+"""),
     # docs/integrations/lightning.md: a linear model, 100 steps, the block's checkpoint every 50
     "lightning-trainer": PythonSetup(_COMMON + """
 import lightning.pytorch as pl
@@ -229,7 +229,7 @@ MAX_STEPS = 100
 print(json.dumps({"global_step": trainer.global_step,
                   "manifests": sorted(d for d in os.listdir("ckpt")
                                       if os.path.exists(f"ckpt/{d}/recoverydash-manifest.json"))}))
-""", slow=True),
+"""),
     # docs/integrations/megatron.md: examples/megatron_gpt.py's two synthetic sources blended
     # 2:1 by Megatron-Core (sequences of 16 tokens), its pretraining batch order, one gloo rank;
     # after the block, 2 updates of 2 microbatches of 2 samples: 128 tokens
@@ -257,7 +257,7 @@ for update in (1, 2):
 rec.client.flush(10)
 print(json.dumps({"updates": rec.update}))
 dist.destroy_process_group()
-""", slow=True),
+"""),
     # docs/integrations/streaming.md: examples/streaming_train.py's two MDS streams mixed 3:1,
     # one gloo rank, batches of 2, 4 updates, a checkpoint every 2
     "streaming-loader": PythonSetup(_COMMON + """
@@ -292,7 +292,7 @@ with open(f"{location}/{manifests[-1]}/recoverydash-manifest.json") as f:
 print(json.dumps({"update": update, "manifests": manifests,
                   "cursor": sum(c["position"] for c in cursor)}))
 dist.destroy_process_group()
-""", slow=True),
+"""),
 }
 
 
@@ -443,9 +443,10 @@ def check_python(label: str, facts: list, run_id: str, cwd: Path, token: str) ->
 def _python_params():
     params = []
     for block in python_blocks():
-        setup = PYTHON.get(block.label)
-        marks = [pytest.mark.slow] if setup and setup.slow else []
-        params.append(pytest.param(block, id=f"{block.label or 'unlabelled'}", marks=marks))
+        # each runs a fresh interpreter (torch, often a framework) against the live server: a
+        # process-level test, run once in CI (make test), not again on SQLite
+        params.append(pytest.param(block, id=f"{block.label or 'unlabelled'}",
+                                   marks=[pytest.mark.slow]))
     return params
 
 
@@ -640,7 +641,10 @@ _VARIABLES = {"PWD": "", "TOKEN": ""}  # filled in per test (the folder, a live 
 
 
 def _pages_with_other_blocks():
-    return [f for f in guide_files() if any(b.lang != "python" for b in blocks_of(f))]
+    # the trainer guide's blocks start processes (a DCP save and check, the examples' parsers
+    # with their frameworks): slow
+    return [pytest.param(f, marks=[pytest.mark.slow] if f == "docs/trainer-guide.md" else [])
+            for f in guide_files() if any(b.lang != "python" for b in blocks_of(f))]
 
 
 @pytest.mark.django_db(transaction=True)
