@@ -63,7 +63,7 @@ def test_it_records_one_entry_and_sends_one_delivery_per_endpoint_when_a_sixth_j
                                         "(g120, g130, g140, g150, g160, g170)")
     assert alert.flips.count() == 2  # opened, then the sixth joined
     created = process_flips()
-    assert len(created) == len(TRANSPORTS) == 6
+    assert len(created) == len(TRANSPORTS) == 7  # one endpoint of each kind
     deliveries = Delivery.objects.filter(flip=flip)
     assert {d.endpoint.kind for d in deliveries} == set(TRANSPORTS)
     for d in deliveries:
