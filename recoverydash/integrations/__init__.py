@@ -12,6 +12,13 @@ Each module imports its framework only when used (no hard dependency):
   attempts.
 * ``recoverydash.integrations.lightning``: PyTorch Lightning (``RecoverydashCallback``,
   ``resume_checkpoint``): ledger, ``.ckpt`` generations, attempts.
+* ``recoverydash.integrations.torchtitan``: torchtitan's ``CheckpointManager`` and
+  ``ParallelAwareDataloader`` (``watch_torchtitan``, ``resume_step``): ``step-N/`` generations,
+  sync and async, and the packed token stream per data-parallel shard.
+* ``recoverydash.integrations.streaming``: Mosaic Streaming (``observe_streaming``,
+  ``streaming_cursor``): Streaming's global sample order, one stratum per stream.
+* ``recoverydash.integrations.megatron``: Megatron-Core ``GPTDataset`` / ``BlendedDataset``
+  (``ObservedMegatronDataset``): sample positions or token ranges per blended source.
 
-Both build on ``recoverydash.sdk.observe`` (its module doc is the contract).
+All build on ``recoverydash.sdk.observe`` (its module doc is the contract).
 """
