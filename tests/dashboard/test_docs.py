@@ -258,3 +258,13 @@ def test_contributing_copies_the_layers_of_the_layering_test():
             assert "the project" in item, item
         else:
             assert all(f"`{app}`" in item.split(":")[0] for app in apps), (item, apps)
+
+
+def test_every_benchmark_has_a_readme_line_and_a_history_section():
+    """The README keeps one line per benchmark; docs/benchmarks.md its history."""
+    names = sorted(p.name for p in (REPO / "bench").glob("*.py") if not p.name.startswith("_"))
+    readme = (REPO / "README.md").read_text()
+    history = (docs.docs_dir() / "benchmarks.md").read_text()
+    for name in names:
+        assert readme.count(f"| `bench/{name}` |") == 1, name
+        assert f"\n## bench/{name}\n" in history, name
