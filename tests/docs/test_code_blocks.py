@@ -293,6 +293,32 @@ print(json.dumps({"update": update, "manifests": manifests,
                   "cursor": sum(c["position"] for c in cursor)}))
 dist.destroy_process_group()
 """),
+    # docs/integrations/torchtitan.md: examples/torchtitan_train.py's CheckpointManager and
+    # HuggingFaceTextDataLoader over its synthetic corpus, one gloo rank, a fresh start
+    "torchtitan-watch": PythonSetup(_COMMON + """
+import importlib.util, tempfile
+import torch.distributed as dist
+import recoverydash.sdk as rd
+spec = importlib.util.spec_from_file_location("torchtitan_train", os.path.join(
+    os.environ["PYTHONPATH"], "examples", "torchtitan_train.py"))
+example = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(example)
+dist.init_process_group("gloo", store=dist.FileStore(tempfile.mktemp(), 1), rank=0, world_size=1)
+args = example.parse(["--dump", os.path.abspath("titan"), "--corpus", os.path.abspath("corpus")])
+example.write_corpus(args.corpus)
+dataloader, model, opt, sched, checkpointer, train_state = example.build(args, 0, 1)
+rec = rd.ObservedRecorder(rd.init(URL, TOKEN, RUN, location=checkpointer.folder),
+                          dataset_version="text-v1")
+resumed = None
+""", """
+input_dict, labels = next(iter(dataloader))  # attempt_started goes with the first batch
+input_dict = rec.observe(input_dict)
+rec.commit(1)
+rec.client.flush(10)
+print(json.dumps({"step": step, "required": list(REQUIRED)}))
+checkpointer.close()
+dist.destroy_process_group()
+"""),
 }
 
 
@@ -420,6 +446,14 @@ def check_python(label: str, facts: list, run_id: str, cwd: Path, token: str) ->
         strata = recovery(run_id, token)["strata"]
         assert sum(s["consumed"] for s in strata) == 8  # 4 updates of 2 samples, each once
         assert sum(s["duplicates"] + s["omissions"] for s in strata) == 0
+    elif label == "torchtitan-watch":
+        (f,) = facts
+        assert f["step"] == -1 and "rng" not in f["required"]  # nothing saved yet: fresh
+        (started,) = stored(run_id, "attempt_started")
+        assert started["contract"]["required_components"] == f["required"]
+        (main,) = recovery(run_id, token)["strata"]
+        # one update of 2 sequences of 64 tokens
+        assert (main["consumed"], main["duplicates"], main["units"]) == (128, 0, "tokens")
     elif label == "torchdata-loader":
         (f,) = facts
         # the restored loader delivers the epoch's fourth batch, as the first loader did
