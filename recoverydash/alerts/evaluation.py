@@ -158,7 +158,10 @@ def clock_changes(pks: list[int], now) -> tuple[list[int], list[tuple], int]:
                 .values_list("pk", "run_id", "rule", "dedup_key", "subjects", "summary",
                              "last_seen_at")):
         alerts.setdefault(row[1], []).append(row)
+    from recoverydash.runs.monitoring import not_paused
+
     rows = list(Analysis.objects.filter(run_id__in=pks).exclude(health="ended")
+                .filter(not_paused("run__"))  # a paused run pages nobody (runs.monitoring)
                 .values_list("run_id", "clock", "run__run_id", "run__contract",
                              "run__first_event_at", "run__last_received_at"))
     newest = Attempt.objects.filter(run_id=OuterRef("run_id")).order_by("-attempt")

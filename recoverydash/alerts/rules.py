@@ -537,8 +537,10 @@ def evaluate_runs(runs, now: datetime | None = None) -> list[AlertFlip]:
     flips (saved, ``alert`` set). Raises whatever a run's evaluation raises (nothing is then
     written: the caller evaluates run by run to isolate it, ``alerts.evaluation``)."""
     from recoverydash.runs.models import Attempt, RankSeen, seen_map
+    from recoverydash.runs.monitoring import resume_on_events
 
     now = now or timezone.now()
+    runs = resume_on_events(list(runs))  # a paused run pages nobody (runs.monitoring)
     by_pk = {r.pk: r for r in runs if getattr(r, "analysis", None) is not None}
     if not by_pk:
         return []

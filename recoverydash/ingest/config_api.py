@@ -8,6 +8,8 @@ project (another project's run, endpoint, location or alert is a 404).
 - ``GET /api/v1/locations``, ``POST /api/v1/locations`` (create, or set the fields given of the
   location with that ``url``), ``DELETE /api/v1/locations/{id}``;
 - ``GET`` / ``PUT /api/v1/runs/{run_id}/contract``;
+- ``POST /api/v1/runs/{run_id}/pause`` and ``.../resume`` (``{"note": "..."}``): a run's
+  monitoring (``recoverydash.runs.monitoring``);
 - ``GET /api/v1/alerts``, ``POST /api/v1/alerts/{id}/acknowledge``, ``.../resolve``,
   ``.../silence`` (``{"seconds": N}``, 0 lifts it).
 
@@ -267,6 +269,45 @@ def put_contract(request: HttpRequest, run_id: str, body: ContractIn):
     except config.ConfigError as exc:
         raise _refused(exc) from None
     return Status(200, {"change": change.as_dict(), "contract": _contract_out(run)})
+
+
+# --- monitoring pause -----------------------------------------------------------------------------
+class PauseIn(Schema):
+    note: str = Field("", max_length=2000, description="why (kept in the change log)")
+
+
+class PauseOut(Schema):
+    changed: bool = Field(description="false when the run was already paused (or not paused)")
+    run_id: str
+    paused: bool
+    paused_at: datetime | None
+    paused_by: str
+
+
+def _pause_out(run, changed: bool) -> dict:
+    return {"changed": changed, "run_id": run.run_id, "paused": run.is_paused,
+            "paused_at": run.paused_at if run.is_paused else None,
+            "paused_by": run.paused_by if run.is_paused else ""}
+
+
+@router.post("/runs/{run_id}/pause", response={200: PauseOut},
+             summary="Pause a run's monitoring until its next event")
+def pause_run(request: HttpRequest, run_id: str, body: PauseIn):
+    """No alert of the run opens, changes or pages while paused; the first event received
+    after the pause resumes it (``recoverydash.runs.monitoring``). Audited."""
+    from recoverydash.runs import monitoring
+
+    run = run_for(request.auth, run_id)
+    return Status(200, _pause_out(run, monitoring.pause(run, _by(request), body.note)))
+
+
+@router.post("/runs/{run_id}/resume", response={200: PauseOut},
+             summary="Resume a run's paused monitoring")
+def resume_run(request: HttpRequest, run_id: str, body: PauseIn):
+    from recoverydash.runs import monitoring
+
+    run = run_for(request.auth, run_id)
+    return Status(200, _pause_out(run, monitoring.resume(run, _by(request), body.note)))
 
 
 # --- alerts ---------------------------------------------------------------------------------------

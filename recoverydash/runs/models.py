@@ -150,6 +150,12 @@ class Run(models.Model):
     # every other page treats a drill run as an ordinary run.
     drill_id = models.CharField(max_length=200, blank=True, default="", db_default="")
     is_drill = models.BooleanField(default=False, db_default=False, db_index=True)
+    # Monitoring paused by a person (a run stopped on purpose): while paused (``is_paused``) its
+    # alert rules are not evaluated, so nothing pages; the first event received after
+    # ``paused_at`` ends the pause (``alerts.rules.evaluate_runs`` records that). Every pause and
+    # resume is a ``MonitoringChange`` row.
+    paused_at = models.DateTimeField(null=True, blank=True)
+    paused_by = models.CharField(max_length=150, blank=True, default="", db_default="")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["project", "run_id"], name="uniq_run")]
@@ -167,6 +173,11 @@ class Run(models.Model):
             kwargs["update_fields"] = list(fields) + ["max_checkpoint_age_s"]
         super().save(*args, **kwargs)
 
+    @property
+    def is_paused(self) -> bool:
+        """Monitoring is paused: a person paused it and no event was received since."""
+        return paused_now(self.paused_at, self.last_received_at)
+
     def analysis_summary(self, now=None) -> tuple[str | None, float | None]:
         """``(health, seconds_since_last_restorable)`` for lists (docs/ingest-v1.md#runs-list),
         read from the stored :class:`Analysis`: both None while no analysis exists. The seconds
@@ -182,6 +193,27 @@ class Run(models.Model):
             return None, None
         return analysis.health, seconds_since_last_restorable(
             analysis.result or {}, now or timezone.now(), self.first_event_at)
+
+
+def paused_now(paused_at, last_received_at) -> bool:
+    """Whether a run's monitoring is paused: paused at ``paused_at`` (None: not paused) and no
+    event received (server clock ``last_received_at``) after it."""
+    return paused_at is not None and (last_received_at is None or last_received_at <= paused_at)
+
+
+class MonitoringChange(models.Model):
+    """A pause or resume of a run's monitoring (the audit of ``Run.paused_at``): who (a user
+    name, ``token <name>`` through the admin API, or "" when the run's next event resumed it),
+    when, and the words they gave."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="monitoring_changes")
+    paused = models.BooleanField()  # True: paused; False: resumed
+    by = models.CharField(max_length=150, blank=True, default="")
+    note = models.TextField(blank=True, default="")
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["-at"], name="monitoring_change_at")]
 
 
 class Event(models.Model):
