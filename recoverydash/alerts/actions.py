@@ -36,3 +36,36 @@ def silence(alert: Alert, username: str, seconds: int) -> Alert:
     Alert.objects.filter(pk=alert.pk).update(silenced_until=until)
     alert.silenced_until = until
     return alert
+
+
+#: The longest note kept, in characters.
+MAX_NOTE = 4000
+
+
+def add_note(alert: Alert, author: str, text: str):
+    """A note of ``author`` on ``alert`` (``AlertNote``: the alert's timeline and the change log
+    show it); returns the row. ValueError for an empty note or one longer than ``MAX_NOTE``."""
+    from recoverydash.alerts.models import AlertNote
+
+    text = (text or "").strip()
+    if not text or len(text) > MAX_NOTE:
+        raise ValueError(f"a note holds 1 to {MAX_NOTE} characters, got {len(text)}")
+    return AlertNote.objects.create(alert=alert, kind="note", author=author, text=text)
+
+
+def assign(alert: Alert, by: str, owner: str):
+    """Make ``owner`` (a user name; "" for nobody) the alert's owner (``Alert.assigned_to``),
+    recorded as an ``AlertNote`` of kind ``assigned`` by ``by``; returns it, or None when the
+    owner is already that one. The owner changes no state and sends nothing."""
+    from django.db import transaction
+
+    from recoverydash.alerts.models import AlertNote
+
+    with transaction.atomic():
+        locked = Alert.objects.select_for_update().get(pk=alert.pk)
+        if locked.assigned_to == owner:
+            return None
+        Alert.objects.filter(pk=alert.pk).update(assigned_to=owner)
+        note = AlertNote.objects.create(alert=alert, kind="assigned", author=by, text=owner)
+    alert.assigned_to = owner
+    return note

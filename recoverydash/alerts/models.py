@@ -53,6 +53,9 @@ class Alert(models.Model):
     resolved_by = models.CharField(max_length=150, blank=True, default="")  # "" = condition cleared
     silenced_until = models.DateTimeField(null=True, blank=True)
     last_seen_at = models.DateTimeField(default=timezone.now)
+    # who owns the alert now (a user name; "" nobody), set with a note (``AlertNote`` of kind
+    # ``assigned``), PagerDuty's "assigned to"
+    assigned_to = models.CharField(max_length=150, blank=True, default="", db_default="")
 
     class Meta:
         constraints = [
@@ -181,6 +184,24 @@ class AlertFlip(models.Model):
     def is_subjects_change(self) -> bool:
         """True for a change of subjects (the state stayed), False for a state change."""
         return self.change is not None
+
+
+class AlertNote(models.Model):
+    """A person's note on an alert, or a change of its owner (``kind`` ``assigned``: ``text``
+    is the new owner, "" when unassigned): the alert's page lists them with its flips, oldest
+    first, and the change log across runs shows them."""
+
+    KINDS = [("note", "note"), ("assigned", "assigned")]
+
+    alert = models.ForeignKey(Alert, on_delete=models.CASCADE, related_name="notes")
+    kind = models.CharField(max_length=16, choices=KINDS, default="note")
+    author = models.CharField(max_length=150)
+    text = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["alert", "created_at"], name="alert_note_time"),
+                   models.Index(fields=["-created_at"], name="alert_note_recent")]
 
 
 class RuleRunbook(models.Model):
