@@ -45,6 +45,44 @@ class FleetFilterForm(forms.Form):
         return {k: v for k, v in self.cleaned_data.items() if v not in (None, "")}
 
 
+class AlertFilterForm(forms.Form):
+    """The alert list's filters, in the URL's query string: run (part of its id), rule,
+    severity and owner (``me``, ``none`` for alerts nobody owns, or a user name)."""
+
+    state = forms.ChoiceField(required=False, choices=[(s, s) for s in
+                                                       ("open", "firing", "acknowledged",
+                                                        "resolved")])
+    run = forms.CharField(required=False, max_length=128, label="Run")
+    rule = forms.ChoiceField(required=False, label="Rule")
+    severity = forms.ChoiceField(required=False, label="Severity",
+                                 choices=[("", "any severity")] + [(s, s) for s in SEVERITIES])
+    owner = forms.CharField(required=False, max_length=150, label="Owner")
+
+    #: the filters that narrow the list (the tabs and the live region keep them)
+    NARROWING = ("run", "rule", "severity", "owner")
+
+    def __init__(self, *args, **kwargs):
+        from recoverydash.alerts.rules import RULES
+
+        super().__init__(*args, **kwargs)
+        self.fields["rule"].choices = [("", "any rule")] + [(r, r) for r in RULES]
+
+    def filters(self, username: str) -> dict:
+        """Cleaned filters as ``queries.alert_list`` takes them (``owner`` ``me`` is
+        ``username``, ``none`` is ""); invalid input counts as no filter."""
+        if not self.is_valid():
+            return {}
+        data = {k: v for k, v in self.cleaned_data.items() if k in self.NARROWING and v}
+        if "owner" in data:
+            data["owner"] = {"me": username, "none": ""}.get(data["owner"], data["owner"])
+        return data
+
+
+class AlertNoteForm(forms.Form):
+    text = forms.CharField(max_length=4000, widget=forms.Textarea(attrs={"rows": 3}),
+                           label="Note")
+
+
 class SilenceForm(forms.Form):
     seconds = forms.TypedChoiceField(choices=SILENCE_CHOICES, coerce=int, label="Silence for")
 

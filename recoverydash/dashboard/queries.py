@@ -754,14 +754,25 @@ def attach_runbooks(alerts: list) -> list:
     return alerts
 
 
-def alert_list(user, which: str = "open", project: int | None = None, limit: int = 200):
+def alert_list(user, which: str = "open", project: int | None = None, limit: int = 200, *,
+               run: str = "", rule: str = "", severity: str = "", owner: str | None = None):
     """Alerts of the runs ``user`` may see, in the list ``which`` of ``ALERT_LISTS``: open ones
     critical first then newest, resolved ones newest resolved first; with the count of each list
-    and each alert's ``runbook_url``."""
+    (under the same filters) and each alert's ``runbook_url``. Filters: ``run`` (a substring of
+    the run id, case-insensitive), ``rule`` and ``severity`` (exact), ``owner`` (the
+    ``assigned_to`` user name; "" for alerts nobody owns; None: any)."""
     base = Alert.objects.select_related("run__project").filter(
         run__project__in=visible_projects(user))
     if project:
         base = base.filter(run__project_id=project)
+    if run:
+        base = base.filter(run__run_id__icontains=run.strip())
+    if rule:
+        base = base.filter(rule=rule)
+    if severity:
+        base = base.filter(severity=severity)
+    if owner is not None:
+        base = base.filter(assigned_to=owner)
     by_state = dict(base.values_list("state").annotate(n=Count("pk")).values_list("state", "n"))
     counts = {name: sum(by_state.get(s, 0) for s in states)
               for name, states in ALERT_LISTS.items()}
@@ -781,19 +792,37 @@ def alert_list(user, which: str = "open", project: int | None = None, limit: int
 
 @dataclass
 class AlertDetail:
-    """An alert, its flips oldest first (each with its deliveries) and its runbook."""
+    """An alert, its flips oldest first (each with its deliveries), its notes and changes of
+    owner, both merged in time order (``timeline``: ``("flip", AlertFlip)`` or ``("note",
+    AlertNote)``), the people it can be assigned to, and its runbook."""
 
     alert: Alert
     flips: list
+    notes: list = field(default_factory=list)
+    timeline: list = field(default_factory=list)
+    members: list = field(default_factory=list)   # user names of the run's project
+
+
+def project_members(project_id: int) -> list[str]:
+    """The user names of a project's members, sorted: whom its alerts can be assigned to."""
+    from recoverydash.runs.models import Membership
+
+    return sorted(Membership.objects.filter(project_id=project_id)
+                  .values_list("user__username", flat=True))
 
 
 def alert_detail(alert: Alert) -> AlertDetail:
     """The alert page: the timeline of its flips (``AlertFlip``: old and new state, when, why,
-    and what each delivery of it did), oldest first."""
+    and what each delivery of it did) and its notes and changes of owner (``AlertNote``), oldest
+    first."""
     flips = list(alert.flips.order_by("created_at", "pk")
                  .prefetch_related("deliveries__endpoint"))
+    notes = list(alert.notes.order_by("created_at", "pk"))
+    timeline = sorted([("flip", f) for f in flips] + [("note", n) for n in notes],
+                      key=lambda item: item[1].created_at)
     attach_runbooks([alert])
-    return AlertDetail(alert=alert, flips=flips)
+    return AlertDetail(alert=alert, flips=flips, notes=notes, timeline=timeline,
+                       members=project_members(alert.run.project_id))
 
 
 def alerts_for(user, pks: list[int]) -> list[Alert]:

@@ -4,7 +4,7 @@ from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter
 
-from recoverydash.dashboard import docs, drills, locations, views
+from recoverydash.dashboard import changes, compare, docs, drills, locations, views
 from recoverydash.dashboard.converters import SegmentConverter
 
 register_converter(SegmentConverter, "seg")
@@ -27,6 +27,8 @@ urlpatterns = [
          views.generation_detail, name="generation"),
     path("p/<seg:project>/runs/<seg:run_id>/restarts/<int:attempt>/", views.restart_detail,
          name="restart"),
+    path("p/<seg:project>/runs/<seg:run_id>/monitoring/<str:action>/", views.run_pause,
+         name="run_pause"),
     path("runs/<int:pk>/", views.old_run_url, {"page": "run"}, name="old_run"),
     path("runs/<int:pk>/charts.json", views.old_run_url, {"page": "run_charts"}),
     path("runs/<int:pk>/contract/", views.old_run_url, {"page": "run_contract"}),
@@ -34,6 +36,8 @@ urlpatterns = [
          {"page": "generation"}),
     path("runs/<int:pk>/restarts/<int:attempt>/", views.old_run_url, {"page": "restart"}),
     path("alerts/", views.alerts, name="alerts"),
+    path("changes/", changes.changes, name="changes"),
+    path("compare/", compare.compare, name="compare"),
     path("drills/", drills.drills, name="drills_all"),
     path("projects/<int:pk>/drills/", drills.drills, name="drills"),
     path("docs/", docs.page, name="docs_index"),
@@ -41,6 +45,8 @@ urlpatterns = [
     path("docs-files/<path:path>", docs.asset, name="docs_asset"),
     path("alerts/bulk/", views.alert_bulk, name="alert_bulk"),
     path("alerts/<int:pk>/", views.alert_detail, name="alert_detail"),
+    path("alerts/<int:pk>/note/", views.alert_note, name="alert_note"),
+    path("alerts/<int:pk>/assign/", views.alert_assign, name="alert_assign"),
     path("alerts/<int:pk>/<str:action>/", views.alert_action, name="alert_action"),
     path("projects/", views.projects, name="projects"),
     path("projects/<int:pk>/", views.project_detail, name="project"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponse, HttpResponsePermanentRedirect, HttpResponseRedirect
+from django.http import Http404, HttpResponse, HttpResponsePermanentRedirect, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -14,8 +14,9 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from recoverydash.dashboard import actions, charts, queries
-from recoverydash.dashboard.forms import (BulkAlertForm, ContractForm, FleetFilterForm,
-                                          RunbookForm, SilenceForm, TokenForm, WebhookForm)
+from recoverydash.dashboard.forms import (AlertFilterForm, AlertNoteForm, BulkAlertForm,
+                                          ContractForm, FleetFilterForm, RunbookForm,
+                                          SilenceForm, TokenForm, WebhookForm)
 from recoverydash.storage.confirm import confirm_last_restorable
 
 LIVE = "live"
@@ -98,6 +99,31 @@ def run_contract(request, project: str, run_id: str):
                   {"run": run, "form": form, "current": current})
 
 
+@login_required
+@require_POST
+def run_pause(request, project: str, run_id: str, action: str):
+    """Pause or resume the run's monitoring (``runs.monitoring``), as the signed-in user."""
+    from recoverydash.runs import monitoring
+
+    run = queries.run_named(request.user, project, run_id)
+    if action not in ("pause", "resume"):
+        raise Http404("no such action")
+    note = (request.POST.get("note") or "").strip()[:2000]
+    name = request.user.get_username()
+    if action == "pause":
+        if monitoring.pause(run, name, note):
+            messages.success(request, "Monitoring paused: no alert of this run opens, changes or "
+                                      "pages until its next event, which resumes it.")
+        else:
+            messages.info(request, "Monitoring was already paused.")
+    elif monitoring.resume(run, name, note):
+        messages.success(request, "Monitoring resumed: the alert rules judge this run again "
+                                  "from its next evaluation.")
+    else:
+        messages.info(request, "Monitoring was not paused.")
+    return redirect(run_url(run))
+
+
 def run_url(run, page: str = "run", *args) -> str:
     """The path of one of ``run``'s pages (``run``, ``run_charts``, ``run_contract``,
     ``generation`` with a generation id, ``restart`` with an attempt): /p/<project>/runs/<run_id>/
@@ -121,9 +147,14 @@ def alerts(request):
     which = request.GET.get("state", "open")
     if which not in queries.ALERT_LISTS:
         which = "open"
-    rows, counts = queries.alert_list(request.user, which)
+    form = AlertFilterForm(request.GET or None)
+    filters = form.filters(request.user.get_username())
+    rows, counts = queries.alert_list(request.user, which, **filters)
+    shown = {k: v for k, v in (form.cleaned_data if form.is_bound and form.is_valid()
+                               else {}).items() if k in AlertFilterForm.NARROWING and v}
     return _page(request, "dashboard/alerts.html",
-                 {"alerts": rows, "counts": counts, "which": which,
+                 {"alerts": rows, "counts": counts, "which": which, "form": form,
+                  "filtered": bool(shown), "query": {**shown, "state": which},
                   "silence_form": SilenceForm(), "now": timezone.now()})
 
 
@@ -132,7 +163,44 @@ def alert_detail(request, pk: int):
     alert = queries.alert_for(request.user, pk)
     return render(request, "dashboard/alert.html",
                   {"d": queries.alert_detail(alert), "a": alert, "silence_form": SilenceForm(),
-                   "now": timezone.now()})
+                   "note_form": AlertNoteForm(), "now": timezone.now()})
+
+
+@login_required
+@require_POST
+def alert_note(request, pk: int):
+    """Add the signed-in user's note to an alert (``alerts.actions.add_note``)."""
+    from recoverydash.alerts.actions import add_note
+
+    alert = queries.alert_for(request.user, pk)
+    form = AlertNoteForm(request.POST)
+    if form.is_valid():
+        add_note(alert, request.user.get_username(), form.cleaned_data["text"])
+        messages.success(request, "Note added.")
+    else:
+        messages.error(request, "Write a note of at most 4,000 characters.")
+    return redirect(reverse("alert_detail", args=[alert.pk]) + "#timeline")
+
+
+@login_required
+@require_POST
+def alert_assign(request, pk: int):
+    """Make a member of the run's project (or nobody) the alert's owner
+    (``alerts.actions.assign``), as the signed-in user."""
+    from recoverydash.alerts.actions import assign
+
+    alert = queries.alert_for(request.user, pk)
+    name = request.user.get_username()
+    owner = (request.POST.get("owner") or "").strip()
+    owner = name if owner == "me" else owner
+    if owner and owner not in queries.project_members(alert.run.project_id) \
+            and owner != name:
+        messages.error(request, f"{owner} is not a member of {alert.run.project.name}.")
+    elif assign(alert, name, owner) is None:
+        messages.info(request, "The owner is unchanged.")
+    else:
+        messages.success(request, f"Assigned to {owner}." if owner else "Nobody owns it now.")
+    return _back(request, reverse("alert_detail", args=[alert.pk]))
 
 
 @login_required
