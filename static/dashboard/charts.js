@@ -2,8 +2,9 @@
  * and redraw them from charts.json when live.js reports a new analysis version.
  *
  * One time range for every time chart (figures with time_axis): the range picker (last 1 h /
- * 6 h / 24 h / all, remembered per browser) and a zoom or pan in any time chart set it for all of
- * them. Each time chart's y axis is scaled to the points inside the range; the TSLRC limit line
+ * 6 h / 24 h / all, remembered per browser and kept in the URL: ?range=6h, or ?from=&to= for a
+ * zoom) and a zoom or pan in any time chart set it for all of them. Hovering a time chart shows
+ * the same moment in the others (a shared crosshair). Each time chart's y axis is scaled to the points inside the range; the TSLRC limit line
  * is drawn only when it lies inside that y range, else a note names it.
  * Titles are drawn in the page (h3), not by Plotly, so the mode bar never covers them; on a
  * phone the mode bar is hidden (the range picker zooms). */
@@ -90,9 +91,34 @@
     return Plotly.relayout(el, upd);
   }
 
+  /* The time range in the page's URL (a link or a reload shows the same range): ?range=1h|6h|
+   * 24h|all, or ?from=...&to=... (RFC 3339, UTC) for a zoom. */
+  function rangeToUrl(range, choice) {
+    if (!window.history || !window.URL) return;
+    var url = new URL(window.location.href);
+    url.searchParams.delete("range"); url.searchParams.delete("from"); url.searchParams.delete("to");
+    if (choice === "zoom" && range) {
+      url.searchParams.set("from", iso(range[0]).slice(0, 19) + "Z");
+      url.searchParams.set("to", iso(range[1]).slice(0, 19) + "Z");
+    } else if (choice && choice !== "all") {
+      url.searchParams.set("range", choice);
+    }
+    window.history.replaceState(window.history.state, "", url.toString());
+  }
+  function rangeFromUrl() {
+    var q = new URLSearchParams(window.location.search);
+    var from = q.get("from"), to = q.get("to"), choice = q.get("range");
+    if (from && to && !isNaN(ms(from)) && !isNaN(ms(to)) && ms(from) < ms(to)) {
+      return {choice: "zoom", range: [ms(from), ms(to)]};
+    }
+    if (choice && (HOURS[choice] || choice === "all")) return {choice: choice, range: null};
+    return null;
+  }
+
   function setRange(range, choice, from) {
     state.range = range;
     state.choice = choice;
+    rangeToUrl(range, choice);
     document.querySelectorAll("[data-range]").forEach(function (b) {
       b.setAttribute("aria-pressed", b.dataset.range === choice ? "true" : "false");
     });
@@ -147,6 +173,14 @@
       layout.xaxis.nticks = 4;
     }
     if (fig.time_axis) {
+      // the crosshair: a spike line across the plot at the hovered time, in every time chart
+      layout.xaxis.showspikes = true;
+      layout.xaxis.spikemode = "across";
+      layout.xaxis.spikesnap = "cursor";
+      layout.xaxis.spikethickness = 1;
+      layout.xaxis.spikedash = "dot";
+      layout.xaxis.spikecolor = "#57606a";
+      layout.hovermode = "x";
       var range = state.range || chosenRange(state.choice);
       var upd = rangeUpdate(fig, range);
       if (upd["xaxis.range"]) layout.xaxis.range = upd["xaxis.range"];
@@ -160,6 +194,55 @@
   }
 
   var lastPayload = null, drawnPhone = null;
+  /* Shared crosshair (Grafana's): hovering a time chart shows the same moment in every other
+   * time chart, its spike line and values. */
+  var hovering = false, pending = null;
+  function crossAt(other, x) {
+    var fig = state.figures[other.dataset.figure];
+    var base = ((fig && fig.layout.shapes) || []).slice();
+    if (x !== null) {
+      base.push({type: "line", name: "crosshair", xref: "x", yref: "paper", x0: x, x1: x,
+                 y0: 0, y1: 1, layer: "above",
+                 line: {color: "#57606a", width: 1, dash: "dot"}});
+    }
+    return Plotly.relayout(other, {shapes: base});
+  }
+  function shareCross(el, x) {
+    document.querySelectorAll(".plot[data-figure]").forEach(function (other) {
+      var fig = state.figures[other.dataset.figure];
+      if (other === el || !fig || !fig.time_axis || !other.data) return;
+      state.syncing = true;
+      crossAt(other, x).then(function () { state.syncing = false; },
+                             function () { state.syncing = false; });
+      if (x !== null) {  // its values at that moment, where it has points there
+        try { Plotly.Fx.hover(other, {xval: x}, "xy"); } catch (e) { /* not drawn yet */ }
+      }
+    });
+  }
+  function shareHover(el, ev) {
+    if (hovering || !ev || !ev.points || !ev.points.length) return;
+    var x = ev.points[0].x;
+    if (pending === null) {
+      window.requestAnimationFrame(function () {
+        var at = pending;
+        pending = null;
+        hovering = true;
+        shareCross(el, at);
+        state.crosshair = at;
+        hovering = false;
+      });
+    }
+    pending = x;
+  }
+  function shareUnhover(el) {
+    if (hovering) return;
+    state.crosshair = null;
+    shareCross(el, null);
+    document.querySelectorAll(".plot[data-figure]").forEach(function (other) {
+      if (other !== el && other.data) { try { Plotly.Fx.unhover(other); } catch (e) { /* */ } }
+    });
+  }
+
   function draw(payload, first) {
     lastPayload = payload;
     drawnPhone = phone();
@@ -171,7 +254,11 @@
       title(el, fig.layout.title && fig.layout.title.text);
       (first ? Plotly.newPlot : Plotly.react)(el, fig.data, layoutFor(fig), config())
         .then(function () {
-          if (first && fig.time_axis) el.on("plotly_relayout", function (ev) { onRelayout(el, ev); });
+          if (first && fig.time_axis) {
+            el.on("plotly_relayout", function (ev) { onRelayout(el, ev); });
+            el.on("plotly_hover", function (ev) { shareHover(el, ev); });
+            el.on("plotly_unhover", function () { shareUnhover(el); });
+          }
         });
       el.classList.toggle("is-empty", !!fig.empty);
     });
@@ -180,6 +267,8 @@
   var saved = null;
   try { saved = window.localStorage.getItem(RANGE_KEY); } catch (e) { saved = null; }
   if (saved && (HOURS[saved] || saved === "all")) state.choice = saved;
+  var linked = rangeFromUrl();  // a link's range wins over the browser's last choice
+  if (linked) { state.choice = linked.choice; state.range = linked.range; }
   document.querySelectorAll("[data-range]").forEach(function (b) {
     b.addEventListener("click", function () {
       try { window.localStorage.setItem(RANGE_KEY, b.dataset.range); } catch (e) { /* private */ }
@@ -187,16 +276,32 @@
     });
   });
   var embedded = document.getElementById("figures-data");
-  if (embedded && window.Plotly) {
+  function start() {
+    if (!embedded || !window.Plotly) return;
     draw(JSON.parse(embedded.textContent), true);
     setRange(state.choice === "zoom" ? state.range : chosenRange(state.choice), state.choice);
+    document.documentElement.dataset.charts = "drawn";
+  }
+  /* plotly.js (1.1 MB with brotli, 4.8 MB to parse) is fetched once the page has loaded: the
+   * answers, tables and alerts are on screen at once, the charts follow. */
+  var plotlySrc = script && script.dataset.plotly;
+  function fetchPlotly() {
+    if (window.Plotly || !plotlySrc) { start(); return; }
+    var tag = document.createElement("script");
+    tag.src = plotlySrc;
+    tag.onload = start;
+    document.head.appendChild(tag);
+  }
+  if (embedded) {
+    if (document.readyState === "complete") fetchPlotly();
+    else window.addEventListener("load", fetchPlotly);
   }
   // crossing the phone breakpoint (a rotated phone, a resized window) lays the charts out again
   window.addEventListener("resize", function () {
     if (lastPayload && phone() !== drawnPhone) draw(lastPayload, false);
   });
   document.addEventListener("rd:version", function () {
-    if (!chartsUrl) return;
+    if (!chartsUrl || !window.Plotly) return;
     fetch(chartsUrl, {credentials: "same-origin"})
       .then(function (r) { return r.ok ? r.json() : null; })
       .then(function (payload) { if (payload) draw(payload, false); });
