@@ -658,7 +658,8 @@ def main() -> int:
             folder = Path(os.environ["DEMO_SCREENSHOTS"]).resolve()
             say(f"screenshots of the dashboard into {folder}")
             try:
-                screens = capture(url, inst["user"], inst["password"], runs, pages, folder)
+                screens = capture(url, inst["user"], inst["password"], runs, pages, folder,
+                                  answers)
             except Exception as exc:  # noqa: BLE001 (a browser problem must not hide the table)
                 screens = [{"key": "*", "missing": [f"no screenshots: {exc}"], "shots": []}]
             for rec in screens:

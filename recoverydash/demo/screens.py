@@ -1,7 +1,8 @@
 """Screenshots of the dashboard after the demo, in headless Chromium (Debian's, driven by
 Playwright; no browser download), and a check that each fault shows where an on-call person looks:
 the run page names the restart verdict (or the abandoned generation) and that the data ledger was
-observed, and the restart page shows the replayed / omitted counts."""
+observed, and the restart page shows the replayed / omitted counts, every number of it the
+recovery API's (``recoverydash.dashboard.agreement``)."""
 
 from __future__ import annotations
 
@@ -39,11 +40,13 @@ def _shoot(page, folder: Path, name: str) -> list[str]:
     return paths
 
 
-def capture(url: str, user: str, password: str, runs, pages: dict, folder: Path) -> list[dict]:
+def capture(url: str, user: str, password: str, runs, pages: dict, folder: Path,
+            answers: dict | None = None) -> list[dict]:
     """Sign in, then screenshot the fleet and alerts pages and each run's page and restart page
     at 1440 px and 390 px (``<page>-<width>.png``; runs as ``run-<key>``, ``restart-<key>``).
 
-    ``pages``: run_id -> run page URL. Returns one record per run with the screenshot paths and
+    ``pages``: run_id -> run page URL; ``answers``: run_id -> its ``/recovery`` answer, whose
+    restart every number of the restart page must equal (``dashboard.agreement``). Returns one record per run with the screenshot paths and
     what is missing from its pages (expected words, or a console error of the browser), empty
     when the page tells the fault. Raises RuntimeError when Playwright or Chromium is not
     available."""
@@ -94,6 +97,14 @@ def capture(url: str, user: str, password: str, runs, pages: dict, folder: Path)
                     value = s.restart.get(field)
                     if value is not None and f"{value}" not in restart_text:
                         missing.append(f"{field} {value} on the restart page")
+                item = next((r for r in ((answers or {}).get(s.run_id) or {}).get("restarts")
+                             or [] if r.get("attempt") == 1), None)
+                if answers is not None:
+                    from recoverydash.dashboard.agreement import disagreements
+
+                    missing += ([f"restart page against the API: {d}"
+                                 for d in disagreements(page.content(), item)]
+                                if item else ["no restart of attempt 1 in the API answer"])
             missing += [f"console error: {e}" for e in errors]
             records.append({"key": s.key, "missing": missing, "shots": shots})
         browser.close()

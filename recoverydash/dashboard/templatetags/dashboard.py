@@ -102,6 +102,15 @@ def share_width(value):
 
 
 @register.filter
+def raw(value):
+    """``value`` as JSON, for a ``data-value`` attribute beside a formatted number
+    (``dashboard.agreement``: the page's number beside the API's)."""
+    import json
+
+    return json.dumps(value)
+
+
+@register.filter
 def cursor_text(cursor):
     """A wire cursor as ``epoch 0 · position 80,048``."""
     if not cursor:
