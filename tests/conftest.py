@@ -9,6 +9,19 @@ import pytest
 from scenarios import load as load_scenario
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _static_root_of_the_tests(tmp_path_factory):
+    """An empty STATIC_ROOT for the whole session: pages name static files by their own names,
+    whether or not a demo or `make serve` collected hashed ones into this checkout's var/
+    (recoverydash.dashboard.staticfiles). Tests of the collected files set their own."""
+    from django.conf import settings
+    from django.contrib.staticfiles.storage import staticfiles_storage
+    from django.utils.functional import empty
+
+    settings.STATIC_ROOT = tmp_path_factory.mktemp("static-root")
+    staticfiles_storage._wrapped = empty
+
+
 @pytest.fixture(scope="session")
 def scenario_loader():
     """``load(name, objects_dir) -> (events, expect)``: a scenario of ``tests/scenarios/`` with
