@@ -347,10 +347,13 @@ def tslrc_figure(xs: list, seconds: list, limit_s: float, window: tuple | None =
 
 
 def limit_note(limit_s: float, div: float, unit: str) -> dict:
-    """The annotation that names the contract limit when it lies above the visible range."""
-    return {"text": f"limit {limit_s / div:,.4g} {unit} (max_checkpoint_age_s = {limit_s:g}): "
-                    "above this range", "showarrow": False, "xref": "paper", "yref": "paper",
-            "x": 1, "y": 1, "xanchor": "right", "yanchor": "bottom",
+    """The annotation that names the contract limit when it lies above the visible range: two
+    short lines inside the plot's top right corner (on a phone's narrow chart one long line, or
+    one above the plot, was cut off)."""
+    return {"text": f"limit {limit_s / div:,.4g} {unit}: above this range<br>"
+                    f"(max_checkpoint_age_s = {limit_s:g})", "showarrow": False,
+            "xref": "paper", "yref": "paper", "x": 1, "y": 1, "xanchor": "right",
+            "yanchor": "top", "align": "right", "bgcolor": "rgba(255,255,255,0.85)",
             "font": {"size": 11, "color": "#cf222e"}}
 
 

@@ -46,10 +46,10 @@ def capture(url: str, user: str, password: str, runs, pages: dict, folder: Path,
     at 1440 px and 390 px (``<page>-<width>.png``; runs as ``run-<key>``, ``restart-<key>``).
 
     ``pages``: run_id -> run page URL; ``answers``: run_id -> its ``/recovery`` answer, whose
-    restart every number of the restart page must equal (``dashboard.agreement``). Returns one record per run with the screenshot paths and
-    what is missing from its pages (expected words, or a console error of the browser), empty
-    when the page tells the fault. Raises RuntimeError when Playwright or Chromium is not
-    available."""
+    restart every number of the restart page must equal (``dashboard.agreement``). Returns one
+    record per run with the screenshot paths and what is missing from its pages (expected words,
+    a number that is not the API's, or a console error of the browser), empty when the page
+    tells the fault. Raises RuntimeError when Playwright or Chromium is not available."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError as exc:  # the dev extra is not installed

@@ -24,7 +24,7 @@ def test_it_scales_the_tslrc_axis_to_the_data_and_names_a_limit_above_it():
     assert fig["layout"]["yaxis"]["range"] == [0, 120.0 * 1.08]
     assert limit["visible"] is False and limit["meta"] == "limit"
     assert fig["layout"]["annotations"][0]["text"] == \
-        "limit 3,600 seconds (max_checkpoint_age_s = 3600): above this range"
+        "limit 3,600 seconds: above this range<br>(max_checkpoint_age_s = 3600)"
     assert fig["limit"]["y"] == 3600.0
     assert fig["time_axis"] is True
     assert fig["layout"]["xaxis"]["range"] == [T.isoformat(),
