@@ -34,6 +34,7 @@
       .then(function (html) {
         region.innerHTML = html;
         region.removeAttribute("data-stale");
+        document.dispatchEvent(new CustomEvent("rd:refreshed"));
         var v = version(region);
         if (v && v !== current) {
           current = v;
