@@ -713,16 +713,28 @@ def _digests(run, attempt: int | None, updates: list) -> dict:
     return out
 
 
+#: How many of the lineage's last updates with audit windows at or below the restored update
+#: the first-window comparison reads to mark replayed ids (``first_windows``).
+REPLAY_WINDOW_UPDATES = 64
+
+
 def first_windows(run, item: dict, lineage_attempt: int | None, failed: int | None,
                   attempt: int, before_updates: list, after_updates: list) -> dict:
     """The expected first window after the resume beside the observed one
     (``recovery.windows.first_window_comparison``, docs/definitions.md#first-window-after-a-restart):
     the lineage's windows at or below U (attempt ``lineage_attempt``, the one that wrote the
-    restored generation) for the updates the before-table shows, the failed predecessor's
-    (``failed``) for the first two updates past U, and the resumed attempt's for the updates the
-    after-table shows; ``ids_digest`` of both for the same updates."""
+    restored generation: every window it sent for its last ``REPLAY_WINDOW_UPDATES`` updates
+    with windows at or below U, so an id trained long before the checkpoint and delivered again
+    is marked replayed, not only one of the two updates the before-table shows), the failed
+    predecessor's (``failed``) for the first two updates past U, and the resumed attempt's for
+    the updates the after-table shows; ``ids_digest`` of both for the same updates."""
     u = int(item.get("resumed_update") or 0)
-    before = _windows(run, lineage_attempt, Q(update__in=before_updates))
+    lineage_updates = (
+        list(AuditWindow.objects.filter(run=run, attempt=lineage_attempt, update__lte=u)
+             .order_by("-update").values_list("update", flat=True)
+             .distinct()[:REPLAY_WINDOW_UPDATES]) if lineage_attempt is not None else [])
+    before = _windows(run, lineage_attempt,
+                      Q(update__in=sorted(set(lineage_updates) | set(before_updates))))
     expected = _windows(run, failed, Q(update__gt=u, update__lte=u + 2))
     observed = _windows(run, attempt, Q(update__in=after_updates))
     updates = sorted(set(after_updates) | set(range(u + 1, u + 3)))

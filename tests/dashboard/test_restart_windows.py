@@ -94,3 +94,35 @@ def test_it_compares_the_ids_digest_of_both_attempts_past_the_restore(owner_clie
     html = _page(owner_client, known_run)
     assert "ids_digest of each rank" in html
     assert "aaaaaaaaaaaaa…" in html and "bbbbbbbbbbbbb…" in html and "✖ no" in html
+
+
+def test_the_window_box_says_what_it_shows_in_the_verdicts_words(owner_client, rolled_back_1251):
+    """A verdict of replay with no omission beside a window whose expected ids were not delivered
+    in the compared updates (a replay delays them): the box does not call them skipped, nor
+    colour them as a defect; it names the verdict's counts."""
+    from recoverydash.runs.models import Analysis
+
+    analysis = Analysis.objects.get(run=rolled_back_1251)
+    restarts = [dict(r, verdict="replay", replayed=64, omitted=0)
+                for r in analysis.result["restarts"]]
+    analysis.result = dict(analysis.result, restarts=restarts)
+    analysis.save()
+    html = _page(owner_client, rolled_back_1251)
+    assert _count(html, "skipped-ids") == "8"
+    assert "counts the whole resume from the ledger's positions: <strong>64</strong> " \
+           "replayed and <strong>0</strong> omitted" in html
+    assert "expected ids not delivered in these updates; the verdict counts no omitted " \
+           "position, so they are not omissions" in html
+    box = re.search(r'<div class="stat ([^"]*)"><span class="stat-n" data-count="skipped-ids">',
+                    html).group(1)
+    assert "bad" not in box
+    assert "the verdict's 64 replayed are not among the ids of these windows" in html
+
+
+def test_with_an_omission_the_expected_ids_not_delivered_are_skipped(owner_client,
+                                                                     rolled_back_1251):
+    html = _page(owner_client, rolled_back_1251)  # s2: omission of 48
+    assert "skipped</mark> ids (expected here, delivered nowhere in these windows)" in html
+    box = re.search(r'<div class="stat ([^"]*)"><span class="stat-n" data-count="skipped-ids">',
+                    html).group(1)
+    assert "bad" in box
