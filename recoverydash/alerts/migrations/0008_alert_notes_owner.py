@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('alerts', '0006_flip_subjects_change'),
+        ('alerts', '0007_webhook_kind_alertmanager_api'),
     ]
 
     operations = [
