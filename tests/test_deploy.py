@@ -121,3 +121,11 @@ def test_the_build_context_leaves_out_the_venv_secrets_and_state():
     dockerfile = (REPO / "Dockerfile").read_text()
     for copied in re.findall(r"^COPY (\S+)", dockerfile, re.M):
         assert copied not in ignored, copied
+
+
+def test_the_operator_guide_documents_every_variable_the_settings_read():
+    guide = (REPO / "docs" / "operator-guide.md").read_text()
+    table = guide[guide.index("## Configuration"):guide.index("## Storage locations")]
+    names = settings_env_names() | set(re.findall(r'os\.environ\[\s*"([A-Z_]+)"', SETTINGS))
+    missing = sorted(n for n in names if f"`{n}`" not in table)
+    assert not missing, missing

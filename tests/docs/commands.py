@@ -160,13 +160,18 @@ class Shell:
     # -- make, docker, cp: checked -------------------------------------------------------------
 
     def make(self, cmd: Command) -> str:
-        targets = [a for a in cmd.argv[1:] if not a.startswith("-")]
+        variables = dict(cmd.env)
+        for a in cmd.argv[1:]:
+            if re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", a):  # make NAME=value: a make variable
+                name, _, value = a.partition("=")
+                variables[name] = value
+        targets = [a for a in cmd.argv[1:] if not a.startswith("-") and "=" not in a]
         missing = set(targets) - makefile_targets()
         assert not missing, f"no Makefile target {sorted(missing)}"
-        unread = [n for n in cmd.env if not read_by_code(n)]
+        unread = [n for n in variables if not read_by_code(n)]
         assert not unread, f"variables read by nothing: {unread}"
         return f"checked: Makefile target(s) {', '.join(targets)}" + (
-            f", variables {', '.join(cmd.env)} read by the code" if cmd.env else "")
+            f", variables {', '.join(variables)} read by the code" if variables else "")
 
     def docker(self, argv: list[str]) -> str:
         import yaml
