@@ -107,7 +107,7 @@ from recoverydash.sdk.ledger import (
     padded_length,
     resume_skip,
 )
-from recoverydash.sdk.tokens import TokenRanges, merge
+from recoverydash.sdk.tokens import TokenRanges, identities_of, merge
 
 log = logging.getLogger("recoverydash.sdk")
 
@@ -1237,11 +1237,12 @@ class ObservedRecorder(Reporter):
                 if type(positions) is TokenRanges:  # a token iteration's padding: the whole group
                     key = (it.stratum, e, it.order, pad is not None)
                     tokened.setdefault(key, []).extend(positions)
-                    if positions.identities is None or key in unnamed:
+                    idents = identities_of(positions)
+                    if idents is None or key in unnamed:
                         unnamed.add(key)
                         tindexed.pop(key, None)
                     elif pad is None and it.order is not None:
-                        tindexed.setdefault(key, []).extend(positions.identities)
+                        tindexed.setdefault(key, []).extend(idents)
                     continue
                 named = it.order is not None and it.info.get("algorithm") != SAMPLER_ALGORITHM
                 if pad is None:

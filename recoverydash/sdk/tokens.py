@@ -55,6 +55,50 @@ class TokenRanges(list):
         return TokenRanges(((s, min(e, bound)) for s, e in self if s < bound), self.identities)
 
 
+class DeferredIdentities:
+    """Identities of token ranges computed where the update is sent (the sender thread), not
+    where the batch is made: ``items`` (e.g. ``(source, sample)`` pairs) resolved by the function
+    registered under ``key`` (:func:`register_identities`) into half-open ``(start, stop)``
+    ranges. Pickled as the key and the items, so a worker process's tag resolves in the trainer's
+    process; an unknown key resolves to None (no ``indices`` sent)."""
+
+    __slots__ = ("items", "key")
+
+    def __init__(self, key: str, items: list | None = None):
+        self.key = key
+        self.items = items if items is not None else []
+
+    def __reduce__(self):
+        return (DeferredIdentities, (self.key, self.items))
+
+    def resolve(self) -> list | None:
+        fn = _RESOLVERS.get(self.key)
+        if fn is None:
+            return None
+        try:
+            return fn(self.items)
+        except Exception:  # noqa: BLE001 - identities are optional; the positions stay exact
+            return None
+
+
+_RESOLVERS: dict = {}
+
+
+def register_identities(key: str, resolver) -> None:
+    """Resolve :class:`DeferredIdentities` of ``key`` with ``resolver(items) -> [(start,
+    stop)]``."""
+    _RESOLVERS[key] = resolver
+
+
+def identities_of(ranges: TokenRanges) -> list | None:
+    """The identities of ``ranges`` as ``(start, stop)`` ranges (deferred ones resolved), or
+    None when they are unknown."""
+    found = ranges.identities
+    if type(found) is DeferredIdentities:
+        return found.resolve()
+    return found
+
+
 def merge(ranges: list) -> tuple[list[list[int]], int]:
     """``(ranges, repeated)``: the union of half-open ``(start, stop)`` ranges as sorted,
     disjoint ``[start, stop]`` pairs (touching ranges joined), and how many token positions the

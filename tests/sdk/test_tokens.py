@@ -64,3 +64,22 @@ def test_the_attempt_declares_the_stratum_in_tokens():
     (started,) = rec.client.of("attempt_started")
     assert started["sampler"]["units"] == {"text": "tokens"}
     assert started["sampler"]["epoch_length"] == {"text": 10_000}
+
+
+def test_deferred_identities_are_resolved_where_the_update_is_sent():
+    from recoverydash.sdk.tokens import DeferredIdentities, register_identities
+
+    register_identities("test:doubles", lambda items: [(2 * i, 2 * i + 2) for i in items])
+    rec = recorder()
+    first = TokenRanges([(0, 2)], identities=DeferredIdentities("test:doubles", [5]))
+    rec.record(BatchTag([(TEXT, first, [0])]))
+    rec.record(BatchTag([(TEXT, TokenRanges([(2, 4)], identities=DeferredIdentities(
+        "test:doubles", [6])), [1])]))
+    rec.commit(1)
+    (ev,) = rec.client.of("update_committed")
+    assert ev["spans"][0]["indices"] == [[10, 14]]
+    unknown = recorder()
+    unknown.record(BatchTag([(TEXT, TokenRanges([(0, 2)], identities=DeferredIdentities(
+        "test:nobody", [1])), [0])]))
+    unknown.commit(1)
+    assert "indices" not in unknown.client.of("update_committed")[0]["spans"][0]
