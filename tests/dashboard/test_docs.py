@@ -268,3 +268,15 @@ def test_every_benchmark_has_a_readme_line_and_a_history_section():
     for name in names:
         assert readme.count(f"| `bench/{name}` |") == 1, name
         assert f"\n## bench/{name}\n" in history, name
+
+
+def test_the_readme_is_a_short_guide_with_a_table_of_contents():
+    """Under 350 lines; its Contents lists every section, in order; both commands literally."""
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) < 350
+    body = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
+    sections = [h for h in re.findall(r"^## (.+?)\s*$", body, re.MULTILINE) if h != "Contents"]
+    contents = body[body.index("## Contents"):].split("\n## ", 1)[0]
+    assert re.findall(r"^- \[(.+?)\]\(#([\w-]+)\)$", contents, re.MULTILINE) == [
+        (h, github_slug(h)) for h in sections]
+    assert "make demo" in text and "make test" in text
