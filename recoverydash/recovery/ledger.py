@@ -40,6 +40,7 @@ import sys
 import zlib
 from array import array
 from dataclasses import dataclass, field
+from itertools import count as _steps
 from operator import attrgetter
 
 from pyroaring import BitMap, BitMap64
@@ -363,33 +364,83 @@ class Ledger:
         are the wire spans and the other four are ignored.
 
         Exactly :meth:`absorb` of the same records in the same order (the resulting state is
-        the same, byte for byte in :meth:`to_bytes`): a row of the common shape that extends
-        its rank's open run by one update (the rank's part of the next update, the run's
-        advance) does only that, without building the record; every other row goes through the
-        general path as its record. Raises what :meth:`absorb` raises; the rows before the
+        the same, byte for byte in :meth:`to_bytes`): :meth:`absorb_folded` of the same rows,
+        each holding one rank. Raises what :meth:`absorb` raises; the rows before the
         malformed one stay absorbed."""
+        return self.absorb_folded((attempt, update, rank, 1, 0, when, spans, stratum, epoch,
+                                   None, start, stop, step)
+                                  for attempt, update, rank, when, spans, stratum, epoch, start,
+                                  stop, step in rows)
+
+    def absorb_folded(self, rows) -> int:
+        """Absorb folded ledger rows (docs/ingest-v1.md#update_aggregate, "Storage")
+        ``(attempt, update, rank, ranks, shift, time, spans, stratum, epoch, order, start,
+        stop, step)``: one row holds the reports of ranks ``rank .. rank + ranks - 1`` of one
+        update, all at ``time``, rank ``rank + k``'s being rank ``rank``'s with every range's
+        start and stop moved by ``k * shift`` positions (the step kept); ``rank`` None is the
+        coordinator (``ranks`` 1). A ``stratum`` (a str) stands for the common report shape,
+        one span of one range without padding, ids or indices, ``order`` None or a str:
+        rank ``rank``'s spans are ``[{"stratum": stratum, "epoch": epoch, "ranges": [[start,
+        stop]], "order": order}]`` (``step`` None: a two-item range; no ``order`` key when it
+        is None) and ``spans`` is ignored; with ``stratum`` None, ``spans`` are rank
+        ``rank``'s wire spans and the other five are ignored. Returns how many rank reports
+        were absorbed (the sum of ``ranks``).
+
+        Exactly :meth:`absorb` of the unfolded records (each row's ranks in rank order, rows
+        in the order given): the resulting state is the same, byte for byte in
+        :meth:`to_bytes` (tests/recovery/test_absorb_fast_path.py). A rank's report of the
+        common shape that extends its open run by one update does only that, without building
+        the record; every other report goes through the general path as its record. And a row
+        of the common shape whose ranks each extend their open run, all by one advance (a
+        DistributedSampler update's reports folded into one row: :class:`_Band`), makes the
+        next update's row of the same ranks, shift and key cost O(1) when it continues them,
+        whatever its number of ranks (the runs are extended once per call). Raises what
+        :meth:`absorb` raises; the reports before the malformed one stay absorbed."""
         touched: set = set()
+        # attempt -> ({(rank, ranks, shift, stratum, epoch, order): _Band}, {rank: _Band}):
+        # the bands alive, which never share a rank
+        bands: dict = {}
         count = 0
         current = state = None
         try:
-            for attempt, update, rank, when, spans, stratum, epoch, start, stop, step in rows:
-                count += 1
-                if stratum is not None:
-                    if attempt != current:
-                        current = attempt
-                        state = self.attempt(attempt)
-                        touched.add(attempt)
-                    stride = 1 if step is None else step
-                    seen = None if rank is None else state.absorbed.get(rank)
+            for (attempt, update, rank, ranks, shift, when, spans, stratum, epoch, order,
+                 start, stop, step) in rows:
+                count += ranks
+                mine = bands.get(attempt) if bands else None
+                if mine is not None:
+                    band = mine[0].get((rank, ranks, shift, stratum, epoch, order)) \
+                        if stratum is not None else None
+                    if band is not None and band.take(update, when, start, stop, step):
+                        continue
+                    if rank is not None:
+                        # the row's ranks see the state the bands holding them hold
+                        _drop_bands(mine, rank, ranks)
+                if attempt != current:
+                    current = attempt
+                    state = self.attempt(attempt)
+                    touched.add(attempt)
+                    absorbed, opened = state.absorbed, state.open
+                if stratum is None:
+                    self._absorb_each([LedgerRecord(attempt, update, rank, when, spans)]
+                                      if ranks <= 1 else
+                                      [LedgerRecord(attempt, update, rank + k, when,
+                                                    _moved(spans, k * shift))
+                                       for k in range(ranks)], touched)
+                    continue
+                key = (stratum, epoch, order)
+                stride = 1 if step is None else step
+                for mine_rank, lo, hi in ((rank, start, stop),) if ranks == 1 else \
+                        zip(range(rank, rank + ranks), _steps(start, shift), _steps(stop, shift)):
+                    seen = None if mine_rank is None else absorbed.get(mine_rank)
                     if seen is not None and 0 <= update < UPDATE_LIMIT and update not in seen \
-                            and 0 <= start < stop < POSITION_LIMIT and stride >= 1 \
-                            and stop - start <= MAX_RANGE_LENGTH:
-                        run = state.open.get((rank, (stratum, epoch, None), 0))
+                            and 0 <= lo < hi < POSITION_LIMIT and stride >= 1 \
+                            and hi - lo <= MAX_RANGE_LENGTH:
+                        run = opened.get((mine_rank, key, 0))
                         if run is not None and run[U1] == update - 1 and run[S] == stride \
-                                and run[M] == (stop - start + stride - 1) // stride:
+                                and run[M] == (hi - lo + stride - 1) // stride:
                             if run[U1] == run[U0]:
-                                run[ADV] = start - run[A]
-                            elif start != run[A] + (update - run[U0]) * run[ADV]:
+                                run[ADV] = lo - run[A]
+                            elif lo != run[A] + (update - run[U0]) * run[ADV]:
                                 run = None
                             if run is not None:
                                 run[U1] = update
@@ -402,17 +453,31 @@ class Ledger:
                         # when its open run already holds exactly these positions at this
                         # update, absorbing it again only keeps the earlier time (what
                         # _absorb_again finds without walking every run)
-                        run = state.open.get((rank, (stratum, epoch, None), 0))
+                        run = opened.get((mine_rank, key, 0))
                         if run is not None and run[U0] <= update <= run[U1] \
                                 and run[S] == stride \
-                                and run[M] == (stop - start + stride - 1) // stride \
-                                and start == run[A] + (update - run[U0]) * run[ADV]:
+                                and run[M] == (hi - lo + stride - 1) // stride \
+                                and lo == run[A] + (update - run[U0]) * run[ADV]:
                             state.note_time(update, when)
                             continue
-                    spans = [{"stratum": stratum, "epoch": epoch,
-                              "ranges": [[start, stop] if step is None else [start, stop, step]]}]
-                self._absorb_each([LedgerRecord(attempt, update, rank, when, spans)], touched)
+                    span = {"stratum": stratum, "epoch": epoch,
+                            "ranges": [[lo, hi] if step is None else [lo, hi, step]]}
+                    if order is not None:
+                        span["order"] = order
+                    self._absorb_each([LedgerRecord(attempt, update, mine_rank, when, [span])],
+                                      touched)
+                if ranks > 1 and rank is not None:
+                    band = _Band.build(state, update, rank, ranks, shift, key, start, stop,
+                                       stride)
+                    if band is not None:
+                        keyed, owners = bands.setdefault(attempt, ({}, {}))
+                        keyed[(rank, ranks, shift, stratum, epoch, order)] = band
+                        for k in range(ranks):
+                            owners[rank + k] = band
         finally:
+            for keyed, _owners in bands.values():
+                for band in keyed.values():
+                    band.flush()
             self._invalidate(touched)
         return count
 
@@ -1242,6 +1307,118 @@ class _Lane:
             run[U1] = last
         absorbed = self.state.absorbed
         for rank in self.ranks:
+            absorbed[rank].add_range(first, last + 1)
+        self.state.updates.add_range(first, last + 1)
+        self.base = last
+
+
+def _drop_bands(mine: tuple, rank: int, ranks: int) -> None:
+    """Flush and drop the bands of ``mine`` (``(bands by row key, band by rank)`` of one
+    attempt, :meth:`Ledger.absorb_folded`) that hold any of ranks ``rank .. rank + ranks - 1``:
+    what absorbs those ranks next sees their state whole. O(ranks) plus the dropped bands'."""
+    keyed, owners = mine
+    for k in range(ranks):
+        band = owners.get(rank + k)
+        if band is None:
+            continue
+        band.flush()
+        for other in range(band.rank, band.rank + band.ranks):
+            del owners[other]
+        keyed.pop(band.key)
+
+
+def _moved(spans: list, shift: int) -> list:
+    """``spans`` (wire spans of ranges) with every range's start and stop moved by ``shift``
+    positions, the step kept (a new list; ``spans`` unchanged): the report of the rank
+    ``shift // rank_shift`` ranks after the first of a folded row."""
+    if not shift:
+        return spans
+    out = []
+    for span in spans:
+        copy = dict(span)
+        copy["ranges"] = [[item[0] + shift, item[1] + shift, *item[2:]] for item in span["ranges"]]
+        out.append(copy)
+    return out
+
+
+class _Band:
+    """Fast path of :meth:`Ledger.absorb_folded` for the ranks of one folded row, alive during
+    one call.
+
+    Built after a row of the common shape holding ranks ``rank .. rank + ranks - 1`` of update
+    ``u`` (moved by ``shift`` rank to rank) was absorbed rank by rank, when each of those ranks'
+    open slot-0 run of the row's key ends at ``u``, began before ``u`` (its advance is known),
+    has the row's step and length, holds the rank's range of that row at ``u``, and all of them
+    have one advance ``adv``; and no rank has absorbed an update above ``u``. Then the row of the
+    same ranks, shift and key at ``u + 1`` whose first rank's range is the one at ``u`` moved by
+    ``adv`` (same length and step) is exactly the case in which the per-rank path extends each
+    of those runs by one update and touches nothing else: the band keeps the update's earliest
+    time and defers the rest (:meth:`flush` sets each run's end and marks the updates absorbed,
+    one ``add_range`` per rank). Every rank's range must lie in ``[0, 2**63)`` (the lowest start
+    and the highest stop are checked), else the per-rank path takes the row and raises as
+    :meth:`Ledger.absorb` does. The band is flushed and dropped before any other row holding
+    one of its ranks is absorbed; rows of other ranks leave it alive (they touch none of its
+    ranks' runs, absorbed updates or pieces; the attempt's update bitmap and times they share
+    are a union and minima, the same in any order).
+    """
+
+    __slots__ = ("adv", "base", "high", "key", "low", "rank", "ranks", "runs", "start", "state",
+                 "step", "update", "width")
+
+    @classmethod
+    def build(cls, state: AttemptLedger, update: int, rank: int, ranks: int, shift: int,
+              key: tuple, start: int, stop: int, step: int) -> _Band | None:
+        """A band continuing the row just absorbed (see the class docstring), or None."""
+        if step < 1 or stop <= start:
+            return None
+        m = (stop - start + step - 1) // step
+        opened, absorbed = state.open, state.absorbed
+        runs = []
+        adv = None
+        for k in range(ranks):
+            run = opened.get((rank + k, key, 0))
+            if run is None or run[U1] != update or run[U0] >= update or run[S] != step \
+                    or run[M] != m:
+                return None
+            if adv is None:
+                adv = run[ADV]
+            elif run[ADV] != adv:
+                return None
+            if run[A] + (update - run[U0]) * adv != start + k * shift:
+                return None
+            seen = absorbed.get(rank + k)
+            if seen is None or seen.max() != update:
+                return None
+            runs.append(run)
+        band = cls()
+        band.state, band.runs, band.rank, band.ranks = state, runs, rank, ranks
+        band.key = (rank, ranks, shift) + key  # its row key in Ledger.absorb_folded
+        band.base = band.update = update
+        band.start, band.adv, band.width, band.step = start, adv, stop - start, step
+        band.low, band.high = min(0, (ranks - 1) * shift), max(0, (ranks - 1) * shift)
+        return band
+
+    def take(self, update: int, when: float, start: int, stop: int, step: int | None) -> bool:
+        """Absorb the row of the band's ranks at ``update`` if it continues them (see the class
+        docstring); False leaves the state as it was."""
+        if update != self.update + 1 or start != self.start + self.adv \
+                or stop - start != self.width or (1 if step is None else step) != self.step \
+                or start + self.low < 0 or stop + self.high >= POSITION_LIMIT \
+                or update >= UPDATE_LIMIT:
+            return False
+        self.state.note_time(update, when)
+        self.update, self.start = update, start
+        return True
+
+    def flush(self) -> None:
+        """Write the deferred part of the rows taken into the state."""
+        if self.update == self.base:
+            return
+        first, last = self.base + 1, self.update
+        for run in self.runs:
+            run[U1] = last
+        absorbed = self.state.absorbed
+        for rank in range(self.rank, self.rank + self.ranks):
             absorbed[rank].add_range(first, last + 1)
         self.state.updates.add_range(first, last + 1)
         self.base = last
