@@ -664,54 +664,52 @@ def _fetch(sql: str, params: list):
 
 
 #: jsonb's text of the common report shape, one span of one range of integers below 10**18
-#: with no other key and a stratum without escapes (``[{"epoch": 0, "ranges": [[0, 512, 64]],
-#: "stratum": "main"}]``; jsonb writes keys shortest first): epoch, start, stop, step (None for
-#: a two-item range), stratum. Matched in Python: PostgreSQL's regexp_match took 180 us a row.
-PLAIN_SPANS = re.compile(r'\[\{"epoch": ([0-9]{1,18}), "ranges": \[\[([0-9]{1,18}), '
-                         r'([0-9]{1,18})(?:, ([0-9]{1,18}))?\]\], "stratum": "([^"\\]*)"\}\]\Z')
+#: with an optional ``order`` and no other key, the stratum and order without escapes
+#: (``[{"epoch": 0, "order": "e187...", "ranges": [[0, 512, 64]], "stratum": "main"}]``, the
+#: SDK's DistributedSampler report; jsonb writes keys shortest first): epoch, order (None when
+#: absent), start, stop, step (None for a two-item range), stratum. Matched in Python:
+#: PostgreSQL's regexp_match took 180 us a row.
+PLAIN_SPANS = re.compile(r'\[\{"epoch": ([0-9]{1,18}), (?:"order": "([^"\\]*)", )?'
+                         r'"ranges": \[\[([0-9]{1,18}), ([0-9]{1,18})(?:, ([0-9]{1,18}))?\]\], '
+                         r'"stratum": "([^"\\]*)"\}\]\Z')
 
 
 def _plain_rows(chunk: list) -> list:
     """``(attempt, update, rank, ranks, rank_shift, time, spans text)`` rows as
-    :meth:`recovery.Ledger.absorb_plain` takes them, one per rank (a folded row gives each of
-    its ranks, ``runs.folding.unfold``): the common shape (:data:`PLAIN_SPANS`) as columns,
-    stratum set and spans None, every other row's JSON decoded (one json.loads per chunk),
-    stratum None."""
+    :meth:`recovery.Ledger.absorb_folded` takes them, folded as stored (``runs.folding``: the
+    core unfolds them): the common shape (:data:`PLAIN_SPANS`) as columns, stratum set and
+    spans None, every other row's JSON decoded (one json.loads per chunk), stratum None; the
+    global rank as None."""
     match, glob = PLAIN_SPANS.match, GLOBAL_RANK
     out, others, where = [], [], []
     for attempt, update, rank, ranks, shift, when, text in chunk:
         found = match(text) if text is not None else None
         rank = None if rank == glob else rank
         if found is None:
-            where.append((len(out), ranks, shift))
+            where.append(len(out))
             others.append(text or "null")
-            out.extend((attempt, update, None if rank is None else rank + k, when, None, None,
-                        None, None, None, None) for k in range(ranks))
+            out.append((attempt, update, rank, ranks, shift, when, None, None, None, None, None,
+                        None, None))
             continue
-        epoch, start, stop, step, stratum = found.groups()
-        epoch, start, stop = int(epoch), int(start), int(stop)
-        step = None if step is None else int(step)
-        if ranks == 1:
-            out.append((attempt, update, rank, when, None, stratum, epoch, start, stop, step))
-            continue
-        out.extend((attempt, update, rank + k, when, None, stratum, epoch, start + k * shift,
-                    stop + k * shift, step) for k in range(ranks))
+        epoch, order, start, stop, step, stratum = found.groups()
+        out.append((attempt, update, rank, ranks, shift, when, None, stratum, int(epoch), order,
+                    int(start), int(stop), None if step is None else int(step)))
     if others:
-        for (i, ranks, shift), spans in zip(where, json.loads("[" + ",".join(others) + "]")):
-            for k, (_, mine) in enumerate(unfold(0, ranks, shift, spans)):
-                out[i + k] = out[i + k][:4] + (mine,) + out[i + k][5:]
+        for i, spans in zip(where, json.loads("[" + ",".join(others) + "]"), strict=True):
+            out[i] = out[i][:6] + (spans,) + out[i][7:]
     return out
 
 
 def _new_rows(run: Run, since: int, upto: int):
-    """Chunks of the rows :meth:`recovery.Ledger.absorb_plain` takes, ``(attempt, update, rank
+    """Chunks of the run's ledger rows whose ``last_seq`` is in ``(since, upto]``, in
+    ``(attempt, update, rank)`` order. On PostgreSQL one raw query (time as epoch seconds,
+    spans as jsonb's text: the ORM's per-row datetime and JSON converters cost 4x the rest),
+    rows as :meth:`recovery.Ledger.absorb_folded` takes them (:func:`_plain_rows`: folded as
+    stored, a row of the common shape as columns, no JSON decoded, no dict built); elsewhere
+    the ORM, rows as :meth:`recovery.Ledger.absorb_plain` takes them, ``(attempt, update, rank
     (None for the coordinator's -1), time as POSIX seconds, spans, stratum, epoch, start, stop,
-    step)``, of the run's ledger rows whose ``last_seq`` is in ``(since, upto]``, in ``(attempt,
-    update, rank)`` order. On PostgreSQL one raw query (time as epoch seconds, spans as jsonb's
-    text: the ORM's per-row datetime and JSON converters cost 4x the rest), a row of the common
-    shape given as columns (:func:`_plain_rows`: no JSON decoded, no dict built); elsewhere the
-    ORM, spans always given. A folded row gives one row per rank it holds (``runs.folding``),
-    so a chunk may hold more than :data:`CHUNK` rows."""
+    step)``, spans always given, a folded row giving one row per rank it holds
+    (``runs.folding``), so a chunk may hold more than :data:`CHUNK` rows."""
     glob = GLOBAL_RANK
     if connection.vendor == "postgresql":
         sql = ('SELECT attempt, "update", rank, ranks, rank_shift, '
@@ -779,7 +777,7 @@ def absorb_new(run: Run, ledger: "recovery.Ledger", since: int, upto: int,
                     if row[1] < lowest.get(prev, row[1] + 1):
                         lowest[prev] = row[1]
         if connection.vendor == "postgresql":
-            n_rows += ledger.absorb_plain(chunk)
+            n_rows += ledger.absorb_folded(chunk)
         else:  # every row has its spans: the batch fast path of absorb
             n_rows += ledger.absorb([record(a, u, r, t, s) for a, u, r, t, s, *_ in chunk])
     beat = recovery.HeartbeatRecord

@@ -223,3 +223,60 @@ def test_it_reads_every_span_shape_into_the_state_of_the_rows_records(project):
                for r in LedgerRow.objects.filter(run=run).order_by("last_seq", "attempt",
                                                                    "update", "rank")]
     assert state.to_bytes() == recovery.Ledger.from_records(records).to_bytes()
+
+
+def test_it_reads_folded_rows_into_the_state_of_their_unfolded_records(project):
+    """Folded rows (docs/ingest-v1.md#update_aggregate, "Storage"; the SDK's span with its
+    order, an update split in two rows, a rank re-sent beside its row, other shapes folded) read
+    by the worker (PostgreSQL: the common shape as columns, handed folded to the core) give the
+    ledger state of the records they hold, each row's ranks in rank order."""
+    from datetime import UTC
+
+    from recoverydash.runs.folding import unfold
+
+    run = Run.objects.create(project=project, run_id="folded")
+    when = datetime(2026, 11, 1, tzinfo=UTC)
+    W, m = 16, 4
+    rows = []
+
+    def span(rank, update):  # the SDK's report of a DistributedSampler rank
+        p = (update - 1) * W * m
+        return [{"stratum": "main", "epoch": 0, "ranges": [[p + rank, p + W * m + rank, W]],
+                 "order": "e187"}]
+
+    for update in range(1, 41):
+        seq = 1 + update // 10
+        if update % 7 == 0:  # the update in two rows, the second half later
+            rows += [LedgerRow(run=run, attempt=0, update=update, rank=0, ranks=9, rank_shift=1,
+                               time=when + timedelta(seconds=update), spans=span(0, update),
+                               first_seq=seq, last_seq=seq),
+                     LedgerRow(run=run, attempt=0, update=update, rank=9, ranks=7, rank_shift=1,
+                               time=when + timedelta(seconds=update + 0.5), spans=span(9, update),
+                               first_seq=seq, last_seq=seq)]
+        else:
+            rows.append(LedgerRow(run=run, attempt=0, update=update, rank=0, ranks=W,
+                                  rank_shift=1, time=when + timedelta(seconds=update),
+                                  spans=span(0, update), first_seq=seq, last_seq=seq))
+        if update == 12:  # rank 5 again, other positions
+            rows.append(LedgerRow(run=run, attempt=0, update=12, rank=5, ranks=1,
+                                  time=when + timedelta(seconds=30), spans=[
+                                      {"stratum": "main", "epoch": 0, "order": "e187",
+                                       "ranges": [[90_000, 90_002]]}],
+                                  first_seq=seq, last_seq=seq))
+    rows += [LedgerRow(run=run, attempt=1, update=u, rank=2, ranks=3, rank_shift=100,
+                       time=when, first_seq=9, last_seq=9, spans=[
+                           {"stratum": "a", "epoch": 0,
+                            "ranges": [[u * 10, u * 10 + 2], [5000, 5001]]},
+                           {"stratum": "b", "epoch": 1, "ranges": [[u, u + 1]], "padding": True}])
+             for u in range(1, 4)]
+    LedgerRow.objects.bulk_create(rows)
+    state = recovery.Ledger()
+    assert bridge.absorb_new(run, state, -1, 3) == (W * 29 + 1, 0)  # updates 1..29
+    state = recovery.Ledger.from_bytes(state.to_bytes())
+    assert bridge.absorb_new(run, state, 3, 100) == (W * 11 + 9, 0)  # 30..40, attempt 1
+    records = [recovery.LedgerRecord(r.attempt, r.update, rank, r.time.timestamp(), list(part))
+               for r in sorted(LedgerRow.objects.filter(run=run),
+                               key=lambda r: (r.last_seq > 3, r.attempt, r.update, r.rank))
+               for rank, part in unfold(r.rank, r.ranks, r.rank_shift, r.spans)]
+    assert state.to_bytes() == recovery.Ledger.from_records(records).to_bytes()
+    assert state.segment(0, 11, 12)[("main", 0, "e187")].consumed == W * m + 2
