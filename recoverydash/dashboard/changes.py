@@ -44,17 +44,23 @@ class Change:
     state: str = ""   # an alert's new state, for its badge
 
 
+def _newest(rows, run_field: str, time_field: str, run: str, before, limit: int):
+    """``rows`` of runs whose id holds ``run`` (``run_field``: the lookup of the run id), older
+    than ``before`` by ``time_field``, newest first, at most ``limit``."""
+    if run:
+        rows = rows.filter(**{f"{run_field}__icontains": run})
+    if before:
+        rows = rows.filter(**{f"{time_field}__lt": before})
+    return rows.order_by(f"-{time_field}", "-pk")[:limit]
+
+
 def _flips(projects, run: str, before, limit: int, acks_only: bool) -> list[Change]:
     rows = (AlertFlip.objects.select_related("alert__run__project")
             .filter(alert__run__project__in=projects))
-    if run:
-        rows = rows.filter(alert__run__run_id__icontains=run)
     if acks_only:
         rows = rows.filter(new_state="acknowledged").exclude(old_state="acknowledged")
-    if before:
-        rows = rows.filter(created_at__lt=before)
     out = []
-    for f in rows.order_by("-created_at", "-pk")[:limit]:
+    for f in _newest(rows, "alert__run__run_id", "created_at", run, before, limit):
         a = f.alert
         if f.change is not None:
             what, who, kind = f"{a.rule}: {f.reason}", "recoverydash", "alerts"
@@ -75,12 +81,8 @@ def _flips(projects, run: str, before, limit: int, acks_only: bool) -> list[Chan
 def _notes(projects, run: str, before, limit: int) -> list[Change]:
     rows = (AlertNote.objects.select_related("alert__run__project")
             .filter(alert__run__project__in=projects))
-    if run:
-        rows = rows.filter(alert__run__run_id__icontains=run)
-    if before:
-        rows = rows.filter(created_at__lt=before)
     out = []
-    for n in rows.order_by("-created_at", "-pk")[:limit]:
+    for n in _newest(rows, "alert__run__run_id", "created_at", run, before, limit):
         a = n.alert
         if n.kind == "assigned":
             what = f"{a.rule} assigned to {n.text}" if n.text else f"{a.rule} left to nobody"
@@ -94,12 +96,8 @@ def _notes(projects, run: str, before, limit: int) -> list[Change]:
 def _monitoring(projects, run: str, before, limit: int) -> list[Change]:
     rows = (MonitoringChange.objects.select_related("run__project")
             .filter(run__project__in=projects))
-    if run:
-        rows = rows.filter(run__run_id__icontains=run)
-    if before:
-        rows = rows.filter(at__lt=before)
     out = []
-    for m in rows.order_by("-at", "-pk")[:limit]:
+    for m in _newest(rows, "run__run_id", "at", run, before, limit):
         what = ("monitoring paused" if m.paused else "monitoring resumed") + \
             (f": {m.note}" if m.note else "")
         out.append(Change(m.at, "monitoring", m.run, m.by or "the run's next event", what,
@@ -110,12 +108,8 @@ def _monitoring(projects, run: str, before, limit: int) -> list[Change]:
 def _restarts(projects, run: str, before, limit: int) -> list[Change]:
     rows = (Attempt.objects.select_related("run__project")
             .filter(run__project__in=projects, attempt__gt=0, started_at__isnull=False))
-    if run:
-        rows = rows.filter(run__run_id__icontains=run)
-    if before:
-        rows = rows.filter(started_at__lt=before)
     out = []
-    for a in rows.order_by("-started_at", "-pk")[:limit]:
+    for a in _newest(rows, "run__run_id", "started_at", run, before, limit):
         source = a.resumed_from.get("generation_id") if isinstance(a.resumed_from,
                                                                    dict) else None
         what = f"attempt {a.attempt} started" + (
@@ -135,12 +129,8 @@ def _rejections(projects, run: str, before, limit: int) -> list[Change]:
             .filter(run__project__in=projects, status="rejected")
             .annotate(at=Coalesce(F("verified_at"), F("committed_at")))
             .filter(at__isnull=False))
-    if run:
-        rows = rows.filter(run__run_id__icontains=run)
-    if before:
-        rows = rows.filter(at__lt=before)
     out = []
-    for g in rows.order_by("-at", "-pk")[:limit]:
+    for g in _newest(rows, "run__run_id", "at", run, before, limit):
         codes = ", ".join(sorted({r.get("code", "") for r in g.reasons or []})) or "no reason"
         out.append(Change(g.at, "rejections", g.run, "recoverydash",
                           f"generation {g.generation_id} (update {g.update:,}) rejected: {codes}",

@@ -249,3 +249,26 @@ def s2_run(client, full_token, scenario_loader, tmp_path, project):
     run, _ = post_scenario(client, full_token, scenario_loader,
                            "s2_resume_at_read_cursor_omission", tmp_path)
     return run
+
+
+@pytest.fixture
+def browser():
+    """Headless Chromium. The test body runs inside Playwright's sync context, where Django's
+    connection is another one than the session's (asgiref's Local is per context): it is closed
+    here, else it stays open and the per-process test database cannot be dropped at the end
+    ('is being accessed by other users': test databases were left behind)."""
+    # Playwright's sync API runs an event loop in this thread; the ORM work is done before.
+    import os
+
+    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from django.db import connections
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
+            "--no-sandbox", "--disable-background-networking", "--disable-gpu"])
+        try:
+            yield b
+        finally:
+            b.close()
+            connections.close_all()

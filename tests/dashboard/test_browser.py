@@ -4,7 +4,6 @@ acknowledging an alert. Screenshots of every page at 1280 px and 375 px go to te
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -22,27 +21,6 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(not shutil.which(CHROMIUM), reason="no /usr/bin/chromium (make browser)"),
 ]
-
-
-@pytest.fixture
-def browser():
-    """Headless Chromium. The test body runs inside Playwright's sync context, where Django's
-    connection is another one than the session's (asgiref's Local is per context): it is closed
-    here, else it stays open and the per-process test database cannot be dropped at the end
-    ('is being accessed by other users': test databases were left behind)."""
-    # Playwright's sync API runs an event loop in this thread; the ORM work is done before.
-    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    from django.db import connections
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-background-networking", "--disable-gpu"])
-        try:
-            yield b
-        finally:
-            b.close()
-            connections.close_all()
 
 
 def shoot(page, name: str) -> None:

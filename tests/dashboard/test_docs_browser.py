@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from tests.dashboard.conftest import PASSWORD
-from tests.dashboard.test_browser import CHROMIUM, browser, shoot  # noqa: F401 (fixture)
+from tests.dashboard.test_browser import CHROMIUM, shoot
 
 pytestmark = [
     pytest.mark.slow,

@@ -4,7 +4,6 @@ alert's deep link, and no console error on the way."""
 
 from __future__ import annotations
 
-import os
 import shutil
 
 import pytest
@@ -19,18 +18,6 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(not shutil.which(CHROMIUM), reason="no /usr/bin/chromium (make browser)"),
 ]
-
-
-@pytest.fixture
-def browser():
-    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-background-networking", "--disable-gpu"])
-        yield b
-        b.close()
 
 
 def test_it_takes_the_on_call_person_from_the_fleet_to_the_restart(browser, live_server, s2_run,

@@ -15,7 +15,6 @@ production: WhiteNoise with the collected, hashed and compressed static files.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from datetime import timedelta
 from pathlib import Path
@@ -97,22 +96,6 @@ def served(settings):
         raise thread.error
     yield f"http://127.0.0.1:{thread.port}"
     thread.terminate()
-
-
-@pytest.fixture
-def browser():
-    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    from django.db import connections
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-background-networking", "--disable-gpu"])
-        try:
-            yield b
-        finally:
-            b.close()
-            connections.close_all()
 
 
 @pytest.fixture
