@@ -117,6 +117,7 @@ def test_the_window_box_says_what_it_shows_in_the_verdicts_words(owner_client, r
                     html).group(1)
     assert "bad" not in box
     assert "the verdict's 64 replayed are not among the ids of these windows" in html
+    assert 'class="id id-undelivered"' in html and 'class="id id-skipped"' not in html
 
 
 def test_with_an_omission_the_expected_ids_not_delivered_are_skipped(owner_client,
