@@ -115,6 +115,17 @@ def world(known_run, project, owner, teammate, known_result):
     calm = Run.objects.create(project=project, run_id="calm-paused",
                               last_received_at=timezone.now() - timedelta(hours=1))
     monitoring.pause(calm, "olivia", "stopped on purpose")
+    from recoverydash.runs.models import DrillResult
+
+    for point, passed in (("after_commit", True), ("mid_save", False)):
+        DrillResult.objects.create(
+            project=project, run=known_run, drill_id="nightly-drill-with-a-long-name",
+            config_digest="sha256:0f3c9a", point=point, attempt=1, passed=passed,
+            expected_generation="g1250", restored_generation="g1250" if passed else "g1200",
+            verdict="exact" if passed else "replay", replayed=0 if passed else 64, omitted=0,
+            recomputed=48, failures=[] if passed else [{"code": "wrong_generation",
+                                                        "detail": "restored g1200"}],
+            reported_at=timezone.now())
     alert = Alert.objects.get(run=known_run)
     AlertFlip.objects.create(alert=alert, old_state="", new_state="firing", reason=alert.summary)
     add_note(alert, "olivia", "resume cursor came from the read cursor file")
