@@ -32,6 +32,18 @@ class StaticStorage(CompressedManifestStaticFilesStorage):
 
     manifest_strict = False
 
+    def compress_files(self, paths):
+        """WhiteNoise's compression of ``paths`` (hashed names), leaving out each file whose
+        compressed copies are there already: a hashed name's content never changes, so a
+        collection after one file changed compresses that file, not plotly.min.js again (its
+        brotli copy costs tens of CPU seconds)."""
+        from whitenoise.compress import brotli_installed
+
+        suffixes = [".gz"] + ([".br"] if brotli_installed else [])
+        fresh = [p for p in paths
+                 if not all(self.exists(p + suffix) for suffix in suffixes)]
+        yield from super().compress_files(fresh)
+
     def stored_name(self, name: str) -> str:
         try:
             return super().stored_name(name)

@@ -67,3 +67,28 @@ def test_plotly_is_found_alone_of_its_package():
     assert [name for name, _ in finder.list(None)] == ["plotly.min.js"]
     assert finders.find("vendor/plotly/plotly.min.js").endswith("package_data/plotly.min.js")
     assert finders.find("vendor/plotly/widgetbundle.js") is None
+
+
+@pytest.mark.django_db
+def test_a_new_collection_compresses_only_the_files_that_changed(tmp_path, settings):
+    import os
+    import shutil
+
+    from recoverydash.dashboard.staticfiles import collect_if_changed
+
+    source = tmp_path / "src"
+    shutil.copytree(settings.BASE_DIR / "static", source)
+    root = tmp_path / "static"
+    with override_settings(STATIC_ROOT=root, STATICFILES_FINDERS=OWN,
+                           STATICFILES_DIRS=[source]):
+        assert collect_if_changed() is True
+        (css_br,) = root.glob("dashboard/dashboard.*.css.br")
+        (live_br,) = root.glob("dashboard/live.*.js.br")
+        os.utime(css_br, (1, 1))
+        os.utime(live_br, (1, 1))
+        with open(source / "dashboard" / "live.js", "a") as f:
+            f.write("\n/* changed */\n")
+        assert collect_if_changed() is True
+        assert css_br.stat().st_mtime == 1  # unchanged content: not compressed again
+        (new_live_br,) = [p for p in root.glob("dashboard/live.*.js.br") if p != live_br]
+        assert new_live_br.stat().st_mtime > 1
