@@ -314,3 +314,17 @@ def test_the_crosshair_the_range_in_the_url_and_the_refresh_choice(browser, serv
     assert page.get_attribute("#live", "data-refresh") == "off"
     assert page.eval_on_selector("select[name=refresh]", "s => s.value") == "off"
     assert page.errors == []
+
+
+def test_a_search_finds_a_run_the_default_view_hides(browser, served, world, owner):
+    page = _page(browser, served, owner)
+    page.goto(served + "/")
+    page.fill("#id_q", "calm")
+    page.click("form.filters button:has-text('Filter')")
+    note = page.locator(".hidden-runs")
+    assert "None of the 1 run matching “calm”" in note.inner_text()
+    note.locator("a").click()
+    page.wait_for_selector("tr[data-run='calm-paused']")
+    assert "view=all" in page.url and "q=calm" in page.url
+    assert "⏸ paused" in page.locator("tr[data-run='calm-paused']").inner_text()
+    assert page.errors == []
