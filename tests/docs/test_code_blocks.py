@@ -57,6 +57,21 @@ opt = torch.optim.SGD(model.parameters(), lr=0.1)
 """
 
 
+def _example_on_one_rank(script: str) -> str:
+    """Code that loads ``examples/<script>`` as ``example`` (its functions, without running it),
+    and starts a gloo process group of one rank."""
+    return f"""
+import importlib.util, tempfile
+import torch.distributed as dist
+import recoverydash.sdk as rd
+spec = importlib.util.spec_from_file_location("example", os.path.join(
+    os.environ["PYTHONPATH"], "examples", "{script}"))
+example = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(example)
+dist.init_process_group("gloo", store=dist.FileStore(tempfile.mktemp(), 1), rank=0, world_size=1)
+"""
+
+
 @dataclass(frozen=True)
 class PythonSetup:
     """``before`` runs first (what the block takes as given), then the block, then ``after``
@@ -233,16 +248,8 @@ print(json.dumps({"global_step": trainer.global_step,
     # docs/integrations/megatron.md: examples/megatron_gpt.py's two synthetic sources blended
     # 2:1 by Megatron-Core (sequences of 16 tokens), its pretraining batch order, one gloo rank;
     # after the block, 2 updates of 2 microbatches of 2 samples: 128 tokens
-    "megatron-dataset": PythonSetup(_COMMON + """
-import importlib.util, tempfile
-import torch.distributed as dist
+    "megatron-dataset": PythonSetup(_COMMON + _example_on_one_rank("megatron_gpt.py") + """
 from torch.utils.data import DataLoader
-import recoverydash.sdk as rd
-spec = importlib.util.spec_from_file_location("megatron_gpt", os.path.join(
-    os.environ["PYTHONPATH"], "examples", "megatron_gpt.py"))
-example = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(example)
-dist.init_process_group("gloo", store=dist.FileStore(tempfile.mktemp(), 1), rank=0, world_size=1)
 train_ds = example.build_data(os.path.abspath("data"), 16, 64, 0)
 gbs, mbs = 4, 2
 sampler = example.PretrainingBatches(len(train_ds), 0, mbs, 0, 1)
@@ -260,18 +267,10 @@ dist.destroy_process_group()
 """),
     # docs/integrations/streaming.md: examples/streaming_train.py's two MDS streams mixed 3:1,
     # one gloo rank, batches of 2, 4 updates, a checkpoint every 2
-    "streaming-loader": PythonSetup(_COMMON + """
-import importlib.util, tempfile
-import torch.distributed as dist
+    "streaming-loader": PythonSetup(_COMMON + _example_on_one_rank("streaming_train.py") + """
 from torch.distributed.checkpoint.state_dict import get_state_dict
-import recoverydash.sdk as rd
 from recoverydash.integrations.streaming import streaming_base
-spec = importlib.util.spec_from_file_location("streaming_train", os.path.join(
-    os.environ["PYTHONPATH"], "examples", "streaming_train.py"))
-example = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(example)
 DataState = example.DataState
-dist.init_process_group("gloo", store=dist.FileStore(tempfile.mktemp(), 1), rank=0, world_size=1)
 example.write_streams(os.path.abspath("mds"))
 streams = [streaming_base().Stream(local=os.path.abspath(f"mds/{name}"), proportion=p)
            for name, p in (("web", 0.75), ("code", 0.25))]
@@ -295,15 +294,7 @@ dist.destroy_process_group()
 """),
     # docs/integrations/torchtitan.md: examples/torchtitan_train.py's CheckpointManager and
     # HuggingFaceTextDataLoader over its synthetic corpus, one gloo rank, a fresh start
-    "torchtitan-watch": PythonSetup(_COMMON + """
-import importlib.util, tempfile
-import torch.distributed as dist
-import recoverydash.sdk as rd
-spec = importlib.util.spec_from_file_location("torchtitan_train", os.path.join(
-    os.environ["PYTHONPATH"], "examples", "torchtitan_train.py"))
-example = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(example)
-dist.init_process_group("gloo", store=dist.FileStore(tempfile.mktemp(), 1), rank=0, world_size=1)
+    "torchtitan-watch": PythonSetup(_COMMON + _example_on_one_rank("torchtitan_train.py") + """
 args = example.parse(["--dump", os.path.abspath("titan"), "--corpus", os.path.abspath("corpus")])
 example.write_corpus(args.corpus)
 dataloader, model, opt, sched, checkpointer, train_state = example.build(args, 0, 1)
