@@ -87,7 +87,8 @@ def build(args: argparse.Namespace, rank: int, world: int):
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda u: min(1.0, (u + 1) / 5))
     train_state = TrainState()
     manager = CheckpointManager(
-        CheckpointManager.Config(enable=True, folder="checkpoint", interval=args.save_every,
+        CheckpointManager.Config(enable=True, folder=args.checkpoint_folder,
+                                 interval=args.save_every,
                                  keep_latest_k=args.keep, async_mode=args.async_mode,
                                  last_save_model_only=False,
                                  exclude_from_loading=["dataloader"]
@@ -217,6 +218,8 @@ def parse(argv=None) -> argparse.Namespace:
                    help="API token with scopes ingest and read")
     p.add_argument("--run-id", default="torchtitan-train")
     p.add_argument("--dump", default="./titan", help="torchtitan's dump folder")
+    p.add_argument("--checkpoint-folder", default="checkpoint",
+                   help="checkpoint.folder, relative to the dump folder")
     p.add_argument("--corpus", default="./corpus", help="folder of the synthetic documents")
     p.add_argument("--steps", type=int, default=30, help="optimizer updates to reach")
     p.add_argument("--save-every", type=int, default=10, help="checkpoint.interval")

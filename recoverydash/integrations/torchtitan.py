@@ -58,6 +58,7 @@ from recoverydash.integrations._checkpoints import (
     remove_manifest,
     resume_path,
 )
+from recoverydash.sdk import faults
 from recoverydash.sdk.checkpoint import _all_gather_json, _dist_info, merge_cursors, publish_files
 from recoverydash.sdk.observe import BATCH_KEY, BatchTag, Iteration, attach_tag
 from recoverydash.sdk.tokens import TOKENS, TokenRanges
@@ -305,7 +306,18 @@ class TorchtitanWatch:
 
     def save(self, curr_step: int, last_step: bool = False) -> bool:
         """The manager's ``save``, then the generation published (at once, or when the async
-        upload completes)."""
+        upload completes). A failure drill's ``before_shards`` fires before the manager writes
+        (``recoverydash.sdk.faults``)."""
+        if faults.active_fault() is not None:
+            try:
+                if self.checkpointer._should_save(curr_step, last_step):
+                    _on, rank, _world = _dist_info(None)
+                    gen = free_generation_id(self.location,
+                                             generation_name(curr_step, self.client.attempt))
+                    faults.save_point("before_shards", gen, curr_step, rank, client=self.client,
+                                      coordinator=rank == 0)
+            except Exception as e:  # noqa: BLE001 - a drill hook never stops a save
+                log.warning("recoverydash: drill point before_shards skipped: %r", e)
         saved = self._save(curr_step, last_step)
         if not saved:
             return saved

@@ -74,6 +74,8 @@ import threading
 import time
 from typing import Any
 
+from recoverydash.sdk.tokens import TokenRanges
+
 log = logging.getLogger("recoverydash.sdk")
 
 FAULT_ENV = "RECOVERYDASH_DRILL_FAULT"
@@ -228,6 +230,9 @@ def on_commit(recorder: Any, update: int, pending: list) -> None:
                         consumed.extend([["ids", None, str(i)] for i in ids])
                         continue
                     e = epoch if it.epoch is None else it.epoch
+                    if type(positions) is TokenRanges:  # a packed sequence: its first token
+                        consumed.extend([it.stratum, e, int(lo)] for lo, _hi in positions)
+                        continue
                     consumed.extend([it.stratum, e, int(p)] for p in positions)
             digest, fingerprint = parameter_digest()
             trace("update", attempt=recorder.client.attempt, rank=recorder.rank, update=update,
