@@ -399,7 +399,7 @@ def bench_training(url: str, spool: str, tmp: str, rounds: int, n: int, gap: int
     variants = ("bare", "control", "sdk", "counted", "metrics")
     for v in variants:  # warm up (and start the sender and writer threads)
         window(v)
-    sender = client._thread
+    sender = client._worker.thread
     rng = random.Random(1)
     over: dict = {v: [] for v in variants[1:]}
     over_cpu: dict = {v: [] for v in variants[1:]}

@@ -7,7 +7,8 @@ plausible worst of ``bench/sdk_overhead.py``): one write-ahead every ``write_ahe
 whole batch so far (encode the new events, gzip the batch, write one file, delete the previous
 one), and at the send the gzip of the batch and the file's deletion. Without the write-ahead it
 encodes and gzips the batch once at the send. Both flows are run here in this thread, on the
-client's own methods (``_take``, ``_body``, ``_write_ahead``, ``DiskSpool.drop_ahead``), with
+worker's own methods (``Worker._take``, ``_write_ahead``, ``delivery.batch_body``,
+``DiskSpool.drop_ahead``), with
 the network left out (the same request either way), interleaved over rounds; the thread CPU time
 (``time.thread_time``) and wall time per event are medians over rounds. The training thread's
 side is one attribute test per ``emit`` and one wake of the sender per write-ahead, not timed.
@@ -41,13 +42,15 @@ def main() -> int:
     ap.add_argument("--bound", type=float, default=2.0, help="write_ahead_s")
     args = ap.parse_args()
     from recoverydash.sdk.client import Client
+    from recoverydash.sdk.delivery import batch_body
 
     tmp = tempfile.mkdtemp(prefix="rd-wa-")
     # a URL that is never contacted: the flows below call the sender's methods directly and no
     # emit starts the thread
     c = Client("http://127.0.0.1:9", "bench", "bench-run", attempt=0, rank=3, spool_dir=tmp,
                flush_interval=60.0, write_ahead_s=args.bound, handle_sigterm=False)
-    n = c.batch_max_events
+    w = c._worker  # the sender's worker: its queue, batching and write-ahead
+    n = w.batch_max_events
     per_tick = max(1, int(args.rate * args.bound))
     u = 0
 
@@ -56,26 +59,26 @@ def main() -> int:
         now = time.time()
         for _ in range(k):
             u += 1
-            c._buf.append((event(u), now))
+            w._buf.append((event(u), now))
 
     def plain() -> tuple[float, float]:
         fill(n)
         w0, c0 = time.perf_counter(), time.thread_time()
-        c._body(c._take())
+        batch_body(w._take())
         return time.thread_time() - c0, time.perf_counter() - w0
 
     def write_ahead() -> tuple[float, float]:
         cpu = wall = 0.0
-        while len(c._ahead) < n:
-            fill(min(per_tick, n - len(c._ahead)))
+        while len(w._ahead) < n:
+            fill(min(per_tick, n - len(w._ahead)))
             w0, c0 = time.perf_counter(), time.thread_time()
-            c._write_ahead()
+            w._write_ahead()
             cpu, wall = cpu + time.thread_time() - c0, wall + time.perf_counter() - w0
         w0, c0 = time.perf_counter(), time.thread_time()
-        c._body(c._ahead)  # the send's gzip (its events were encoded by the write-ahead)
-        c._spool.drop_ahead(c._ahead_file)
+        batch_body(w._ahead)  # the send's gzip (its events were encoded by the write-ahead)
+        w.spool.drop_ahead(w._ahead_file)
         cpu, wall = cpu + time.thread_time() - c0, wall + time.perf_counter() - w0
-        c._ahead, c._ahead_bytes, c._ahead_file, c._inflight = [], 0, None, 0
+        w._ahead, w._ahead_bytes, w._ahead_file, w._inflight = [], 0, None, 0
         return cpu, wall
 
     plain(), write_ahead()  # warm up
@@ -83,7 +86,7 @@ def main() -> int:
     for r in range(args.rounds):
         for name in (("plain", "write_ahead") if r % 2 else ("write_ahead", "plain")):
             rows[name].append(plain() if name == "plain" else write_ahead())
-    files = [e for e in os.listdir(c._spool.folder) if ".batch" in e]
+    files = [e for e in os.listdir(w.spool.folder) if ".batch" in e]
     shutil.rmtree(tmp, ignore_errors=True)
     assert files == [], files  # every write-ahead file was deleted
     med = {k: (statistics.median(x[0] for x in v) / n * 1e6,

@@ -1,18 +1,25 @@
-"""Command line: ``python -m recoverydash.sdk check LOCATION [--format F] [--json] [--hash]``
-and ``python -m recoverydash.sdk drill [options] -- COMMAND`` (failure drills:
-``recoverydash.sdk.drill``).
+"""Command line: ``python -m recoverydash.sdk check LOCATION [--format F] [--json] [--hash]``,
+``python -m recoverydash.sdk resend --run RUN`` and ``python -m recoverydash.sdk drill [options]
+-- COMMAND`` (failure drills: ``recoverydash.sdk.drill``).
+
+``resend`` sends what a run's spool holds (``<spool_dir>/<run_id>/``) and offers the events in its
+``rejected/`` folder again (``recoverydash.sdk.resend``): what to run once a token the server
+refused (401, 403: the trainer kept every event in its spool) is right. ``--url`` / ``--token``
+default to ``$RECOVERYDASH_URL`` / ``$RECOVERYDASH_TOKEN``, ``--spool-dir`` to the SDK's default
+spool. Exit status: 0 when nothing of the run is left unsent, 1 otherwise (the token still
+refused, the server unreachable, events it refuses again), 2 on usage errors.
 
 Lists the checkpoint generations under LOCATION (a folder, relative or absolute, ``file:///dir``
 or ``s3://bucket/prefix``): the newest restorable one first, then every generation newest first
 with its status (``restorable``, ``rejected``, ``committed``, ``pending``, ``abandoned``) and
-reasons (docs/definitions.md#generation-status). ``--format`` (default ``auto``, told from the layout) reads our own
-manifests (``recoverydash``: every object verified against its recorded size and sha256) or a
-framework's folders with no change to the trainer: ``dcp`` (torchtitan ``step-N``), ``hf``
-(``checkpoint-N``), ``lightning`` (``.ckpt``), ``deepspeed``, ``megatron``, ``orbax``; each
-applies the completeness rule printed with the result (docs/formats.md). ``--hash`` reads every
-file to record its sha256 (progress on stderr). Exit status: 0 when one generation is
-restorable, 1 when none is (or the location cannot be listed, or no layout is recognised), 2 on
-usage errors.
+reasons (docs/definitions.md#generation-status). ``--format`` (default ``auto``, told from the
+layout) reads our own manifests (``recoverydash``: every object verified against its recorded
+size and sha256) or a framework's folders with no change to the trainer: ``dcp`` (torchtitan
+``step-N``), ``hf`` (``checkpoint-N``), ``lightning`` (``.ckpt``), ``deepspeed``, ``megatron``,
+``orbax``; each applies the completeness rule printed with the result (docs/formats.md).
+``--hash`` reads every file to record its sha256 (progress on stderr). Exit status: 0 when one
+generation is restorable, 1 when none is (or the location cannot be listed, or no layout is
+recognised), 2 on usage errors.
 
 The check covers storage only: it does not see the data ledger, so ``data_cursor_mismatch`` and
 ``stale_state`` (which need the server's ledger and the digests of every generation it knows) are
@@ -25,6 +32,7 @@ import argparse
 import json
 import os
 import sys
+from typing import Any
 
 from recoverydash.checkpoints.formats import (
     FORMATS,
@@ -72,13 +80,28 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--endpoint-url", default=None, help="S3 endpoint (MinIO, moto...)")
     c.add_argument("--region", default=None, help="S3 region")
     c.add_argument("--json", action="store_true", help="print JSON instead of words")
+    r = sub.add_parser("resend", help="send a run's spooled and rejected events (once the token "
+                       "the server refused is right)")
+    r.add_argument("--run", required=True, help="the run id")
+    r.add_argument("--url", default=os.environ.get("RECOVERYDASH_URL"),
+                   help="server base URL (default $RECOVERYDASH_URL)")
+    r.add_argument("--token", default=os.environ.get("RECOVERYDASH_TOKEN"),
+                   help="API token with the ingest scope (default $RECOVERYDASH_TOKEN)")
+    r.add_argument("--spool-dir", default=None,
+                   help="root of the spool (default $RECOVERYDASH_SPOOL_DIR, else "
+                        "~/.cache/recoverydash/spool)")
+    r.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds for the spool in all (default 600)")
+    r.add_argument("--no-rejected", action="store_true",
+                   help="leave the rejected/ folder alone")
     from recoverydash.sdk import drill
     drill.add_parser(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0 restorable, 1 none, 2 usage error)."""
+    """Run the command line; returns the exit status (``check``: 0 restorable, 1 none;
+    ``resend``: 0 nothing left, 1 something left; 2 usage error)."""
     try:
         args = _parser().parse_args(argv)
     except SystemExit as e:  # argparse: usage errors exit 2, --help exits 0
@@ -86,6 +109,40 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "drill":
         from recoverydash.sdk import drill
         return drill.main(args)
+    if args.command == "resend":
+        return _resend(args)
+    return _check(args)
+
+
+def _resend(args: argparse.Namespace) -> int:
+    """``resend``: the run's spool, then its ``rejected/`` folder; says what is left."""
+    from recoverydash.sdk.resend import resend
+    from recoverydash.sdk.spool import run_folder
+
+    if not args.url:
+        print("error: no server: pass --url or set RECOVERYDASH_URL", file=sys.stderr)
+        return 2
+    out = resend(args.url, args.token, args.run, spool_dir=args.spool_dir,
+                 timeout=args.timeout, rejected=not args.no_rejected)
+    folder = out.spool.folder or run_folder(args.spool_dir, args.run)
+    print(f"run {args.run}: {out.spool.sent} spooled event(s) sent, {out.spool.left} left in "
+          f"{folder}" + (f" ({out.spool.stopped})" if out.spool.stopped else ""))
+    if not args.no_rejected:
+        print(f"rejected/: {out.rejected_sent} file(s) sent ({out.rejected_events} event(s)), "
+              f"{len(out.rejected_left)} left")
+        for name, status in out.rejected_left[:20]:
+            print(f"  {name}: " + (f"refused again (HTTP {status})" if status is not None
+                                   else "not sent (unreadable, or not tried)"))
+    if out.refused is not None:
+        what = "URL (--url: the server's base URL)" if out.refused == 404 else \
+            "token (--token / RECOVERYDASH_TOKEN, and its ingest scope)"
+        print(f"error: the server refused the {what.split(' ')[0]} (HTTP {out.refused}): "
+              f"nothing was sent past it; check the {what}", file=sys.stderr)
+    return 0 if out.complete else 1
+
+
+def _check(args: argparse.Namespace) -> int:
+    """``check LOCATION``: the generations in storage, the restorable one first."""
     if args.world_size is not None and args.world_size < 1:
         print("error: --world-size must be >= 1", file=sys.stderr)
         return 2
@@ -119,15 +176,25 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     adopted = result.format != "recoverydash"
     note = ADOPTED_NOTE if adopted else OFFLINE_NOTE
-    best = result.restorable
     if args.json:
-        doc = result.to_dict()
-        if not adopted and best is not None:
-            doc["cursor"] = best.progress.get("cursor") or []
-        doc["checked"] = "storage"  # the data ledger was not checked (see the note)
-        doc["note"] = note
-        print(json.dumps(doc, indent=1))
-        return 0 if best else 1
+        _print_json(result, adopted, note)
+    else:
+        _print_words(args, result, adopted, note)
+    return 0 if result.restorable else 1
+
+
+def _print_json(result: Any, adopted: bool, note: str) -> None:
+    doc = result.to_dict()
+    best = result.restorable
+    if not adopted and best is not None:
+        doc["cursor"] = best.progress.get("cursor") or []
+    doc["checked"] = "storage"  # the data ledger was not checked (see the note)
+    doc["note"] = note
+    print(json.dumps(doc, indent=1))
+
+
+def _print_words(args: argparse.Namespace, result: Any, adopted: bool, note: str) -> None:
+    best = result.restorable
     if best is not None:
         when = rfc3339(best.committed_at) or "time unknown"
         line = f"restore {best.generation_id} (update {best.update}, committed {when})"
@@ -153,7 +220,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sha256 recorded for {sum(len(g.objects) for g in result.generations)} file(s), "
               f"{result.hashed_bytes} bytes read (--json lists them)")
     print(note)
-    return 0 if best else 1
 
 
 if __name__ == "__main__":

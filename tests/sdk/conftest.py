@@ -86,7 +86,9 @@ class FakeIngest(LocalServer):
     """Records every request to ``/api/v1/events``; stores events idempotently on event_id.
 
     ``script``: a list of responses used one per request before the default 202, each
-    ``(status, headers_dict)`` or ``(status, headers_dict, body_dict)``. ``poison``: a predicate
+    ``(status, headers_dict)`` or ``(status, headers_dict, body_dict)``. ``tokens``: when set,
+    a request with another bearer token is refused with ``token_status`` (401 or 403) before
+    anything else (recorded in ``refused_tokens``, not in ``requests``). ``poison``: a predicate
     on an event; a batch holding one it is true for is answered 500 (and nothing of it stored),
     as a server that fails on that event would."""
 
@@ -101,6 +103,9 @@ class FakeIngest(LocalServer):
         self.runs_status = 200      # ... with this status (403: a token without read scope)
         self.gets: list[str] = []
         self.poison = None
+        self.tokens: set[str] | None = None  # tokens taken; another is refused ``token_status``
+        self.token_status = 401
+        self.refused_tokens: list[str] = []  # the Authorization headers refused, in order
         self.lock = threading.Lock()
         fake = self
 
@@ -122,10 +127,42 @@ class FakeIngest(LocalServer):
                 self.end_headers()
                 self.wfile.write(out)
 
+            def refuse_token(self) -> bool:
+                given = self.headers.get("Authorization") or ""
+                if fake.tokens is None or given in {f"Bearer {t}" for t in fake.tokens}:
+                    return False
+                with fake.lock:
+                    fake.refused_tokens.append(given)
+                code = {401: "unauthorized", 403: "forbidden"}[fake.token_status]
+                out = json.dumps({"error": code, "errors": [{"index": None, "path": "",
+                                                             "message": "scripted"}]}).encode()
+                self.send_response(fake.token_status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+                return True
+
+            def not_the_api(self) -> bool:
+                """A path other than the events endpoint: a web server's HTML 404 page."""
+                if self.path == "/api/v1/events":
+                    return False
+                out = b"<!DOCTYPE html><html><body><h1>Not Found</h1>" + b"." * 4000 + \
+                    b"</body></html>"
+                self.send_response(404)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+                return True
+
             def do_POST(self):
                 n = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(n)
-                body = gzip.decompress(raw) if self.headers.get("Content-Encoding") == "gzip" else raw
+                if self.refuse_token() or self.not_the_api():
+                    return
+                gzipped = self.headers.get("Content-Encoding") == "gzip"
+                body = gzip.decompress(raw) if gzipped else raw
                 events = json.loads(body)["events"]
                 if fake.delay:
                     time.sleep(fake.delay)
@@ -142,7 +179,8 @@ class FakeIngest(LocalServer):
                     dup = 0
                     if status == 202:
                         for e in events:
-                            fake.deliveries[e["event_id"]] = fake.deliveries.get(e["event_id"], 0) + 1
+                            eid = e["event_id"]
+                            fake.deliveries[eid] = fake.deliveries.get(eid, 0) + 1
                             if e["event_id"] in fake.stored:
                                 dup += 1
                             else:

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from recoverydash.sdk.client import Client
+from recoverydash.sdk.delivery import batch_body
 
 from .conftest import REPO, wait_for
 
@@ -161,13 +162,14 @@ def test_the_sender_thread_is_restarted_after_fork(ingest, spool):
     c = make(ingest, spool)
     c.heartbeat(1)
     assert c.flush(5)
-    parent_thread = c._thread
+    parent_thread = c._worker.thread
     pid = os.fork()
     if pid == 0:  # child: the parent's thread does not exist here
         code = 1
         try:
             c.update_committed(99, [])
-            if c.flush(5) and c._thread is not parent_thread and c._thread.is_alive():
+            if c.flush(5) and c._worker.thread is not parent_thread and \
+                    c._worker.thread.is_alive():
                 code = 0
         finally:
             os._exit(code)
@@ -249,7 +251,7 @@ def test_an_idle_sender_does_not_list_the_spool_folder_each_cycle(ingest, spool,
     folder = os.path.join(spool, "run-a")
     event = (b'{"type":"heartbeat","update":1,"run_id":"run-a","attempt":0,"rank":0,'
              b'"time":"2026-11-01T00:00:00.000+00:00","event_id":"run-a:0:0:other"}')
-    body = c._body([event])
+    body = batch_body([event])
     with open(os.path.join(folder, f"{time.time_ns():020d}-999999-00000000-n1.batch"), "wb") as f:
         f.write(body)
     assert c.flush(5)
@@ -261,7 +263,7 @@ def test_a_heartbeat_reports_dropped_events_without_listing_the_spool(ingest, sp
     c.heartbeat(0)
     c.heartbeat(1)  # dropped: the queue holds one event
     monkeypatch.setattr(c, "counters", lambda: pytest.fail("counters() on the hot path"))
-    c._buf.clear()
+    c._worker._buf.clear()
     assert c.heartbeat(2)
     monkeypatch.undo()
     assert c.flush(5)

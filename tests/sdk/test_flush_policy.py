@@ -105,15 +105,15 @@ def test_the_client_takes_the_world_size_from_its_argument_the_environment_or_it
         assert c.flush_policy.world_size is None and c.flush_policy.interval() == 1.0
         c.attempt_started(world_size=2048, dataset_version="d")  # rank 0: prompt
         assert c.flush_policy.world_size == 2048 and c.flush_policy.interval() == 51.2
-        assert c._prompt_since is not None
+        assert c._worker._prompt_since is not None
         other = Client("http://127.0.0.1:9", "t", "run-p", attempt=0, rank=7, spool_dir=spool)
         made.append(other)
         other.attempt_started(world_size=512, dataset_version="d")  # rank 7: periodic
-        assert other.flush_policy.world_size == 512 and other._prompt_since is None
+        assert other.flush_policy.world_size == 512 and other._worker._prompt_since is None
         d = client(world_size=16384)
         d.update_committed(1, [])
         d.heartbeat(1)
-        assert d._prompt_since is None  # nothing prompt queued: the 60 s cycle stands
+        assert d._worker._prompt_since is None  # nothing prompt queued: the 60 s cycle stands
     finally:
         for c in made:
             c.close(0.1)

@@ -117,7 +117,7 @@ def test_a_framework_handler_chaining_to_ours_is_not_put_behind_ours_by_a_later_
                 os._exit(9)
             previous(signum, frame)
         signal.signal(signal.SIGTERM, framework)
-        other = Client(c.url, "tok-1", "run-o", attempt=0, rank=0, spool_dir=c._spool_args[0])
+        other = Client(c.url, "tok-1", "run-o", attempt=0, rank=0, spool_dir=c.options.spool_dir)
         print("handler", signal.getsignal(signal.SIGTERM).__name__, file=sys.stderr, flush=True)
         print("ready", flush=True)
     """), signal.SIGTERM)
@@ -207,14 +207,14 @@ def test_single_process_job(monkeypatch):
 def test_no_handler_is_installed_outside_the_main_thread():
     import threading
 
-    from recoverydash.sdk import client as client_mod
+    from recoverydash.sdk import sigterm
 
     before = signal.getsignal(signal.SIGTERM)
     results = []
-    t = threading.Thread(target=lambda: results.append(client_mod.install_sigterm_handler()))
+    t = threading.Thread(target=lambda: results.append(sigterm.install_sigterm_handler()))
     t.start()
     t.join()
-    assert results == [False] or before is client_mod._on_sigterm
+    assert results == [False] or before is sigterm._on_sigterm
     assert signal.getsignal(signal.SIGTERM) is before
 
 
@@ -228,7 +228,7 @@ def journals(spool: str, run_id: str = "run-t") -> list[str]:
 WAIT_FOR_JOURNAL = """
         def journal_holds(n):   # waits for the sender's write-ahead file of n events
             while not any(".ahead-" in e and f"-n{n}.batch" in e
-                          for e in os.listdir(c._spool.folder)):
+                          for e in os.listdir(c._worker.spool.folder)):
                 time.sleep(0.005)
 """
 
@@ -261,7 +261,7 @@ def test_sigterm_after_a_write_ahead_delivers_everything_oldest_first(ingest, sp
     rc, _, err = signal_when_ready(child(spool, ingest.url, "", write_ahead_s=0.3, after=(
         WAIT_FOR_JOURNAL + f"""
         journal_holds({N})
-        c.write_ahead_s = 0   # the next events stay in memory: only SIGTERM writes them
+        c._worker.write_ahead_s = 0   # the next events stay in memory: only SIGTERM writes them
         for u in range({N} + 1, {N + 100} + 1):
             c.update_committed(u, [])
         print("ready", flush=True)

@@ -170,5 +170,5 @@ def test_a_full_spool_counts_what_it_drops_with_the_updates(ingest, spool):
         c.update_committed(u, [{"stratum": "main", "epoch": 0, "ranges": [[u, u + 1]]}])
     assert wait_for(lambda: c.counters()["dropped"] > 0, timeout=10)
     c.flush(1)
-    lo, hi = c._lost_updates
+    lo, hi = c._worker.counters.lost_updates
     assert 1 <= lo <= hi <= 100
