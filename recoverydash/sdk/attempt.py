@@ -48,6 +48,7 @@ from typing import Any
 
 from recoverydash.sdk import fetch
 from recoverydash.sdk.spool import run_folder
+from recoverydash.sdk.transport import api_url
 
 log = logging.getLogger("recoverydash.sdk")
 
@@ -150,7 +151,7 @@ def latest_on_server(url: str | None, token: str | None, run_id: str, *,
     know the run, does not answer, or the token lacks the ``read`` scope)."""
     if not url:
         return None
-    req = urllib.request.Request(f"{url.rstrip('/')}/api/v1/runs?limit=5000",
+    req = urllib.request.Request(api_url(url, "runs?limit=5000"),
                                  headers={"Authorization": f"Bearer {token or ''}",
                                           "Accept": "application/json"})
     try:

@@ -71,12 +71,49 @@ from recoverydash.checkpoints.objects import (
 from recoverydash.checkpoints.selection import DEFAULT_REQUIRED_COMPONENTS, select_restorable
 from recoverydash.sdk import faults, fetch
 from recoverydash.sdk.client import Client, get_client, now_rfc3339
+from recoverydash.sdk.guard import ONCE
+from recoverydash.sdk.transport import api_url
 
 log = logging.getLogger("recoverydash.sdk")
 
 def shard_name(rank: int) -> str:
     """The shard a rank writes: ``rank<r>``."""
     return f"rank{rank}"
+
+
+def required_components_of(required_components: list[str] | None,
+                           client: Client | None) -> list[str]:
+    """The components every generation must hold: ``required_components`` when given, else the
+    ``required_components`` of the contract the client declared (``attempt_started(...,
+    contract=...)``, e.g. ``rec.start(contract=...)``), else the default
+    (``DEFAULT_REQUIRED_COMPONENTS``)."""
+    if required_components:
+        return list(required_components)
+    declared = getattr(client, "contract", None)
+    named = declared.get("required_components") if isinstance(declared, dict) else None
+    if isinstance(named, list) and all(isinstance(c, str) for c in named):
+        return list(named)
+    return list(DEFAULT_REQUIRED_COMPONENTS)
+
+
+def say_missing_components(generation_id: str, required: list[str], held) -> list[str]:
+    """Warn, once per process and set of components, that a generation holds none of some
+    components the contract requires (the server rejects it ``component_missing``, and a restart
+    cannot resume from it), naming the contract setting that says a trainer has no scheduler.
+    Returns the missing components."""
+    missing = [c for c in required if c not in set(held)]
+    if missing:
+        hint = "LR scheduler" if "scheduler" in missing else "such state"
+        ONCE(("component_missing", tuple(missing)), logging.WARNING,
+             "recoverydash: generation %s holds no %s, which the run's contract requires "
+             "(required_components: %s): the server rejects it (component_missing) and a "
+             "restart cannot resume from it. If the trainer has no %s, say so in the contract: "
+             "leave %s out of required_components in attempt_started (rec.start(contract="
+             "{\"required_components\": %s}) or client.attempt_started(..., contract=...); the "
+             "manifests follow it) or on the run's contract page. Said once.", generation_id,
+             ", ".join(missing), ", ".join(required), hint, ", ".join(missing),
+             json.dumps([c for c in required if c not in missing]))
+    return missing
 
 
 def make_generation_id(update: int, attempt: int) -> str:
@@ -256,7 +293,9 @@ def save_generation(location: str, generation_id: str, update: int, *,
     rank_state = dict(rank_state or {})
     small = list(rank_state) + (["rng"] if capture_rng else []) + ["data_progress"]
     components = list(dict.fromkeys(list(state) + small))
-    required = list(required_components or DEFAULT_REQUIRED_COMPONENTS)
+    required = required_components_of(required_components, client)
+    if is_coord:
+        say_missing_components(generation_id, required, components)
     shards = [shard_name(r) for r in range(world)]
     gen_uri = storage.join_uri(location, generation_id)
     if is_coord and client is not None:
@@ -554,8 +593,10 @@ def publish_files(location: str, generation_id: str, update: int, files: dict[st
 
     all_objects = [o for rep in reports for o in rep["objects"]]
     shards = list(dict.fromkeys(o["shard"] for o in all_objects))
-    required = list(required_components or DEFAULT_REQUIRED_COMPONENTS)
+    required = required_components_of(required_components, client)
     carried = {c for o in all_objects for c in o.get("components", [o["component"]])}
+    if not distributed or rank == coordinator:
+        say_missing_components(generation_id, required, carried)
     progress = dict(data_progress or {})
     progress["cursor"] = merge_cursors([rep.get("cursor") for rep in reports])
     manifest = {
@@ -735,7 +776,7 @@ def _send_spool_first(url, token, run_id, spool_dir, budget: float,
     """Send the run's spool (``client.send_spool`` within ``budget`` seconds); when some of it
     is left, read the newest commit it holds (until ``read_until``, a ``time.monotonic()``).
     None when nothing is left unsent."""
-    from recoverydash.sdk.client import send_spool
+    from recoverydash.sdk.resend import send_spool
     from recoverydash.sdk.spool import newest_spooled_commit
 
     sent = send_spool(url, token, run_id, spool_dir=spool_dir, timeout=budget)
@@ -870,93 +911,148 @@ def _wait_for_undecided(plan: dict, req, unsent, location, s3_client, wait_s: fl
     return plan
 
 
+@dataclass
+class _Asked:
+    """What asking the server left for storage to decide with: ``warnings`` (why storage
+    decides), ``decided`` (the generations the server decided against, ``{generation_id:
+    [reason]}``) and ``unknown_run`` (the server has no such run: a first launch)."""
+
+    warnings: list = field(default_factory=list)
+    decided: dict = field(default_factory=dict)
+    unknown_run: bool = False
+
+
+def _fresh_start(source: str, warnings: list, rejected: list | None = None) -> dict:
+    return {"source": source, "generation_id": None, "update": None,
+            "logger_rewind_update": None, "committed_at": None, "objects": [], "cursor": [],
+            "warnings": warnings, "rejected": rejected or [], "attempt": None}
+
+
 def _restore_plan(url, token, run_id, *, location, world_size, dataset_version, config_digest,
                   timeout, s3_client, spool_dir, wait_undecided_s=0.0) -> dict:
-    from recoverydash.recovery.figures import UNDECIDED, logger_rewind_update
-
     t0 = time.monotonic()
-    warnings: list = []
-    decided: dict = {}
+    asked = _Asked()
     if location:
         try:
             location = resolve_location(location)
         except StorageError:
             pass  # select_restorable says so below
     if url:
-        unsent = None
-        try:
-            unsent = _send_spool_first(url, token, run_id, spool_dir, timeout / 2,
-                                       t0 + 0.6 * timeout)
-        except Exception as e:  # noqa: BLE001 - the question goes on without it
-            log.warning("recoverydash: the spool was not sent before the restore plan: %r", e)
-        q = {k: v for k, v in (("world_size", world_size), ("dataset_version", dataset_version),
-                               ("config_digest", config_digest)) if v is not None}
-        endpoint = (f"{url.rstrip('/')}/api/v1/runs/{urllib.parse.quote(run_id, safe='')}"
-                    f"/restore-plan" + (f"?{urllib.parse.urlencode(q)}" if q else ""))
-        req = urllib.request.Request(endpoint, headers={"Authorization": f"Bearer {token or ''}",
-                                                        "Accept": "application/json"})
-        try:
-            # the whole answer within what is left of timeout
-            status, body = fetch.get_json(req, max(0.05, t0 + timeout - time.monotonic()))
-            if status == 409:
-                body = body if isinstance(body, dict) else {}
-                listed = body.get("rejected") or []
-                undecided = [g for g in listed if isinstance(g, dict)
-                             and g.get("status") in UNDECIDED]
-                decided = {g["generation_id"]: [r for r in g.get("reasons") or []
-                                                if isinstance(r, dict)]
-                           for g in listed if isinstance(g, dict)
-                           and isinstance(g.get("generation_id"), str)
-                           and g.get("status") not in UNDECIDED}
-                newer = unsent.newer_than(None, None, decided) if unsent else None
-                if undecided:
-                    warnings.append({"code": "server_undecided", "detail": (
-                        "the server found no restorable generation but has not decided "
-                        + ", ".join(f"{g.get('generation_id')} ({g.get('status')})"
-                                    for g in undecided[:10])
-                        + (f" and {len(undecided) - 10} more" if len(undecided) > 10 else "")
-                        + "; storage decides")})
-                elif newer:
-                    warnings.append({"code": "spool_commit_unsent", "detail": newer})
-                else:
-                    return {"source": "server", "generation_id": None, "update": None,
-                            "logger_rewind_update": None, "committed_at": None, "objects": [],
-                            "cursor": [], "warnings": _unsent_warning(unsent),
-                            "rejected": listed, "attempt": None}
-            else:
-                if not 200 <= status < 300:
-                    raise urllib.error.HTTPError(endpoint, status, "", None, None)
-                malformed = _malformed_plan(body)
-                body = body if isinstance(body, dict) else {}
-                newer = None if malformed or not unsent else \
-                    unsent.newer_than(body.get("generation_id"), body.get("update"), {})
-                if malformed:
-                    warnings.append({"code": "server_malformed", "detail": malformed})
-                elif newer:
-                    warnings.append({"code": "spool_commit_unsent", "detail": newer})
-                else:
-                    return _wait_for_undecided(_server_plan(body, unsent, location, s3_client),
-                                               req, unsent, location, s3_client,
-                                               _seconds(wait_undecided_s))
-        except urllib.error.HTTPError as e:
-            warnings.append({"code": "server_error", "detail": f"restore-plan answered {e.code}"})
-        except Exception as e:
-            warnings.append({"code": "server_unreachable", "detail": repr(e)[:300]})
+        query = {k: v for k, v in (("world_size", world_size), ("dataset_version", dataset_version),
+                                   ("config_digest", config_digest)) if v is not None}
+        plan = _ask_server(url, token, run_id, query, location, s3_client, spool_dir, timeout,
+                           t0, wait_undecided_s, asked)
+        if plan is not None:
+            return plan
     if not location:
-        return {"source": "none", "generation_id": None, "update": None,
-                "logger_rewind_update": None, "committed_at": None,
-                "objects": [], "cursor": [], "rejected": [], "attempt": None,
-                "warnings": warnings + [{"code": "no_location",
-                                         "detail": "no storage location to fall back to"}]}
+        if asked.unknown_run:  # the server has never heard of the run: a first launch
+            return _fresh_start("server", [])
+        return _fresh_start("none", asked.warnings + [
+            {"code": "no_location", "detail": "no storage location to fall back to"}])
+    return _storage_plan(location, world_size, dataset_version, s3_client, asked)
+
+
+def _ask_server(url, token, run_id, query: dict, location, s3_client, spool_dir, timeout: float,
+                t0: float, wait_undecided_s, asked: _Asked) -> dict | None:
+    """The server's plan (its spool sent first), or None when storage decides (``asked`` then
+    says why)."""
+    unsent = None
+    try:
+        unsent = _send_spool_first(url, token, run_id, spool_dir, timeout / 2, t0 + 0.6 * timeout)
+    except Exception as e:  # noqa: BLE001 - the question goes on without it
+        log.warning("recoverydash: the spool was not sent before the restore plan: %r", e)
+    endpoint = api_url(url, f"runs/{urllib.parse.quote(run_id, safe='')}/restore-plan") + (
+        f"?{urllib.parse.urlencode(query)}" if query else "")
+    req = urllib.request.Request(endpoint, headers={"Authorization": f"Bearer {token or ''}",
+                                                    "Accept": "application/json"})
+    try:
+        # the whole answer within what is left of timeout
+        status, body = fetch.get_json(req, max(0.05, t0 + timeout - time.monotonic()))
+    except Exception as e:  # noqa: BLE001 - unreachable, too slow, too large, not JSON
+        asked.warnings.append({"code": "server_unreachable", "detail": repr(e)[:300]})
+        return None
+    if status == 409:
+        return _no_restorable(body, unsent, asked)
+    if status == 404 and isinstance(body, dict) and body.get("error") == "not_found":
+        asked.unknown_run = True  # docs/ingest-v1.md: no such run in the token's project
+        return None
+    if not 200 <= status < 300:
+        asked.warnings.append({"code": "server_error", "detail": _refusal(status, body,
+                                                                           endpoint)})
+        return None
+    malformed = _malformed_plan(body)
+    body = body if isinstance(body, dict) else {}
+    newer = None if malformed or not unsent else \
+        unsent.newer_than(body.get("generation_id"), body.get("update"), {})
+    if malformed:
+        asked.warnings.append({"code": "server_malformed", "detail": malformed})
+    elif newer:
+        asked.warnings.append({"code": "spool_commit_unsent", "detail": newer})
+    else:
+        return _wait_for_undecided(_server_plan(body, unsent, location, s3_client), req, unsent,
+                                   location, s3_client, _seconds(wait_undecided_s))
+    return None
+
+
+def _refusal(status: int, body, endpoint: str) -> str:
+    """``server_error``'s detail: the status, and what it most likely means."""
+    detail = f"restore-plan answered {status}"
+    if status in (401, 403):
+        return detail + (": the token is refused (no, an unknown or a revoked token)"
+                         if status == 401 else ": the token lacks the read scope")
+    if not isinstance(body, dict):  # a web server's page, not the API's JSON
+        return detail + f" from {endpoint}, which is not the recoverydash API (its base URL?)"
+    errors = body.get("errors") if isinstance(body.get("errors"), list) else []
+    said = "; ".join(str(e.get("message"))[:200] for e in errors[:3] if isinstance(e, dict))
+    return detail + (f": {said}" if said else "")
+
+
+def _no_restorable(body, unsent, asked: _Asked) -> dict | None:
+    """A 409 (``no_restorable_generation``): the server's fresh start, or None when storage
+    decides (a generation the server has not decided, or a newer commit still spooled)."""
+    from recoverydash.recovery.figures import UNDECIDED
+
+    body = body if isinstance(body, dict) else {}
+    listed = body.get("rejected") or []
+    undecided = [g for g in listed if isinstance(g, dict) and g.get("status") in UNDECIDED]
+    asked.decided = {g["generation_id"]: [r for r in g.get("reasons") or []
+                                          if isinstance(r, dict)]
+                     for g in listed if isinstance(g, dict)
+                     and isinstance(g.get("generation_id"), str)
+                     and g.get("status") not in UNDECIDED}
+    newer = unsent.newer_than(None, None, asked.decided) if unsent else None
+    if undecided:
+        asked.warnings.append({"code": "server_undecided", "detail": (
+            "the server found no restorable generation but has not decided "
+            + ", ".join(f"{g.get('generation_id')} ({g.get('status')})" for g in undecided[:10])
+            + (f" and {len(undecided) - 10} more" if len(undecided) > 10 else "")
+            + "; storage decides")})
+        return None
+    if newer:
+        asked.warnings.append({"code": "spool_commit_unsent", "detail": newer})
+        return None
+    return _fresh_start("server", _unsent_warning(unsent), listed)
+
+
+def _storage_plan(location: str, world_size, dataset_version, s3_client, asked: _Asked) -> dict:
+    """Storage decides (``select_restorable``), never choosing what the server decided against.
+    For a run the server does not know, a storage holding no generation is a plain fresh start;
+    one holding some is said (``server_unknown_run``)."""
+    from recoverydash.recovery.figures import logger_rewind_update
+
     try:
         sel = select_restorable(location, world_size=world_size,
                                 dataset_version=dataset_version, s3_client=s3_client,
-                                decided=decided)
-    except Exception as e:
-        return {"source": "storage", "generation_id": None, "update": None,
-                "logger_rewind_update": None, "committed_at": None,
-                "objects": [], "cursor": [], "rejected": [], "attempt": None,
-                "warnings": warnings + [{"code": "storage_error", "detail": repr(e)[:300]}]}
+                                decided=asked.decided)
+    except Exception as e:  # noqa: BLE001 - said in the plan
+        return _fresh_start("storage", asked.warnings + [{"code": "storage_error",
+                                                          "detail": repr(e)[:300]}])
+    warnings = asked.warnings
+    if asked.unknown_run and sel.generations:
+        warnings = warnings + [{"code": "server_unknown_run", "detail": (
+            f"the server has no such run (its events never reached it, or it is another "
+            f"server), while storage holds {len(sel.generations)} generation(s); storage "
+            "decides")}]
     m = sel.manifest or {}
     return {"source": "storage", "generation_id": sel.generation_id, "update": sel.update,
             "logger_rewind_update": logger_rewind_update(sel) if sel.generation_id else None,
@@ -987,12 +1083,15 @@ class Restored(dict):
     (``{component: value}``, ``data_progress`` among them), and as attributes
     ``generation_id`` (the generation loaded, None when nothing could be), ``update`` (its update,
     0 for none), ``cursor`` (its manifest's data cursor), ``attempt`` (the attempt that wrote it,
-    from its manifest) and ``skipped`` (``[{"generation_id", "reason", "message"}]``: the
-    candidates that failed before it, newest first)."""
+    from its manifest), ``skipped`` (``[{"generation_id", "reason", "message"}]``: the
+    candidates that failed before it, newest first) and ``unplaced`` (``{component: [key]}``:
+    what the generation holds that the given state dicts had no place for, so it was not
+    loaded; logged as a warning)."""
 
     def __init__(self, values=(), *, generation_id=None, update=0, cursor=(), attempt=None,
-                 skipped=()):
+                 skipped=(), unplaced=None):
         super().__init__(values)
+        self.unplaced: dict[str, list[str]] = dict(unplaced or {})
         self.generation_id = generation_id
         self.update = int(update or 0)
         self.cursor = list(cursor or [])
@@ -1065,30 +1164,15 @@ def load_generation(location: str, generation_id: str, *, state: dict[str, Any],
                         "resolved")
         raise RestoreError(f"cannot resolve the location {location!r}: {e}") from e
     candidate: str | None = generation_id
+    unplaced: dict[str, list[str]] = {}
     while candidate is not None:
         tried.add(candidate)
+        unplaced.clear()
         manifest = _read_manifest_quietly(location, candidate, s3_client)
-        reason, message = None, ""
-        if not _is_s3(location):
-            problems = _agreed_problems(
-                _local_problems(location, candidate, manifest, rank, world, full_hash_max_bytes),
-                group)
-            if problems:
-                reason, message = "object_damaged", "; ".join(problems[:5])
-        if reason is None:
-            try:
-                out = _load_candidate(location, candidate, state, rank, group, s3_client,
-                                      staging_dir)
-                error = ""
-            except (KeyboardInterrupt, SystemExit):
-                raise
-            except BaseException as e:  # noqa: BLE001 - DCP's CheckpointException is one
-                out, error = None, f"{type(e).__name__}: {e}"[:1000]
-            errors = _agreed_problems([error] if error else [], group)
-            if errors:
-                reason = "object_damaged" if "StorageError" in errors[0] else "load_error"
-                message = "; ".join(errors[:3])
-                touched = touched or reason == "load_error"  # DCP may have written into state
+        out, reason, message = _try_candidate(location, candidate, manifest, state, rank, world,
+                                              group, s3_client, staging_dir,
+                                              full_hash_max_bytes, unplaced)
+        touched = touched or reason == "load_error"  # DCP may have written into state
         if reason is None:
             break
         log.error("recoverydash: restoring %s failed (%s): %s", candidate, reason, message)
@@ -1106,14 +1190,11 @@ def load_generation(location: str, generation_id: str, *, state: dict[str, Any],
             raise RestoreError(f"no generation could be loaded: {skipped}")
         _report_failure(client, rank, last, "nothing_restorable", left)
         return Restored(skipped=skipped)
+    out = out or {}
     if restore_rng and isinstance(out.get("rng"), dict):
-        import torch
-
-        rng = out["rng"]
-        torch.set_rng_state(rng["torch"])
-        random.setstate(rng["python"])
-        if "cuda" in rng and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
+        _restore_rng(out["rng"])
+    if unplaced and rank == 0:
+        _say_unplaced(candidate, unplaced)
     seconds = round(time.monotonic() - t0, 3)
     faults.on_restore(candidate, seconds, rank)
     if client is not None and rank == 0:
@@ -1123,19 +1204,59 @@ def load_generation(location: str, generation_id: str, *, state: dict[str, Any],
     return Restored(out, generation_id=candidate, update=manifest.get("update") or 0,
                     cursor=(manifest.get("data_progress") or {}).get("cursor") or [],
                     attempt=attempt if isinstance(attempt, int) and not isinstance(attempt, bool)
-                    else None, skipped=skipped)
+                    else None, skipped=skipped, unplaced=unplaced)
+
+
+def _try_candidate(location: str, candidate: str, manifest: dict | None, state: dict, rank: int,
+                   world: int, group, s3_client, staging_dir: str | None,
+                   full_hash_max_bytes: int, unplaced: dict[str, list[str]]
+                   ) -> tuple[dict | None, str | None, str]:
+    """Check one candidate's objects (a folder location: where DCP reads them, split between
+    the ranks), then load it; every rank learns every rank's problems. Returns ``(this rank's
+    per-rank values, None, "")``, or ``(None, reason, message)`` with reason
+    ``object_damaged`` or ``load_error`` (DCP may have written into ``state``)."""
+    if not _is_s3(location):
+        problems = _agreed_problems(
+            _local_problems(location, candidate, manifest, rank, world, full_hash_max_bytes),
+            group)
+        if problems:
+            return None, "object_damaged", "; ".join(problems[:5])
+    try:
+        out = _load_candidate(location, candidate, state, rank, group, s3_client, staging_dir,
+                              unplaced)
+        error = ""
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # noqa: BLE001 - DCP's CheckpointException is one
+        out, error = None, f"{type(e).__name__}: {e}"[:1000]
+    errors = _agreed_problems([error] if error else [], group)
+    if not errors:
+        return out, None, ""
+    return None, "object_damaged" if "StorageError" in errors[0] else "load_error", \
+        "; ".join(errors[:3])
+
+
+def _restore_rng(rng: dict) -> None:
+    """Put back the RNG states a generation saved (``_rng_state``)."""
+    import torch
+
+    torch.set_rng_state(rng["torch"])
+    random.setstate(rng["python"])
+    if "cuda" in rng and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
 
 
 def _load_candidate(location: str, generation_id: str, state: dict, rank: int, group, s3_client,
-                    staging_dir: str | None) -> dict:
+                    staging_dir: str | None, unplaced: dict[str, list[str]]) -> dict:
     if not _is_s3(location):
-        return _load_dir(os.path.join(_local_path(location), generation_id), state, rank, group)
+        return _load_dir(os.path.join(_local_path(location), generation_id), state, rank, group,
+                         unplaced)
     if s3_client is None:
         s3_client = storage.make_s3_client()
     staged = _staging(staging_dir, generation_id, rank, "load")
     try:
         _download_generation(location, generation_id, set(state), rank, staged, s3_client)
-        return _load_dir(staged, state, rank, group)
+        return _load_dir(staged, state, rank, group, unplaced)
     finally:
         shutil.rmtree(staged, ignore_errors=True)
 
@@ -1254,14 +1375,50 @@ def _download_generation(location: str, generation_id: str, dcp_components: set,
                                f"{obj.get('size')} bytes sha256 {obj.get('sha256')}")
 
 
-def _load_dir(gen_dir: str, state: dict[str, Any], rank: int, group) -> dict[str, Any]:
-    """Load a generation from a local folder: DCP components in place, per-rank files returned."""
+def _unplaced_keys(folder: str, component: str, sd: Any) -> list[str]:
+    """The keys of the DCP save in ``folder`` that ``{component: sd}`` has no place for (DCP
+    loads in place only what the given state dict names: a fresh optimizer's ``state_dict()``
+    names no ``state``), sorted; [] when the save's metadata cannot be read."""
+    try:
+        from torch.distributed.checkpoint import FileSystemReader
+        from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+
+        saved = FileSystemReader(folder).read_metadata().state_dict_metadata
+        given, _ = flatten_state_dict({component: sd})
+    except Exception as e:  # noqa: BLE001 - the load itself went through
+        log.debug("recoverydash: keys of %s not compared: %r", folder, e)
+        return []
+    return sorted(set(saved) - set(given))
+
+
+def _say_unplaced(generation_id: str, unplaced: dict[str, list[str]]) -> None:
+    for component, keys in unplaced.items():
+        hint = ""
+        if any(".state." in k for k in keys):
+            hint = (" An optimizer's state_dict() holds no state before its first step: load "
+                    "into get_state_dict(model, optimizer) (torch.distributed.checkpoint."
+                    "state_dict), which creates it, then set_state_dict.")
+        log.warning("recoverydash: generation %s holds %d entr%s of %s that the given state had "
+                    "no place for, so they were not loaded: %s.%s", generation_id, len(keys),
+                    "y" if len(keys) == 1 else "ies", component,
+                    ", ".join(keys[:8]) + (f" and {len(keys) - 8} more" if len(keys) > 8
+                                           else ""), hint)
+
+
+def _load_dir(gen_dir: str, state: dict[str, Any], rank: int, group,
+              unplaced: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    """Load a generation from a local folder: DCP components in place, per-rank files returned;
+    what a saved component holds that its given state dict has no place for goes to
+    ``unplaced``."""
     import torch
     import torch.distributed.checkpoint as dcp
 
     for component, sd in state.items():
-        dcp.load({component: sd}, checkpoint_id=os.path.join(gen_dir, component),
-                 process_group=group)
+        folder = os.path.join(gen_dir, component)
+        dcp.load({component: sd}, checkpoint_id=folder, process_group=group)
+        left = _unplaced_keys(folder, component, sd) if unplaced is not None else []
+        if left:
+            unplaced[component] = left
     out: dict[str, Any] = {}
     for component in sorted(os.listdir(gen_dir)):
         folder = os.path.join(gen_dir, component)

@@ -14,7 +14,8 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 
 from recoverydash.sdk.checkpoint import restore_plan
-from recoverydash.sdk.client import Client, send_spool
+from recoverydash.sdk.client import Client
+from recoverydash.sdk.resend import send_spool
 from recoverydash.sdk.spool import newest_spooled_commit, run_folder, unsent_events
 
 from .conftest import LocalServer, free_port, stopped_after
@@ -41,9 +42,10 @@ class PlanServer(LocalServer):
                 pass
 
             def _answer(self, status, body):
-                out = json.dumps(body).encode()
+                page = isinstance(body, bytes)  # a web server's page, not the API's JSON
+                out = body if page else json.dumps(body).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", "text/html" if page else "application/json")
                 self.send_header("Content-Length", str(len(out)))
                 self.end_headers()
                 self.wfile.write(out)
@@ -434,3 +436,54 @@ def test_storage_and_no_server_answers_list_nothing_newer(tmp_path):
 @pytest.mark.parametrize("run_id, folder", [(".", "_"), ("..", "__"), ("a/../b", "a_.._b")])
 def test_a_run_folder_is_never_the_spool_itself_or_its_parent(tmp_path, run_id, folder):
     assert run_folder(str(tmp_path), run_id) == str(tmp_path / folder)
+
+
+def unknown_run(stored):
+    """The server's answer for a run it has never heard of (docs/ingest-v1.md: 404 not_found)."""
+    return 404, {"error": "not_found", "errors": [{"index": None, "path": "run_id", "message":
+                                                   f"expected a run of this project, got unknown "
+                                                   f"run_id {RUN!r}"}]}
+
+
+def test_a_first_launch_is_a_fresh_start_without_a_warning(tmp_path, servers):
+    srv = servers(unknown_run)
+    plan = restore_plan(srv.url, "tok", RUN)
+    assert (plan["source"], plan["generation_id"], plan["warnings"]) == ("server", None, [])
+    empty = str(tmp_path / "ckpt")
+    os.makedirs(empty)
+    plan = restore_plan(srv.url, "tok", RUN, location=empty)
+    assert (plan["source"], plan["generation_id"], plan["warnings"]) == ("storage", None, [])
+
+
+def test_a_run_the_server_does_not_know_but_storage_does_is_decided_by_storage(tmp_path,
+                                                                               servers):
+    loc = str(tmp_path / "ckpt")
+    make_generation(loc, "g7", 7)
+    plan = restore_plan(servers(unknown_run).url, "tok", RUN, location=loc)
+    assert (plan["source"], plan["generation_id"]) == ("storage", "g7")
+    assert [w["code"] for w in plan["warnings"]] == ["server_unknown_run"]
+    assert "storage holds 1 generation(s)" in plan["warnings"][0]["detail"]
+
+
+@pytest.mark.parametrize("tail", ["/api/v1", "/api/v1/"])
+def test_a_base_url_ending_in_the_api_path_asks_the_right_address(servers, tail):
+    srv = servers(lambda stored: plan_200("g7", 7))
+    plan = restore_plan(srv.url + tail, "tok", RUN, world_size=2)
+    assert (plan["source"], plan["generation_id"]) == ("server", "g7")
+    assert srv.gets == [f"/api/v1/runs/{RUN}/restore-plan?world_size=2"]
+
+
+def test_a_url_that_is_not_the_api_is_said_in_a_line_not_an_html_page(tmp_path, servers):
+    page = b"<!DOCTYPE html><html><body>" + b"Not Found. " * 500 + b"</body></html>"
+    srv = servers(lambda stored: (404, page))
+    plan = restore_plan(srv.url + "/wrong", "tok", RUN, location=str(tmp_path / "none"))
+    [w] = [w for w in plan["warnings"] if w["code"] == "server_error"]
+    assert w["detail"] == (f"restore-plan answered 404 from {srv.url}/wrong/api/v1/runs/{RUN}/"
+                           "restore-plan, which is not the recoverydash API (its base URL?)")
+
+
+def test_a_refused_token_is_named_in_the_plans_warning(servers):
+    srv = servers(lambda stored: (401, {"error": "unauthorized", "errors": []}))
+    plan = restore_plan(srv.url, "bad", RUN)
+    assert {"code": "server_error", "detail": "restore-plan answered 401: the token is refused "
+            "(no, an unknown or a revoked token)"} in plan["warnings"]

@@ -250,3 +250,19 @@ def test_a_newer_generation_not_verified_yet_is_listed_beside_the_plan(
     assert (plan["source"], plan["generation_id"], plan["newer_undecided"], plan["warnings"]) \
         == ("server", "g200", [], [])
     assert plan["cursor"] == [{"stratum": "main", "epoch": 0, "position": 1600}]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_first_launch_asks_the_real_server_and_is_told_fresh_start(live_server, full_token,
+                                                                     tmp_path):
+    """The server has never heard of the run (404 ``not_found``): a fresh start without a
+    warning, also with the base URL given with ``/api/v1`` at its end."""
+    empty = tmp_path / "ckpt"
+    empty.mkdir()
+    status, body = raw_plan(live_server.url, full_token, "never-seen")
+    assert (status, body["error"]) == (404, "not_found")
+    for url in (live_server.url, live_server.url + "/api/v1/"):
+        plan = restore_plan(url, full_token, "never-seen", location=str(empty),
+                            spool_dir=str(tmp_path / "spool"))
+        assert (plan["source"], plan["generation_id"], plan["warnings"]) == \
+            ("storage", None, [])
