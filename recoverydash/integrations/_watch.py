@@ -7,6 +7,7 @@ import logging
 import os
 from typing import Any
 
+from recoverydash.recovery.contract import DEFAULT_REQUIRED_COMPONENTS
 from recoverydash.sdk.client import Client
 from recoverydash.sdk.observe import ObservedRecorder
 
@@ -19,8 +20,10 @@ class Watch:
     ``_RUN_ID``). dataset_version: identity of the training data (``attempt_started``,
     manifests). client: an existing ``Client`` (then url/token/run_id are not used). client_kw:
     more ``Client`` arguments (``spool_dir``, ``flush_interval``...). required_components: the
-    contract's list written into manifests (default spec 4's: model, optimizer, scheduler, rng,
-    data_progress)."""
+    contract's list, declared in ``attempt_started`` and written into manifests (default: what
+    the framework knows the trainer saves, ``contract_for``: the spec's model, optimizer,
+    scheduler, rng, data_progress, without scheduler for a trainer that has no LR
+    scheduler)."""
 
     def __init__(self, url: str | None = None, token: str | None = None,
                  run_id: str | None = None, *, dataset_version: str | None = None,
@@ -45,6 +48,24 @@ class Watch:
                                  restored=restored, **self.client_kw)
         self.recorder = ObservedRecorder(self.client, rank=rank, world_size=world_size,
                                          dataset_version=self.dataset_version)
+
+    def contract_for(self, has_scheduler: bool | None) -> dict[str, Any]:
+        """The ``attempt_started`` fields that declare the contract the trainer's checkpoints
+        meet: ``{"contract": {"required_components": [...]}}``, or ``{}`` when that is the
+        default (then nothing is sent, and a contract edited on the run's contract page stays:
+        an ``attempt_started`` carrying a contract replaces it). The list is
+        ``required_components`` when given, else the default without ``scheduler`` when the
+        framework says the trainer has no LR scheduler (``has_scheduler`` False; None: not
+        known). Sets ``required_components``, which the manifests then carry."""
+        if self.required_components is not None:
+            required = list(self.required_components)
+        else:
+            required = [c for c in DEFAULT_REQUIRED_COMPONENTS
+                        if c != "scheduler" or has_scheduler is not False]
+        self.required_components = required
+        if required == list(DEFAULT_REQUIRED_COMPONENTS):
+            return {}
+        return {"contract": {"required_components": required}}
 
     def _log_once(self, where: str, e: BaseException) -> None:
         if where not in self._errors:

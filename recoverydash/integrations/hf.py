@@ -177,9 +177,12 @@ class RecoverydashCallback(Watch, TrainerCallback):
                                 "unknown generation)", state.global_step, self.location)
             micro = int(args.per_device_train_batch_size)
             accum = int(args.gradient_accumulation_steps)
+            # Trainer makes its LR scheduler before this event and saves it as scheduler.pt
+            scheduler = kw["lr_scheduler"] is not None if "lr_scheduler" in kw else None
             self.recorder.start(resumed_from=resumed_from, micro_batch_size=micro,
                                 grad_accum_steps=accum,
-                                global_batch_size=micro * accum * int(args.world_size))
+                                global_batch_size=micro * accum * int(args.world_size),
+                                **self.contract_for(scheduler))
         except Exception as e:  # noqa: BLE001 - never raises into training
             self._log_once("on_train_begin", e)
 

@@ -239,7 +239,9 @@ class RecoverydashCallback(Watch, pl.Callback):
             if micro:
                 fields.update(micro_batch_size=micro,
                               global_batch_size=micro * accum * int(trainer.world_size))
-            rec.start(resumed_from=resumed_from, **fields)
+            # configure_optimizers' LR schedulers, saved in the .ckpt's lr_schedulers
+            scheduler = bool(getattr(trainer, "lr_scheduler_configs", None))
+            rec.start(resumed_from=resumed_from, **fields, **self.contract_for(scheduler))
         except Exception as e:  # noqa: BLE001 - never raises into training
             self._log_once("on_train_start", e)
 

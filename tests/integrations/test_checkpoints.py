@@ -314,3 +314,61 @@ def test_a_checkpoint_trainer_rotated_away_takes_its_manifest(tmp_path):
     assert not (tmp_path / old).exists()
     assert (tmp_path / new / MANIFEST_NAME).exists()
     assert cb._published == {"checkpoint-10": new}
+
+
+def test_the_declared_contract_follows_what_the_framework_knows_of_the_scheduler():
+    from recoverydash.integrations._watch import Watch
+
+    assert Watch().contract_for(True) == {}  # the default holds: nothing declared
+    assert Watch().contract_for(None) == {}  # not known: the default
+    w = Watch()
+    assert w.contract_for(False) == {"contract": {"required_components": [
+        "model", "optimizer", "rng", "data_progress"]}}
+    assert w.required_components == ["model", "optimizer", "rng", "data_progress"]
+    given = Watch(required_components=["model", "optimizer"])
+    assert given.contract_for(True) == {"contract": {"required_components": ["model",
+                                                                             "optimizer"]}}
+
+
+def test_a_lightning_module_without_a_scheduler_declares_so_and_its_manifests_agree(tmp_path,
+                                                                                    caplog):
+    """A fit without an LR scheduler: the callback's attempt_started carries the contract
+    without ``scheduler``, the manifests carry the same list, and no save warns of a missing
+    component (before, every generation was rejected ``component_missing: scheduler``)."""
+    pl = pytest.importorskip("lightning.pytorch")
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from recoverydash.integrations.lightning import RecoverydashCallback
+    from recoverydash.sdk.client import Client
+    from recoverydash.sdk.guard import ONCE
+
+    class NoScheduler(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.layer(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    ONCE.reset()
+    client = Client(None, None, "pl-no-sched", attempt=0, rank=0)
+    cb = RecoverydashCallback(client=client, dataset_version="d")
+    data = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+    trainer = pl.Trainer(max_steps=4, accelerator="cpu", logger=False,
+                         enable_progress_bar=False, enable_model_summary=False,
+                         callbacks=[cb, pl.callbacks.ModelCheckpoint(
+                             dirpath=str(tmp_path), every_n_train_steps=2, save_top_k=-1)])
+    trainer.fit(NoScheduler(), DataLoader(data, batch_size=4))
+    without = ["model", "optimizer", "rng", "data_progress"]
+    assert client.contract == {"required_components": without}
+    manifests = [json.loads((tmp_path / d / MANIFEST_NAME).read_text())
+                 for d in sorted(os.listdir(tmp_path)) if (tmp_path / d / MANIFEST_NAME).exists()]
+    assert [m["update"] for m in manifests] == [2, 4]
+    assert all(m["required_components"] == without for m in manifests)
+    assert not [r for r in caplog.records if "which the run's contract requires"
+                in r.getMessage()]
