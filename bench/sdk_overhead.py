@@ -441,9 +441,9 @@ def main() -> int:
     args = ap.parse_args()
     if args.sink:
         return serve_sink()
-    from recoverydash.sdk import Client
+    from recoverydash.sdk.options import ClientOptions
 
-    flush_s = args.flush_interval or Client(None, None, "x").flush_interval
+    flush_s = args.flush_interval or ClientOptions().flush_interval
     client_kw = {"flush_interval": flush_s} if args.flush_interval else {}
     blocks, per_block, rounds, n = (10, 20, 2, 20) if args.quick else (60, 50, 8, 100)
     rounds = args.rounds or rounds

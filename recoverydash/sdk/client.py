@@ -142,8 +142,6 @@ class Client:
                                                               o.job_world_size())
         self._worker = Worker(self.url, self.token, self.run_id, self.rank, o, self.complete,
                               self._learnt_world_size)
-        #: the hot path of the recorders (``ledger``, ``observe``): the worker's own ``push``
-        self._push = self._worker.push
         if install and self.url and not o.sync:
             install_sigterm_handler()
 
@@ -196,11 +194,16 @@ class Client:
         and ``event_id`` (random) are filled by the sender thread when absent. Returns True when
         queued (or sent, in sync mode), False when dropped. Never raises, never blocks: about a
         microsecond (an atomic append; the JSON work happens on the sender thread)."""
-        return self._worker.push(event)
+        return self._push(event)
+
+    def _push(self, item: Any) -> bool:
+        """Hand an event dict, or a lazy report with ``materialize() -> dict`` (the recorders'
+        ``ledger``, ``observe``), to the worker: every event of this client passes here."""
+        return self._worker.push(item)
 
     def complete(self, item: Any, t: float) -> dict[str, Any] | None:
         """The wire event of a queued item (on the sender thread): the common fields filled.
-        None when it cannot be built (logged once; the worker counts it ``failed``)."""
+        None when it cannot be built (counted ``failed``, logged once)."""
         try:
             ev = item.materialize() if hasattr(item, "materialize") else dict(item)
             ev.setdefault("run_id", self.run_id)
@@ -212,8 +215,9 @@ class Client:
             if "event_id" not in ev:
                 ev["event_id"] = self.event_id(
                     f"{ev.get('type', 'event')}:{uuid.uuid4().hex[:16]}", ev.get("rank"))
-            return ev  # type: ignore[no-any-return]
+            return ev
         except Exception as e:  # noqa: BLE001 - one event that cannot be built costs itself
+            self._worker.counters.add("failed", 1)
             self._once(("complete", type(e)), logging.WARNING,
                        "recoverydash: event could not be built: %r", e)
             return None
@@ -378,7 +382,7 @@ class Client:
         ev = {k: v for k, v in ev.items() if v is not None or k == "resumed_from"}
         if id_suffix is not None and "event_id" not in ev:
             ev["event_id"] = self.event_id(id_suffix, ev.get("rank", "client"))
-        return self._worker.push(ev)
+        return self._push(ev)
 
 
 _default_client: Client | None = None

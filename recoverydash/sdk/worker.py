@@ -67,7 +67,7 @@ Complete = Callable[[Any, float], "dict | None"]
 class Worker:
     """Sends the events of one run (module doc). ``url`` None or ``""``: nothing is sent (every
     pushed event is counted ``dropped``). ``complete(item, queued_at)`` makes the wire event of
-    a queued item (None when it cannot: counted ``failed``). ``on_world_size(n)`` is called once
+    a queued item (None when it cannot; it counts that ``failed`` in ``counters`` itself). ``on_world_size(n)`` is called once
     when the world size, unknown before, is learnt from an ``attempt_started``."""
 
     def __init__(self, url: str | None, token: str | None, run_id: str, rank: int | None,
@@ -389,7 +389,6 @@ class Worker:
                 return out
             ev = self.complete(item, t)
             if ev is None:
-                self.counters.add_unlocked("failed", 1)
                 continue
             try:
                 out.append(encode(ev).encode())
@@ -580,7 +579,6 @@ class Worker:
             ev = self.complete(item, t)
             if ev is None:
                 self._inflight -= 1
-                self.counters.add("failed", 1)
                 continue
             try:
                 b = encode(ev).encode()

@@ -29,7 +29,7 @@ class CaptureClient(Client):
         self.events: list[dict] = []
 
     def _push(self, item):
-        ev = self._complete(item, 0.0)  # what the sender thread would build
+        ev = self.complete(item, 0.0)  # what the sender thread would build
         if ev is not None:
             self.events.append(ev)
         return True
