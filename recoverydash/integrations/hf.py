@@ -219,7 +219,9 @@ class RecoverydashCallback(Watch, TrainerCallback):
         """The id of the save at ``update`` (the same from ``on_step_end`` to ``on_save``)."""
         if self._saving is None or self._saving[0] != update:
             base = generation_name(update, self.client.attempt if self.client else 0)
-            self._saving = (update, free_generation_id(self.location, base))
+            # (a save before on_train_begin knows no location: the name as it is)
+            self._saving = (update, base if self.location is None
+                            else free_generation_id(self.location, base))
         return self._saving[1]
 
     # -- generations --
@@ -249,6 +251,8 @@ class RecoverydashCallback(Watch, TrainerCallback):
     def _forget_rotated(self) -> None:
         """Remove the manifests of checkpoint folders this process published that Trainer's
         rotation (``save_total_limit``) deleted since."""
+        if self.location is None:
+            return
         for name, gen in list(self._published.items()):
             if not os.path.isdir(os.path.join(self.location, name)):
                 remove_manifest(self.location, gen)

@@ -279,7 +279,7 @@ class RecoverydashCallback(Watch, pl.Callback):
         try:
             own = {"rng": _rng_state(),
                    "ledger": self.recorder.state_dict() if self.recorder is not None else None}
-            ranks = [own]
+            ranks: list[Any] = [own]
             import torch.distributed as dist
 
             if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:

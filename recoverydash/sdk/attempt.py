@@ -113,10 +113,11 @@ def highest_in_location(location: str | None, *, s3_client=None) -> int | None:
     except Exception as e:
         log.info("recoverydash: attempt: cannot list %s (%r); skipped", location, e)
         return None
-    best = None
+    best: int | None = None
     for uri in uris:
         name = uri.rstrip("/").split("/")[-2]
         m = _GEN_ID_RE.match(name)
+        a: Any
         if m:
             a = int(m.group(1))
         else:
@@ -215,9 +216,11 @@ class _Locked:
 def _record(path: str, attempt: int, key: str | None) -> None:
     """Write ``attempt`` (and the launch key's number) into the state file, atomically."""
     doc = _read_state(path)
-    highest = doc.get("highest") if isinstance(doc.get("highest"), int) else -1
+    recorded = doc.get("highest")
+    highest = recorded if isinstance(recorded, int) else -1
     doc["highest"] = max(highest, attempt)
-    launches = doc.get("launches") if isinstance(doc.get("launches"), dict) else {}
+    known = doc.get("launches")
+    launches: dict[str, Any] = known if isinstance(known, dict) else {}
     if key is not None:
         launches[key] = {"attempt": attempt, "time": time.time()}
         if len(launches) > _MAX_KEYS:
@@ -234,19 +237,23 @@ def _record(path: str, attempt: int, key: str | None) -> None:
 def next_attempt(run_id: str, *, url: str | None = None, token: str | None = None,
                  location: str | None = None, restored: Any = None,
                  spool_dir: str | None | bool = None, s3_client=None,
-                 timeout: float = 2.0) -> tuple[int, dict]:
+                 timeout: float = 2.0) -> tuple[int, dict[str, int | None]]:
     """This process's view of the next free attempt number (rule 3 of the module doc), without
     coordination. Returns ``(attempt, seen)`` where ``seen`` maps each source (``restored``,
     ``location``, ``state``, ``server``, ``restart_count``) to what it said."""
-    seen = {"restored": attempt_of_restored(restored),
-            "location": highest_in_location(location, s3_client=s3_client),
-            "state": None if spool_dir is False else highest_in_state(run_id, spool_dir or None),
-            "server": latest_on_server(url, token, run_id, timeout=timeout),
-            "restart_count": restart_floor()}
-    nxt = seen["restart_count"]
+    folder = spool_dir if isinstance(spool_dir, str) and spool_dir else None
+    floor = restart_floor()
+    seen: dict[str, int | None] = {
+        "restored": attempt_of_restored(restored),
+        "location": highest_in_location(location, s3_client=s3_client),
+        "state": None if spool_dir is False else highest_in_state(run_id, folder),
+        "server": latest_on_server(url, token, run_id, timeout=timeout),
+        "restart_count": floor}
+    nxt = floor
     for k in ("restored", "location", "state", "server"):
-        if isinstance(seen[k], int):
-            nxt = max(nxt, seen[k] + 1)
+        value = seen[k]
+        if isinstance(value, int):
+            nxt = max(nxt, value + 1)
     return nxt, seen
 
 
@@ -266,7 +273,7 @@ def _dist():
 def _broadcast_int(dist, value: int) -> int:
     import torch
 
-    device = "cpu"
+    device: Any = "cpu"
     try:
         if dist.get_backend() == "nccl":
             device = torch.device("cuda", torch.cuda.current_device())
@@ -295,7 +302,8 @@ def resolve_attempt(run_id: str, *, attempt: int | None = None, url: str | None 
     if env is not None:
         return env
     dist = _dist() if distributed else None
-    path = None if spool_dir is False else state_path(run_id, spool_dir or None)
+    path = None if spool_dir is False else state_path(
+        run_id, spool_dir if isinstance(spool_dir, str) and spool_dir else None)
     try:
         if dist is not None and dist.get_world_size() > 1:
             value = -1

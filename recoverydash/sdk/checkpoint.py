@@ -633,7 +633,7 @@ def publish_files(location: str, generation_id: str, update: int, files: dict[st
         faults.save_point("after_commit", generation_id, update, rank, client=client,
                           coordinator=is_coord, every_rank=distributed, group=group)
     if result.published and not result.already and client is not None and \
-            (not distributed or rank == coordinator):
+            result.manifest is not None and (not distributed or rank == coordinator):
         client.checkpoint_committed(result.manifest)
     return result
 
@@ -833,7 +833,7 @@ def _newer_undecided(body: dict) -> list[dict]:
             continue
         gid, update, status = g.get("generation_id"), g.get("update"), g.get("status")
         if isinstance(gid, str) and gid and isinstance(update, int) \
-                and not isinstance(update, bool) and update > named \
+                and not isinstance(update, bool) and isinstance(named, int) and update > named \
                 and status in UNDECIDED:
             out.append({"generation_id": gid, "update": update, "status": status})
     return out[:NEWER_UNDECIDED_SHOWN]
@@ -1002,7 +1002,8 @@ def _refusal(status: int, body, endpoint: str) -> str:
                          if status == 401 else ": the token lacks the read scope")
     if not isinstance(body, dict):  # a web server's page, not the API's JSON
         return detail + f" from {endpoint}, which is not the recoverydash API (its base URL?)"
-    errors = body.get("errors") if isinstance(body.get("errors"), list) else []
+    listed = body.get("errors")
+    errors: list[Any] = listed if isinstance(listed, list) else []
     said = "; ".join(str(e.get("message"))[:200] for e in errors[:3] if isinstance(e, dict))
     return detail + (f": {said}" if said else "")
 
@@ -1416,9 +1417,10 @@ def _load_dir(gen_dir: str, state: dict[str, Any], rank: int, group,
     for component, sd in state.items():
         folder = os.path.join(gen_dir, component)
         dcp.load({component: sd}, checkpoint_id=folder, process_group=group)
-        left = _unplaced_keys(folder, component, sd) if unplaced is not None else []
-        if left:
-            unplaced[component] = left
+        if unplaced is not None:
+            left = _unplaced_keys(folder, component, sd)
+            if left:
+                unplaced[component] = left
     out: dict[str, Any] = {}
     for component in sorted(os.listdir(gen_dir)):
         folder = os.path.join(gen_dir, component)

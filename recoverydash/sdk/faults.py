@@ -222,7 +222,7 @@ def on_commit(recorder: Any, update: int, pending: list) -> None:
     digest; the ``kill`` fault. Never raises (except the fault, which does not return)."""
     if tracing():
         try:
-            consumed = []
+            consumed: list[list[Any]] = []
             epoch = getattr(recorder, "_epoch", 0)
             for tag in pending:
                 for it, positions, ids in tag.groups:

@@ -27,7 +27,8 @@ class AnswerTooLarge(ValueError):
 
 
 def _read(resp, deadline: float, max_bytes: int, cancelled: threading.Event) -> bytes:
-    parts, size = [], 0
+    parts: list[bytes] = []
+    size = 0
     while True:
         if cancelled.is_set() or time.monotonic() > deadline:
             raise TimeoutError("the answer did not arrive within the time allowed")

@@ -112,6 +112,17 @@ class Reporter:
     ``rank``, ``update``, ``heartbeat_interval``, ``_last_heartbeat``, ``_errors`` and
     ``fetched_cursor()``; ``_before_event()`` runs before a heartbeat or attempt_ended."""
 
+    client: Client
+    rank: int
+    update: int
+    heartbeat_interval: float
+    _last_heartbeat: float
+    _errors: set[str]
+
+    def fetched_cursor(self) -> list[dict[str, Any]]:
+        """The read cursor (the subclass's)."""
+        raise NotImplementedError
+
     def _before_event(self) -> None:
         pass
 

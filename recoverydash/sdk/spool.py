@@ -391,7 +391,8 @@ def newest_spooled_commit(folder: str, deadline: float | None = None) -> tuple[d
         if not commits:
             continue
         ev = commits[-1]
-        manifest = ev.get("manifest") if isinstance(ev.get("manifest"), dict) else {}
+        found = ev.get("manifest")
+        manifest: dict = found if isinstance(found, dict) else {}
         update = manifest.get("update")
         attempt = ev.get("attempt")
         return {"generation_id": ev.get("generation_id") or manifest.get("generation_id"),
