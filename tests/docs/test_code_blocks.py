@@ -115,6 +115,27 @@ update, every, resumed_update = 1, 50, 0
 client.flush(10)
 print(json.dumps({"ids": batch_ids.tolist()}))
 """),
+    # docs/trainer-guide.md, a loop without an LR scheduler declares so: 4 updates, a save at 4
+    "no-scheduler-contract": PythonSetup(_COMMON + _DATASET + """
+import recoverydash.sdk as rd
+from recoverydash.integrations.pytorch import observed_loader
+client = rd.init(URL, TOKEN, RUN)
+rec = rd.ObservedRecorder(client, dataset_version="ds-v1")
+resumed = None
+""", """
+for update, batch in enumerate(observed_loader(rec, dataset, batch_size=8), 1):
+    x, y = rec.observe(batch)
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+    rec.commit(update)
+manifest = rd.save_generation("ckpt", rd.make_generation_id(4, client.attempt), 4,
+                              state={"model": model.state_dict(), "optimizer": opt.state_dict()},
+                              recorder=rec)
+rec.end("completed")
+client.flush(10)
+print(json.dumps({"required": manifest["required_components"], "contract": client.contract}))
+"""),
     # docs/trainer-guide.md, publish_files: a trainer's own two files at update 40
     "publish-files": PythonSetup(_COMMON + """
 import recoverydash.sdk as rd
@@ -396,6 +417,14 @@ def check_python(label: str, facts: list, run_id: str, cwd: Path, token: str) ->
         assert (window.attempt, window.update, window.accum_slot) == (0, 1, 0)
         assert window.sample_ids == f["ids"] and len(f["ids"]) == 8
         assert all(100 <= i < 132 for i in f["ids"])
+    elif label == "no-scheduler-contract":
+        (f,) = facts
+        without = ["model", "optimizer", "rng", "data_progress"]
+        assert f == {"required": without, "contract": {"required_components": without}}
+        (start,) = stored(run_id, "attempt_started")
+        assert start["contract"] == {"required_components": without}
+        (commit,) = stored(run_id, "checkpoint_committed")
+        assert commit["manifest"]["required_components"] == without
     elif label == "publish-files":
         (f,) = facts
         assert f == {"published": True, "reason": None, "generation_id": "u000000040-a0",
