@@ -20,7 +20,8 @@ from recoverydash.checkpoints import objects as storage
 from recoverydash.checkpoints.objects import resolve_location
 from recoverydash.checkpoints.selection import select_restorable
 from recoverydash.sdk import faults
-from recoverydash.sdk.checkpoint import _all_gather_json, _dist_info, restore_plan
+from recoverydash.sdk.checkpoint import restore_plan
+from recoverydash.sdk.collective import all_gather_json, dist_info
 
 log = logging.getLogger("recoverydash.integrations")
 
@@ -62,7 +63,7 @@ def free_generation_id(location: str | os.PathLike, generation_id: str) -> str:
 
 def agreed(value, collective: bool):
     """Rank 0's ``value`` on every rank (a collective when ``collective``)."""
-    return _all_gather_json(value)[0] if collective else value
+    return all_gather_json(value)[0] if collective else value
 
 
 def remove_manifest(location: str | os.PathLike, folder_name: str) -> bool:
@@ -183,14 +184,14 @@ def resume_path(location: str | os.PathLike, checkpoint_of, *, url: str | None =
     in storage now (it verified the files when they were committed; a file damaged since sends
     the choice to older generations); when the server does not answer, or has not decided yet
     (``restore_plan``'s ``source: "storage"``), storage decides (``select_restorable``, never
-    choosing what the server rejected). Under ``torch.distributed`` rank 0 decides and every rank gets its
-    answer (a collective). Never raises: what cannot be read gives None (a fresh start)."""
+    choosing what the server rejected). Under ``torch.distributed`` rank 0 decides and every rank
+    gets its answer (a collective). Never raises: what cannot be read gives None (a fresh start)."""
     try:
         loc = local_folder(location)
     except ValueError as e:
         log.warning("recoverydash: %s", e)
         return None
-    dist_on, rank, world = _dist_info(None)
+    dist_on, rank, world = dist_info(None)
     chosen = None
     manifest = None
     t0 = time.monotonic()

@@ -17,8 +17,9 @@ recorder=rec)`` publishes a DCP save with its manifest (the commit marker; the r
 ``state_dict()`` is the data progress); ``publish_files`` publishes files a trainer wrote itself.
 On restart, ``restore_plan(url, token, run_id, location=...)`` (or ``select_restorable(location)``
 offline) names the generation to load (it sends the run's spool first, and lets storage decide
-when the server has not decided yet or a spooled commit could not reach it), ``load_generation(location, generation_id, state=...)``
-loads it, and ``rec.load_state_dict(progress)`` resumes the loader.
+when the server has not decided yet or a spooled commit could not reach it),
+``load_generation(location, generation_id, state=...)`` loads it, and
+``rec.load_state_dict(progress)`` resumes the loader.
 
 Attempts: every launch of a run is a new attempt, the same number on every rank. ``init`` /
 ``Client`` take ``attempt=`` or ``$RECOVERYDASH_ATTEMPT`` as given; otherwise the number is one
@@ -47,8 +48,10 @@ Nothing here raises into or blocks the training loop. ``load_generation`` checks
 against the manifest before loading; a generation that fails is reported (``restore_failed``) and
 the next restorable one is loaded instead (its ``.generation_id`` / ``.update`` /
 ``.resumed_from`` say which); it raises ``RestoreError`` only when a load had begun writing into
-the state and nothing was left to load. Command line: ``python -m recoverydash.sdk check LOCATION`` (storage only:
-the data ledger, hence ``data_cursor_mismatch`` and ``stale_state``, needs the server).
+the state and nothing was left to load. Command line: ``python -m recoverydash.sdk check
+LOCATION`` (storage only: the data ledger, hence ``data_cursor_mismatch`` and ``stale_state``,
+needs the server) and ``python -m recoverydash.sdk resend --run RUN`` (a run's spooled events,
+once a token the server refused is right).
 """
 
 from recoverydash.checkpoints.objects import (
@@ -68,9 +71,11 @@ from recoverydash.checkpoints.selection import (
 )
 from recoverydash.sdk.attempt import resolve_attempt
 from recoverydash.sdk.checkpoint import (
+    FilesOptions,
     PublishResult,
     Restored,
     RestoreError,
+    SaveOptions,
     load_generation,
     make_generation_id,
     merge_cursors,
@@ -101,6 +106,7 @@ from recoverydash.sdk.observe import (
     PositionSampler,
     strip,
 )
+from recoverydash.sdk.options import ClientOptions
 from recoverydash.sdk.spool import default_spool_dir
 
 __all__ = [
@@ -109,8 +115,10 @@ __all__ = [
     "MANIFEST_NAME",
     "BatchTag",
     "Client",
+    "ClientOptions",
     "CountingRecorder",
     "Draw",
+    "FilesOptions",
     "GenerationCheck",
     "ObjectCheck",
     "ObservedCollate",
@@ -120,6 +128,7 @@ __all__ = [
     "PositionSampler",
     "PublishResult",
     "RestoreError",
+    "SaveOptions",
     "Restored",
     "Selection",
     "SkipFirst",

@@ -67,8 +67,9 @@ Complete = Callable[[Any, float], "dict | None"]
 class Worker:
     """Sends the events of one run (module doc). ``url`` None or ``""``: nothing is sent (every
     pushed event is counted ``dropped``). ``complete(item, queued_at)`` makes the wire event of
-    a queued item (None when it cannot; it counts that ``failed`` in ``counters`` itself). ``on_world_size(n)`` is called once
-    when the world size, unknown before, is learnt from an ``attempt_started``."""
+    a queued item (None when it cannot; it counts that ``failed`` in ``counters`` itself).
+    ``on_world_size(n)`` is called once when the world size, unknown before, is learnt from an
+    ``attempt_started``."""
 
     def __init__(self, url: str | None, token: str | None, run_id: str, rank: int | None,
                  options: ClientOptions, complete: Complete,

@@ -117,6 +117,8 @@ def test_ranks_publish_dcp_saves_to_s3_and_the_prefix_is_restorable(s3_runs):
         head = s3.head_object(Bucket=BUCKET, Key=key, ChecksumMode="ENABLED")
         assert head["ContentLength"] == o["size"]
         assert base64.b64decode(head["ChecksumSHA256"]).hex() == o["sha256"]
+        # the manifest records the checksum the upload carried, as S3 stores it
+        assert o["checksums"] == {"sha256": head["ChecksumSHA256"]}
     # 8 updates x 4 microbatches x 3 samples x 2 ranks = 192 positions of epoch 0
     assert m["data_progress"]["cursor"] == [{"stratum": "main", "epoch": 0, "position": 192}]
     committed = dist_tests.events(ingest, "s3clean", "checkpoint_committed")
