@@ -195,6 +195,8 @@ class DrawBatch(list):
     as a range."""
 
     __slots__ = ("iteration", "start")
+    iteration: Iteration
+    start: int
 
     def __reduce__(self):
         return (_rebuild_draw_batch, (list(self), self.iteration, self.start))
@@ -216,6 +218,7 @@ class TaggedList(list):
     batch's :class:`BatchTag` (inside a worker, between dataset and collate)."""
 
     __slots__ = ("tag",)
+    tag: BatchTag
 
     def __reduce__(self):
         return (_rebuild_tagged_list, (list(self), self.tag))
@@ -241,7 +244,7 @@ class BatchTag:
     def __init__(self, groups: list, wrapped: bool = False):
         self.groups = groups
         self.wrapped = wrapped
-        self.recorded = False
+        self.recorded: bool | list[BatchTag] = False  # the update's list it was recorded in
 
     def __reduce__(self):
         return (_rebuild_tag, (self.groups, self.wrapped))
@@ -256,6 +259,7 @@ class BatchTag:
     def of(cls, draws: list) -> BatchTag:
         """The tag of a batch whose samples came from ``draws`` (Draws, or bare indices/ids)."""
         first = draws[0] if draws else None
+        it: Iteration | None
         if type(first) is Draw:
             it = first.iteration
             if all(type(d) is Draw and d.iteration is it for d in draws):
@@ -326,10 +330,13 @@ def strip(batch: Any) -> tuple[Any, BatchTag | None]:
         if BATCH_KEY not in batch:
             return batch, None
         tag = batch[BATCH_KEY]
+        kept: Any
         try:
-            clean = type(batch)({k: v for k, v in batch.items() if k != BATCH_KEY})
+            rebuilt: Any = type(batch)  # a Mapping subclass taking a dict, like dict itself
+            kept = rebuilt({k: v for k, v in batch.items() if k != BATCH_KEY})
         except Exception:
-            clean = {k: v for k, v in batch.items() if k != BATCH_KEY}
+            kept = {k: v for k, v in batch.items() if k != BATCH_KEY}
+        clean = kept
         return clean, tag if isinstance(tag, BatchTag) else None
     if isinstance(batch, (list, tuple)) and batch and isinstance(batch[-1], BatchTag):
         tag = batch[-1]
@@ -598,10 +605,10 @@ class PositionSampler:
             return Iteration(self.stratum, epoch, order, self.rank, self.world_size, n,
                              n if padded > (n or 0) else None, info)
         algorithm = f"{type(s).__module__}.{type(s).__qualname__}"
-        seed = getattr(s, "seed", None)
+        seed_of: Any = getattr(s, "seed", None)
         doc = {"algorithm": algorithm, "dataset_length": n, "dataset_version":
                self.dataset_version, "epoch": epoch, "rng": rng_digest,
-               "seed": seed if isinstance(seed, int) else None}
+               "seed": seed_of if isinstance(seed_of, int) else None}
         info = {"algorithm": algorithm, "shuffle": rng_digest is not None}
         return Iteration(self.stratum, epoch, _digest(doc), self.rank, self.world_size, n,
                          None, info)
@@ -838,8 +845,9 @@ class ObservedRecorder(Reporter):
         self.client = client
         self.id_stratum = id_stratum
         r, w = _dist_rank_world()
-        self.rank = int(rank if rank is not None else (client.rank if isinstance(
-            getattr(client, "rank", None), int) else r))
+        client_rank = getattr(client, "rank", None)
+        self.rank = int(rank if rank is not None else (client_rank if isinstance(
+            client_rank, int) else r))
         self.world_size = int(world_size if world_size is not None else w)
         self.dataset_version = dataset_version
         self.heartbeat_interval = heartbeat_interval
@@ -1095,9 +1103,9 @@ class ObservedRecorder(Reporter):
                 if saved is None:
                     continue
                 loader.load_state_dict(saved)
-                mine = position_sampler_of(loader)
-                if mine is not None:
-                    restored.add(id(mine))
+                sampler = position_sampler_of(loader)
+                if sampler is not None:
+                    restored.add(id(sampler))
             at = state.get("cursor") if cursor is None else cursor
             for s in self._samplers:
                 if id(s) not in restored:
