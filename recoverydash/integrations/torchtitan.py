@@ -59,7 +59,8 @@ from recoverydash.integrations._checkpoints import (
     resume_path,
 )
 from recoverydash.sdk import faults
-from recoverydash.sdk.checkpoint import _all_gather_json, _dist_info, merge_cursors, publish_files
+from recoverydash.sdk.checkpoint import merge_cursors, publish_files
+from recoverydash.sdk.collective import all_gather_json, dist_info
 from recoverydash.sdk.observe import BATCH_KEY, BatchTag, Iteration, attach_tag
 from recoverydash.sdk.tokens import TOKENS, TokenRanges
 
@@ -311,7 +312,7 @@ class TorchtitanWatch:
         if faults.active_fault() is not None:
             try:
                 if self.checkpointer._should_save(curr_step, last_step):
-                    _on, rank, _world = _dist_info(None)
+                    _on, rank, _world = dist_info(None)
                     gen = free_generation_id(self.location,
                                              generation_name(curr_step, self.client.attempt))
                     faults.save_point("before_shards", gen, curr_step, rank, client=self.client,
@@ -322,12 +323,12 @@ class TorchtitanWatch:
         if not saved:
             return saved
         try:
-            cursor = merge_cursors(_all_gather_json(data_cursor(self.dataloader)))
+            cursor = merge_cursors(all_gather_json(data_cursor(self.dataloader)))
         except Exception as e:  # noqa: BLE001 - publication never stops training
             log.warning("recoverydash: the data cursors of step %s could not be gathered: %r",
                         curr_step, e)
             cursor = []
-        _dist_on, rank, world = _dist_info(None)
+        _dist_on, rank, world = dist_info(None)
         if rank != 0:
             return saved
         folder = self.checkpointer._create_checkpoint_id(curr_step)

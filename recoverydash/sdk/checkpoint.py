@@ -61,6 +61,7 @@ from recoverydash.checkpoints.selection import (
     Selection,
     select_restorable,
 )
+from recoverydash.sdk.collective import all_gather_json, dist_info
 from recoverydash.sdk.load import Restored, RestoreError, load_generation
 from recoverydash.sdk.publish import (
     FilesOptions,
@@ -76,6 +77,11 @@ from recoverydash.sdk.publish import (
     shard_name,
 )
 from recoverydash.sdk.restore import restore_plan
+
+#: The names the integrations imported before ``recoverydash.sdk.collective`` (kept for code
+#: written against them; use ``all_gather_json`` and ``dist_info``).
+_all_gather_json = all_gather_json
+_dist_info = dist_info
 
 __all__ = ["DEFAULT_REQUIRED_COMPONENTS", "FilesOptions", "GenerationCheck", "PublishOptions",
            "PublishResult", "RestoreError", "Restored", "SaveOptions", "Selection",

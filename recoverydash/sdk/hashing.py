@@ -32,7 +32,8 @@ from typing import Any
 @dataclass(frozen=True)
 class Digest:
     """What was written: ``size`` (bytes), ``sha256`` (hex) and ``crc32`` (base64 of the 4
-    big-endian bytes, as S3 writes ``ChecksumCRC32``)."""
+    big-endian bytes, as S3 writes ``ChecksumCRC32``; ``""`` when it was not computed: a file
+    that goes to no S3 upload needs none)."""
 
     size: int
     sha256: str
@@ -64,12 +65,13 @@ def read_digest(path: str, chunk: int = 8 * 1024 * 1024) -> Digest:
 
 
 class HashingWriter(io.RawIOBase):
-    """A writable stream that hashes every byte it passes to ``raw`` (module doc). ``digest()``
-    is None when the stream was moved backwards."""
+    """A writable stream that hashes every byte it passes to ``raw`` (module doc): sha256, and
+    CRC32 with ``crc32``. ``digest()`` is None when the stream was moved backwards."""
 
-    def __init__(self, raw: Any) -> None:
+    def __init__(self, raw: Any, crc32: bool = True) -> None:
         super().__init__()
         self.raw = raw
+        self._with_crc = crc32
         self._sha = hashlib.sha256()
         self._crc = 0
         self._size = 0
@@ -87,7 +89,8 @@ class HashingWriter(io.RawIOBase):
         n = len(view) if written is None else int(written)
         part = view[:n]
         self._sha.update(part)
-        self._crc = zlib.crc32(part, self._crc)
+        if self._with_crc:
+            self._crc = zlib.crc32(part, self._crc)
         self._size += n
         return n
 
@@ -115,7 +118,8 @@ class HashingWriter(io.RawIOBase):
     def digest(self) -> Digest | None:
         if not self._intact:
             return None
-        return Digest(self._size, self._sha.hexdigest(), _crc32_b64(self._crc))
+        return Digest(self._size, self._sha.hexdigest(),
+                      _crc32_b64(self._crc) if self._with_crc else "")
 
 
 class _Digests:
@@ -145,7 +149,7 @@ class _Digests:
 
 
 @functools.cache
-def hashing_filesystem() -> type:
+def hashing_filesystem(crc32: bool = True) -> type:
     """``HashingFileSystem``: DCP's local ``FileSystem`` whose write streams are
     ``HashingWriter``s; its ``digests`` (``_Digests``) maps each file's path, after DCP's
     renames (``.metadata.tmp`` to ``.metadata``), to its ``Digest``. Made on first use: the
@@ -164,7 +168,7 @@ def hashing_filesystem() -> type:
                     yield stream
                 return
             with super().create_stream(path, mode) as stream:
-                writer = HashingWriter(stream)
+                writer = HashingWriter(stream, crc32)
                 try:
                     yield writer
                 finally:  # a stream appended to or read back is not hashed here
@@ -183,14 +187,15 @@ def hashing_filesystem() -> type:
     return HashingFileSystem
 
 
-def hashing_writer(folder: str) -> Any:
+def hashing_writer(folder: str, crc32: bool = True) -> Any:
     """A DCP ``FileSystemWriter`` for ``folder`` (DCP's defaults, as ``dcp.save(...,
-    checkpoint_id=folder)`` makes it) that hashes what it writes: its ``fs`` is a
-    ``hashing_filesystem()``; ``written(writer, path)`` reads a file's digest back."""
+    checkpoint_id=folder)`` makes it) that hashes what it writes (sha256; CRC32 with ``crc32``,
+    for a file an S3 upload takes next): its ``fs`` is a ``hashing_filesystem(crc32)``;
+    ``written(writer, path)`` reads a file's digest back."""
     from torch.distributed.checkpoint import FileSystemWriter
 
     writer = FileSystemWriter(folder)
-    writer.fs = hashing_filesystem()()
+    writer.fs = hashing_filesystem(crc32)()
     return writer
 
 

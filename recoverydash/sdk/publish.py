@@ -292,7 +292,7 @@ def _write_dcp(gen: _Generation, gen_dir: str, component: str, sd: Any,
     import torch.distributed.checkpoint as dcp
 
     folder = os.path.join(gen_dir, component)
-    writer = hashing_writer(folder)
+    writer = hashing_writer(folder, crc32=gen.on_s3)  # a CRC32 only for an S3 upload
     dcp.save({component: sd}, storage_writer=writer, process_group=gen.options.group)
     if not describe:
         return []

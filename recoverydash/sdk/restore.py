@@ -281,8 +281,13 @@ def _restore_plan(url, token, run_id, *, location, world_size, dataset_version, 
     if url:
         query = {k: v for k, v in (("world_size", world_size), ("dataset_version", dataset_version),
                                    ("config_digest", config_digest)) if v is not None}
-        plan = _ask_server(url, token, run_id, query, location, s3_client, spool_dir, timeout,
-                           t0, wait_undecided_s, asked)
+        try:
+            plan = _ask_server(url, token, run_id, query, location, s3_client, spool_dir,
+                               timeout, t0, wait_undecided_s, asked)
+        except Exception as e:  # noqa: BLE001 - an answer of a shape nothing expected
+            asked.warnings.append({"code": "server_malformed",
+                                   "detail": f"the answer could not be read: {e!r}"[:300]})
+            plan = None
         if plan is not None:
             return plan
     if not location:
@@ -355,12 +360,12 @@ def _no_restorable(body, unsent, asked: _Asked) -> dict | None:
     from recoverydash.recovery.figures import UNDECIDED
 
     body = body if isinstance(body, dict) else {}
-    listed = body.get("rejected") or []
-    undecided = [g for g in listed if isinstance(g, dict) and g.get("status") in UNDECIDED]
-    asked.decided = {g["generation_id"]: [r for r in g.get("reasons") or []
-                                          if isinstance(r, dict)]
-                     for g in listed if isinstance(g, dict)
-                     and isinstance(g.get("generation_id"), str)
+    named = body.get("rejected")  # a malformed answer decides nothing
+    listed = [g for g in named if isinstance(g, dict)] if isinstance(named, list) else []
+    undecided = [g for g in listed if g.get("status") in UNDECIDED]
+    asked.decided = {g["generation_id"]: [r for r in g["reasons"] if isinstance(r, dict)]
+                     if isinstance(g.get("reasons"), list) else []
+                     for g in listed if isinstance(g.get("generation_id"), str)
                      and g.get("status") not in UNDECIDED}
     newer = unsent.newer_than(None, None, asked.decided) if unsent else None
     if undecided:
