@@ -298,7 +298,7 @@ def server_verdict(url: str | None, token: str | None, run_id: str,
 # --- one drill -----------------------------------------------------------------------------------
 
 def _max_by_rank(lines: list[dict], kind: str, key: str) -> float | None:
-    vals = [d.get(key) for d in lines if d.get("kind") == kind and d.get(key) is not None]
+    vals = [float(v) for d in lines if d.get("kind") == kind and (v := d.get(key)) is not None]
     return max(vals) if vals else None
 
 

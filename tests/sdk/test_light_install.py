@@ -44,7 +44,7 @@ FRAMEWORKS = ("torch", "numpy", "transformers", "lightning", "pytorch_lightning"
               "torchdata")
 
 CHECK = r"""
-import importlib, importlib.abc, importlib.metadata, json, pkgutil, sys
+import importlib, importlib.abc, importlib.metadata, json, os, pkgutil, sys
 
 BLOCKED = set(sys.argv[1].split(","))
 PACKAGES = sys.argv[2].split(",")
@@ -84,6 +84,7 @@ print(json.dumps({
     "modules": sorted(modules),
     "needs": needs,
     "file": recoverydash.__file__,
+    "typed": os.path.isfile(os.path.join(os.path.dirname(recoverydash.__file__), "py.typed")),
     "server_loaded": sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED),
     "installed": sorted(d.metadata["Name"].lower() for d in importlib.metadata.distributions()),
     "s3": s3,
@@ -131,6 +132,7 @@ def test_it_installs_the_sdk_alone_and_imports_every_sdk_module_without_the_serv
           f"{', '.join(f'{m} ({lib})' for m, lib in sorted(found['needs'].items())) or 'none'}")
     assert installed == EXPECTED
     assert found["file"].startswith(str(env_dir))  # the installed copy, not the checkout
+    assert found["typed"] is True  # py.typed ships: type checkers read the SDK's annotations
     assert found["server_loaded"] == []
     ours = {p.stem for p in (REPO / "recoverydash" / "sdk").glob("*.py")} - {"__init__"}
     assert {m.rpartition(".")[2] for m in found["modules"]
