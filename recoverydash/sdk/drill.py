@@ -315,28 +315,64 @@ def _fast_forward(lines: list[dict]) -> float | None:
     return out
 
 
+def _fault_of(opts: DrillOptions, point: str) -> str:
+    """The fault a crash point's first launch runs with (``RECOVERYDASH_DRILL_FAULT``)."""
+    if point == "corrupt_after_commit":
+        return f"kill@{opts.kill_at if opts.kill_at is not None else opts.at + 1}/{opts.kill}"
+    return f"{point}@{opts.at}/{opts.kill}"
+
+
+def _crash_of(first: Any, faults_seen: list[dict]) -> dict:
+    """What the first launch did: its exit, whether the fault fired, where."""
+    return {"returncode": first.returncode, "seconds": first.seconds,
+            "reached": bool(faults_seen), "log": first.log,
+            "ranks": sorted({d.get("rank") for d in faults_seen
+                             if isinstance(d.get("rank"), int)}),
+            "generation_id": next((d.get("generation_id") for d in faults_seen), None),
+            "update": next((d.get("update") for d in faults_seen), None)}
+
+
+def _state_of(opts: DrillOptions, control: dict, resumed: dict[tuple[int, int], dict],
+              restored_update: int | None) -> dict:
+    """The resumed run's parameters against the control's, update by update."""
+    if restored_update is None:
+        return {"match": False, "first_mismatch": None, "updates_compared": 0}
+    last = opts.updates if opts.compare_updates is None else \
+        min(opts.updates, restored_update + opts.compare_updates)
+    match, mismatch, n = compare_state(control, resumed, restored_update + 1, last,
+                                       opts.tolerance)
+    return {"match": match, "first_mismatch": mismatch, "updates_compared": n}
+
+
+def _cost_of(first: Any, second: Any, faults_seen: list[dict],
+             restored_update: int | None) -> dict:
+    """What the crash cost: updates and seconds lost, restore and fast-forward seconds."""
+    top = max((u for u, _ in updates_of(first.lines)), default=0)
+    ru = restored_update if restored_update is not None else 0
+    at_restored = [d["t"] for d in first.lines if d.get("kind") == "update"
+                   and d["update"] == ru]
+    t_fault = faults_seen[0]["t"] if faults_seen else None
+    t_from = min(at_restored) if at_restored else min((d["t"] for d in first.lines), default=None)
+    return {"lost_updates": max(0, top - ru),
+            "lost_seconds": round(t_fault - t_from, 3) if t_fault and t_from else None,
+            "restore_seconds": _max_by_rank(second.lines, "restore", "seconds"),
+            "fast_forward_seconds": _fast_forward(second.lines),
+            "crash_launch_seconds": first.seconds, "resume_launch_seconds": second.seconds}
+
+
 def run_point(opts: DrillOptions, point: str, drill_id: str, workdir: str,
               control: dict) -> dict:
     """Run one crash point (two launches) and compare it with the control's updates."""
     run_id = f"{drill_id}-{point.replace('_', '-')}"
     location = os.path.join(opts.location, run_id)
-    kill = opts.kill
-    if point == "corrupt_after_commit":
-        fault = f"kill@{opts.kill_at if opts.kill_at is not None else opts.at + 1}/{kill}"
-    else:
-        fault = f"{point}@{opts.at}/{kill}"
+    fault = _fault_of(opts, point)
     res: dict[str, Any] = {"point": point, "run_id": run_id, "fault": fault}
     first = _launch(opts, run_id, location, os.path.join(workdir, run_id, "launch1"),
                     os.path.join(workdir, run_id, "launch1.log"), fault, point, drill_id)
     injected = "kill" if point == "corrupt_after_commit" else point
     faults_seen = [d for d in first.lines if d.get("kind") == "fault"
                    and d.get("point") == injected]
-    res["crash"] = {"returncode": first.returncode, "seconds": first.seconds,
-                    "reached": bool(faults_seen), "log": first.log,
-                    "ranks": sorted({d.get("rank") for d in faults_seen
-                                     if isinstance(d.get("rank"), int)}),
-                    "generation_id": next((d.get("generation_id") for d in faults_seen), None),
-                    "update": next((d.get("update") for d in faults_seen), None)}
+    res["crash"] = _crash_of(first, faults_seen)
     if point == "corrupt_after_commit":
         res["corrupted"] = corrupt_newest(location)
     chosen = expected_generation(manifests(location),
@@ -356,30 +392,9 @@ def run_point(opts: DrillOptions, point: str, drill_id: str, workdir: str,
     resumed = updates_of(second.lines)
     restored_update = (min(u for u, _ in resumed) - 1) if resumed else None
     res["restored_update"] = restored_update
-
-    ours = lineage(first.lines, second.lines)
-    res["first_divergence"] = first_divergence(control, ours)
-    if restored_update is not None:
-        last = opts.updates if opts.compare_updates is None else \
-            min(opts.updates, restored_update + opts.compare_updates)
-        match, mismatch, n = compare_state(control, resumed, restored_update + 1, last,
-                                           opts.tolerance)
-    else:
-        match, mismatch, n = False, None, 0
-    res["state"] = {"match": match, "first_mismatch": mismatch, "updates_compared": n}
-
-    crashed = updates_of(first.lines)
-    top = max((u for u, _ in crashed), default=0)
-    ru = restored_update if restored_update is not None else 0
-    at_restored = [d["t"] for d in first.lines if d.get("kind") == "update"
-                   and d["update"] == ru]
-    t_fault = faults_seen[0]["t"] if faults_seen else None
-    t_from = min(at_restored) if at_restored else min((d["t"] for d in first.lines), default=None)
-    res["cost"] = {"lost_updates": max(0, top - ru),
-                   "lost_seconds": round(t_fault - t_from, 3) if t_fault and t_from else None,
-                   "restore_seconds": _max_by_rank(second.lines, "restore", "seconds"),
-                   "fast_forward_seconds": _fast_forward(second.lines),
-                   "crash_launch_seconds": first.seconds, "resume_launch_seconds": second.seconds}
+    res["first_divergence"] = first_divergence(control, lineage(first.lines, second.lines))
+    res["state"] = _state_of(opts, control, resumed, restored_update)
+    res["cost"] = _cost_of(first, second, faults_seen, restored_update)
     res["server"] = server_verdict(opts.url, opts.token, run_id, opts.analysis_timeout)
     res["attempt"] = max((d.get("attempt") or 0 for d in second.lines
                           if d.get("kind") == "update"), default=None)
