@@ -1264,46 +1264,12 @@ class ObservedRecorder(Reporter):
                         keyed.setdefault(key, []).append(p)
                         if named and p < pad:
                             indexed.setdefault(key, []).append(i)
-        spans: list[dict] = []
-        repeated = 0
-        for key, ps in keyed.items():
-            stratum, e, order, padding = key
-            indices = indexed.get(key)
-            if indices is not None and len(indices) != len(ps):  # pragma: no cover
-                indices = None
-            for part, part_indices in _index_parts(ps, indices):
-                ranges, rep = compress(part)
-                repeated += 0 if padding else rep
-                span = {"stratum": stratum, "epoch": e, "ranges": ranges}
-                if order is not None:
-                    span["order"] = order
-                if padding:
-                    span["padding"] = True
-                if part_indices is not None:
-                    span["indices"] = part_indices
-                spans.append(span)
-        for key, rs in tokened.items():
-            stratum, e, order, padding = key
-            ranges, rep = merge(rs)
-            repeated += 0 if padding else rep
-            span = {"stratum": stratum, "epoch": e, "ranges": ranges}
-            if order is not None:
-                span["order"] = order
-            if padding:
-                span["padding"] = True
-            identities = tindexed.get(key)
-            if identities:
-                items = merge(identities)[0]
-                if len(items) <= MAX_INDEX_ITEMS:
-                    span["indices"] = items
-            spans.append(span)
-        for (stratum, e), ids in id_keyed.items():
-            clean = [i if isinstance(i, (int, str)) and not isinstance(i, bool) else str(i)
-                     for i in ids]
-            repeated += len(clean) - len(set(clean))
-            for lo in range(0, len(clean), 100_000):
-                spans.append({"stratum": stratum, "epoch": e, "ids": clean[lo:lo + 100_000]})
-        return spans, samples, repeated, ordered_ids
+        spans, repeated = _position_spans(keyed, indexed)
+        more, rep = _token_spans(tokened, tindexed)
+        spans += more
+        repeated += rep
+        more, rep = _id_spans(id_keyed)
+        return spans + more, samples, repeated + rep, ordered_ids
 
 
 def _highest(positions) -> int:
@@ -1362,6 +1328,69 @@ def index_items(indices: list) -> list | None:
         i += 1
     return out
 
+
+
+def _position_spans(keyed: dict[tuple, list], indexed: dict[tuple, list]
+                    ) -> tuple[list[dict], int]:
+    """``ObservedRecorder._spans``' spans of positions, ``{(stratum, epoch, order, padding):
+    positions}`` with their dataset indices where named: ``(spans, repeated positions)``."""
+    spans: list[dict] = []
+    repeated = 0
+    for key, ps in keyed.items():
+        stratum, e, order, padding = key
+        indices = indexed.get(key)
+        if indices is not None and len(indices) != len(ps):  # pragma: no cover
+            indices = None
+        for part, part_indices in _index_parts(ps, indices):
+            ranges, rep = compress(part)
+            repeated += 0 if padding else rep
+            span = {"stratum": stratum, "epoch": e, "ranges": ranges}
+            if order is not None:
+                span["order"] = order
+            if padding:
+                span["padding"] = True
+            if part_indices is not None:
+                span["indices"] = part_indices
+            spans.append(span)
+    return spans, repeated
+
+
+def _token_spans(tokened: dict[tuple, list], tindexed: dict[tuple, list]
+                 ) -> tuple[list[dict], int]:
+    """The spans of token ranges (docs/definitions.md#units) with their identities (the
+    source's token offsets) when every group named them: ``(spans, repeated tokens)``."""
+    spans: list[dict] = []
+    repeated = 0
+    for key, rs in tokened.items():
+        stratum, e, order, padding = key
+        ranges, rep = merge(rs)
+        repeated += 0 if padding else rep
+        span = {"stratum": stratum, "epoch": e, "ranges": ranges}
+        if order is not None:
+            span["order"] = order
+        if padding:
+            span["padding"] = True
+        identities = tindexed.get(key)
+        if identities:
+            items = merge(identities)[0]
+            if len(items) <= MAX_INDEX_ITEMS:
+                span["indices"] = items
+        spans.append(span)
+    return spans, repeated
+
+
+def _id_spans(id_keyed: dict[tuple, list]) -> tuple[list[dict], int]:
+    """The ``ids`` spans of samples without a position (100,000 ids each): ``(spans, repeated
+    ids)``."""
+    spans: list[dict] = []
+    repeated = 0
+    for (stratum, e), ids in id_keyed.items():
+        clean = [i if isinstance(i, (int, str)) and not isinstance(i, bool) else str(i)
+                 for i in ids]
+        repeated += len(clean) - len(set(clean))
+        for lo in range(0, len(clean), 100_000):
+            spans.append({"stratum": stratum, "epoch": e, "ids": clean[lo:lo + 100_000]})
+    return spans, repeated
 
 def _index_parts(positions: list, indices: list | None):
     """``(positions, indices items or None)`` of one span key: the whole key when its indices
