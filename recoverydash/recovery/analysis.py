@@ -16,8 +16,8 @@ from .counting import count_strata
 from .figures import (committed_frontier, fetched_cursor, health_at, health_basis,
                       last_restorable,
                       logger_rewind_update, newer_undecided, restorable_on, run_ended_at,
-                      seconds_since_last_restorable, tslrc_sawtooth, update_interval,
-                      updates_at_risk)
+                      seconds_since_last_restorable, tslrc_sawtooth, undecided_generations,
+                      update_interval, updates_at_risk)
 from .generations import GenerationVerdict, Reason, evaluate_generations
 from .inputs import RunInput, format_time
 from .ledger import Ledger
@@ -56,6 +56,8 @@ class RunAnalysis:
     #: the generations the restore plan passes over undecided (:func:`.figures.newer_undecided`
     #: of ``last_restorable`` on the live lineage), ``[{"generation_id", "update", "status"}]``
     newer_undecided: list = field(default_factory=list)
+    #: the generations committed and not decided yet (:func:`.figures.undecided_generations`)
+    undecided: list = field(default_factory=list)
     #: the run's first event; when it ended (:func:`.figures.run_ended_at`), None while open
     first_event_at: float | None = None
     ended_at: float | None = None
@@ -89,6 +91,8 @@ class RunAnalysis:
             "first_event_at": format_time(self.first_event_at),
             "ended_at": format_time(self.ended_at),
             "update_interval": self.update_interval,
+            "undecided": [{**g, "committed_at": format_time(g["committed_at"])}
+                          for g in self.undecided],
         }
 
 
@@ -208,6 +212,7 @@ def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None,
                            ended_at=run_ended_at(attempts[live]))
     analysis.update_interval = update_interval(view.ledger, live)
     analysis.newer_undecided = newer_undecided(verdicts, live_lineage, last)
+    analysis.undecided = undecided_generations(verdicts, live_lineage, last)
     try:
         basis_costs = cost_basis(view.ledger, attempts, live_lineage, restarts, verdicts,
                                  on_lineage, first_event)

@@ -8,7 +8,7 @@ Figures: :func:`last_restorable`, :func:`seconds_since_last_restorable`,
 :func:`checkpoint_stale`, :func:`updates_at_risk`, :func:`health`, :func:`run_ended_at`,
 :func:`logger_rewind_update`, :func:`median_update_interval`, :func:`reporter_ages`,
 :func:`youngest_silent`, :func:`silence_limit`, :func:`silent_reporters`, :func:`attempt_silent`,
-:func:`newer_undecided`.
+:func:`newer_undecided`, :func:`undecided_generations`, :func:`awaited`.
 Chart series: :func:`tslrc_sawtooth`, :func:`committed_frontier`, :func:`fetched_cursor`.
 Per-restart figures are in :mod:`.restarts`, per-stratum counts in :mod:`.counting`, costs in
 :mod:`.costs`, generation statuses in :mod:`.generations`.
@@ -70,6 +70,45 @@ def newer_undecided(verdicts: list, lineage, named) -> list[dict]:
     out.sort(key=lambda v: (v.update, v.generation_id), reverse=True)
     return [{"generation_id": v.generation_id, "update": v.update, "status": v.status}
             for v in out[:NEWER_UNDECIDED_SHOWN]]
+
+
+#: At most this many generations in a result's ``undecided`` (the newest).
+UNDECIDED_SHOWN = 200
+
+
+def undecided_generations(verdicts: list, lineage, last) -> list[dict]:
+    """docs/definitions.md#undecided-generations: the generations of status ``committed`` (a
+    manifest in, not proven yet: objects not verified, storage that could not check them, or the
+    ledger not settled at their update), each ``{"generation_id", "update", "committed_at"
+    (POSIX seconds or None), "live", "reasons" (the codes it has, e.g. storage_unverified)}``;
+    ``live``: its state lies on ``lineage`` (the live lineage) above ``last``'s update (any
+    update when ``last`` is None), so it could still become the last restorable. Newest first
+    (update, then id), at most :data:`UNDECIDED_SHOWN`. ``verdicts``: GenerationVerdict list;
+    ``last``: the last restorable GenerationVerdict or None."""
+    floor = last.update if last is not None and last.update is not None else None
+    out = [v for v in verdicts if v.status == "committed"]
+    out.sort(key=lambda v: (v.update if v.update is not None else -1, v.generation_id),
+             reverse=True)
+    return [{"generation_id": v.generation_id, "update": v.update,
+             "committed_at": v.committed_at,
+             "live": v.update is not None and v.attempt is not None
+             and (floor is None or v.update > floor)
+             and lineage.contains_state(v.attempt, v.update),
+             "reasons": [r.code for r in v.reasons]} for v in out[:UNDECIDED_SHOWN]]
+
+
+def awaited(undecided: list[dict], now, bound_s: float) -> tuple[list, list]:
+    """docs/definitions.md#settled-evidence: ``(waiting, overdue)``, the entries of
+    ``undecided`` (:func:`undecided_generations`, times POSIX seconds or RFC 3339 strings, as a
+    stored result has them) committed less than ``bound_s`` seconds before ``now``, and the
+    others (also those whose commit time is unknown). A rule that would read an undecided
+    generation as absent or bad waits for it while it is waiting, never once it is overdue."""
+    end = parse_time(now)
+    waiting, overdue = [], []
+    for g in undecided:
+        at = parse_time(g.get("committed_at"))
+        (waiting if at is not None and end - at < bound_s else overdue).append(g)
+    return waiting, overdue
 
 
 def logger_rewind_update(restored) -> int | None:

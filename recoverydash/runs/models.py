@@ -748,7 +748,9 @@ def clock_of(result, first_event_at=None) -> dict:
     time the core cannot read is left out (None), as the figure would be unknown. With them,
     ``update_interval`` as the result has it (``recovery.figures.update_interval``: the newest
     attempt's median update interval, which the silence rules read; absent from a result stored
-    before the core wrote it), so the periodic alert evaluation reads these few bytes per run
+    before the core wrote it), and the result's ``undecided`` generations of the live lineage
+    (``recovery.figures.undecided_generations``, their commit times as POSIX seconds; absent when
+    there are none), so the periodic alert evaluation reads these few bytes per run
     (``alerts.evaluation.evaluate_chunk``)."""
     from recoverydash.recovery.inputs import parse_time
 
@@ -766,6 +768,10 @@ def clock_of(result, first_event_at=None) -> dict:
              "ended_at": seconds(result.get("ended_at"))}
     if isinstance(result.get("update_interval"), dict):
         clock["update_interval"] = result["update_interval"]
+    live = [g for g in result.get("undecided") or [] if isinstance(g, dict) and g.get("live")]
+    if live:  # what checkpoint_stale waits for (docs/definitions.md#settled-evidence)
+        clock["undecided"] = [{**g, "committed_at": seconds(g.get("committed_at"))}
+                              for g in live]
     return clock
 
 
