@@ -330,6 +330,17 @@ RECOVERYDASH_FULL_HASH_MAX_BYTES = envint("RECOVERYDASH_FULL_HASH_MAX_BYTES", 25
 # A committed generation with objects unchecked and no check started for this long is verified
 # again (a worker killed mid-verification, a task the broker lost).
 RECOVERYDASH_VERIFY_STALE_S = envfloat("RECOVERYDASH_VERIFY_STALE_S", 600.0)
+# Alert rules wait for a generation committed but not decided yet (docs/definitions.md#settled-
+# evidence) at most this long after its commit, then read it as not restorable and say so
+# (default: the verification deadline above, after which a verification is started again).
+RECOVERYDASH_UNDECIDED_BOUND_S = envfloat("RECOVERYDASH_UNDECIDED_BOUND_S",
+                                          RECOVERYDASH_VERIFY_STALE_S, 0.0)
+# An alert subject that clears within this many seconds of joining, on a fact that was already
+# there when it joined, is a flap (docs/definitions.md#flaps; recoverydash_alert_flaps_total).
+RECOVERYDASH_FLAP_WINDOW_S = envfloat("RECOVERYDASH_FLAP_WINDOW_S", 900.0, 0.0)
+# Alertmanager's group_wait, short: an alert's flips within this many seconds of its first one
+# not sent yet go out as one notification of the alert as it is then.
+RECOVERYDASH_ALERT_GROUP_WAIT_S = envfloat("RECOVERYDASH_ALERT_GROUP_WAIT_S", 0.5, 0.0)
 # Checks of one object that start and never finish (worker killed, time limit) before it is
 # stored as storage_unverified and not tried again.
 RECOVERYDASH_VERIFY_MAX_ATTEMPTS = envint("RECOVERYDASH_VERIFY_MAX_ATTEMPTS", 3, 1)

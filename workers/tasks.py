@@ -67,6 +67,16 @@ def deliver_webhook(delivery_pk: int) -> None:
     deliver(delivery_pk)
 
 
+@shared_task(name="workers.tasks.notify_flips", **RETRY)
+def notify_flips() -> None:
+    """Make the deliveries of alert flips whose group wait is over, and send each."""
+    from recoverydash.alerts.delivery import notify_flips as notify
+    from recoverydash.runs.queue import DELIVER_WEBHOOK, enqueue
+
+    for pk in notify():
+        enqueue(DELIVER_WEBHOOK, pk)
+
+
 @shared_task(name="workers.tasks.send_test_webhook", acks_late=True, soft_time_limit=60,
              time_limit=90)
 def send_test_webhook(endpoint_pk: int, webhook_id: str) -> None:

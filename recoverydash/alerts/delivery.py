@@ -74,14 +74,17 @@ def run_url(run) -> str:
     return settings.SITE_URL + reverse("run", args=[run.project.name, run.run_id])
 
 
-def flip_payload(flip: AlertFlip, runbook_urls: dict | None = None) -> dict:
+def flip_payload(flip: AlertFlip, runbook_urls: dict | None = None,
+                 change: dict | None | bool = False) -> dict:
     """The body of a flip (docs/ingest-v1.md#6-alert-webhooks): version, status, alert (an
     ``alerts`` item of docs/ingest-v1.md#recovery, plus its ``subject``, ``subjects``, ``url``
     and the project's ``runbook_url`` for the rule or null) as it was at that flip
     (``AlertFlip.snapshot``), run (with its ``project``), the dedup key and ``change``: null for
     a state change, ``{"added": [subject, ...], "removed": [...]}`` when the open alert's
     subjects changed (``status`` is then the state it stays in). ``runbook_urls``: the
-    ``RuleRunbook`` urls read beforehand, ``{(project pk, rule): url}`` (default: read here)."""
+    ``RuleRunbook`` urls read beforehand, ``{(project pk, rule): url}`` (default: read here).
+    ``change``: the ``change`` a group of flips sent as this one carries (:func:`group_change`;
+    False: the flip's own)."""
     from django.urls import reverse
 
     from recoverydash.alerts.models import RuleRunbook
@@ -104,7 +107,7 @@ def flip_payload(flip: AlertFlip, runbook_urls: dict | None = None) -> dict:
         "run": {"run_id": run.run_id, "project": run.project.name, "health": health,
                 "url": run_url(run)},
         "dedup_key": alert.dedup_key,
-        "change": flip.change,
+        "change": flip.change if change is False else change,
     }
 
 
@@ -113,18 +116,52 @@ _HEAVY = ("alert__run__analysis__state", "alert__run__analysis__inputs",
           "alert__run__analysis__result")
 
 
-def process_flips(limit: int = 500) -> list[int]:
+def group_change(group: list[AlertFlip]) -> dict | None | bool:
+    """What one notification of the flips ``group`` of one alert (oldest first, Alertmanager's
+    group: :func:`process_flips`) says, sent as its newest flip: False when nothing is to be
+    sent (the alert opened and resolved within the group, never told firing; or subjects that
+    joined and left again, no net change); None for a state change (an opening: the newest
+    subjects, no ``change``); else the net ``{"added", "removed"}`` of the subjects since the
+    last notification (the newest flip's own when the group is one flip)."""
+    newest = group[-1]
+    if len(group) == 1:
+        return newest.change
+    opened = any(not f.old_state for f in group)
+    if opened and newest.new_state == "resolved":
+        return False
+    if opened or any(f.old_state != f.new_state for f in group):
+        return None
+    first = group[0]
+    after = (first.snapshot or {}).get("subjects") or []
+    change = first.change or {}
+    before = [x for x in after if x not in set(change.get("added") or [])] + [
+        x for x in change.get("removed") or [] if x not in set(after)]
+    end = (newest.snapshot or {}).get("subjects") or []
+    added = [x for x in end if x not in set(before)]
+    removed = [x for x in before if x not in set(end)]
+    return {"added": added, "removed": removed} if added or removed else False
+
+
+def process_flips(limit: int = 500, group_wait_s: float = 0.0, now=None) -> list[int]:
     """Create deliveries for unprocessed flips; returns the new delivery primary keys.
 
-    Up to ``limit`` flips, oldest first, in one transaction (:func:`_process_together`: a few
-    queries whatever their number): each is claimed (``processed_at`` set on the rows locked
-    ``FOR UPDATE SKIP LOCKED`` still unprocessed, so two workers never notify the same flip
-    twice) and its deliveries made in one ``bulk_create``. A flip whose body cannot be made
-    (any error) is logged and left unclaimed for the next pass; the others are processed all
-    the same. Should the pass fail as a whole (a delivery row already there, a database
-    error), it is done again flip by flip, each in its own transaction (:func:`_process_flip`).
+    Alertmanager's group wait: an alert whose oldest unprocessed flip is at least
+    ``group_wait_s`` seconds old at ``now`` (the workers pass
+    ``RECOVERYDASH_ALERT_GROUP_WAIT_S``; 0: every alert with a flip) has all its unprocessed
+    flips sent as one notification (:func:`group_change`): a burst of evidence makes one page.
+    The alerts of up to ``limit`` flips, oldest first, in one transaction
+    (:func:`_process_together`: a few queries whatever their number): each flip is claimed
+    (``processed_at`` set on the rows locked ``FOR UPDATE SKIP LOCKED`` still unprocessed, so
+    two workers never notify the same flip twice) and the deliveries made in one
+    ``bulk_create``. A flip whose body cannot be made (any error) is logged and left unclaimed
+    for the next pass; the others are processed all the same. Should the pass fail as a whole
+    (a delivery row already there, a database error), it is done again flip by flip, each in
+    its own transaction (:func:`_process_flip`, one notification per flip).
     """
-    pending = list(AlertFlip.objects.filter(processed_at__isnull=True)
+    now = now or timezone.now()
+    due = (AlertFlip.objects.filter(processed_at__isnull=True)
+           .filter(created_at__lte=now - timedelta(seconds=group_wait_s)).values("alert_id"))
+    pending = list(AlertFlip.objects.filter(processed_at__isnull=True, alert_id__in=due)
                    .order_by("pk").values_list("pk", flat=True)[:limit])
     if not pending:
         return []
@@ -145,7 +182,8 @@ def process_flips(limit: int = 500) -> list[int]:
 def _process_together(pks: list[int]) -> list[int]:
     """Claim the flips ``pks`` not processed and not held by another worker, and create their
     deliveries, in one transaction of a fixed number of queries; returns the new deliveries'
-    primary keys (flip by flip, endpoints in primary-key order). What each flip gets is what
+    primary keys (alert by alert, endpoints in primary-key order). The flips of one alert are
+    one notification, carried by the newest (:func:`group_change`); a single flip gets what
     :func:`_process_flip` gives it."""
     from recoverydash.alerts.models import RuleRunbook
 
@@ -165,19 +203,23 @@ def _process_together(pks: list[int]) -> list[int]:
         for endpoint in (WebhookEndpoint.objects.filter(project_id__in=projects, enabled=True)
                          .order_by("pk")):
             endpoints.setdefault(endpoint.project_id, []).append(endpoint)
-        claimed, deliveries = [], []
+        groups: dict[int, list[AlertFlip]] = {}
         for flip in flips:
-            if flip.notify:
+            groups.setdefault(flip.alert_id, []).append(flip)
+        claimed, deliveries = [], []
+        for group in groups.values():
+            flip, change = group[-1], group_change(group)
+            if flip.notify and change is not False:
                 try:
-                    payload = flip_payload(flip, runbooks)
-                except Exception:  # this flip is left for the next pass, the others go on
+                    payload = flip_payload(flip, runbooks, change)
+                except Exception:  # this group is left for the next pass, the others go on
                     log.exception("alert flip %s: deliveries not created; tried again next pass",
                                   flip.pk)
                     continue
                 deliveries += [Delivery(flip=flip, endpoint=e, payload=payload)
                                for e in endpoints.get(flip.alert.run.project_id, ())
                                if e.wants(payload["alert"]["severity"])]
-            claimed.append(flip.pk)
+            claimed += [f.pk for f in group]
         AlertFlip.objects.filter(pk__in=claimed).update(processed_at=timezone.now())
         if deliveries:
             created = [d.pk for d in Delivery.objects.bulk_create(deliveries)]
@@ -235,7 +277,8 @@ def deliver(delivery_pk: int) -> str:
                .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
                .update(claimed_until=now + timedelta(seconds=CLAIM_S)))
     if not claimed:
-        return Delivery.objects.filter(pk=delivery_pk).values_list("status", flat=True).first() or ""
+        return (Delivery.objects.filter(pk=delivery_pk).values_list("status", flat=True).first()
+                or "")
     delivery = Delivery.objects.select_related("endpoint").get(pk=delivery_pk)
     endpoint = delivery.endpoint
     delivery.attempts += 1
@@ -323,11 +366,18 @@ def send_test(endpoint_pk: int, webhook_id: str) -> str:
     return "delivered" if ok else "failed"
 
 
+def notify_flips() -> list[int]:
+    """The ``notify_flips`` task, sent ``RECOVERYDASH_ALERT_GROUP_WAIT_S`` after an evaluation
+    stored flips: the deliveries of the alerts whose group wait is over (:func:`process_flips`);
+    returns their primary keys, for the caller to send."""
+    return process_flips(group_wait_s=settings.RECOVERYDASH_ALERT_GROUP_WAIT_S)
+
+
 def deliver_due() -> int:
-    """Periodic: create the deliveries of new flips, then send every delivery that is due.
-    One delivery that fails unexpectedly (its claim expires and a later pass sends it) is
-    logged and the others are sent; returns how many were tried."""
-    process_flips()
+    """Periodic: create the deliveries of new flips whose group wait is over, then send every
+    delivery that is due. One delivery that fails unexpectedly (its claim expires and a later
+    pass sends it) is logged and the others are sent; returns how many were tried."""
+    process_flips(group_wait_s=settings.RECOVERYDASH_ALERT_GROUP_WAIT_S)
     due = due_deliveries()
     for pk in due:
         try:

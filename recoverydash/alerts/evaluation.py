@@ -20,7 +20,12 @@ from recoverydash.alerts.delivery import process_flips
 from recoverydash.alerts.rules import evaluate_run, evaluate_runs
 from recoverydash.runs.analysis import analyze_queued
 from recoverydash.runs.models import Analysis, Run
-from recoverydash.runs.queue import DELIVER_WEBHOOK, EVALUATE_ALERTS_CHUNK, enqueue
+from recoverydash.runs.queue import (
+    DELIVER_WEBHOOK,
+    EVALUATE_ALERTS_CHUNK,
+    NOTIFY_FLIPS,
+    enqueue,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +51,16 @@ def evaluate_stored(sender, run: Run, analysis: Analysis, now=None, **kwargs) ->
 
 
 def _deliver() -> None:
+    """After an evaluation that stored flips commits: their notifications are made once the
+    group wait is over (``RECOVERYDASH_ALERT_GROUP_WAIT_S``, Alertmanager's ``group_wait``: the
+    flips of one alert within it are one notification), by the ``notify_flips`` task sent with
+    that countdown; each delivery is then sent by its own task. When the task cannot be sent,
+    or runs eagerly (no countdown: tests, embedded use), the flips are processed here now; the
+    periodic ``deliver_due`` is the safety net."""
+    wait = float(settings.RECOVERYDASH_ALERT_GROUP_WAIT_S)
+    if wait > 0 and not settings.CELERY_TASK_ALWAYS_EAGER and enqueue(NOTIFY_FLIPS,
+                                                                       countdown=wait):
+        return
     for pk in process_flips():
         enqueue(DELIVER_WEBHOOK, pk)
 
@@ -148,6 +163,7 @@ def clock_changes(pks: list[int], now) -> tuple[list[int], list[tuple], int]:
         group_summary,
         natural_key,
         rule_info,
+        settled_holding,
         silences_of,
     )
     from recoverydash.recovery.contract import effective_contract
@@ -173,11 +189,6 @@ def clock_changes(pks: list[int], now) -> tuple[list[int], list[tuple], int]:
     silences = silences_of({r: a for r, a in attempts.items() if r in clocks}, clocks, now)
 
     def judge(run_id, clock, name, contract, first_event_at, last_received_at):
-        found = clock_conditions(clock, effective_contract(contract), now=now,
-                                 first_event_at=first_event_at,
-                                 last_received_at=last_received_at,
-                                 silence=silences.get(run_id))
-        want = {(c.rule, c.subject, c.severity) for c in found}
         have, keep, legacy = set(), [], False
         for row in alerts.get(run_id, ()):
             _, _, rule, dedup_key, subjects, _, _ = row
@@ -188,6 +199,13 @@ def clock_changes(pks: list[int], now) -> tuple[list[int], list[tuple], int]:
                     legacy = True  # stored before alerts listed subjects
                 have.update((rule, i["subject"], i["severity"]) for i in subjects or [])
                 keep.append(row)
+        found = clock_conditions(clock, effective_contract(contract), now=now,
+                                 first_event_at=first_event_at,
+                                 last_received_at=last_received_at,
+                                 silence=silences.get(run_id))
+        # as the full evaluation: a condition not settled keeps a subject, never adds one
+        found = settled_holding(found, {(r, s) for r, s, _ in have})
+        want = {(c.rule, c.subject, c.severity) for c in found}
         return found, keep, legacy or want != have
 
     changed, judged, named = [], [], []
@@ -218,8 +236,10 @@ def clock_changes(pks: list[int], now) -> tuple[list[int], list[tuple], int]:
     for _run_id, found, keep in judged:
         for pk, _, rule, _, subjects, summary, seen_at in keep:
             info = rule_info(rule)
+            since = {i["subject"]: i.get("since") for i in subjects or []}
             items = sorted(({"subject": c.subject, "kind": info.subject, "severity": c.severity,
-                             "summary": c.summary, "detail": c.detail}
+                             "summary": c.summary, "detail": c.detail,
+                             "since": since.get(c.subject)}
                             for c in found if c.rule == rule),
                            key=lambda i: natural_key(i["subject"]))
             holding.append((pk, seen_at, subjects, summary, items, group_summary(rule, items)))

@@ -27,8 +27,9 @@ class Alert(models.Model):
     subject the rule holds for.
 
     ``dedup_key`` is ``run:rule:`` (``rules.group_key``; ``run:rule:subject`` for alerts stored
-    before alerts grouped their subjects) and stable across episodes and while subjects are added: at
-    most one alert per run and key is open (firing or acknowledged) at a time, enforced by a
+    before alerts grouped their subjects) and stable across episodes and while subjects are
+    added: at most one alert per run and key is open (firing or acknowledged) at a time,
+    enforced by a
     partial unique constraint. The run is part of the constraint because two projects may use
     the same ``run_id`` (docs/ingest-v1.md#authentication).
     ``subjects``: what the rule holds for, in natural order, each
@@ -56,6 +57,8 @@ class Alert(models.Model):
     # who owns the alert now (a user name; "" nobody), set with a note (``AlertNote`` of kind
     # ``assigned``), PagerDuty's "assigned to"
     assigned_to = models.CharField(max_length=150, blank=True, default="", db_default="")
+    #: subjects that cleared as flaps (docs/definitions.md#flaps; ``AlertFlip.cleared``)
+    flaps = models.IntegerField(default=0)
 
     class Meta:
         constraints = [
@@ -91,7 +94,7 @@ class Alert(models.Model):
     def is_silenced(self, now=None) -> bool:
         return bool(self.silenced_until and self.silenced_until > (now or timezone.now()))
 
-    def change_state(self, new_state: str, *, by: str = "", reason: str = "") -> "AlertFlip | None":
+    def change_state(self, new_state: str, *, by: str = "", reason: str = "") -> AlertFlip | None:
         """Move to ``new_state`` and record the flip; returns it, or None if nothing changed.
 
         Takes the row with ``select_for_update`` so a person acknowledging and the evaluator
@@ -121,7 +124,7 @@ class Alert(models.Model):
                                    "resolved_at", "resolved_by")})
             return flip
 
-    def record_subjects_change(self, before: list[str], *, now=None) -> "AlertFlip | None":
+    def record_subjects_change(self, before: list[str], *, now=None) -> AlertFlip | None:
         """Record that the subjects of this open alert changed from ``before`` (subject
         strings) to its current ``subjects``: one flip with ``old_state == new_state`` (the
         alert's state, unchanged), ``change`` ``{"added": [...], "removed": [...]}`` (subject
@@ -134,7 +137,7 @@ class Alert(models.Model):
             flip.save()
         return flip
 
-    def subjects_change_flip(self, before: list[str], *, now=None) -> "AlertFlip | None":
+    def subjects_change_flip(self, before: list[str], *, now=None) -> AlertFlip | None:
         """The flip :meth:`record_subjects_change` stores, unsaved (``alerts.rules.evaluate_runs``
         creates those of many alerts in one ``bulk_create``); None when nothing is to be told."""
         if self.state == "resolved":
@@ -165,7 +168,8 @@ class AlertFlip(models.Model):
     have been created; ``notify`` is False when the alert was silenced.
     ``snapshot`` is the alert as it was at this flip (``Alert.snapshot``): its deliveries carry
     it, whatever happened to the alert before they were created (None for flips stored before
-    snapshots: those are sent as the alert is)."""
+    snapshots: those are sent as the alert is). ``cleared``: why each subject that left with
+    this flip left, and whether it was a flap (docs/definitions.md#flaps)."""
 
     alert = models.ForeignKey(Alert, on_delete=models.CASCADE, related_name="flips")
     old_state = models.CharField(max_length=16, blank=True, default="")
@@ -176,6 +180,10 @@ class AlertFlip(models.Model):
     processed_at = models.DateTimeField(null=True, blank=True)
     snapshot = models.JSONField(null=True, blank=True)
     change = models.JSONField(null=True, blank=True)
+    #: per subject that left the alert with this flip (a resolution, or subjects removed):
+    #: ``alerts.settle.departure``, ``{"subject", "held_s", "cause", "detail", "flap"}``; None
+    #: when none left
+    cleared = models.JSONField(null=True, blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["processed_at"], name="flip_processed")]

@@ -9,16 +9,22 @@ Two kinds of rule:
   ``run_silent``) describe the run now: they resolve themselves when the condition clears, and a
   later episode opens a new alert under the same dedup key;
 - *event* rules (``restart_replay``, ``restart_omission``, ``resumed_from_unrestorable``,
-  ``dataset_version_changed``, ``world_size_changed``, ``restore_failed``) describe something that happened at a
-  restart: the fact never clears, so the alert stays until a person resolves it, and is never
-  opened twice for the same restart.
+  ``dataset_version_changed``, ``world_size_changed``, ``restore_failed``) describe something
+  that happened at a restart: the fact never clears, so the alert stays until a person
+  resolves it, and is never opened twice for the same restart.
 
 Conditions hold per subject (a generation, a restart); the alerts group them: one open alert per
 (run, rule) lists every subject (``Alert.subjects``), so five rejected generations are one alert
 "5 generations rejected: stale_state", under one dedup key ``run:rule:`` (``group_key``) that
-receivers keep as subjects are added. A state rule's alert resolves when no subject holds any more; an event rule's
-alert takes new subjects (a later restart) while open, and a later episode opens with the new
-subjects only.
+receivers keep as subjects are added. A state rule's alert resolves when no subject holds any
+more; an event rule's alert takes new subjects (a later restart) while open, and a later
+episode opens with the new subjects only.
+
+Rules fire on settled evidence only (docs/definitions.md#settled-evidence, ``alerts.settle``): a
+condition that holds only because a generation not decided yet is read as absent or bad is not
+settled (``Condition.settled``) and neither opens an alert, adds a subject, nor clears one
+(:func:`settled_holding`); a subject that leaves records why (``AlertFlip.cleared``) and counts
+as a flap (``Alert.flaps``) when the fact that cleared it was already there when it was told.
 
 A condition that holds on consecutive evaluations does not flip anything (no flapping, no
 repeated notifications). A subject joining an open alert (a sixth generation rejected, a second
@@ -40,8 +46,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from recoverydash.alerts import settle
 from recoverydash.alerts.models import Alert, AlertFlip
-from recoverydash.runs.models import Analysis
+
 # The contract defaults and every figure a rule compares are defined once, in the core.
 from recoverydash.recovery.contract import DEFAULT_CONTRACT, effective_contract
 from recoverydash.recovery.figures import (
@@ -55,9 +62,11 @@ from recoverydash.recovery.figures import (
     silent_reporters,
     youngest_silent,
 )
+from recoverydash.runs.models import Analysis
 
 __all__ = ["CLOCK_RULES", "DEFAULT_CONTRACT", "EVENT_RULES", "RULES", "Condition", "Rule",
-           "clock_conditions", "conditions", "contract_of", "duration", "evaluate_run", "group_summary", "rule_info"]
+           "clock_conditions", "conditions", "contract_of", "duration", "evaluate_run",
+           "group_summary", "rule_info", "settled_holding"]
 
 
 @dataclass(frozen=True)
@@ -116,13 +125,18 @@ def rule_info(rule: str) -> Rule:
 @dataclass(frozen=True)
 class Condition:
     """A rule that holds for a subject (a generation id, an attempt number, or "" for the run).
-    ``detail``: the short words a grouped summary lists (a generation's reason codes)."""
+    ``detail``: the short words a grouped summary lists (a generation's reason codes).
+    ``settled``: False when it holds only because evidence that is on its way is not in yet
+    (docs/definitions.md#settled-evidence: an undecided generation read as absent or bad): such
+    a condition never opens an alert nor adds a subject; it keeps a subject an open alert
+    already lists (nothing is told that the evidence may still overturn, either way)."""
 
     rule: str
     subject: str
     severity: str
     summary: str
     detail: str = ""
+    settled: bool = True
 
     @property
     def sticky(self) -> bool:
@@ -266,10 +280,12 @@ def clock_conditions(result: dict, contract: dict, *, now: datetime,
         where = (f"last restorable {last['generation_id']} at update {last['update']:,}"
                  if last and "generation_id" in last else
                  "last restorable" if last else "no restorable checkpoint yet")
+        settled, overdue = settle.stale_wait(result.get("undecided") or [], now, age, max_age)
+        where += f"; {settle.overdue_words(overdue, now, duration)}" if overdue else ""
         found.append(Condition(
             "checkpoint_stale", "", "critical" if age > 2 * max_age else "warning",
             f"No restorable checkpoint for {duration(age)} (limit {duration(max_age)}); "
-            f"{where}."))
+            f"{where}.", settled=settled))
     if silence is None and last_received_at:  # no attempt row: the run's last event
         silence = {"attempt": None, "ended": False, "median": None,
                    "ages": {"run": max(0.0, (now - last_received_at).total_seconds())}}
@@ -303,19 +319,10 @@ def conditions(result: dict, contract: dict, *, now: datetime, first_event_at: d
         by_status = {}
         for g in generations:
             by_status[g["status"]] = by_status.get(g["status"], 0) + 1
-    finished = by_status.get("restorable", 0) + by_status.get("rejected", 0)
-    if finished and not last:
-        restorable = by_status.get("restorable", 0)
-        elsewhere = [g["generation_id"] for g in generations if g["status"] == "restorable"]
-        if restorable:
-            named = ", ".join(elsewhere[:5]) or f"{restorable} older generation(s)"
-            summary = (f"No restorable generation in the live lineage: {named} "
-                       "restorable in another attempt's lineage only (the live attempt resumed "
-                       "from a state recoverydash cannot tie to them).")
-        else:
-            summary = (f"None of the {finished} committed generation(s) is restorable: a "
-                       "failure now would restart from scratch.")
-        found.append(Condition("no_restorable_generation", "", "critical", summary))
+    undecided = result.get("undecided") or []
+    committed = sum(by_status.get(s, 0) for s in ("restorable", "rejected", "committed"))
+    if committed and not last:
+        found.append(no_restorable_condition(generations, by_status, undecided, now))
     for g in generations:
         if g["status"] != "rejected":
             continue
@@ -324,7 +331,8 @@ def conditions(result: dict, contract: dict, *, now: datetime, first_event_at: d
         codes = ", ".join(sorted({r["code"] for r in g.get("reasons", [])})) or "no reason given"
         found.append(Condition("generation_rejected", g["generation_id"], "warning",
                                f"Generation {g['generation_id']} (update {g['update']:,}) is "
-                               f"rejected: {codes}.", detail=codes))
+                               f"rejected: {codes}.", detail=codes,
+                               settled=settle.rejected_wait(undecided, g["update"], now)))
     for r in result.get("restarts", []):
         attempt = str(r["attempt"])
         codes = {f["code"] for f in r.get("findings", [])}
@@ -360,6 +368,28 @@ def conditions(result: dict, contract: dict, *, now: datetime, first_event_at: d
                 f"Attempt {attempt} resumed on {r['world_size_after']} ranks instead of "
                 f"{r['world_size_before']}: check the data partitioning and effective batch."))
     return sorted(found, key=lambda c: (c.rule, c.subject))
+
+
+def no_restorable_condition(generations: list[dict], by_status: dict, undecided: list[dict],
+                            now: datetime) -> Condition:
+    """``no_restorable_generation`` of a run with committed generations and no restorable one
+    on the live lineage: restorable only in another attempt's lineage, or none restorable at
+    all; settled unless undecided generations of the live lineage may still be restorable
+    (``settle.no_restorable_wait``), the summary naming them."""
+    settled, words = settle.no_restorable_wait(undecided, now, duration)
+    restorable = by_status.get("restorable", 0)
+    if restorable:
+        elsewhere = [g["generation_id"] for g in generations if g["status"] == "restorable"]
+        named = ", ".join(elsewhere[:5]) or f"{restorable} older generation(s)"
+        summary = (f"No restorable generation in the live lineage: {named} restorable in "
+                   "another attempt's lineage only (the live attempt resumed from a state "
+                   f"recoverydash cannot tie to them){words}.")
+    else:
+        rejected, open_ = by_status.get("rejected", 0), by_status.get("committed", 0)
+        split = f" ({rejected} rejected, {open_} not decided)" if open_ else ""
+        summary = (f"None of the {rejected + open_} committed generation(s) is restorable"
+                   f"{split}: a failure now would restart from scratch{words}.")
+    return Condition("no_restorable_generation", "", "critical", summary, settled=settled)
 
 
 def group_key(run, rule: str) -> str:
@@ -506,8 +536,9 @@ def evaluate_run(run, now: datetime | None = None) -> list[AlertFlip]:
     listing its subjects (``Alert.subjects``, natural order; severity the worst of them,
     summary ``group_summary``). An open alert follows its rule's subjects: a state rule's list
     is what holds now and the alert resolves when nothing holds (a subject added or removed
-    while it stays open is a flip of ``Alert.record_subjects_change``); an event rule's list only grows
-    (each restart is told once: a subject of an earlier alert of the rule never opens another)
+    while it stays open is a flip of ``Alert.record_subjects_change``); an event rule's list
+    only grows (each restart is told once: a subject of an earlier alert of the rule never
+    opens another)
     and its alert stays open until a person resolves it, also after the run ended and when a
     later analysis no longer finds the fact (state rules of an ended run resolve).
     One transaction that first locks the run's Analysis row (``select_for_update``) and reads
@@ -589,7 +620,7 @@ def evaluate_runs(runs, now: datetime | None = None) -> list[AlertFlip]:
                                  ended=result.get("health") == "ended",
                                  restore_failures=failures.get(run_id, []), silence=silence)
             _plan_run(run, holding, open_of.get(run_id, []), told_of.get(run_id, set()), now,
-                      kept, opened, resolved, steps)
+                      kept, opened, resolved, steps, result, result.get("health") == "ended")
         # the alerts kept: those whose words, severity and subjects are as stored get their
         # last_seen_at in one UPDATE, the others one bulk_update (the rows end as
         # evaluate_run's save of the four fields leaves them)
@@ -609,25 +640,52 @@ def evaluate_runs(runs, now: datetime | None = None) -> list[AlertFlip]:
         if resolved:
             Alert.objects.filter(pk__in=[a.pk for a, _ in resolved]).update(
                 state="resolved", resolved_at=wall, resolved_by="")
-        flips: list[AlertFlip] = []
-        for kind, alert, extra in steps:
-            if kind == "opened":
-                flips.append(AlertFlip(alert=alert, old_state="", new_state="firing",
-                                       reason=alert.summary, created_at=now,
-                                       snapshot=alert.snapshot()))
-            elif kind == "subjects":
-                flip = alert.subjects_change_flip(extra, now=now)
-                if flip is not None:
-                    flips.append(flip)
-            else:
-                old_state, reason = was[id(alert)]
-                flips.append(AlertFlip(alert=alert, old_state=old_state, new_state="resolved",
-                                       reason=reason, created_at=wall,
-                                       notify=not alert.is_silenced(wall),
-                                       snapshot=alert.snapshot()))
+        flips = _flips(steps, now, wall, was)
         if flips:
             AlertFlip.objects.bulk_create(flips)
+        count_flaps(flips)
     return flips
+
+
+def _flips(steps: list, now: datetime, wall: datetime, was: dict) -> list[AlertFlip]:
+    """The flips of :func:`_plan_run`'s ``steps`` (unsaved), each with the subjects that left
+    (``AlertFlip.cleared``); ``was``: ``{id(alert): (state before, reason)}`` of those
+    resolved, at ``wall``."""
+    flips: list[AlertFlip] = []
+    for kind, alert, extra, cleared in steps:
+        if kind == "opened":
+            flips.append(AlertFlip(alert=alert, old_state="", new_state="firing",
+                                   reason=alert.summary, created_at=now,
+                                   snapshot=alert.snapshot()))
+        elif kind == "subjects":
+            flip = alert.subjects_change_flip(extra, now=now)
+            if flip is not None:
+                flip.cleared = cleared or None
+                if cleared:
+                    flip.reason = cleared_reason(flip.reason, cleared)
+                flips.append(flip)
+        else:
+            old_state, reason = was[id(alert)]
+            flips.append(AlertFlip(alert=alert, old_state=old_state, new_state="resolved",
+                                   reason=reason, created_at=wall,
+                                   notify=not alert.is_silenced(wall),
+                                   snapshot=alert.snapshot(), cleared=cleared or None))
+    return flips
+
+
+def count_flaps(flips: list[AlertFlip]) -> None:
+    """Add to each alert's ``flaps`` the subjects its new ``flips`` cleared as flaps
+    (docs/definitions.md#flaps): one UPDATE per alert that flapped (normally none)."""
+    from django.db.models import F
+
+    per_alert: dict[int, int] = {}
+    for flip in flips:
+        n = sum(1 for c in flip.cleared or [] if c.get("flap"))
+        if n:
+            per_alert[flip.alert.pk] = per_alert.get(flip.alert.pk, 0) + n
+            flip.alert.flaps = (flip.alert.flaps or 0) + n
+    for pk, n in per_alert.items():
+        Alert.objects.filter(pk=pk).update(flaps=F("flaps") + n)
 
 
 def write_words(alerts: list[Alert], now: datetime) -> None:
@@ -662,16 +720,50 @@ def write_words(alerts: list[Alert], now: datetime) -> None:
              [a.severity for a in alerts], [json.dumps(a.subjects) for a in alerts]])
 
 
+def held_subjects(open_alerts: list) -> set:
+    """``(rule, subject)`` of every subject the open alerts ``open_alerts`` list (an alert
+    stored before alerts listed subjects: its own subject)."""
+    held = set()
+    for a in open_alerts:
+        held.update((a.rule, i["subject"]) for i in a.subjects or [])
+        if not a.subjects:
+            held.add((a.rule, a.subject))
+    return held
+
+
+def settled_holding(holding: list[Condition], held: set) -> list[Condition]:
+    """The conditions of ``holding`` an evaluation acts on: the settled ones, and those not
+    settled that an open alert already lists (``held``: ``(rule, subject)``, see
+    :func:`held_subjects`). docs/definitions.md#settled-evidence: evidence still on its way
+    neither opens an alert nor adds a subject, and does not clear one either."""
+    return [c for c in holding if c.settled or (c.rule, c.subject) in held]
+
+
+def _items(rule: str, found: list[Condition], alert, now: datetime) -> list[dict]:
+    """The ``Alert.subjects`` entries of ``found``: ``since`` (when the subject joined the
+    alert, RFC 3339) kept from ``alert``'s entry of the same subject (None for one stored
+    before subjects kept it: the alert's ``opened_at`` stands for it), else ``now``."""
+    info = rule_info(rule)
+    before = {i["subject"]: i for i in (alert.subjects or [])} if alert is not None else {}
+    return [{"subject": c.subject, "kind": info.subject, "severity": c.severity,
+             "summary": c.summary, "detail": c.detail,
+             "since": before[c.subject].get("since") if c.subject in before
+             else now.isoformat()} for c in found]
+
+
 def _plan_run(run, holding: list[Condition], open_alerts: list, told: set, now: datetime,
-              kept: list, opened: list, resolved: list, steps: list) -> None:
-    """What :func:`evaluate_runs` writes for one run: its conditions ``holding`` grouped per
-    rule against its open alerts (locked, opened_at order) and the (rule, subject) pairs its
-    event-rule alerts ever ``told``. Appends to ``kept`` ``(alert, (summary, severity,
-    subjects) as stored)`` of the open alerts updated, to ``opened`` the new alerts (unsaved),
-    to ``resolved`` ``(alert, reason)`` and to ``steps`` ``(kind, alert, extra)`` in the order their flips are
-    made (``opened``; ``subjects`` with the subjects before; ``resolved``)."""
+              kept: list, opened: list, resolved: list, steps: list, result: dict | None = None,
+              ended: bool = False) -> None:
+    """What :func:`evaluate_runs` writes for one run: its conditions ``holding``
+    (:func:`settled_holding` of them) grouped per rule against its open alerts (locked,
+    opened_at order) and the (rule, subject) pairs its event-rule alerts ever ``told``. Appends
+    to ``kept`` ``(alert, (summary, severity, subjects) as stored)`` of the open alerts updated,
+    to ``opened`` the new alerts (unsaved), to ``resolved`` ``(alert, reason)`` and to
+    ``steps`` ``(kind, alert, extra, cleared)`` in the order their flips are made (``opened``;
+    ``subjects`` with the subjects before; ``resolved``); ``cleared``: the ``settle.departure``
+    of each subject that left (judged on the stored ``result``; ``ended``: the run ended)."""
     groups: dict[str, list[Condition]] = {}
-    for c in holding:
+    for c in settled_holding(holding, held_subjects(open_alerts)):
         groups.setdefault(c.rule, []).append(c)
     by_rule, legacy = {}, []
     for a in open_alerts:
@@ -680,46 +772,64 @@ def _plan_run(run, holding: list[Condition], open_alerts: list, told: set, now: 
         else:
             legacy.append(a)  # one alert per subject, stored before alerts grouped
     for rule, found in groups.items():
-        info = rule_info(rule)
-        alert = by_rule.get(rule)
-        items = [{"subject": c.subject, "kind": info.subject, "severity": c.severity,
-                  "summary": c.summary, "detail": c.detail} for c in found]
-        if info.sticky:
-            keep = list(alert.subjects or []) if alert is not None else []
-            have = {i["subject"] for i in keep}
-            fresh = [i for i in items if i["subject"] not in have
-                     and (rule, i["subject"]) not in told]
-            current = {i["subject"]: i for i in items}
-            # an event's words may be refined by a later analysis; its subject stays
-            items = [current.get(i["subject"], i) for i in keep] + fresh
-            if alert is None and not fresh:
-                continue  # already told; a person resolved it
-        items.sort(key=lambda i: natural_key(i["subject"]))
-        summary, severity = group_summary(rule, items), worst_severity(items)
-        if alert is not None:
-            before = [s["subject"] for s in alert.subjects or []]
-            stored = (alert.summary, alert.severity, alert.subjects)
-            alert.summary, alert.severity, alert.subjects = summary, severity, items
-            alert.last_seen_at = now
-            kept.append((alert, stored))
-            # a subject joining (or leaving) the open alert is told, the state unchanged
-            # (an alert stored before it listed subjects has no list to compare with)
-            if before:
-                steps.append(("subjects", alert, before))
-            continue
-        alert = Alert(run=run, rule=rule, subject=items[0]["subject"], subjects=items,
-                      dedup_key=group_key(run, rule), severity=severity, summary=summary,
-                      opened_at=now, last_seen_at=now)
-        opened.append(alert)
-        steps.append(("opened", alert, None))
+        _plan_rule(run, rule, found, by_rule.get(rule), told, now, kept, opened, steps,
+                   result or {}, ended)
     for rule, alert in by_rule.items():
         if rule in groups or rule_info(rule).sticky:
             continue  # facts of the past stay until a person resolves them, ended or not
-        resolved.append((alert, "the condition cleared"))
-        steps.append(("resolved", alert, None))
+        cleared = [settle.departure(rule, i, alert, result or {}, now, ended)
+                   for i in alert.subjects or []]
+        resolved.append((alert, cleared_reason("the condition cleared", cleared)))
+        steps.append(("resolved", alert, None, cleared))
     for alert in legacy:
         if rule_info(alert.rule).sticky:
             continue  # its subject is told; a person resolves it, ended or not
         resolved.append((alert, "the condition cleared" if alert.rule not in groups
                          else "grouped into one alert per rule"))
-        steps.append(("resolved", alert, None))
+        steps.append(("resolved", alert, None, []))
+
+
+def _plan_rule(run, rule: str, found: list[Condition], alert, told: set, now: datetime,
+               kept: list, opened: list, steps: list, result: dict, ended: bool) -> None:
+    """:func:`_plan_run` for the conditions ``found`` of one rule and its open alert (or None)."""
+    info = rule_info(rule)
+    items = _items(rule, found, alert, now)
+    if info.sticky:
+        keep = list(alert.subjects or []) if alert is not None else []
+        have = {i["subject"] for i in keep}
+        fresh = [i for i in items if i["subject"] not in have
+                 and (rule, i["subject"]) not in told]
+        current = {i["subject"]: i for i in items}
+        # an event's words may be refined by a later analysis; its subject stays
+        items = [current.get(i["subject"], i) for i in keep] + fresh
+        if alert is None and not fresh:
+            return  # already told; a person resolved it
+    items.sort(key=lambda i: natural_key(i["subject"]))
+    summary, severity = group_summary(rule, items), worst_severity(items)
+    if alert is not None:
+        before = [s["subject"] for s in alert.subjects or []]
+        now_listed = {i["subject"] for i in items}
+        cleared = [settle.departure(rule, i, alert, result, now, ended)
+                   for i in alert.subjects or [] if i["subject"] not in now_listed]
+        stored = (alert.summary, alert.severity, alert.subjects)
+        alert.summary, alert.severity, alert.subjects = summary, severity, items
+        alert.last_seen_at = now
+        kept.append((alert, stored))
+        # a subject joining (or leaving) the open alert is told, the state unchanged
+        # (an alert stored before it listed subjects has no list to compare with)
+        if before:
+            steps.append(("subjects", alert, before, cleared))
+        return
+    alert = Alert(run=run, rule=rule, subject=items[0]["subject"], subjects=items,
+                  dedup_key=group_key(run, rule), severity=severity, summary=summary,
+                  opened_at=now, last_seen_at=now)
+    opened.append(alert)
+    steps.append(("opened", alert, None, []))
+
+
+def cleared_reason(words: str, cleared: list[dict]) -> str:
+    """A resolution's reason: ``words`` and, per subject that left, why (``settle.departure``),
+    a flap said as such."""
+    parts = [f"{c['subject'] or 'the run'}: {c['detail']}" + (" (a flap)" if c["flap"] else "")
+             for c in cleared if c.get("detail") and c.get("cause") != "unknown"]
+    return words + (": " + "; ".join(parts) if parts else "")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timezone as dt_timezone
 
-from django.db.models import Count, Q
+from django.db.models import Count, Q, Sum
 from django.db.models.fields.json import KeyTransform
 from django.http import Http404
 from django.utils import timezone
@@ -770,9 +770,10 @@ def alert_list(user, which: str = "open", project: int | None = None, limit: int
                run: str = "", rule: str = "", severity: str = "", owner: str | None = None):
     """Alerts of the runs ``user`` may see, in the list ``which`` of ``ALERT_LISTS``: open ones
     critical first then newest, resolved ones newest resolved first; with the count of each list
-    (under the same filters) and each alert's ``runbook_url``. Filters: ``run`` (a substring of
-    the run id, case-insensitive), ``rule`` and ``severity`` (exact), ``owner`` (the
-    ``assigned_to`` user name; "" for alerts nobody owns; None: any)."""
+    (under the same filters), each alert's ``runbook_url`` and ``rule_flaps`` (the flaps of its
+    rule on its run, every episode: ``Alert.flaps`` summed, docs/definitions.md#flaps). Filters:
+    ``run`` (a substring of the run id, case-insensitive), ``rule`` and ``severity`` (exact),
+    ``owner`` (the ``assigned_to`` user name; "" for alerts nobody owns; None: any)."""
     base = Alert.objects.select_related("run__project").filter(
         run__project__in=visible_projects(user))
     if project:
@@ -799,7 +800,14 @@ def alert_list(user, which: str = "open", project: int | None = None, limit: int
                                       When(severity="warning", then=Value(1)),
                                       default=Value(2), output_field=IntegerField())
                              ).order_by("sev", "-opened_at", "-pk")
-    return attach_runbooks(list(rows[:limit])), counts
+    rows = attach_runbooks(list(rows[:limit]))
+    flaps = dict(((run_id, rule), n) for run_id, rule, n in
+                 Alert.objects.filter(run_id__in={a.run_id for a in rows}, flaps__gt=0)
+                 .values("run_id", "rule").annotate(n=Sum("flaps"))
+                 .values_list("run_id", "rule", "n"))
+    for a in rows:
+        a.rule_flaps = flaps.get((a.run_id, a.rule), 0)
+    return rows, counts
 
 
 @dataclass

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Count, F, Min, Q
+from django.db.models import Count, F, Min, Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily
@@ -126,6 +126,10 @@ METRICS: dict[str, Metric] = {
         "attempt."),
     "recoverydash_webhook_endpoints_disabled": Metric(
         "gauge", ("project",), "Webhook endpoints disabled (a receiver answered 410)."),
+    "recoverydash_alert_flaps": Metric(
+        "counter", ("project", "rule"), "Alert subjects that cleared within "
+        "RECOVERYDASH_FLAP_WINDOW_S of being told, on a fact that was already there when they "
+        "were (evidence on its way that settled), by rule. docs/definitions.md#flaps"),
 }
 
 
@@ -288,3 +292,20 @@ class RecoverydashCollector:
         for name in names:
             disabled_family.add_metric([name], disabled.get(name, 0))
         yield from (failed_family, pending_family, disabled_family)
+        yield self.flap_family(names)
+
+    def flap_family(self, names: list[str]):
+        """``recoverydash_alert_flaps_total`` per project and rule: ``Alert.flaps`` summed over
+        every alert stored (one aggregate); every rule of ``alerts.rules.RULES`` is exported,
+        0 when it never flapped."""
+        from recoverydash.alerts.rules import RULES
+
+        counts = {(p, r): n for p, r, n in
+                  Alert.objects.filter(run__project__in=self.projects, flaps__gt=0)
+                  .values("run__project__name", "rule").annotate(n=Sum("flaps"))
+                  .values_list("run__project__name", "rule", "n")}
+        family = _family("recoverydash_alert_flaps")
+        for name in names:
+            for rule in sorted(set(RULES) | {r for p, r in counts if p == name}):
+                family.add_metric([name, rule], counts.get((name, rule), 0))
+        return family

@@ -25,6 +25,9 @@ VERIFY_GENERATION = "workers.tasks.verify_generation"
 an ISO 8601 time: every object last checked before it is checked again)."""
 DELIVER_WEBHOOK = "workers.tasks.deliver_webhook"
 """Send one webhook delivery (args: delivery pk)."""
+NOTIFY_FLIPS = "workers.tasks.notify_flips"
+"""Make the deliveries of alert flips whose group wait is over, and send each (no args; sent
+with the group wait as countdown after an evaluation stored flips)."""
 
 SEND_TEST_WEBHOOK = "workers.tasks.send_test_webhook"
 """Send the test notification a person asked for (args: endpoint pk, webhook id)."""
@@ -33,8 +36,8 @@ EVALUATE_ALERTS_CHUNK = "workers.tasks.evaluate_alerts_chunk"
 """Evaluate the alert rules of a chunk of runs (args: run pks, the pks to analyse again
 first), fanned out by the periodic ``evaluate_all_alerts``."""
 
-TASK_NAMES = (ANALYZE_RUN, VERIFY_GENERATION, DELIVER_WEBHOOK, SEND_TEST_WEBHOOK,
-              EVALUATE_ALERTS_CHUNK)
+TASK_NAMES = (ANALYZE_RUN, VERIFY_GENERATION, DELIVER_WEBHOOK, NOTIFY_FLIPS,
+              SEND_TEST_WEBHOOK, EVALUATE_ALERTS_CHUNK)
 
 
 WEBHOOKS_QUEUE = "webhooks"
@@ -43,7 +46,8 @@ is Celery's ``celery`` (analysis, verification and the other periodic jobs): a r
 slow or down ties up the workers of this queue only, never analysis (docs/operating.md#queues).
 """
 #: The tasks on the webhooks queue (the periodic ``deliver_due`` by name: the beat sends it).
-WEBHOOK_TASKS = frozenset({DELIVER_WEBHOOK, SEND_TEST_WEBHOOK, "workers.tasks.deliver_due"})
+WEBHOOK_TASKS = frozenset({DELIVER_WEBHOOK, NOTIFY_FLIPS, SEND_TEST_WEBHOOK,
+                           "workers.tasks.deliver_due"})
 
 
 def webhooks_queue(default_queue: str) -> str:

@@ -134,11 +134,11 @@ def world() -> tuple:
 
 
 def one_by_one(runs, now):
+    # each run evaluated alone; the flips processed as together does (the flips of one alert
+    # are one notification: in STEP2 a person's acknowledgement and a subject added since)
     for run in sorted(runs, key=lambda r: r.pk):
         evaluate_run(Run.objects.select_related("analysis").get(pk=run.pk), now=now)
-    for pk in AlertFlip.objects.filter(processed_at__isnull=True).order_by("pk") \
-            .values_list("pk", flat=True):
-        delivery._process_flip(pk)
+    delivery.process_flips()
 
 
 def together(runs, now):

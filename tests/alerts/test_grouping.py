@@ -101,9 +101,12 @@ def test_it_sends_each_flip_as_the_alert_was_at_that_flip(project, receiver):
     WebhookEndpoint.objects.create(project=project, url=receiver.url)
     [opened] = evaluate_run(run, now=NOW)
     alert = opened.alert
+    process_flips()
     alert.change_state("acknowledged", by="ana")
+    process_flips()
     alert.change_state("resolved", by="ana")
-    process_flips()  # all three flips processed after the alert is already resolved
+    Alert.objects.filter(pk=alert.pk).update(summary="changed after the last flip")
+    process_flips()  # each flip's body is the alert as it was at that flip
     bodies = {d.flip.new_state: d.payload for d in Delivery.objects.select_related("flip")
               .filter(flip__change__isnull=True)}
     assert bodies["firing"]["alert"]["state"] == "firing"

@@ -26,9 +26,10 @@ def test_it_counts_the_generations_beyond_the_listed_ones():
               "last_restorable": None,
               "generations_summary": {"total": 260, "shown": 200,
                                       "by_status": {"committed": 10, "rejected": 250}}}
+    # a result stored before it listed its undecided generations: nothing to wait for
     assert no_restorable(result) == [
-        "None of the 250 committed generation(s) is restorable: a failure now would restart "
-        "from scratch."]
+        "None of the 260 committed generation(s) is restorable (250 rejected, 10 not decided): "
+        "a failure now would restart from scratch."]
 
 
 def test_an_older_restorable_generation_of_another_lineage_is_told_when_none_is_listed():

@@ -20,7 +20,8 @@ def fire(run):
 
 
 @pytest.fixture
-def two_runs(project, receiver):
+def two_runs(project, receiver, settings):
+    settings.RECOVERYDASH_ALERT_GROUP_WAIT_S = 0  # the flips are due at once
     WebhookEndpoint.objects.create(project=project, url=receiver.url)
     poisoned = Run.objects.create(project=project, run_id="poisoned")
     healthy = Run.objects.create(project=project, run_id="healthy")

@@ -84,3 +84,24 @@ def test_it_refuses_a_loopback_webhook_url_naming_the_setting(owner_client, proj
     assert response.status_code == 200 and not WebhookEndpoint.objects.exists()
     errors = " ".join(response.context["webhook_form"].errors["url"])
     assert "127.0.0.1" in errors and "RECOVERYDASH_WEBHOOK_ALLOW_PRIVATE" in errors
+
+
+def test_the_alerts_page_shows_how_often_each_alerts_rule_flapped_on_its_run(owner_client,
+                                                                             alerts):
+    rejected, replay, stale = alerts
+    # two earlier episodes of generation_rejected on the same run flapped 1 and 2 times
+    for flaps in (1, 2):
+        Alert.objects.create(run=rejected.run, rule="generation_rejected", subject="g10",
+                             dedup_key="sgd:generation_rejected:", severity="warning",
+                             summary="earlier", state="resolved", flaps=flaps)
+    page = owner_client.get(reverse("alerts"))
+    assert {a.rule: a.rule_flaps for a in page.context["alerts"]} == {
+        "generation_rejected": 3, "restart_replay": 0, "checkpoint_stale": 0}
+    html = page.content.decode()
+    assert ('<div class="alert-flaps flapped" title="Times generation_rejected cleared on this '
+            'run on a fact already there when it was told (docs/definitions.md#flaps)">'
+            '<span class="num">3</span> flaps</div>') in html
+    assert '<span class="num">0</span> flaps</div>' in html
+    # the resolved list counts them too; the run page's alert rows have no flap column
+    resolved = owner_client.get(reverse("alerts") + "?state=resolved")
+    assert [a.rule_flaps for a in resolved.context["alerts"]] == [3, 3]

@@ -237,3 +237,28 @@ def test_it_reports_analysis_lag_verification_queue_and_delivery_failures(client
     assert scrape(client, metrics_token).value("recoverydash_analysis_lag_seconds",
                                                project="alpha") == 40.0
     assert ApiToken.objects.filter(project=project, scopes=["metrics"]).exists()
+
+
+@pytest.mark.django_db
+def test_it_counts_flaps_per_rule_of_the_tokens_project(client, project, other_project,
+                                                       metrics_token):
+    def alert(p, run_id, rule, flaps, state="resolved"):
+        run = Run.objects.get_or_create(project=p, run_id=run_id)[0]
+        return Alert.objects.create(run=run, rule=rule, dedup_key=f"{run_id}:{rule}:",
+                                    severity="warning", summary="s", flaps=flaps, state=state)
+
+    alert(project, "a", "generation_rejected", 2)
+    alert(project, "b", "generation_rejected", 1)
+    alert(project, "b", "no_restorable_generation", 1, state="firing")
+    alert(project, "b", "checkpoint_stale", 0)
+    alert(other_project, "c", "generation_rejected", 7)  # not this token's project
+    page = scrape(client, metrics_token)
+    assert page.value("recoverydash_alert_flaps_total", project="alpha",
+                      rule="generation_rejected") == 3
+    assert page.value("recoverydash_alert_flaps_total", project="alpha",
+                      rule="no_restorable_generation") == 1
+    # every rule is exported, 0 when it never flapped; no series of another project
+    assert page.value("recoverydash_alert_flaps_total", project="alpha",
+                      rule="checkpoint_stale") == 0
+    assert page.value("recoverydash_alert_flaps_total", project="beta",
+                      rule="generation_rejected") is None
