@@ -98,12 +98,40 @@ def expected_generation(manifests: list[dict], corrupted: str | None = None) -> 
     return ok[0] if ok else None
 
 
+def expected_at_restore(expected: str | None,
+                        plan: dict | None) -> tuple[str | None, str | None]:
+    """docs/definitions.md#drill, expected at the restore: the generation a correct trainer
+    restores, judged against what could be known at the moment of its restore. ``expected``:
+    :func:`expected_generation`'s id (the rules', with every fact in); ``plan``: what the
+    resumed launch's ``restore_plan`` answered, as traced (``source``, ``generation_id``,
+    ``newer_undecided`` still listed when its wait of ``wait_undecided_s`` seconds expired).
+
+    Returns ``(generation id, warning)``: when the server named another generation and still
+    listed ``expected`` as not decided yet (committed, not verified) after the wait, the newest
+    restorable at that moment was the one it named: that one, with a warning saying so (a
+    difference from the rules, not a failure); otherwise ``expected`` and None."""
+    if not plan or plan.get("source") != "server" or plan.get("generation_id") == expected \
+            or expected is None:
+        return expected, None
+    waiting = next((g for g in plan.get("newer_undecided") or []
+                    if g.get("generation_id") == expected), None)
+    if waiting is None:
+        return expected, None
+    named = plan.get("generation_id")
+    return named, (
+        f"the rules restore {expected}, which the server had not decided yet "
+        f"({waiting.get('status')}) when the resumed launch's wait of "
+        f"{float(plan.get('wait_undecided_s') or 0):g} s expired; it named "
+        f"{named or 'no generation'}, the newest restorable then")
+
+
 def drill_failures(result: dict[str, Any]) -> list[str]:
     """Why a drill run fails its contract (empty: it passes). It passes when the crash happened
     where it was injected (``crash.reached``, a non-zero exit), the resumed launch exited 0,
-    the restored generation is the expected one, the consumed sequence has no divergence, the
-    state matched for the updates compared, and, when the server was asked, its verdict of the
-    restart is ``exact``."""
+    the restored generation is the one expected at the restore (``expected_at_restore`` when
+    the result has it, :func:`expected_at_restore`; else ``expected``), the consumed sequence
+    has no divergence, the state matched for the updates compared, and, when the server was
+    asked, its verdict of the restart is ``exact``."""
     out = []
     crash = result.get("crash") or {}
     if not crash.get("reached"):
@@ -115,8 +143,9 @@ def drill_failures(result: dict[str, Any]) -> list[str]:
     rc = (result.get("resume") or {}).get("returncode")
     if rc != 0:
         out.append(f"the resumed launch exited {rc}")
-    if result.get("restored") != result.get("expected"):
-        out.append(f"restored {result.get('restored')}, the rules say {result.get('expected')}")
+    wanted = result.get("expected_at_restore", result.get("expected"))
+    if result.get("restored") != wanted:
+        out.append(f"restored {result.get('restored')}, the rules say {wanted}")
     if result.get("first_divergence") is not None:
         out.append("the consumed sequence diverges from the control's")
     state = result.get("state") or {}

@@ -30,7 +30,13 @@ Per drill run, against the control (``compare``):
   after the crash, except the corrupted one (a generation without its marker is never
   restorable; one committed in storage is, even when the server never heard of the commit),
   and ``plan``: what the resumed launch's ``restore_plan`` answered (source, generation, the
-  generations a server refused with their status), named in the failure when the two differ;
+  generations a server refused with their status, the newer ones it had not decided yet when
+  its wait expired), named in the failure when the two differ. The launches' ``restore_plan``
+  waits for newer generations the server has not decided yet, as a careful trainer would
+  (``--wait-undecided``, default 60 s, at most 600, printed in the report's first line); when
+  the server still had not decided the rules' generation when that wait expired and named the
+  newest restorable then, that one is ``expected_at_restore`` and the difference a warning,
+  not a failure (``recovery.drills.expected_at_restore``);
 - ``first_divergence``: the first ``(update, rank, index)`` at which the sequence of positions
   consumed by the lineage (each update as last recorded: the resumed launch's updates replace
   the crashed launch's rolled-back ones) differs from the control's, or None;
@@ -84,12 +90,21 @@ from recoverydash.recovery.drills import (
     compare_state,
     drill_failures,
     drill_lineage,
+    expected_at_restore,
     expected_generation,
     first_divergence,
 )
+from recoverydash.sdk.restore import WAIT_UNDECIDED_ENV
 from recoverydash.sdk.faults import FAULT_ENV, TRACE_ENV
 
 REPORT_FORMAT = 1
+#: Seconds a drill's launches let ``restore_plan`` wait for newer generations the server has not
+#: decided yet (``--wait-undecided``; ``$RECOVERYDASH_WAIT_UNDECIDED_S`` in their environment):
+#: a careful trainer's wait, so a drill judges against what could be known at the restore ...
+DRILL_WAIT_UNDECIDED_S = 60.0
+#: ... and at most this many (the server's own bound on waiting for one,
+#: ``RECOVERYDASH_UNDECIDED_BOUND_S``, by default).
+MAX_WAIT_UNDECIDED_S = 600.0
 
 
 @dataclass
@@ -99,7 +114,9 @@ class DrillOptions:
     generation is saved. kill: ``"all"`` or a rank (the rank SIGKILLed). kill_at: the update
     after which ``corrupt_after_commit`` kills (default ``at + 1``). compare_updates: K (None:
     up to U). tolerance: None for exact digests. location: the base checkpoint folder. workdir:
-    traces and logs (default ``<location>/.drill-<drill_id>``)."""
+    traces and logs (default ``<location>/.drill-<drill_id>``). wait_undecided_s: seconds the
+    launches' ``restore_plan`` waits for newer generations not decided yet (0 to
+    :data:`MAX_WAIT_UNDECIDED_S`)."""
 
     command: list[str]
     updates: int
@@ -119,6 +136,7 @@ class DrillOptions:
     env: dict[str, str] | None = None
     cwd: str | None = None
     echo: bool = True
+    wait_undecided_s: float = DRILL_WAIT_UNDECIDED_S
 
 
 @dataclass
@@ -174,7 +192,8 @@ def _launch(opts: DrillOptions, run_id: str, location: str, trace_dir: str, log_
     env = dict(os.environ if opts.env is None else opts.env)
     for k in (FAULT_ENV, TRACE_ENV):
         env.pop(k, None)
-    env.update({TRACE_ENV: trace_dir, "RECOVERYDASH_DRILL_ID": drill_id,
+    env.update({TRACE_ENV: trace_dir, WAIT_UNDECIDED_ENV: f"{opts.wait_undecided_s:g}",
+                "RECOVERYDASH_DRILL_ID": drill_id,
                 "RECOVERYDASH_DRILL_ROLE": role, "RECOVERYDASH_DRILL_RUN_ID": run_id,
                 "RECOVERYDASH_DRILL_LOCATION": location,
                 "RECOVERYDASH_DRILL_UPDATES": str(opts.updates)})
@@ -388,7 +407,10 @@ def run_point(opts: DrillOptions, point: str, drill_id: str, workdir: str,
     res["restored"] = restores[0]["generation_id"] if restores else None
     plans = [d for d in second.lines if d.get("kind") == "plan"]
     res["plan"] = ({k: plans[0].get(k) for k in ("source", "generation_id", "rejected",
-                                                 "warnings")} if plans else None)
+                                                 "warnings", "newer_undecided",
+                                                 "wait_undecided_s")} if plans else None)
+    res["expected_at_restore"], warning = expected_at_restore(res["expected"], res["plan"])
+    res["warnings"] = [warning] if warning else []
     resumed = updates_of(second.lines)
     restored_update = (min(u for u, _ in resumed) - 1) if resumed else None
     res["restored_update"] = restored_update
@@ -399,7 +421,7 @@ def run_point(opts: DrillOptions, point: str, drill_id: str, workdir: str,
     res["attempt"] = max((d.get("attempt") or 0 for d in second.lines
                           if d.get("kind") == "update"), default=None)
     res["failures"] = drill_failures(res)
-    if res["restored"] != res["expected"]:
+    if res["restored"] != res["expected_at_restore"]:
         res["failures"].append(plan_text(res["plan"]))
     res["passed"] = not res["failures"]
     return res
@@ -439,6 +461,7 @@ def run_drill(opts: DrillOptions) -> dict:
     report: dict[str, Any] = {
         "format": REPORT_FORMAT, "drill_id": drill_id, "config_digest": config_digest(opts.command),
         "command": opts.command, "updates": opts.updates, "at": opts.at, "kill": opts.kill,
+        "wait_undecided_s": opts.wait_undecided_s,
         "state_compare": "exact: sha256 of the parameters" if opts.tolerance is None else
         f"tolerance {opts.tolerance}: sum and L2 norm of every parameter tensor",
         "loss_compared": False, "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
@@ -515,14 +538,17 @@ def divergence_text(d: dict | None) -> str:
 def table(report: dict) -> str:
     """The printed report: one row per crash point (crash point, restored generation (and the
     expected one when they differ), the server's verdict with replayed/omitted/recomputed,
-    first divergence, state match, restore seconds, result)."""
+    first divergence, state match, restore seconds, result); the header says how long the
+    launches waited for undecided generations at most (``wait_undecided_s``, when the report has
+    it); then each crash point's warnings and failures."""
     head = ["crash point", "restored", "verdict r/o/c", "first divergence", "state",
             "restore s", "result"]
     rows = [head]
     for d in report.get("drills", []):
         restored = str(d.get("restored"))
         if d.get("restored") != d.get("expected"):
-            restored += f" (rules: {d.get('expected')})"
+            restored += f" (rules: {d.get('expected')}" + (
+                ", undecided at restore)" if d.get("warnings") else ")")
         s = d.get("server")
         verdict = "not asked" if s is None else (
             f"{s['verdict']} {s['replayed']}/{s['omitted']}/{s['recomputed']}"
@@ -536,14 +562,19 @@ def table(report: dict) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    wait = report.get("wait_undecided_s")
     out = [(f"drill {report['drill_id']} (trainer {report['config_digest']}, "
             f"{report['updates']} updates, crash at generation >= u{report['at']}, "
-            f"kill {report['kill']}; state {report['state_compare']}; loss not compared)")]
+            f"kill {report['kill']}"
+            + (f", undecided wait up to {wait:g} s" if wait is not None else "")
+            + f"; state {report['state_compare']}; loss not compared)")]
     if report["control"].get("failure"):
         out.append(f"control {report['control']['run_id']}: {report['control']['failure']} "
                    f"(log {report['control']['log']})")
     out += lines
     for d in report.get("drills", []):
+        for w in d.get("warnings") or []:
+            out.append(f"{d['point']}: warning: {w}")
         for f in d["failures"]:
             out.append(f"{d['point']}: {f}")
     out.append("all drills passed" if report.get("passed") else "DRILL FAILED")
@@ -578,6 +609,10 @@ def add_parser(sub) -> None:
                    help="API token with scopes ingest and read")
     d.add_argument("--json", default=None, help="write the report as JSON to this file")
     d.add_argument("--timeout", type=float, default=900.0, help="seconds per launch")
+    d.add_argument("--wait-undecided", type=float, default=DRILL_WAIT_UNDECIDED_S,
+                   help="seconds the launches' restore_plan waits for newer generations the "
+                        f"server has not decided yet (default {DRILL_WAIT_UNDECIDED_S:g}, at "
+                        f"most {MAX_WAIT_UNDECIDED_S:g})")
     d.add_argument("trainer", nargs=argparse.REMAINDER,
                    help="-- the training command, with {run_id} {location} {updates}")
 
@@ -602,11 +637,16 @@ def main(args: argparse.Namespace) -> int:
     if args.updates < 1 or args.at < 1 or args.at > args.updates:
         print("error: need 1 <= --at <= --updates", file=sys.stderr)
         return 2
+    if not 0 <= args.wait_undecided <= MAX_WAIT_UNDECIDED_S:
+        print(f"error: --wait-undecided must be 0 to {MAX_WAIT_UNDECIDED_S:g} seconds",
+              file=sys.stderr)
+        return 2
     opts = DrillOptions(command=command, updates=args.updates, at=args.at,
                         location=args.location, points=points, kill=args.kill,
                         kill_at=args.kill_at, compare_updates=args.compare_updates,
                         tolerance=args.tolerance, drill_id=args.drill_id, url=args.url,
-                        token=args.token, timeout=args.timeout)
+                        token=args.token, timeout=args.timeout,
+                        wait_undecided_s=args.wait_undecided)
     report = run_drill(opts)
     print(table(report), flush=True)
     if args.json:

@@ -258,17 +258,23 @@ def on_restore(generation_id: str, seconds: float, rank: int) -> None:
     trace("restore", generation_id=generation_id, seconds=seconds, rank=rank)
 
 
-def on_plan(plan: dict) -> None:
+def on_plan(plan: dict, wait_undecided_s: float = 0.0) -> None:
     """From ``restore_plan``: what the restarting trainer was told to load (trace only):
-    ``source``, ``generation_id`` and, for a refusal, ``rejected`` (each generation's id and
-    status) and the ``warnings``' codes."""
+    ``source``, ``generation_id``, for a refusal ``rejected`` (each generation's id and
+    status), the ``warnings``' codes, the server's ``newer_undecided`` still listed when the
+    answer was taken (each generation's id, update and status) and ``wait_undecided_s``, how
+    long ``restore_plan`` was allowed to wait for them (seconds)."""
     if not tracing():
         return
     try:
         trace("plan", source=plan.get("source"), generation_id=plan.get("generation_id"),
               rejected=[{"generation_id": r.get("generation_id"), "status": r.get("status")}
                         for r in plan.get("rejected") or [] if isinstance(r, dict)],
-              warnings=[w.get("code") for w in plan.get("warnings") or [] if isinstance(w, dict)])
+              warnings=[w.get("code") for w in plan.get("warnings") or [] if isinstance(w, dict)],
+              newer_undecided=[{k: g.get(k) for k in ("generation_id", "update", "status")}
+                               for g in plan.get("newer_undecided") or []
+                               if isinstance(g, dict)],
+              wait_undecided_s=wait_undecided_s)
     except Exception as e:  # pragma: no cover
         log.warning("recoverydash: drill trace of the restore plan not written: %r", e)
 

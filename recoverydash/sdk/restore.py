@@ -6,6 +6,7 @@ spooled. A run the server has never heard of is a fresh start.
 
 from __future__ import annotations
 
+import os
 import time
 import urllib.error
 import urllib.parse
@@ -21,11 +22,18 @@ from recoverydash.sdk.guard import log
 from recoverydash.sdk.transport import api_url
 
 
+#: Seconds ``restore_plan`` waits for undecided newer generations when the call gives no
+#: ``wait_undecided_s`` (unset: 0, no wait). A failure drill sets it for its launches
+#: (``recoverydash.sdk.drill``, ``--wait-undecided``), the way a careful trainer would wait.
+WAIT_UNDECIDED_ENV = "RECOVERYDASH_WAIT_UNDECIDED_S"
+
+
 def restore_plan(url: str | None, token: str | None, run_id: str, *,
                  location: str | None = None, world_size: int | None = None,
                  dataset_version: str | None = None, config_digest: str | None = None,
-                 timeout: float = 5.0, s3_client=None, spool_dir: str | bool | None = None,
-                 wait_undecided_s: float = 0.0) -> dict:
+                 timeout: float = 5.0, s3_client: Any = None,
+                 spool_dir: str | bool | None = None,
+                 wait_undecided_s: float | None = None) -> dict:
     """Which generation to load: the server's answer (``GET /api/v1/runs/{run_id}/restore-plan``,
     docs/ingest-v1.md#restore-plan) when it answers within ``timeout`` seconds and knows enough,
     else ``select_restorable(location)`` (a storage check).
@@ -53,7 +61,8 @@ def restore_plan(url: str | None, token: str | None, run_id: str, *,
     docs/definitions.md#newer-undecided: committed but not verified, or pending) keeps the
     server's choice and carries the warning ``newer_undecided`` naming them: resuming now redoes
     the updates after the named one should one of them prove restorable. With
-    ``wait_undecided_s`` > 0 (default 0: no wait), while the answer lists a ``committed`` one
+    ``wait_undecided_s`` > 0 (None: ``$RECOVERYDASH_WAIT_UNDECIDED_S``, else 0: no wait),
+    while the answer lists a ``committed`` one
     (a ``pending`` one waits for a manifest that a dead attempt may never write), the question
     is asked again (after 0.5 s, doubling to 5 s) for at most that many seconds in all; the last
     answer taken stands (one that fails, or is not a plan, ends the wait and is not taken).
@@ -71,12 +80,14 @@ def restore_plan(url: str | None, token: str | None, run_id: str, *,
     the server's part ends within ``timeout`` + ``wait_undecided_s`` seconds (the storage check
     itself is not bounded by them). Under a drill the answer is traced (``faults.on_plan``), so
     the drill report says what the resumed launch was told."""
+    wait = _seconds(os.environ.get(WAIT_UNDECIDED_ENV) if wait_undecided_s is None
+                    else wait_undecided_s)
     plan = _restore_plan(url, token, run_id, location=location, world_size=world_size,
                          dataset_version=dataset_version, config_digest=config_digest,
                          timeout=timeout, s3_client=s3_client, spool_dir=spool_dir,
-                         wait_undecided_s=wait_undecided_s)
+                         wait_undecided_s=wait)
     plan.setdefault("newer_undecided", [])
-    faults.on_plan(plan)
+    faults.on_plan(plan, wait)
     return plan
 
 

@@ -170,6 +170,73 @@ def test_it_lists_every_reason_a_drill_fails_its_contract():
         "the server's verdict is 'omission'"]
 
 
+def test_a_generation_still_undecided_when_the_wait_expired_is_a_warning_not_a_failure():
+    # after_commit on a loaded machine: u4's manifest is in storage, the server has not verified
+    # it when the resumed launch's wait of 60 s expired, and names u2, the newest restorable then
+    plan = {"source": "server", "generation_id": "u2", "wait_undecided_s": 60.0,
+            "newer_undecided": [{"generation_id": "u4", "update": 4, "status": "committed"}]}
+    assert core.expected_at_restore("u4", plan) == ("u2", (
+        "the rules restore u4, which the server had not decided yet (committed) when the "
+        "resumed launch's wait of 60 s expired; it named u2, the newest restorable then"))
+    ok = {"point": "after_commit", "crash": {"reached": True, "returncode": -9},
+          "resume": {"returncode": 0}, "restored": "u2", "expected": "u4",
+          "expected_at_restore": "u2", "first_divergence": None, "state": {"match": True},
+          "server": {"verdict": "exact"}}
+    assert core.drill_failures(ok) == []
+    # a trainer that restores anything else still fails, named against what could be known
+    assert core.drill_failures({**ok, "restored": None}) == ["restored None, the rules say u2"]
+    # the server had decided (u4 not listed as undecided), named u2 all the same: the rules'
+    # u4 stands; and a plan from storage, or one naming u4, changes nothing
+    assert core.expected_at_restore("u4", {**plan, "newer_undecided": []}) == ("u4", None)
+    assert core.expected_at_restore("u4", {**plan, "source": "storage"}) == ("u4", None)
+    assert core.expected_at_restore("u4", {**plan, "generation_id": "u4"}) == ("u4", None)
+    assert core.expected_at_restore("u4", None) == ("u4", None)
+
+
+def test_the_table_says_the_wait_and_a_difference_from_the_rules_as_a_warning():
+    report = {"drill_id": "d1", "config_digest": "abc", "updates": 8, "at": 4, "kill": "all",
+              "wait_undecided_s": 60.0, "state_compare": "exact: sha256 of the parameters",
+              "control": {"run_id": "c"}, "passed": True, "drills": [
+                  {"point": "after_commit", "restored": "u2", "expected": "u4",
+                   "expected_at_restore": "u2", "warnings": ["u4 was not decided"],
+                   "server": {"verdict": "exact", "replayed": 0, "omitted": 0,
+                              "recomputed": 32},
+                   "first_divergence": None,
+                   "state": {"match": True, "first_mismatch": None, "updates_compared": 6},
+                   "cost": {"restore_seconds": 0.25}, "passed": True, "failures": []}]}
+    rows = drill.table(report).splitlines()
+    assert rows[0] == ("drill d1 (trainer abc, 8 updates, crash at generation >= u4, kill all, "
+                       "undecided wait up to 60 s; state exact: sha256 of the parameters; loss "
+                       "not compared)")
+    assert rows[3].split()[:5] == ["after_commit", "u2", "(rules:", "u4,", "undecided"]
+    assert rows[3].split()[-1] == "pass"
+    assert rows[-2:] == ["after_commit: warning: u4 was not decided", "all drills passed"]
+
+
+def test_the_drills_launches_wait_for_undecided_generations(tmp_path, monkeypatch):
+    from recoverydash.sdk.restore import WAIT_UNDECIDED_ENV
+
+    seen = {}
+
+    class Proc:
+        pid = 0
+
+        def __init__(self, cmd, env, **kw):
+            seen["env"] = env
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setattr(drill.subprocess, "Popen", Proc)
+    opts = drill.DrillOptions(command=["true"], updates=8, at=4, location=str(tmp_path),
+                              env={}, wait_undecided_s=45.0)
+    drill._launch(opts, "r", str(tmp_path), str(tmp_path / "t"), str(tmp_path / "l.log"), None,
+                  "control", "d1")
+    assert seen["env"][WAIT_UNDECIDED_ENV] == "45"
+    assert drill.DrillOptions(command=[], updates=1, at=1,
+                              location="x").wait_undecided_s == 60.0
+
+
 def test_it_looks_up_a_framework_save_s_manifest_beside_the_framework_s_folder():
     """A pending generation's manifest (commit the server never heard of): beside the folder
     named after it (save_generation), else beside the framework's files (publish_files: HF's

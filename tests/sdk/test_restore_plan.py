@@ -350,6 +350,20 @@ def test_a_200_listing_nothing_newer_has_no_warning(tmp_path, servers):
     assert (plan["generation_id"], plan["newer_undecided"], plan["warnings"]) == ("g100", [], [])
 
 
+def test_the_environment_sets_the_wait_a_call_does_not_give(tmp_path, servers, monkeypatch):
+    from recoverydash.sdk.restore import WAIT_UNDECIDED_ENV
+
+    # a drill's launches: $RECOVERYDASH_WAIT_UNDECIDED_S, for a trainer that gives no wait
+    monkeypatch.setenv(WAIT_UNDECIDED_ENV, "10")
+    srv = servers(answers(plan_with("g100", 100, H200), plan_with("g200", 200)))
+    plan = restore_plan(srv.url, "tok", RUN, spool_dir=False)
+    assert (plan["generation_id"], plan["warnings"], len(srv.gets)) == ("g200", [], 2)
+    # a wait the call gives wins over it
+    srv = servers(answers(plan_with("g100", 100, H200), plan_with("g200", 200)))
+    plan = restore_plan(srv.url, "tok", RUN, spool_dir=False, wait_undecided_s=0)
+    assert (plan["generation_id"], len(srv.gets)) == ("g100", 1)
+
+
 def test_waiting_asks_again_until_the_newer_generation_is_decided(tmp_path, servers):
     srv = servers(answers(plan_with("g100", 100, H200), plan_with("g100", 100, H200),
                           plan_with("g200", 200)))
