@@ -338,9 +338,10 @@ RECOVERYDASH_UNDECIDED_BOUND_S = envfloat("RECOVERYDASH_UNDECIDED_BOUND_S",
 # An alert subject that clears within this many seconds of joining, on a fact that was already
 # there when it joined, is a flap (docs/definitions.md#flaps; recoverydash_alert_flaps_total).
 RECOVERYDASH_FLAP_WINDOW_S = envfloat("RECOVERYDASH_FLAP_WINDOW_S", 900.0, 0.0)
-# Alertmanager's group_wait, short: an alert's flips within this many seconds of its first one
-# not sent yet go out as one notification of the alert as it is then.
-RECOVERYDASH_ALERT_GROUP_WAIT_S = envfloat("RECOVERYDASH_ALERT_GROUP_WAIT_S", 0.5, 0.0)
+# Grouping of an alert's notifications (docs/definitions.md#group-wait): its first flip goes at
+# once; flips that follow a notification of it within this many seconds are held and go together
+# once the wait has passed, as one notification of the alert as it is then.
+RECOVERYDASH_ALERT_GROUP_WAIT_S = envfloat("RECOVERYDASH_ALERT_GROUP_WAIT_S", 5.0, 0.0)
 # Checks of one object that start and never finish (worker killed, time limit) before it is
 # stored as storage_unverified and not tried again.
 RECOVERYDASH_VERIFY_MAX_ATTEMPTS = envint("RECOVERYDASH_VERIFY_MAX_ATTEMPTS", 3, 1)

@@ -117,12 +117,12 @@ _HEAVY = ("alert__run__analysis__state", "alert__run__analysis__inputs",
 
 
 def group_change(group: list[AlertFlip]) -> dict | None | bool:
-    """What one notification of the flips ``group`` of one alert (oldest first, Alertmanager's
-    group: :func:`process_flips`) says, sent as its newest flip: False when nothing is to be
-    sent (the alert opened and resolved within the group, never told firing; or subjects that
-    joined and left again, no net change); None for a state change (an opening: the newest
-    subjects, no ``change``); else the net ``{"added", "removed"}`` of the subjects since the
-    last notification (the newest flip's own when the group is one flip)."""
+    """What one notification of the flips ``group`` of one alert (oldest first, held together:
+    :func:`process_flips`) says, sent as its newest flip: False when nothing is to be sent (the
+    alert opened and resolved within the group, never told firing; or subjects that joined and
+    left again, no net change); None for a state change (an opening: the newest subjects, no
+    ``change``); else the net ``{"added", "removed"}`` of the subjects since the last
+    notification (the newest flip's own when the group is one flip)."""
     newest = group[-1]
     if len(group) == 1:
         return newest.change
@@ -145,11 +145,14 @@ def group_change(group: list[AlertFlip]) -> dict | None | bool:
 def process_flips(limit: int = 500, group_wait_s: float = 0.0, now=None) -> list[int]:
     """Create deliveries for unprocessed flips; returns the new delivery primary keys.
 
-    Alertmanager's group wait: an alert whose oldest unprocessed flip is at least
-    ``group_wait_s`` seconds old at ``now`` (the workers pass
-    ``RECOVERYDASH_ALERT_GROUP_WAIT_S``; 0: every alert with a flip) has all its unprocessed
-    flips sent as one notification (:func:`group_change`): a burst of evidence makes one page.
-    The alerts of up to ``limit`` flips, oldest first, in one transaction
+    Grouping, as Alertmanager groups the notifications of an alert group
+    (docs/definitions.md#group-wait): the unprocessed flips of an alert are *due* when none of
+    its flips was told within the last ``group_wait_s`` seconds before ``now`` (the workers pass
+    ``RECOVERYDASH_ALERT_GROUP_WAIT_S``; 0: every flip at once). So an alert's first flip (a
+    page) goes at once, never delayed, and the flips that follow a notification within the wait
+    are held and go together once it has passed, as one notification of the alert as it is then
+    (:func:`group_change`): a burst of evidence makes one page and one update. The due alerts of
+    up to ``limit`` flips, oldest first, in one transaction
     (:func:`_process_together`: a few queries whatever their number): each flip is claimed
     (``processed_at`` set on the rows locked ``FOR UPDATE SKIP LOCKED`` still unprocessed, so
     two workers never notify the same flip twice) and the deliveries made in one
@@ -158,10 +161,15 @@ def process_flips(limit: int = 500, group_wait_s: float = 0.0, now=None) -> list
     (a delivery row already there, a database error), it is done again flip by flip, each in
     its own transaction (:func:`_process_flip`, one notification per flip).
     """
+    from django.db.models import OuterRef, Subquery
+
     now = now or timezone.now()
-    due = (AlertFlip.objects.filter(processed_at__isnull=True)
-           .filter(created_at__lte=now - timedelta(seconds=group_wait_s)).values("alert_id"))
-    pending = list(AlertFlip.objects.filter(processed_at__isnull=True, alert_id__in=due)
+    told = (AlertFlip.objects.filter(alert_id=OuterRef("alert_id"), processed_at__isnull=False)
+            .order_by("-processed_at").values("processed_at")[:1])
+    pending = list(AlertFlip.objects.filter(processed_at__isnull=True)
+                   .annotate(told=Subquery(told))
+                   .filter(Q(told__isnull=True)
+                           | Q(told__lte=now - timedelta(seconds=group_wait_s)))
                    .order_by("pk").values_list("pk", flat=True)[:limit])
     if not pending:
         return []
@@ -368,13 +376,14 @@ def send_test(endpoint_pk: int, webhook_id: str) -> str:
 
 def notify_flips() -> list[int]:
     """The ``notify_flips`` task, sent ``RECOVERYDASH_ALERT_GROUP_WAIT_S`` after an evaluation
-    stored flips: the deliveries of the alerts whose group wait is over (:func:`process_flips`);
-    returns their primary keys, for the caller to send."""
+    whose flips were held (:func:`process_flips`): the deliveries of the alerts whose wait is
+    over; returns their primary keys, for the caller to send."""
     return process_flips(group_wait_s=settings.RECOVERYDASH_ALERT_GROUP_WAIT_S)
 
 
 def deliver_due() -> int:
-    """Periodic: create the deliveries of new flips whose group wait is over, then send every
+    """Periodic: create the deliveries of new flips that are due (:func:`process_flips`), then
+    send every
     delivery that is due. One delivery that fails unexpectedly (its claim expires and a later
     pass sends it) is logged and the others are sent; returns how many were tried."""
     process_flips(group_wait_s=settings.RECOVERYDASH_ALERT_GROUP_WAIT_S)

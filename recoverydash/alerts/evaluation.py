@@ -51,18 +51,22 @@ def evaluate_stored(sender, run: Run, analysis: Analysis, now=None, **kwargs) ->
 
 
 def _deliver() -> None:
-    """After an evaluation that stored flips commits: their notifications are made once the
-    group wait is over (``RECOVERYDASH_ALERT_GROUP_WAIT_S``, Alertmanager's ``group_wait``: the
-    flips of one alert within it are one notification), by the ``notify_flips`` task sent with
-    that countdown; each delivery is then sent by its own task. When the task cannot be sent,
-    or runs eagerly (no countdown: tests, embedded use), the flips are processed here now; the
-    periodic ``deliver_due`` is the safety net."""
+    """After an evaluation that stored flips commits: the deliveries of those that are due
+    (``delivery.process_flips`` with ``RECOVERYDASH_ALERT_GROUP_WAIT_S``: an alert's first flip
+    at once, so a page is never delayed; flips that follow a notification of the same alert
+    within the wait are held), each sent by its own task. When some are held, the
+    ``notify_flips`` task is sent with the wait as countdown to send them together (eagerly,
+    with no countdown: tests, embedded use, they are processed here now); the periodic
+    ``deliver_due`` is the safety net."""
+    from recoverydash.alerts.models import AlertFlip
+
     wait = float(settings.RECOVERYDASH_ALERT_GROUP_WAIT_S)
-    if wait > 0 and not settings.CELERY_TASK_ALWAYS_EAGER and enqueue(NOTIFY_FLIPS,
-                                                                       countdown=wait):
-        return
-    for pk in process_flips():
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        wait = 0.0
+    for pk in process_flips(group_wait_s=wait):
         enqueue(DELIVER_WEBHOOK, pk)
+    if wait > 0 and AlertFlip.objects.filter(processed_at__isnull=True).exists():
+        enqueue(NOTIFY_FLIPS, countdown=wait)
 
 
 def refresh_stale(now=None, refresh_after_s: float | None = None,

@@ -582,7 +582,8 @@ def check_drill_report(block: Block, cwd: Path) -> str:
 
     lines = block.text.rstrip("\n").splitlines()
     head = re.fullmatch(r"drill (\S+) \(trainer (\S+), (\d+) updates, crash at generation >= "
-                        r"u(\d+), kill (\w+); state (.+); loss not compared\)", lines[0])
+                        r"u(\d+), kill (\w+)(?:, undecided wait up to (\S+) s)?; state (.+); "
+                        r"loss not compared\)", lines[0])
     assert head, lines[0]
     drills = []
     for row in lines[3:-1]:
@@ -597,8 +598,10 @@ def check_drill_report(block: Block, cwd: Path) -> str:
                        "cost": {"restore_seconds": float(seconds)}, "passed": result == "pass",
                        "failures": []})
     report = {"drill_id": head[1], "config_digest": head[2], "updates": int(head[3]),
-              "at": int(head[4]), "kill": head[5], "state_compare": head[6], "control": {},
+              "at": int(head[4]), "kill": head[5], "state_compare": head[7], "control": {},
               "drills": drills, "passed": lines[-1] == "all drills passed"}
+    if head[6] is not None:
+        report["wait_undecided_s"] = float(head[6])
     assert table(report) == "\n".join(lines)
     return "checked: drill.table prints exactly this for the same rows"
 

@@ -72,7 +72,8 @@ def server(tmp_path_factory):
     base = tmp_path_factory.mktemp("drill-server")
     env = {k: v for k, v in os.environ.items()
            if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")}
-    env.update(RECOVERYDASH_VAR_DIR=str(base / "var"), DJANGO_SETTINGS_MODULE="recoverydash.settings")
+    env.update(RECOVERYDASH_VAR_DIR=str(base / "var"),
+               DJANGO_SETTINGS_MODULE="recoverydash.settings")
     (base / "work").mkdir()
     token = subprocess.run([sys.executable, "-c", SETUP, (base / "work").as_uri()], env=env,
                            cwd=REPO, capture_output=True, text=True, check=True,
@@ -144,7 +145,9 @@ def test_the_guides_drill_of_a_correct_trainer_passes_every_crash_point_under_lo
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert proc.stdout.rstrip().endswith("all drills passed")
     assert report["wait_undecided_s"] == 60.0
-    assert f"undecided wait up to 60 s" in proc.stdout.splitlines()[0]
+    [head] = [line for line in proc.stdout.splitlines() if line.startswith("drill ")
+              and "(trainer " in line]
+    assert "kill all, undecided wait up to 60 s; state exact" in head
     by = {d["point"]: d for d in report["drills"]}
     assert sorted(by) == sorted(["before_shards", "during_shard", "before_commit",
                                  "after_commit", "corrupt_after_commit"])
