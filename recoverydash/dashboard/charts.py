@@ -223,72 +223,112 @@ def generations_figure(generations: list[dict], attempts: list, window: tuple) -
     if not generations:
         return empty_figure("Generations over time, by status",
                             "No checkpoint reported yet: no generation to draw.")
+    data = _status_traces(generations)
+    shapes, annotations = [], []
+    failures: list[tuple[str, int, str]] = []
+    restores: list[tuple[str, int, str]] = []
+    for i, a in enumerate(attempts):
+        band = _attempt_band(i, a, window)
+        if band:
+            shapes.append(band[0])
+            annotations.append(band[1])
+        failure = _failure_point(a, a is attempts[-1])
+        if failure:
+            failures.append(failure)
+        restore = _restore_point(a)
+        if restore:
+            restores.append(restore)
+    if failures:
+        data.append(_point_trace("failure", failures, "%{text}<br>last update %{y:,}",
+                                 {"symbol": "x-thin", "size": 14, "color": "#cf222e",
+                                  "line": {"width": 3, "color": "#cf222e"}}))
+    if restores:
+        data.append(_point_trace("restore", restores, "%{text}<br>at update %{y:,}",
+                                 {"symbol": "triangle-up", "size": 12, "color": "#0969da"}))
+    layout = base_layout("Generations over time, by status", shapes=shapes,
+                         annotations=annotations)
+    layout["yaxis"]["title"] = {"text": "update"}
+    layout["yaxis"]["rangemode"] = "tozero"
+    return time_figure({"data": data, "layout": layout}, window)
+
+
+def _status_traces(generations: list[dict]) -> list[dict]:
+    """One marker trace per status of ``STATUS_STYLE`` that has generations with a time (thinned
+    to ``MAX_POINTS``; the legend counts them all)."""
     data = []
     for status, (word, symbol, colour) in STATUS_STYLE.items():
         points = [g for g in generations if g["status"] == status and g["time"] is not None]
         if not points:
             continue
-        points = thin(points, MAX_POINTS if status != "restorable" else MAX_POINTS)
+        count = sum(1 for g in generations if g["status"] == status)
+        points = thin(points, MAX_POINTS)
         data.append({
             "type": "scattergl" if len(points) > 1000 else "scatter", "mode": "markers",
-            "name": f"{word} ({len([g for g in generations if g['status'] == status]):,})",
+            "name": f"{word} ({count:,})",
             "x": [g["time"] for g in points], "y": [g["update"] for g in points],
             "text": [g["generation_id"] for g in points],
             "hovertemplate": "%{text}<br>update %{y:,}<br>%{x}<extra>" + word + "</extra>",
             "marker": {"symbol": symbol, "color": colour, "size": 8,
                        "line": {"width": 1.5, "color": colour}},
         })
-    shapes, annotations = [], []
-    failures_x, failures_y, failures_t = [], [], []
-    restores_x, restores_y, restores_t = [], [], []
+    return data
+
+
+def _attempt_band(i: int, a, window: tuple) -> tuple[dict, dict] | None:
+    """The shaded band of the ``i``-th attempt ``a`` (from its start to its end) and its label,
+    or None when neither end is known. An open attempt's band ends at its last sign of life, so a
+    silent run does not squash the chart into its first days (the TSLRC chart keeps running to
+    now)."""
     start, end = window
-    for i, a in enumerate(attempts):
-        a_start = a.started_at or start
-        # An open attempt's band ends at its last sign of life, so a silent run does not squash
-        # the chart into its first days (the TSLRC chart keeps running to now).
-        last_seen = max([t for t in (a.last_event_at, a.heartbeat_at, a.last_update_at,
-                                     a.restored_at, a.started_at) if t is not None], default=None)
-        a_end = a.ended_at or last_seen or end
-        if a_start and a_end:
-            shapes.append({"type": "rect", "xref": "x", "yref": "paper",
-                           "x0": a_start.isoformat(), "x1": a_end.isoformat(), "y0": 0, "y1": 1,
-                           "fillcolor": "#0969da" if i % 2 == 0 else "#8250df", "opacity": 0.06,
-                           "line": {"width": 0}, "layer": "below"})
-            annotations.append({"x": a_start.isoformat(), "y": 1, "xref": "x", "yref": "paper",
-                                "text": f"attempt {a.attempt}", "showarrow": False,
-                                "xanchor": "left", "yanchor": "top",
-                                "font": {"size": 11, "color": "#57606a"}})
-        failed = a.end_reason == "failed" or (a.ended_at is None and a is not attempts[-1])
-        if failed:
-            t = a.ended_at or a.last_event_at
-            if t:
-                failures_x.append(t.isoformat())
-                failures_y.append(a.end_update if a.end_update is not None else a.last_update)
-                failures_t.append(f"attempt {a.attempt} failed"
-                                  + (f": {a.end_message[:80]}" if a.end_message else ""))
-        if a.resumed_from:
-            t = a.restored_at or a.started_at
-            if t:
-                restores_x.append(t.isoformat())
-                restores_y.append((a.resumed_from or {}).get("update", 0))
-                restores_t.append(f"attempt {a.attempt} restored "
-                                  f"{(a.resumed_from or {}).get('generation_id') or 'an untracked state'}")
-    if failures_x:
-        data.append({"type": "scatter", "mode": "markers", "name": "failure",
-                     "x": failures_x, "y": failures_y, "text": failures_t,
-                     "hovertemplate": "%{text}<br>last update %{y:,}<extra></extra>",
-                     "marker": {"symbol": "x-thin", "size": 14, "color": "#cf222e",
-                                "line": {"width": 3, "color": "#cf222e"}}})
-    if restores_x:
-        data.append({"type": "scatter", "mode": "markers", "name": "restore",
-                     "x": restores_x, "y": restores_y, "text": restores_t,
-                     "hovertemplate": "%{text}<br>at update %{y:,}<extra></extra>",
-                     "marker": {"symbol": "triangle-up", "size": 12, "color": "#0969da"}})
-    layout = base_layout("Generations over time, by status", shapes=shapes,
-                         annotations=annotations)
-    layout["yaxis"]["title"] = {"text": "update"}
-    layout["yaxis"]["rangemode"] = "tozero"
-    return time_figure({"data": data, "layout": layout}, window)
+    a_start = a.started_at or start
+    last_seen = max([t for t in (a.last_event_at, a.heartbeat_at, a.last_update_at,
+                                 a.restored_at, a.started_at) if t is not None], default=None)
+    a_end = a.ended_at or last_seen or end
+    if not (a_start and a_end):
+        return None
+    shape = {"type": "rect", "xref": "x", "yref": "paper",
+             "x0": a_start.isoformat(), "x1": a_end.isoformat(), "y0": 0, "y1": 1,
+             "fillcolor": "#0969da" if i % 2 == 0 else "#8250df", "opacity": 0.06,
+             "line": {"width": 0}, "layer": "below"}
+    label = {"x": a_start.isoformat(), "y": 1, "xref": "x", "yref": "paper",
+             "text": f"attempt {a.attempt}", "showarrow": False,
+             "xanchor": "left", "yanchor": "top", "font": {"size": 11, "color": "#57606a"}}
+    return shape, label
+
+
+def _failure_point(a, last: bool) -> tuple[str, int, str] | None:
+    """(time, update, text) of attempt ``a``'s failure: ended ``failed``, or stopped without
+    ending while a later attempt exists (``last`` False); None otherwise or without a time."""
+    if not (a.end_reason == "failed" or (a.ended_at is None and not last)):
+        return None
+    t = a.ended_at or a.last_event_at
+    if not t:
+        return None
+    update = a.end_update if a.end_update is not None else a.last_update
+    text = f"attempt {a.attempt} failed" + (f": {a.end_message[:80]}" if a.end_message else "")
+    return t.isoformat(), update, text
+
+
+def _restore_point(a) -> tuple[str, int, str] | None:
+    """(time, restored update, text) of attempt ``a``'s restore, or None when it resumed from
+    nothing or its time is unknown."""
+    if not a.resumed_from:
+        return None
+    t = a.restored_at or a.started_at
+    if not t:
+        return None
+    resumed = a.resumed_from or {}
+    name = resumed.get("generation_id") or "an untracked state"
+    return t.isoformat(), resumed.get("update", 0), f"attempt {a.attempt} restored {name}"
+
+
+def _point_trace(name: str, points: list[tuple[str, int, str]], hover: str,
+                 marker: dict) -> dict:
+    """A marker trace of (time, update, text) ``points``."""
+    return {"type": "scatter", "mode": "markers", "name": name,
+            "x": [p[0] for p in points], "y": [p[1] for p in points],
+            "text": [p[2] for p in points], "hovertemplate": hover + "<extra></extra>",
+            "marker": marker}
 
 
 def time_figure(figure: dict, window: tuple | None) -> dict:
