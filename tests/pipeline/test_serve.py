@@ -101,9 +101,13 @@ def test_webhook_deliveries_are_routed_to_their_own_queue():
 
     from recoverydash.runs import queue
 
+    # An earlier test of this process may have pointed the app at a queue of its own
+    # (tests/pipeline's workers_on): the webhooks queue is then named after that one.
+    default = current_app.conf.task_default_queue
     router = current_app.amqp.router
     for name in (queue.DELIVER_WEBHOOK, queue.SEND_TEST_WEBHOOK, "workers.tasks.deliver_due"):
-        assert router.route({}, name)["queue"].name == "webhooks", name
+        assert router.route({}, name)["queue"].name == queue.webhooks_queue(default), name
     for name in (queue.ANALYZE_RUN, queue.VERIFY_GENERATION, queue.EVALUATE_ALERTS_CHUNK,
                  "workers.tasks.sweep_runs"):
-        assert router.route({}, name)["queue"].name == "celery", name
+        assert router.route({}, name)["queue"].name == default, name
+    assert queue.webhooks_queue("celery") == "webhooks"
