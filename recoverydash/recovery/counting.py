@@ -107,8 +107,8 @@ def duplicates(count: KeyCount) -> int:
 
 
 def epoch_tail(frontier: int, epoch_length: int | None, global_batch: int | None) -> int:
-    """docs/definitions.md#omissions, the epoch tail rule: the unconsumed tail ``epoch_length - frontier`` of an
-    epoch the lineage moved on from, unless it is shorter than one global batch (the drop_last
+    """docs/definitions.md#omissions, the epoch tail rule: the unconsumed tail
+    ``epoch_length - frontier`` of an epoch the lineage moved on from, unless it is shorter than one global batch (the drop_last
     remainder). 0 when ``epoch_length`` is unknown; an unknown global batch drops no tail."""
     if epoch_length is None:
         return 0
@@ -123,7 +123,7 @@ def skipped_epochs(epochs) -> int:
     below the lowest one are not skipped: numbering may start anywhere, and an unknown root's
     earlier epochs were before tracking). Arithmetic on the distinct epochs, never a walk."""
     ordered = sorted(set(epochs))
-    return sum(b - a - 1 for a, b in zip(ordered, ordered[1:]))
+    return sum(b - a - 1 for a, b in zip(ordered, ordered[1:], strict=False))
 
 
 #: What a stratum's reports name (:func:`stratum_kind`): positions along an order, sample ids
@@ -166,7 +166,8 @@ def omissions(key: tuple, count: KeyCount, moved_on: bool, epoch_length: int | N
 def count_strata(view, lineage) -> list[StratumCount]:
     """Per stratum figures of ``lineage`` (docs/definitions.md#counting), read through ``view``
     (:class:`~.view.RunView`: the lineage's counts, each stratum's epoch length, and the global
-    batch that bounds the drop_last remainder of a key's epoch). Sorted by stratum.
+    batch that bounds the drop_last remainder of an epoch: that of the attempt that left it,
+    :meth:`~.view.RunView.leaving_batch`). Sorted by stratum.
 
     Refinement of the tail rule: an epoch the lineage skipped entirely (no position of that
     (stratum, epoch) under any order, while an earlier and a later epoch of the stratum were
@@ -195,7 +196,8 @@ def count_strata(view, lineage) -> list[StratumCount]:
         row.duplicates += duplicates(count)
         moved_on = epoch < top_epoch[stratum]
         row.omissions += omissions(key, count, moved_on, view.epoch_length(stratum),
-                                   view.global_batch(lineage, key) if moved_on else None,
+                                   view.leaving_batch(lineage, stratum, epoch) if moved_on
+                                   else None,
                                    HASHED_IDS if key in untracked else kinds[stratum])
     for stratum, seen in epochs.items():
         length = view.epoch_length(stratum)

@@ -113,7 +113,7 @@ def replayed(own: dict, before: dict) -> int:
     return sum(before[key].hits(count.positions) for key, count in own.items() if key in before)
 
 
-def omitted(own: dict, before: dict, starts: dict, view, before_lineage,
+def omitted(own: dict, before: dict, starts: dict, view, lineage,
             floors: dict | None = None, untracked: set = frozenset()) -> int:
     """Positions between the expected cursor and where k actually starts that the lineage never
     consumes, per stratum k consumes (docs/definitions.md#omitted). With k's start
@@ -133,8 +133,9 @@ def omitted(own: dict, before: dict, starts: dict, view, before_lineage,
     * earlier epoch: 0;
     * a stratum L_U never consumed: ``|[0, s1) - K|``.
     Strata of integer sample ids: :func:`omitted_ids`; of hashed ids: none. ``view``
-    (:class:`~.view.RunView`) gives epoch lengths and the global batch of ``before_lineage``
-    (L_U) that bounds a drop_last tail.
+    (:class:`~.view.RunView`) gives epoch lengths and the global batch that bounds a drop_last
+    tail: that of the attempt of ``lineage`` (k's) that left the epoch, here k
+    (:meth:`~.view.RunView.leaving_batch`, docs/definitions.md#drop-last-threshold).
     ``floors`` (k's lineage, :func:`.lineage.lineage_floors`):
     when k's start key has a floor, the lineage's root is unknown and tracking of that key starts
     with k: positions below ``s1`` of that key are unknown, not omitted (the ``[0, s1)`` terms
@@ -148,7 +149,7 @@ def omitted(own: dict, before: dict, starts: dict, view, before_lineage,
         if kind == HASHED_IDS:
             continue
         if kind == INTEGER_IDS:
-            total += omitted_ids(stratum, e1, o1, own, before, view, before_lineage, untracked)
+            total += omitted_ids(stratum, e1, o1, own, before, view, lineage, untracked)
             continue
         mine = own.get((stratum, e1, o1))
         floor = floors.get((stratum, e1, o1), 0)
@@ -174,10 +175,10 @@ def omitted(own: dict, before: dict, starts: dict, view, before_lineage,
                     reached = max(before[key].frontier() if key in before else 0,
                                   mine.positions.max() + 1 if mine and len(mine.positions) else 0)
                     total += epoch_tail(reached, view.epoch_length(stratum),
-                                        view.global_batch(before_lineage, key))
+                                        view.leaving_batch(lineage, stratum, e1))
         elif e1 > e0:
             length = view.epoch_length(stratum)
-            total += epoch_tail(f0, length, view.global_batch(before_lineage, top_key))
+            total += epoch_tail(f0, length, view.leaving_batch(lineage, stratum, e0))
             if length and length > 0 and e1 > e0 + 1:
                 later = {k[1] for k in own if k[0] == stratum and e0 < k[1] < e1}
                 total += (e1 - e0 - 1 - len(later)) * length
@@ -185,7 +186,7 @@ def omitted(own: dict, before: dict, starts: dict, view, before_lineage,
     return total
 
 
-def omitted_ids(stratum: str, e1: int, o1, own: dict, before: dict, view, before_lineage,
+def omitted_ids(stratum: str, e1: int, o1, own: dict, before: dict, view, lineage,
                 untracked: set = frozenset()) -> int:
     """:func:`omitted` for a stratum of integer sample ids (docs/definitions.md#sample-id-strata):
     ids have no order, so what a restart skipped is known only once an epoch is left. With k's
@@ -213,11 +214,11 @@ def omitted_ids(stratum: str, e1: int, o1, own: dict, before: dict, view, before
         seen = before[key].positions | own[key].positions if key in own \
             else before[key].positions
         return epoch_tail(seen.range_cardinality(0, length), length,
-                          view.global_batch(before_lineage, key))
+                          view.leaving_batch(lineage, stratum, e1))
     if e1 < e0:
         return 0
     total = sum(epoch_tail(before[k].positions.range_cardinality(0, length), length,
-                           view.global_batch(before_lineage, k))
+                           view.leaving_batch(lineage, stratum, e0))
                 for k in keys if k[1] == e0 and k not in untracked)
     later = {k[1] for k in own if k[0] == stratum and e0 < k[1] < e1}
     return total + max(0, e1 - e0 - 1 - len(later)) * length
@@ -363,7 +364,7 @@ def analyse_restart(view, number: int, before: int, status_of) -> Restart:
             into = rolled.setdefault(key, KeyCount(0, BitMap64()))
             into.positions |= count.positions
     replay_count = replayed(own, counts_before)
-    omission_count = omitted(own, counts_before, starts, view, before_lineage,
+    omission_count = omitted(own, counts_before, starts, view, lineage,
                              view.floors(lineage), view.untracked_ids(lineage))
     findings = []
     state = ledger.attempts.get(k)

@@ -10,9 +10,17 @@ from __future__ import annotations
 from .counting import SAMPLES, TOKENS
 from .inputs import AttemptRecord, RunInput
 from .ledger import Ledger
-from .lineage import Lineage, Segment, generation_writer, lineage_counts, lineage_floors, lineage_frontier, lineage_of, \
-    resolve_resumes, untracked_id_keys
-
+from .lineage import (
+    Lineage,
+    Segment,
+    generation_writer,
+    lineage_counts,
+    lineage_floors,
+    lineage_frontier,
+    lineage_of,
+    resolve_resumes,
+    untracked_id_keys,
+)
 
 #: Seconds after its first report at which an update counts as settled even though some
 #: rank's part of it never arrived (docs/definitions.md#updates-counted-once-complete); the
@@ -55,7 +63,8 @@ class RunView:
             attempts[number] = AttemptRecord(attempt=number)
         self.attempts: dict[int, AttemptRecord] = dict(sorted(attempts.items()))
         self.generations = {g.generation_id: g for g in run.generations}
-        #: ``{generation_id: attempt}``: who wrote each generation (:func:`.lineage.generation_writer`)
+        #: ``{generation_id: attempt}``: who wrote each generation
+        #: (:func:`.lineage.generation_writer`)
         self.writers = {gid: generation_writer(g, self.attempts, ledger)
                         for gid, g in self.generations.items()}
         self.resumes = resolve_resumes(self.attempts, self.generations, self.writers)
@@ -211,6 +220,27 @@ class RunView:
                 return self.attempts[seg.attempt].global_batch()
         root = self.attempts.get(lineage.root)
         return root.global_batch() if root is not None else None
+
+    def leaving_batch(self, lineage: Lineage, stratum: str, epoch: int) -> int | None:
+        """docs/definitions.md#drop-last-threshold: the global batch that bounds the drop_last
+        remainder of epoch ``epoch`` of ``stratum`` once ``lineage`` moved on from it: that of
+        the attempt that *left* the epoch, the one holding the lineage's earliest update that
+        consumed a later epoch of the stratum (the root's, when the root's pre-tracking cursor
+        already stands in a later epoch). None when that attempt declares no batch (no tail is
+        dropped), or when the lineage never left the epoch."""
+        if any(s == stratum and e > epoch for s, e, _p, _o in lineage.pretracked):
+            root = self.attempts.get(lineage.root)
+            return root.global_batch() if root is not None else None
+        ledger = self.ledger
+        for seg in reversed(lineage.segments):  # oldest first: segments are ordered by update
+            state = ledger.attempts.get(seg.attempt)
+            if state is None:
+                continue
+            if any(key[0] == stratum and key[1] > epoch
+                   and ledger.consumed_key(seg.attempt, key, seg.after, seg.upto)
+                   for key in state.keys()):
+                return self.attempts[seg.attempt].global_batch()
+        return None
 
     def reaches(self, lineage: Lineage, update: int) -> bool:
         """Whether the ledger holds ``update`` of ``lineage``, settled (:meth:`settled_upto`:

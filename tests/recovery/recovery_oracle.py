@@ -125,7 +125,7 @@ class Model:
     def multiset(self, segments, pre):
         """{key: Counter(position -> count)} of a lineage."""
         out = {}
-        for (a, u, r), keyed in self.reports.items():
+        for (a, u, _r), keyed in self.reports.items():
             if any(self.holds(seg, a, u) for seg in segments):
                 for key, positions in keyed.items():
                     counter = out.setdefault(key, Counter())
@@ -175,12 +175,12 @@ class Model:
         held = [(a, u, keyed) for (a, u, r), keyed in self.reports.items()
                 if any(self.holds(seg, a, u) for seg in segments)]
         first = {}
-        for a, u, keyed in held:
-            for (s, e, o), positions in keyed.items():
+        for _a, u, keyed in held:
+            for (s, _e, _o), positions in keyed.items():
                 if positions and s not in self.id_strata:
                     first[s] = min(first.get(s, u), u)
         out = {}
-        for a, u, keyed in held:
+        for _a, u, keyed in held:
             for (s, e, o), positions in keyed.items():
                 if not positions or s in self.id_strata or first[s] != u:
                     continue
@@ -199,7 +199,7 @@ class Model:
                 if any(self.holds(seg, a, u) for seg in segments)]
         first = {}
         for u, keyed in held:
-            for (s, e, o), positions in keyed.items():
+            for (s, _e, _o), positions in keyed.items():
                 if positions and s in self.id_strata:
                     first[s] = min(first.get(s, u), u)
         return {key for u, keyed in held for key, positions in keyed.items()
@@ -213,10 +213,21 @@ class Model:
 
     def batch_of_key(self, segments, key, root):
         for seg in segments:
-            for (a, u, r), keyed in self.reports.items():
+            for (a, u, _r), keyed in self.reports.items():
                 if self.holds(seg, a, u) and key in keyed:
                     return self.batch(seg[0])
         return self.batch(root)
+
+    def leaving_batch(self, segments, pre, stratum, epoch, root):
+        """Refinement (drop-last threshold): the global batch of the attempt that left
+        ``epoch``: the one holding the lineage's earliest update consuming a later epoch of the
+        stratum (the root's when its pre-tracking cursor stands in a later epoch)."""
+        if any(c["stratum"] == stratum and c.get("epoch", 0) > epoch for c in pre):
+            return self.batch(root)
+        found = [(u, a) for (a, u, r), keyed in self.reports.items()
+                 if any(self.holds(seg, a, u) for seg in segments)
+                 and any(s == stratum and e > epoch and ps for (s, e, o), ps in keyed.items())]
+        return self.batch(min(found)[1]) if found else None
 
     def tail(self, frontier, stratum, batch):
         length = self.epoch_length(stratum)
@@ -241,7 +252,7 @@ class Model:
         floors = self.floors(k)
         untracked = self.untracked_ids(k)
         top = {}
-        for (s, e, o) in counts:
+        for (s, e, _o) in counts:
             top[s] = max(top.get(s, e), e)
         rows = {}
         for key, counter in counts.items():
@@ -256,13 +267,14 @@ class Model:
                 row["omissions"] += sum(1 for p in range(floors.get(key, 0), frontier)
                                         if counter[p] == 0)
                 if e < top[s]:
-                    row["omissions"] += self.tail(frontier, s, self.batch_of_key(segments, key, self.root(k)))
+                    row["omissions"] += self.tail(frontier, s, self.leaving_batch(
+                        segments, pre, s, e, self.root(k)))
             elif s not in self.hashed_strata and e < top[s] and self.epoch_length(s) \
                     and key not in untracked:
                 # refinement: integer ids of an epoch the lineage moved on from, never consumed,
                 # under the tail rule (fewer than a global batch is the drop_last remainder)
-                row["omissions"] += self.owed_ids(set(counter), s,
-                                                  self.batch_of_key(segments, key, self.root(k)))
+                row["omissions"] += self.owed_ids(set(counter), s, self.leaving_batch(
+                    segments, pre, s, e, self.root(k)))
         # refinement: a whole epoch skipped between consumed epochs of a stratum (any order)
         for s in rows:
             length = self.epoch_length(s)
@@ -295,7 +307,7 @@ class Model:
 
     def cursor(self, counts):
         best = {}
-        for (s, e, o), top in self.frontiers(counts).items():
+        for (s, e, _o), top in self.frontiers(counts).items():
             if s in self.id_strata:
                 continue
             if s not in best or (e, top) > best[s]:
@@ -305,7 +317,7 @@ class Model:
     # ------------------------------------------------------------------ restarts
     def own_positions(self, k, after):
         out = {}
-        for (a, u, r), keyed in self.reports.items():
+        for (a, u, _r), keyed in self.reports.items():
             if a == k and u > after:
                 for key, positions in keyed.items():
                     out.setdefault(key, set()).update(positions)
@@ -313,7 +325,7 @@ class Model:
 
     def starts(self, k, after):
         first = {}
-        for (a, u, r), keyed in self.reports.items():
+        for (a, u, _r), keyed in self.reports.items():
             if a != k or u <= after:
                 continue
             for (s, e, o), positions in keyed.items():
@@ -332,7 +344,7 @@ class Model:
         replayed = sum(len(K[key] & set(parent[key])) for key in K if key in parent)
         omitted = 0
         untracked = self.untracked_ids(k)
-        for s, (u, e1, s1, _, o1) in starts.items():
+        for s, (_u, e1, s1, _, o1) in starts.items():
             if s in self.id_strata:
                 keys = [key for key in parent if key[0] == s]
                 if s in self.hashed_strata or not self.epoch_length(s) or not keys:
@@ -344,13 +356,13 @@ class Model:
                     if key in parent and key not in untracked \
                             and any(k2[0] == s and k2[1] > e1 for k2 in K):
                         omitted += self.owed_ids(set(parent[key]) | K.get(key, set()), s,
-                                                 self.batch_of_key(segments[1:], key,
-                                                                   self.root(k)))
+                                                 self.leaving_batch(segments, pre, s, e1,
+                                                                    self.root(k)))
                 elif e1 > e0:
                     for key in keys:
                         if key[1] == e0 and key not in untracked:
-                            omitted += self.owed_ids(set(parent[key]), s, self.batch_of_key(
-                                segments[1:], key, self.root(k)))
+                            omitted += self.owed_ids(set(parent[key]), s, self.leaving_batch(
+                                segments, pre, s, e0, self.root(k)))
                     omitted += length * sum(1 for e in range(e0 + 1, e1)
                                             if not any(k2[0] == s and k2[1] == e for k2 in K))
                 continue
@@ -371,10 +383,10 @@ class Model:
                     if any(k2[0] == s and k2[1] > e1 for k2 in K):  # k left the epoch
                         reached = max([max(parent[key]) + 1] * bool(parent.get(key))
                                       + [max(mine) + 1] * bool(mine) + [0])
-                        omitted += self.tail(reached, s, self.batch_of_key(segments[1:], key,
-                                                                           self.root(k)))
+                        omitted += self.tail(reached, s, self.leaving_batch(
+                            segments, pre, s, e1, self.root(k)))
             elif e1 > e0:
-                omitted += self.tail(f0, s, self.batch_of_key(segments[1:], top_key, self.root(k)))
+                omitted += self.tail(f0, s, self.leaving_batch(segments, pre, s, e0, self.root(k)))
                 length = self.epoch_length(s)
                 if length:
                     omitted += length * sum(1 for e in range(e0 + 1, e1)
@@ -383,7 +395,7 @@ class Model:
         # recomputed
         p_segments = [seg for seg in segments if seg[0] == before]
         rolled = {}
-        for (a, u, r), keyed in self.reports.items():
+        for (a, u, _r), keyed in self.reports.items():
             if a == before and not any(self.holds(seg, a, u) for seg in p_segments):
                 for key, positions in keyed.items():
                     rolled.setdefault(key, set()).update(positions)
@@ -456,7 +468,7 @@ class Model:
 
     def restarts(self):
         numbers = sorted(self.attempts)
-        return [self.restart(b, k) for b, k in zip(numbers, numbers[1:])]
+        return [self.restart(b, k) for b, k in zip(numbers, numbers[1:], strict=False)]
 
     def expected_cursor_at(self, attempt, update):
         segments, pre = self.lineage(attempt, update)
