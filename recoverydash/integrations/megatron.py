@@ -125,7 +125,7 @@ class ObservedMegatronDataset:
     def tag(self, indices: list) -> BatchTag:
         """The :class:`BatchTag` of a batch of dataset indices: per stratum, the token ranges (or
         sample positions) the batch holds, in batch order; identities are the dataset indices."""
-        groups: dict = {}
+        groups: dict[int, tuple[Any, TokenRanges | list[int], list[int]]] = {}
         for idx in indices:
             source, sample = self.locate(idx)
             it = self.iterations[source] if sample is not None else self.padding[source]
@@ -134,14 +134,16 @@ class ObservedMegatronDataset:
             if entry is None:
                 entry = groups[id(it)] = (it, TokenRanges() if self.units == TOKENS else [], [])
             pos = sample if sample is not None else 0
-            if self.units == TOKENS:
-                entry[1].append((pos * seq, (pos + 1) * seq))
+            drawn = entry[1]
+            if isinstance(drawn, TokenRanges):
+                drawn.append((pos * seq, (pos + 1) * seq))
                 if sample is not None:
-                    if entry[1].identities is None:
-                        entry[1].identities = DeferredIdentities(self._key)
-                    entry[1].identities.items.append((source, sample))
+                    if not isinstance(drawn.identities, DeferredIdentities):
+                        drawn.identities = DeferredIdentities(self._key)
+                    drawn.identities.items.append((source, sample))
             else:
-                entry[1].append(pos)
+                positions: list[int] = drawn
+                positions.append(pos)
             entry[2].append(idx if idx is not None else -1)
         return BatchTag(list(groups.values()))
 

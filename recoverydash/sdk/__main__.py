@@ -40,8 +40,8 @@ from recoverydash.checkpoints.formats import (
     UnknownFormat,
     check,
     progress_bar,
-    rfc3339,
 )
+from recoverydash.checkpoints.formats.base import rfc3339
 from recoverydash.checkpoints.objects import (
     DEFAULT_FULL_HASH_MAX_BYTES,
     StorageError,

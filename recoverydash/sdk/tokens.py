@@ -31,7 +31,7 @@ class TokenRanges(list):
 
     __slots__ = ("identities",)
 
-    def __init__(self, ranges=(), identities: list | None = None):
+    def __init__(self, ranges=(), identities: list | DeferredIdentities | None = None):
         super().__init__(ranges)
         self.identities = identities
 
@@ -94,7 +94,7 @@ def identities_of(ranges: TokenRanges) -> list | None:
     """The identities of ``ranges`` as ``(start, stop)`` ranges (deferred ones resolved), or
     None when they are unknown."""
     found = ranges.identities
-    if type(found) is DeferredIdentities:
+    if isinstance(found, DeferredIdentities):
         return found.resolve()
     return found
 
