@@ -42,6 +42,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from recoverydash.checkpoints import paths
+from recoverydash.recovery.inputs import same_manifest
 
 MANIFEST_NAME = "recoverydash-manifest.json"
 """File name of the commit marker inside ``<location>/<generation_id>/``."""
@@ -595,7 +596,8 @@ def write_manifest_atomically(location: str, manifest: dict[str, Any], *,
     This is the commit. Filesystem: write a temporary file in the same folder, fsync it, link it
     into place (atomic, and refuses to replace an existing manifest), fsync the folder. S3: one
     PUT with ``IfNoneMatch="*"`` (and a ChecksumSHA256), so readers see all of it or nothing.
-    Publishing the same bytes again is a no-op; a different manifest already in place raises
+    Publishing the same manifest again is a no-op (also with another ``committed_at``:
+    :func:`same_manifest`; the copy in place stays); a different manifest already in place raises
     ManifestConflictError (a second coordinator verifies, never overwrites).
 
     Returns the manifest URI. Raises ManifestConflictError, TransientStorageError,
@@ -615,7 +617,7 @@ def write_manifest_atomically(location: str, manifest: dict[str, Any], *,
 
 def _same_manifest(existing: bytes, data: bytes) -> bool:
     try:
-        return bool(json.loads(existing) == json.loads(data))
+        return same_manifest(json.loads(existing), json.loads(data))
     except ValueError:
         return False
 

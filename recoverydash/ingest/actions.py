@@ -48,6 +48,7 @@ from typing import Any, Iterable, Sequence
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 
+from recoverydash.recovery.inputs import manifest_identity
 from recoverydash.runs.analysis import request_analysis
 from recoverydash.runs.models import (GLOBAL_RANK, ApiToken, Attempt, AuditWindow, DrillResult,
                                       CheckpointObject, Event, Generation, Heartbeat, LedgerRow,
@@ -978,7 +979,8 @@ class _Projection:
         elif m.type == "checkpoint_committed":
             manifest = body["manifest"]
             gen = self._generation(run, manifest["generation_id"])
-            digest = hashlib.sha256(canonical_json(manifest).encode("utf-8")).hexdigest()
+            digest = hashlib.sha256(canonical_json(manifest_identity(manifest))
+                                    .encode("utf-8")).hexdigest()  # without committed_at
             committed_at = ev.manifest.committed_at if ev.manifest else \
                 manifest_committed_at(manifest)
             first = gen.manifest is None

@@ -29,6 +29,7 @@ from recoverydash.checkpoints.objects import (
     read_manifest,
 )
 from recoverydash.ingest.actions import ingest_batch
+from recoverydash.recovery.inputs import same_manifest
 from recoverydash.runs.models import CheckpointObject, Generation
 from recoverydash.storage.locations import Locations, location_client
 from recoverydash.storage.models import KIND_ADOPT, KIND_MANIFESTS, SeenManifest, StorageLocation
@@ -99,11 +100,12 @@ def discover_location(location: StorageLocation) -> int:
                                            generation_id=manifest.get("generation_id"))
                  .values_list("manifest", flat=True).first())
         folder = uri.rsplit("/", 1)[0]  # relative object URIs resolve against it
-        if known is not None and known == manifest:
+        same = known is not None and same_manifest(known, manifest)  # committed_at is volatile
+        if same:
             Generation.objects.filter(
                 run__project=location.project, run__run_id=run_id,
                 generation_id=manifest.get("generation_id"), found_at="").update(found_at=folder)
-        if known is None or known != manifest:
+        if not same:
             # New, or different from what was reported (ingest then flags manifest_conflict).
             try:
                 result = ingest_batch(location.project, [manifest_event(manifest, run_id, uri)])

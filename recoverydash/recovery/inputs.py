@@ -158,9 +158,18 @@ class GenerationRecord:
     def conflicting(self) -> int:
         """How many different committed manifests disagree about this generation (2 or more is
         a ``manifest_conflict``): the trainer's own ones when there are any, else the adopted
-        ones. An adopted manifest beside one trainer's manifest is no conflict."""
+        ones. An adopted manifest beside one trainer's manifest is no conflict, nor are two that
+        differ only in a volatile field (``committed_at``,
+        docs/definitions.md#volatile-manifest-fields)."""
         own = [m for m in self.manifests if not is_adopted(m)]
-        return len(own) if own else len(self.manifests)
+        found = own or self.manifests
+        if len(found) < 2:
+            return len(found)
+        distinct: list = []  # docs/definitions.md#volatile-manifest-fields: committed_at aside
+        for m in found:
+            if not any(same_manifest(m, d) for d in distinct):
+                distinct.append(m)
+        return len(distinct)
 
     def manifest_head(self) -> dict | None:
         """The judged manifest (:meth:`manifest`) for reading its scalar keys (``update``,
@@ -190,6 +199,28 @@ class GenerationRecord:
             except (TypeError, ValueError):
                 pass
         return self.committed_at
+
+
+#: Manifest fields that a publication of the same state may change
+#: (docs/definitions.md#volatile-manifest-fields): a manifest published again after a timeout
+#: carries a new ``committed_at``.
+VOLATILE_MANIFEST_FIELDS = ("committed_at",)
+
+
+def manifest_identity(manifest):
+    """What identifies a manifest (docs/definitions.md#volatile-manifest-fields): the manifest
+    without its :data:`VOLATILE_MANIFEST_FIELDS` (a new dict; the manifest is not changed).
+    Anything that is not a dict is its own identity."""
+    if not isinstance(manifest, dict):
+        return manifest
+    return {k: v for k, v in manifest.items() if k not in VOLATILE_MANIFEST_FIELDS}
+
+
+def same_manifest(a, b) -> bool:
+    """Whether two manifests (decoded JSON) are the same manifest: equal but for their
+    :data:`VOLATILE_MANIFEST_FIELDS` (docs/definitions.md#volatile-manifest-fields). Two that
+    differ anywhere else (an object, the update, the cursor) are a ``manifest_conflict``."""
+    return bool(manifest_identity(a) == manifest_identity(b))
 
 
 def is_adopted(manifest) -> bool:

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from recoverydash.recovery.inputs import same_manifest
 from recoverydash.runs.folding import unfold
 
 SCOPE_INGEST = "ingest"
@@ -640,9 +641,10 @@ class Generation(models.Model):
                         attempt: int) -> bool:
         """Apply a ``checkpoint_committed`` manifest (docs/ingest-v1.md#checkpoint_committed). The
         first one is kept; a later one with other content sets ``manifest_conflict`` (neither is
-        trusted, docs/definitions.md#restorable), the same
-        one again changes nothing. Returns True when the generation changed (the analysis and
-        verification must look at it again)."""
+        trusted, docs/definitions.md#restorable), the same one again changes nothing, also when
+        it differs only in a volatile field such as ``committed_at`` (the first one's stays:
+        docs/definitions.md#volatile-manifest-fields). Returns True when the generation changed
+        (the analysis and verification must look at it again)."""
         if self.manifest is None:
             self.manifest = manifest
             self.manifest_hash = manifest_hash
@@ -660,11 +662,12 @@ class Generation(models.Model):
             if self.status == "pending":
                 self.status = "committed"
             return True
-        if manifest_hash != self.manifest_hash and not self.manifest_conflict:
-            self.manifest_conflict = True
-            self.conflicting_manifest = manifest
-            return True
-        return False
+        if self.manifest_conflict or manifest_hash == self.manifest_hash \
+                or same_manifest(self.manifest, manifest):
+            return False  # docs/definitions.md#volatile-manifest-fields: the same manifest
+        self.manifest_conflict = True
+        self.conflicting_manifest = manifest
+        return True
 
 
 class ShardReport(models.Model):

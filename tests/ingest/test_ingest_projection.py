@@ -208,6 +208,26 @@ def test_it_flags_a_second_different_manifest_as_a_conflict(client, ingest_token
     assert gen.manifest_conflict and gen.manifest["update"] == 3
 
 
+def test_a_manifest_published_again_with_a_new_committed_at_is_the_same(client, ingest_token):
+    """docs/definitions.md#volatile-manifest-fields: a re-publication after a timeout differs
+    only in committed_at; it changes nothing (the first commit time stays), no conflict."""
+    post(client, ingest_token, [event("checkpoint_committed", "m1", manifest=manifest())])
+    gen = Generation.objects.get()
+    seq = gen.seq
+    again = manifest(committed_at="2026-11-01T02:06:00+02:00")
+    r = post(client, ingest_token, [event("checkpoint_committed", "m2", manifest=again)])
+    assert r.status_code == 202, r.content
+    gen.refresh_from_db()
+    assert (gen.manifest_conflict, gen.conflicting_manifest, gen.seq) == (False, None, seq)
+    assert gen.committed_at == datetime(2026, 11, 1, 0, 1, tzinfo=timezone.utc)
+    assert gen.manifest["committed_at"] == "2026-11-01T02:01:00+02:00"
+    post(client, ingest_token, [event("checkpoint_committed", "m3",
+                                      manifest=manifest(committed_at="2026-11-01T02:07:00+02:00",
+                                                        update=4))])
+    gen.refresh_from_db()
+    assert gen.manifest_conflict and gen.conflicting_manifest["update"] == 4
+
+
 def test_it_records_restore_and_end_of_an_attempt(client, ingest_token):
     post(client, ingest_token, [
         event("restore_completed", "r", attempt=1, generation_id="g1", seconds=12),

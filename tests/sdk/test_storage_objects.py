@@ -72,6 +72,26 @@ def test_it_publishes_a_manifest_once_and_refuses_a_conflicting_one(tmp_path):
         write_manifest_atomically(loc, {"generation_id": "a/b"})
 
 
+def test_publishing_again_with_a_new_committed_at_is_a_no_op(tmp_path, s3_server):
+    """docs/definitions.md#volatile-manifest-fields: the copy in place is the same manifest."""
+    m = {"schema_revision": 1, "generation_id": "g1", "update": 3,
+         "committed_at": "2026-11-01T00:00:00Z"}
+    again = {**m, "committed_at": "2026-11-01T00:05:00Z"}
+    loc = str(tmp_path / "ckpt")
+    uri = write_manifest_atomically(loc, m)
+    assert write_manifest_atomically(loc, again) == uri
+    assert read_manifest(uri) == m  # the first one stays
+    with pytest.raises(ManifestConflictError):
+        write_manifest_atomically(loc, {**again, "update": 4})
+    _, s3 = s3_server
+    s3.create_bucket(Bucket="republish")
+    uri = write_manifest_atomically("s3://republish/run", m, s3_client=s3)
+    assert write_manifest_atomically("s3://republish/run", again, s3_client=s3) == uri
+    assert read_manifest(uri, s3_client=s3) == m
+    with pytest.raises(ManifestConflictError):
+        write_manifest_atomically("s3://republish/run", {**again, "update": 4}, s3_client=s3)
+
+
 def test_it_verifies_s3_objects_present_missing_and_wrong(s3_server):
     _, s3 = s3_server
     s3.create_bucket(Bucket="verify")
