@@ -6,8 +6,11 @@ starts web + worker + beat (``python -m recoverydash.serve``); then runs one sho
 seed fault (4 gloo ranks on the CPU, see ``trainer.py``), each as attempt 0 (the fault) and
 attempt 1 (the restart): nine faults, the last a restart whose loader state was not restored. The
 ranks record observed positions (``ObservedRecorder``): what the table shows is what the loaders
-delivered. It waits until every run's analysis is current, prints each injected fault
-beside what recoverydash concluded, and keeps serving until Ctrl-C.
+delivered. A tenth run is a Megatron-Core trainer (``megatron.py``: ``examples/megatron_gpt.py``,
+``GPTDataset`` blended over two sources, batch-size ramp-up, the ledger in tokens) whose restart
+does not restore the loader's ``consumed_samples``: a replay counted in tokens, checked against
+the token values the model received. It waits until every run's analysis is current, prints each
+injected fault beside what recoverydash concluded, and keeps serving until Ctrl-C.
 
 Environment: ``PORT`` (default 8000; a free one is picked when it is busy), ``DEMO_EXIT=1`` (exit
 after the table: status 0 only when every conclusion matches), ``DEMO_ONLY=a,d,f`` (a subset of the
@@ -67,6 +70,7 @@ class Scenario:
     resume: str = "checkpoint"    # trainer resume mode of attempt 1
     world_after: int = WORLD
     discover: bool = False        # run manifest discovery between the attempts
+    trainer: str = "ddp"          # "ddp" (trainer.py) or "megatron" (megatron.py)
     # expectations
     generations: dict = field(default_factory=dict)  # generation_id -> (status, reason code|None)
     restart: dict = field(default_factory=dict)      # key -> value (verdict, counts, resumed_from)
@@ -142,7 +146,32 @@ def scenarios() -> list[Scenario]:
                           "omitted": 0, "recomputed": rolled, "lost_updates": 1},
                  findings=("replay",), alerts=("restart_replay",),
                  no_alerts=("restart_omission",)),
+        megatron_scenario(),
     ]
+
+
+def megatron_scenario() -> Scenario:
+    """(j) Megatron-Core, in tokens: attempt 0 dies after update 6 (the generation of update 4
+    is the newest), attempt 1 restores the model of update 4 but restarts ``consumed_samples``
+    at 0 and trains updates 5-10. On the ramp, updates 1-4 took 4, 4, 6, 6 samples and 5-6 took
+    8 + 8; attempt 1 takes 4, 4, 6, 6, 8, 8 = samples 0-35 again: the 20 samples (640 tokens) of
+    the live lineage are replayed, the 16 (512 tokens) of the rolled-back updates recomputed."""
+    from recoverydash.demo import megatron as mg
+
+    took = mg.ramp_samples(mg.CRASH_AFTER)
+    lineage, rolled_end = sum(took[:mg.SAVE_EVERY]), sum(took)
+    again = sum(mg.ramp_samples(mg.UPDATES - mg.SAVE_EVERY))  # attempt 1: samples [0, again)
+    return Scenario(
+        "j", "demo-j-megatron-tokens",
+        "Megatron-Core GPT (tokens, batch ramp-up): consumed_samples not restored",
+        "megatron_crash_after_update", mg.CRASH_AFTER, resume="data_not_restored",
+        world_after=1, trainer="megatron",
+        generations={f"u{mg.SAVE_EVERY:09d}-a0": ("restorable", None)},
+        restart={"resumed_from": f"u{mg.SAVE_EVERY:09d}-a0", "verdict": "replay",
+                 "replayed": min(again, lineage) * mg.SEQ, "omitted": 0,
+                 "recomputed": max(0, min(again, rolled_end) - lineage) * mg.SEQ,
+                 "lost_updates": mg.CRASH_AFTER - mg.SAVE_EVERY, "units": "tokens"},
+        findings=("replay",), alerts=("restart_replay",), no_alerts=("restart_omission",))
 
 
 @dataclass
@@ -340,6 +369,10 @@ def run_scenario(s: Scenario, base: Path, url: str, token: str,
     from recoverydash.demo.trainer import launch
 
     loc = s3.location(s.run_id) if s3 is not None else str(base / "ckpt" / s.run_id)
+    if s.trainer == "megatron":
+        from recoverydash.demo import megatron
+
+        return megatron.run(s.run_id, base, url, token, loc, say)
     common = {"url": url, "token": token, "run_id": s.run_id, "location": loc,
               "spool": str(base / "spool"), "n": N, "micro": MICRO, "epochs": 1,
               "ckpt_every": CKPT_EVERY, "loader_state": str(base / f"loader-{s.key}.json"),
@@ -405,16 +438,30 @@ def _settled(body, restarted: bool = True) -> bool:
 
 # --- the table ------------------------------------------------------------------------------------
 
-# the rank each fault kills (trainer.py)
-KILLED_RANK = {"kill_before_shard": 3, "kill_mid_shard": 3, "kill_before_commit": 0,
-               "kill_after_commit": 0, "crash_mid_update": 1}
+# the rank each fault kills and its exit code (trainer.py: os._exit(17); the Megatron example:
+# os._exit(3))
+KILLED_RANK = {"kill_before_shard": (3, 17), "kill_mid_shard": (3, 17),
+               "kill_before_commit": (0, 17), "kill_after_commit": (0, 17),
+               "crash_mid_update": (1, 17), "megatron_crash_after_update": (0, 3)}
 
 
 def judge(s: Scenario, body: dict, job: dict) -> tuple[list[str], list[str]]:
-    """(lines of what recoverydash concluded, mismatches)."""
-    lines, bad = [], []
+    """(lines of what recoverydash concluded, mismatches): the generations, the restart of
+    attempt 1, the alerts, and the job itself (the fault really happened, the restart ran, the
+    truth of the sample log where there is one)."""
     if not body or "generations" not in body:
         return [f"no analysis: {body}"], [f"no analysis answer: {body}"]
+    lines: list[str] = []
+    bad: list[str] = []
+    for part in (_judge_generations, _judge_restart, _judge_alerts, _judge_job):
+        more_lines, more_bad = part(s, body, job)
+        lines += more_lines
+        bad += more_bad
+    return lines, bad
+
+
+def _judge_generations(s: Scenario, body: dict, job: dict) -> tuple[list[str], list[str]]:
+    lines, bad = [], []
     gens = {g["generation_id"]: g for g in body["generations"]}
     for gid, (status, reason) in s.generations.items():
         g = gens.get(gid)
@@ -428,44 +475,65 @@ def judge(s: Scenario, body: dict, job: dict) -> tuple[list[str], list[str]]:
     if others:
         lines.append("other gens: " + ", ".join(f"{g['generation_id']} {g['status']}"
                                                 for g in others))
+    return lines, bad
+
+
+def _judge_restart(s: Scenario, body: dict, job: dict) -> tuple[list[str], list[str]]:
     restarts = [r for r in body.get("restarts") or [] if r.get("attempt") == 1]
     if not restarts:
-        bad.append("no restart of attempt 1 in the analysis")
-    else:
-        r = restarts[0]
-        findings = [f["code"] for f in r.get("findings") or []]
-        lines.append(f"restart from {r.get('resumed_from')} @ {r.get('resumed_update')}: "
-                     f"{r.get('verdict')}, replayed {r.get('replayed')}, omitted "
-                     f"{r.get('omitted')}, recomputed {r.get('recomputed')}, lost updates "
-                     f"{r.get('lost_updates')}")
-        lines.append(f"  cursor expected {_cur(r.get('expected_cursor'))}, resumed "
-                     f"{_cur(r.get('resume_cursor'))}; world {r.get('world_size_before')}->"
-                     f"{r.get('world_size_after')}" + (f"; findings {', '.join(findings)}"
-                                                      if findings else ""))
-        for k, v in s.restart.items():
-            if r.get(k) != v:
-                bad.append(f"restart {k}: expected {v}, got {r.get(k)}")
-        for code in s.findings:
-            if code not in findings:
-                bad.append(f"restart finding {code} expected, got {findings}")
+        return [], ["no restart of attempt 1 in the analysis"]
+    r = restarts[0]
+    findings = [f["code"] for f in r.get("findings") or []]
+    lines = [f"restart from {r.get('resumed_from')} @ {r.get('resumed_update')}: "
+             f"{r.get('verdict')}, replayed {r.get('replayed')}, omitted {r.get('omitted')}, "
+             f"recomputed {r.get('recomputed')}" + (f" {r['units']}" if r.get("units") else "")
+             + f", lost updates {r.get('lost_updates')}",
+             f"  cursor expected {_cur(r.get('expected_cursor'))}, resumed "
+             f"{_cur(r.get('resume_cursor'))}; world {r.get('world_size_before')}->"
+             f"{r.get('world_size_after')}" + (f"; findings {', '.join(findings)}"
+                                              if findings else "")]
+    bad = [f"restart {k}: expected {v}, got {r.get(k)}" for k, v in s.restart.items()
+           if r.get(k) != v]
+    bad += [f"restart finding {code} expected, got {findings}" for code in s.findings
+            if code not in findings]
+    return lines, bad
+
+
+def _judge_alerts(s: Scenario, body: dict, job: dict) -> tuple[list[str], list[str]]:
     rules = sorted({a["rule"] for a in body.get("alerts") or []})
-    lines.append("alerts: " + (", ".join(f"{a['rule']} ({a['state']})"
-                                         for a in body.get("alerts") or []) or "none"))
-    for rule in s.alerts:
-        if rule not in rules:
-            bad.append(f"alert {rule} expected, got {rules}")
-    for rule in s.no_alerts:
-        if rule in rules:
-            bad.append(f"alert {rule} not expected, got {rules}")
+    lines = ["alerts: " + (", ".join(f"{a['rule']} ({a['state']})"
+                                     for a in body.get("alerts") or []) or "none")]
+    bad = [f"alert {rule} expected, got {rules}" for rule in s.alerts if rule not in rules]
+    bad += [f"alert {rule} not expected, got {rules}" for rule in s.no_alerts if rule in rules]
+    return lines, bad
+
+
+def _judge_job(s: Scenario, body: dict, job: dict) -> tuple[list[str], list[str]]:
+    lines, bad = [], []
     if s.discover and not job.get("discovered"):
         bad.append(f"discovery ingested {job.get('discovered')} manifests, expected >= 1")
-    killer = KILLED_RANK[s.fault]
-    if job["codes0"][killer] != 17:  # the fault hook's os._exit(17): the fault really happened
+    killer, code = KILLED_RANK[s.fault]
+    if job["codes0"][killer] != code:  # the fault hook's os._exit: the fault really happened
         bad.append(f"fault not injected as designed: rank {killer} of attempt 0 exited with "
-                   f"{job['codes0'][killer]}, not 17")
+                   f"{job['codes0'][killer]}, not {code}")
+    truth = job.get("truth")
+    if truth is not None:
+        lines.append(f"truth (what the model received): replayed {truth['replayed']}, "
+                     f"recomputed {truth['recomputed']} tokens")
+    bad += _against_truth(s, body, truth)
     if job["codes1"] != [0] * s.world_after:
         bad.append(f"attempt 1 exit codes {job['codes1']}")
     return lines, bad
+
+
+def _against_truth(s: Scenario, body: dict, truth: dict | None) -> list[str]:
+    """Mismatches between the restart of attempt 1 and the truth logged from what the model
+    received (the Megatron run's sample log: replayed and recomputed tokens)."""
+    if truth is None:
+        return ["no sample log: the truth is unknown"] if s.trainer == "megatron" else []
+    r = next((r for r in body.get("restarts") or [] if r.get("attempt") == 1), {})
+    return [f"restart {k}: the model received {truth[k]}, recoverydash says {r.get(k)}"
+            for k in ("replayed", "recomputed") if r.get(k) != truth[k]]
 
 
 def _cur(cursor) -> str:
@@ -476,7 +544,8 @@ def expectation(s: Scenario) -> list[str]:
     out = [f"{gid} {st}" + (f" ({rs})" if rs else "") for gid, (st, rs) in s.generations.items()]
     r = s.restart
     out.append(f"restart from {r['resumed_from']}: {r['verdict']}, replayed {r['replayed']}, "
-               f"omitted {r['omitted']}, recomputed {r['recomputed']}, lost {r['lost_updates']}")
+               f"omitted {r['omitted']}, recomputed {r['recomputed']}"
+               + (f" {r['units']}" if r.get("units") else "") + f", lost {r['lost_updates']}")
     if s.findings:
         out.append("findings " + ", ".join(s.findings))
     if s.alerts:
@@ -584,6 +653,22 @@ def stop_ranks() -> None:
         child.join(5)
 
 
+def without_unrunnable(runs: list[Scenario], s3: S3Mode | None) -> list[Scenario]:
+    """``runs`` without the Megatron run where it cannot run, saying why: without megatron-core
+    (the ``frameworks`` extra), or in S3 mode (its checkpoints go to a local folder only: the
+    example's client would reach the store through boto3's environment, untested here)."""
+    from recoverydash.demo import megatron
+
+    why = ("S3 mode (the Megatron run saves to local folders only)" if s3 is not None else
+           None if megatron.available() else "megatron-core is not installed (make install)")
+    if why is None:
+        return runs
+    skipped = [s.key for s in runs if s.trainer == "megatron"]
+    if skipped:
+        say(f"run ({', '.join(skipped)}) left out: {why}")
+    return [s for s in runs if s.trainer != "megatron"]
+
+
 def main() -> int:
     parse_args()
     t_start = time.monotonic()
@@ -599,6 +684,7 @@ def main() -> int:
     except ValueError as e:
         say(f"{e} (format: the docstring of recoverydash/demo/__main__.py)")
         return 2
+    runs = without_unrunnable(runs, s3)
     if s3 is None:
         say(f"checkpoints: local folder {base / 'ckpt'}/<run_id> (RECOVERYDASH_DEMO_S3="
             "s3://bucket/prefix [+ RECOVERYDASH_DEMO_S3_ENDPOINT, AWS_*] for S3)")

@@ -20,6 +20,8 @@ def expected_words(scenario) -> list[str]:
         words.append(verdict.replace("_", " "))
     for status, _reason in scenario.generations.values():
         words.append(status)
+    if scenario.restart.get("units") == "tokens":  # the counts are named in their unit
+        words.append("tokens")
     return words
 
 
@@ -95,8 +97,11 @@ def capture(url: str, user: str, password: str, runs, pages: dict, folder: Path,
                 restart_text = page.inner_text("body").lower()
                 for field in ("replayed", "omitted"):
                     value = s.restart.get(field)
-                    if value is not None and f"{value}" not in restart_text:
+                    if value is not None and f"{value:,}" not in restart_text:
                         missing.append(f"{field} {value} on the restart page")
+                    unit = s.restart.get("units")
+                    if unit and f"{field} {unit}" not in restart_text:
+                        missing.append(f"'{field} {unit}' on the restart page")
                 item = next((r for r in ((answers or {}).get(s.run_id) or {}).get("restarts")
                              or [] if r.get("attempt") == 1), None)
                 if answers is not None:

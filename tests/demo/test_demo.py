@@ -21,8 +21,8 @@ REPO = Path(__file__).resolve().parents[2]
 # every fault of the demo: each run's restart page is compared with the recovery API (screens);
 # killed mid-shard (abandoned generation), commit event lost (discovery), omission, replay, and a
 # restart whose loader state was not restored (a replay observed from the positions delivered)
-# are asserted in detail below
-FAULTS = "a,b,c,d,e,f,g,h,i"
+# are asserted in detail below; j is the Megatron-Core run (tokens, batch-size ramp-up)
+FAULTS = "a,b,c,d,e,f,g,h,i,j"
 
 
 def _free_port() -> int:
@@ -66,7 +66,7 @@ def test_the_demo_exits_0_and_every_conclusion_matches(demo):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert results["ok"]
     assert sorted(r["key"] for r in results["runs"]) == FAULTS.split(",")
-    assert "injected fault" in proc.stdout and "9/9 conclusions match" in proc.stdout
+    assert "injected fault" in proc.stdout and "10/10 conclusions match" in proc.stdout
 
 
 def test_killed_mid_shard_leaves_an_abandoned_generation_and_an_exact_restart(demo):
@@ -109,6 +109,24 @@ def test_a_loader_whose_state_was_not_restored_replays_what_the_checkpoint_had_c
         ("replay", 64, 0, 24, 1)
     assert r["expected_cursor"][0]["position"] == 64 and r["resume_cursor"][0]["position"] == 0
     assert "restart_replay" in {a["rule"] for a in _answer(results, "i")["alerts"]}
+
+
+def test_a_megatron_run_without_its_consumed_samples_replays_its_tokens(demo):
+    """The Megatron-Core run (j): the ramp took 4, 4, 6, 6 samples of 32 tokens in updates 1-4
+    and 8 + 8 in the rolled-back updates 5-6; the restart from update 4 starts
+    ``consumed_samples`` at 0 and takes samples 0-35 again. The truth is the example's sample
+    log (the token values the model received), read by the demo beside the analysis."""
+    _, results = demo
+    r = _restart(results, "j")
+    assert (r["resumed_from"], r["verdict"], r["units"], r["replayed"], r["omitted"],
+            r["recomputed"], r["lost_updates"]) == \
+        ("u000000004-a0", "replay", "tokens", 20 * 32, 0, 16 * 32, 2)
+    assert "truth (what the model received): replayed 640, recomputed 512 tokens" in \
+        _run(results, "j")["concluded"]
+    assert "restart_replay" in {a["rule"] for a in _answer(results, "j")["alerts"]}
+    strata = {s["stratum"]: s for s in _answer(results, "j")["strata"]}
+    assert set(strata) == {"web", "code"} and {s["units"] for s in strata.values()} == {"tokens"}
+    assert sum(s["duplicates"] for s in strata.values()) == 640
 
 
 def test_the_dashboard_shows_each_fault_where_on_call_looks(demo):
