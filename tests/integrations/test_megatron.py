@@ -135,3 +135,37 @@ def test_a_checkpoint_whose_data_state_lags_its_model_is_never_restored(server, 
     # nothing of attempt 0 is restorable: the relaunch starts fresh rather than pairing the
     # model of update 10 with the data state of update 9
     assert "attempt 1: fresh start" in second.stdout, second.stdout
+
+
+def test_a_restart_inside_the_batch_size_ramp_is_exact_in_tokens(server, tmp_path):
+    """The ramp (``--rampup 4 2 16``: updates take 4, 4, 6, 6, then 8 samples) crosses the
+    restart: a generation every 2 updates, killed inside update 4 after one microbatch, resumed
+    from update 2 (``consumed_samples`` 8, where the global batch is 6). The resumed attempt
+    takes 6, 6, 8, 8, ... samples, as Megatron's calculator says for that cursor, and the
+    verdict and counts are exact in tokens."""
+    second, report = run(server, tmp_path, "mg-ramp", updates=8,
+                         first_extra=("--save-every", "2", "--crash-at-update", "3",
+                                      "--crash-after-micro", "1"),
+                         second_extra=("--save-every", "2"))
+    assert "resumed u000000002-a0 at update 2, consumed_samples 8" in second.stdout, \
+        second.stdout
+    lines = [json.loads(x) for x in (tmp_path / "tokens.jsonl").read_text().splitlines()]
+    per_update: Counter = Counter()
+    for x in lines:
+        per_update[(x["attempt"], x["update"])] += sum(b - a for a, b in x["tokens"])
+    # what the model received per update, in samples: the ramp on both sides of the restart
+    assert [per_update[(0, u)] // SEQ for u in (1, 2, 3)] == [4, 4, 6]
+    assert [per_update[(1, u)] // SEQ for u in range(3, 9)] == [6, 6, 8, 8, 8, 8]
+    t = token_truth(tmp_path / "tokens.jsonl", 2)
+    assert t["replayed"] == t["duplicates"] == 0
+    (restart,) = report["restarts"]
+    assert (restart["resumed_from"], restart["verdict"], restart["units"], restart["replayed"],
+            restart["omitted"], restart["lost_updates"]) == \
+        ("u000000002-a0", "exact", "tokens", 0, 0, 1)
+    # the expected cursor: the 8 samples of updates 1-2, in tokens, over the two sources
+    assert sum(c["position"] for c in restart["expected_cursor"]) == 8 * SEQ
+    # update 3 (6 samples), rolled back, is fed again
+    assert restart["recomputed"] == 6 * SEQ
+    rows = strata(report)
+    assert {name: (r["consumed"], r["duplicates"], r["omissions"]) for name, r in rows.items()} \
+        == {"web": (t["web"][0], 0, 0), "code": (t["code"][0], 0, 0)}
