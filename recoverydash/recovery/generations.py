@@ -269,11 +269,14 @@ def state_repeats(generations) -> dict:
     * a model object repeating a digest of a lower update's generation: the save wrote old
       model state (``stale_state``);
     * an optimizer object repeating one, while the generations below had not all written the
-      same optimizer bytes (the optimizer's state had changed between them): ``stale_state``;
+      same optimizer bytes (the optimizer's state had changed between them), or while another
+      optimizer object of the same generation is new (that shard's optimizer moved on since
+      the last save: physicsnemo #2012): ``stale_state``;
     * an optimizer object repeating one while every generation below wrote exactly the same
-      optimizer digests (unchanged since the first save: a stateless optimizer, plain SGD
-      without momentum, writes the same bytes every time): no rejection; the finding
-      ``optimizer_stateless`` on the first such generation only (reported once).
+      optimizer digests and no optimizer object of the generation is new (unchanged since the
+      first save: a stateless optimizer, plain SGD without momentum, writes the same bytes
+      every time): no rejection; the finding ``optimizer_stateless`` on the first such
+      generation only (reported once). See :func:`judge_repeats`.
 
     One pass in update order (generations of one update are compared with lower updates
     only)."""
@@ -298,6 +301,48 @@ def repeat_row(gen: GenerationRecord) -> tuple | None:
             [(o.get("component"), o["sha256"], o.get("uri"))
              for o in gen.manifest().get("objects") or []
              if o.get("component") in STATE_COMPONENTS and o.get("sha256")])
+
+
+def judge_repeats(update: int, objects: list, first_seen: dict, changed: bool) -> tuple:
+    """docs/definitions.md#stale-state-and-stateless-optimizers for one generation at
+    ``update``: ``(stale, stateless)``, the sentences of its ``stale_state`` reason and the
+    ``optimizer_stateless`` finding it would carry (None), from its ``objects`` (``[(component,
+    sha256, uri)]``), ``first_seen`` (``{(component, sha256): (update, generation_id)}`` of the
+    generations below) and ``changed`` (the optimizer's digests had changed between them).
+
+    A model object repeating an older digest is stale. An optimizer object repeating one is
+    stale when ``changed``, or when another optimizer object of this generation is new (in no
+    generation below: that shard's optimizer moved on, so this one wrote old state); else the
+    optimizer looks stateless: the finding names the first repeating object (the caller reports
+    it once per run)."""
+    fresh = any(component == "optimizer" and (component, sha256) not in first_seen
+                for component, sha256, _uri in objects)
+    stale, stateless = [], None
+    for component, sha256, uri in objects:
+        older = first_seen.get((component, sha256))
+        if older is None:
+            continue
+        u, og = older
+        if component == "optimizer" and not changed and not fresh:
+            if stateless is None:
+                stateless = Reason("optimizer_stateless", (
+                    f"optimizer object {uri} has the same bytes (sha256) as in "
+                    f"generation {og} (update {u}), and the optimizer's objects have not "
+                    f"changed since the first save: a stateless optimizer (plain SGD "
+                    f"without momentum) writes the same bytes at every save; this is "
+                    f"no stale state and rejects nothing"))
+            continue
+        if component == "model":
+            what = "model state"
+        elif changed:
+            what = "optimizer state (it had changed between earlier generations)"
+        else:
+            what = ("optimizer state (another optimizer object of this generation changed "
+                    "since the last save)")
+        stale.append(f"{component} object {uri} repeats the sha256 of "
+                     f"generation {og} (update {u}): this save wrote the {what} of "
+                     f"update {u} again, not that of update {update}")
+    return stale, stateless
 
 
 def continue_repeats(rows, basis: dict | None = None, seen: dict | None = None) -> tuple:
@@ -331,28 +376,10 @@ def continue_repeats(rows, basis: dict | None = None, seen: dict | None = None) 
         while j < len(rows) and rows[j][0] == rows[i][0]:
             j += 1
         group = rows[i:j]
-        changed = changed_any
         for update, gid, objects in group:
-            stale, stateless = [], None
-            for component, sha256, uri in objects:
-                older = first_seen.get((component, sha256))
-                if older is None:
-                    continue
-                u, og = older
-                if component == "optimizer" and not changed:
-                    if not told and stateless is None:
-                        stateless = Reason("optimizer_stateless", (
-                            f"optimizer object {uri} has the same bytes (sha256) as in "
-                            f"generation {og} (update {u}), and the optimizer's objects have not "
-                            f"changed since the first save: a stateless optimizer (plain SGD "
-                            f"without momentum) writes the same bytes at every save; this is "
-                            f"no stale state and rejects nothing"))
-                    continue
-                what = "model state" if component == "model" else \
-                    "optimizer state (it had changed between earlier generations)"
-                stale.append(f"{component} object {uri} repeats the sha256 of "
-                             f"generation {og} (update {u}): this save wrote the {what} of "
-                             f"update {u} again, not that of update {update}")
+            stale, stateless = judge_repeats(update, objects, first_seen, changed_any)
+            if stateless is not None and told:
+                stateless = None  # reported once
             if stateless is not None:
                 told = True
             out[gid] = (stale, stateless)
