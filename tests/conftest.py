@@ -5,7 +5,6 @@ worked scenarios of ``tests/scenarios/``. Tests run against the database named b
 from __future__ import annotations
 
 import pytest
-
 from scenarios import load as load_scenario
 
 

@@ -6,22 +6,22 @@ first, within a budget."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone as tz
+from datetime import UTC, datetime, timedelta
 from unittest import mock
 
 import pytest
 from django.db import transaction
 from django.utils import timezone
+from seen_rows import set_ranks_seen
 
 from recoverydash.alerts import evaluation
 from recoverydash.alerts.models import Alert, AlertFlip
 from recoverydash.alerts.rules import evaluate_run
 from recoverydash.runs.models import Analysis, Attempt, Run
-from seen_rows import set_ranks_seen
 
 pytestmark = pytest.mark.django_db
 
-T0 = datetime(2026, 11, 1, tzinfo=tz.utc)
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def fleet(project, count, ended=()):

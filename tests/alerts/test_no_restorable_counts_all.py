@@ -4,11 +4,11 @@ generations)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from recoverydash.alerts.rules import DEFAULT_CONTRACT, conditions
 
-T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def no_restorable(result):

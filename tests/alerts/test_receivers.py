@@ -261,8 +261,9 @@ def test_it_delivers_every_kind_with_a_schema_valid_body(project, receiver):
     validate(schemas.SLACK, seen["slack"][0][1])
     validate(schemas.PAGERDUTY_TRIGGER, seen["pagerduty"][0][1])
     validate(schemas.PAGERDUTY_FOLLOW_UP, seen["pagerduty"][1][1])
-    assert len(alert.dedup_key) == 128 + len(":generation_rejected:") + 200 and seen["pagerduty"][1][1]["dedup_key"] \
-        == seen["pagerduty"][0][1]["dedup_key"] == bounded_key(alert.dedup_key, 255)
+    assert len(alert.dedup_key) == 128 + len(":generation_rejected:") + 200
+    assert seen["pagerduty"][1][1]["dedup_key"] == seen["pagerduty"][0][1]["dedup_key"] \
+        == bounded_key(alert.dedup_key, 255)
     validate(schemas.ALERTMANAGER, seen["alertmanager"][0][1])
     validate(schemas.OPSGENIE_CREATE, seen["opsgenie"][0][1])
     assert seen["opsgenie"][0][0] == "/hook"

@@ -1,19 +1,24 @@
-"""Alert rule ``restore_failed`` (docs/definitions.md#alert-rules, docs/ingest-v1.md#restore_failed):
-an attempt that could not load a generation leaves an alert, also when it died before
+"""Alert rule ``restore_failed`` (docs/definitions.md#alert-rules,
+docs/ingest-v1.md#restore_failed): an attempt that could not load a generation leaves an alert,
+also when it died before
 ``attempt_started``."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from recoverydash.alerts.models import Alert
-from recoverydash.alerts.rules import (DEFAULT_CONTRACT, conditions, evaluate_run,
-                                       restore_failed_conditions)
+from recoverydash.alerts.rules import (
+    DEFAULT_CONTRACT,
+    conditions,
+    evaluate_run,
+    restore_failed_conditions,
+)
 from recoverydash.runs.models import Analysis, Attempt, Run
 
-T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def failure(**kw):

@@ -4,17 +4,17 @@ newest attempt, the rows of silent ranks only) gives exactly the conditions of t
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from seen_rows import set_ranks_seen
 
 from recoverydash.alerts.rules import DEFAULT_CONTRACT, clock_conditions, silence_of, silences_of
 from recoverydash.runs.models import Analysis, Attempt, Run
-from seen_rows import set_ranks_seen
 
-T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
 NOW = T0 + timedelta(hours=1)
 CLOCK = {"update_interval": {"attempt": 0, "median_s": 10.0}}  # rank limit 120 s, run 900 s
 
@@ -55,7 +55,7 @@ def test_the_bulk_read_gives_exactly_the_full_reads_conditions(project):
     with CaptureQueriesContext(connection) as queries:
         bulk = silences_of(newest, {pk: clock for pk in newest}, NOW)
     assert len(queries.captured_queries) == 2  # the aggregate, the silent ranks' rows
-    for name, (run, att) in runs.items():
+    for name, (run, _att) in runs.items():
         full = silence_of(run, NOW, clock)
         assert conds(bulk[run.pk]) == conds(full), name
         assert bulk[run.pk]["reporters"] == len(CASES[name])

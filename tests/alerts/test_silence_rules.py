@@ -4,18 +4,17 @@ attempt silent for 3 x its median update interval (900 s the floor), one rank si
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-
-from django.utils import timezone as dj_timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.utils import timezone as dj_timezone
+from seen_rows import set_ranks_seen
 
 from recoverydash.alerts.models import Alert
 from recoverydash.alerts.rules import DEFAULT_CONTRACT, conditions, evaluate_run, silence_of
 from recoverydash.runs.models import Analysis, Attempt, LedgerRow, Run
-from seen_rows import set_ranks_seen
 
-T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def result():

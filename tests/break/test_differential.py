@@ -305,7 +305,7 @@ def test_one_event_id_with_two_contents_at_once_stores_one(settings):
         for t in threads:
             t.join()
     by_event: dict = {}
-    for i, rank, what in outcomes:
+    for i, _rank, what in outcomes:
         by_event.setdefault(i, []).append(what)
     assert all(sorted(v) == ["409", "stored"] for v in by_event.values()), by_event
     run = Run.objects.get(project=project)

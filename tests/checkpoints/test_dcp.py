@@ -1,6 +1,6 @@
 """torch DCP saves in torchtitan's ``step-N`` layout, written by ``dcp.save`` (one process, and
-two gloo ranks), then corrupted the ways a crash leaves them (a rank killed before any shard, mid-shard,
-before the commit marker)."""
+two gloo ranks), then corrupted the ways a crash leaves them (a rank killed before any shard,
+mid-shard, before the commit marker)."""
 
 from __future__ import annotations
 

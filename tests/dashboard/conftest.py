@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-T0 = datetime(2026, 11, 1, 0, 0, 5, tzinfo=timezone.utc)          # s2's first event
-COMMIT = datetime(2026, 11, 1, 0, 21, 1, tzinfo=timezone.utc)     # g1250 committed
+T0 = datetime(2026, 11, 1, 0, 0, 5, tzinfo=UTC)          # s2's first event
+COMMIT = datetime(2026, 11, 1, 0, 21, 1, tzinfo=UTC)     # g1250 committed
 #: When the stored analysis was computed (a minute after s2's last event).
-ANALYSED_AT = datetime(2026, 11, 1, 0, 23, 21, tzinfo=timezone.utc)
+ANALYSED_AT = datetime(2026, 11, 1, 0, 23, 21, tzinfo=UTC)
 PASSWORD = "correct horse battery"
 SHARDS = [f"rank{r}" for r in range(8)]
 COMPONENTS = ["model", "optimizer", "scheduler", "rng", "data_progress"]
@@ -106,7 +106,8 @@ def storage_checks(events) -> dict:
 def known_events(scenario_loader, tmp_path_factory):
     """``(events, checks)``: scenario s2's events followed by ``g1255_events``, and the storage
     checks of every manifest object."""
-    events, _ = scenario_loader("s2_resume_at_read_cursor_omission", str(tmp_path_factory.mktemp("s2")))
+    events, _ = scenario_loader("s2_resume_at_read_cursor_omission",
+                                str(tmp_path_factory.mktemp("s2")))
     events = list(events) + g1255_events()
     return events, storage_checks(events)
 
@@ -130,11 +131,18 @@ def known_run(project, known_events, known_result):
     statuses and reasons, shard reports, objects with their checks), audit windows around the
     restart, a firing restart_omission alert and the stored analysis ``known_result``."""
     from recoverydash.alerts.models import Alert
-    from recoverydash.runs.models import (Analysis, Attempt, AuditWindow, CheckpointObject,
-                                          Generation, Run, ShardReport)
+    from recoverydash.runs.models import (
+        Analysis,
+        Attempt,
+        AuditWindow,
+        CheckpointObject,
+        Generation,
+        Run,
+        ShardReport,
+    )
 
     events, checks = known_events
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     run = Run.objects.create(project=project, run_id="s2-omission", first_event_at=T0,
                              last_event_at=now - timedelta(seconds=30),
                              last_received_at=now - timedelta(seconds=30), ingest_seq=7,
@@ -210,8 +218,9 @@ def without_definition_links(html: str) -> str:
 
 def analyse(run):
     """Analyse a run the way the workers do, synchronously: verify every generation's objects in
-    storage (``storage.verification.verify_generation``), then ``alerts.evaluation.analyze_and_alert``
-    (the recovery core, the stored Analysis and generation statuses, the alert rules)."""
+    storage (``storage.verification.verify_generation``), then
+    ``alerts.evaluation.analyze_and_alert`` (the recovery core, the stored Analysis and generation
+    statuses, the alert rules)."""
     from recoverydash.alerts.evaluation import analyze_and_alert
     from recoverydash.runs.models import Generation, Run
     from recoverydash.storage.verification import verify_generation
@@ -226,9 +235,7 @@ def post_scenario(client, token, loader, name, objects_dir):
     """Post a worked scenario's events through the real ingest API and analyse the run."""
     import json
 
-    from recoverydash.runs.models import Run
-
-    from recoverydash.runs.models import ApiToken
+    from recoverydash.runs.models import ApiToken, Run
     from recoverydash.storage.models import StorageLocation
 
     events, expect = loader(name, str(objects_dir))

@@ -72,7 +72,8 @@ def test_an_outsider_cannot_act_on_anothers_alerts_tokens_or_contract(client, kn
 def test_a_superuser_sees_every_project(client, known_run, admin_user):
     client.force_login(admin_user)
     assert b"s2-omission" in client.get("/").content
-    assert client.get(reverse("run", args=[known_run.project.name, known_run.run_id])).status_code == 200
+    run_url = reverse("run", args=[known_run.project.name, known_run.run_id])
+    assert client.get(run_url).status_code == 200
 
 
 def test_fleet_filters_by_project_health_and_run_id(client, known_run, owner, other_project):

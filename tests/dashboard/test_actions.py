@@ -19,8 +19,9 @@ pytestmark = pytest.mark.django_db
 def test_acknowledging_an_alert_records_who_and_a_flip(owner_client, known_run):
     alert = known_run.alerts.get()
     url = reverse("alert_action", args=[alert.pk, "acknowledge"])
-    response = owner_client.post(url, {"next": reverse("run", args=[known_run.project.name, known_run.run_id])})
-    assert response.status_code == 302 and response["Location"] == reverse("run", args=[known_run.project.name, known_run.run_id])
+    run_url = reverse("run", args=[known_run.project.name, known_run.run_id])
+    response = owner_client.post(url, {"next": run_url})
+    assert response.status_code == 302 and response["Location"] == run_url
     alert.refresh_from_db()
     assert (alert.state, alert.acknowledged_by) == ("acknowledged", "olivia")
     flip = AlertFlip.objects.get(alert=alert)
@@ -49,7 +50,8 @@ def test_silencing_mutes_notifications_for_the_chosen_duration(owner_client, kno
     owner_client.post(reverse("alert_action", args=[alert.pk, "silence"]), {"seconds": 3600})
     alert.refresh_from_db()
     assert alert.state == "firing"
-    assert before + timedelta(seconds=3590) < alert.silenced_until < before + timedelta(seconds=3610)
+    assert before + timedelta(seconds=3590) < alert.silenced_until \
+        < before + timedelta(seconds=3610)
     # acknowledging while silenced records the flip without notifying
     owner_client.post(reverse("alert_action", args=[alert.pk, "acknowledge"]))
     assert AlertFlip.objects.get(alert=alert).notify is False
@@ -114,9 +116,9 @@ def test_members_edit_the_run_contract(owner_client, known_run):
 
 
 def test_a_contract_with_a_negative_limit_is_refused(owner_client, known_run):
-    response = owner_client.post(reverse("run_contract", args=[known_run.project.name, known_run.run_id]),
-                                 {"max_replay_samples": -1, "max_omission_samples": 0,
-                                  "max_checkpoint_age_s": 60, "required_components": "model"})
+    url = reverse("run_contract", args=[known_run.project.name, known_run.run_id])
+    response = owner_client.post(url, {"max_replay_samples": -1, "max_omission_samples": 0,
+                                       "max_checkpoint_age_s": 60, "required_components": "model"})
     assert response.status_code == 200 and "greater than or equal to 0" in response.content.decode()
     known_run.refresh_from_db()
     assert known_run.contract == {"max_checkpoint_age_s": 3600}

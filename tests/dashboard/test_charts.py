@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -50,7 +50,7 @@ def test_thin_bounds_point_clouds_and_keeps_the_ends():
 
 
 def test_the_tslrc_series_is_the_cores_extended_to_now_by_the_cores_figure():
-    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
     result = {"last_restorable": {"generation_id": "g2", "update": 2,
                                   "committed_at": (t0 + timedelta(minutes=90)).isoformat()},
               "first_event_at": t0.isoformat(), "ended_at": None,
@@ -68,7 +68,7 @@ def test_the_tslrc_series_is_the_cores_extended_to_now_by_the_cores_figure():
 
 
 def test_tslrc_figure_of_a_million_point_series_reaches_the_browser_bounded():
-    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp()
+    t0 = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
     xs = [t0 + i for i in range(1_000_000)]
     ys = [float(i % 3600) for i in range(1_000_000)]
     fig = charts.tslrc_figure(xs, ys, 3000.0)
@@ -128,10 +128,10 @@ def test_a_committed_series_of_100_attempts_is_downsampled_and_keeps_its_restart
     """The core keeps 200 points per attempt; 100 attempts make 20,000 points, drawn bounded."""
     from recoverydash.runs.models import Analysis
 
-    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp()
+    t0 = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
     result = dict(Analysis.objects.get(run=known_run).result)
     series = [{"attempt": k, "points": [
-        {"time": datetime.fromtimestamp(t0 + 1000 * k + i, tz=timezone.utc).isoformat(),
+        {"time": datetime.fromtimestamp(t0 + 1000 * k + i, tz=UTC).isoformat(),
          "update": 200 * k + i, "cursor": [{"stratum": "main", "epoch": 0,
                                             "position": 64 * (200 * k + i)}]}
         for i in range(1, 201)]} for k in range(100)]

@@ -22,7 +22,9 @@ def test_the_omission_scenario_reads_right_on_every_page(client, s2_run, owner):
     assert "restart_omission" in html
     figures = run_page.context["charts"]["figures"]
     assert all(f["data"] for f in figures.values() if not f.get("empty"))
-    restart = client.get(reverse("restart", args=[s2_run.project.name, s2_run.run_id, 1])).content.decode()
+    restart = client.get(
+        reverse("restart", args=[s2_run.project.name, s2_run.run_id, 1])).content.decode()
     assert "48 positions ahead: skipped" in restart
-    gen = client.get(reverse("generation", args=[s2_run.project.name, s2_run.run_id, "g1250"])).content.decode()
+    gen = client.get(
+        reverse("generation", args=[s2_run.project.name, s2_run.run_id, "g1250"])).content.decode()
     assert "Objects (40)" in gen

@@ -9,7 +9,8 @@ from django.urls import reverse
 def test_it_answers_an_unknown_run_with_the_styled_404(owner_client, known_run):
     for url in (reverse("run", args=[known_run.project.name, known_run.run_id + "-gone"]),
                 reverse("restart", args=[known_run.project.name, known_run.run_id, 7]),
-                reverse("generation", args=[known_run.project.name, known_run.run_id, "g0"]), "/no/such/page/"):
+                reverse("generation", args=[known_run.project.name, known_run.run_id, "g0"]),
+                "/no/such/page/"):
         response = owner_client.get(url)
         assert response.status_code == 404
         html = response.content.decode()

@@ -19,7 +19,8 @@ pytestmark = pytest.mark.django_db
 
 def make(project, run_id, *, health="ok", age_s=60, alerts=(), ended=False, silent=False):
     now = timezone.now()
-    run = Run.objects.create(project=project, run_id=run_id, first_event_at=now - timedelta(hours=5),
+    run = Run.objects.create(project=project, run_id=run_id,
+                             first_event_at=now - timedelta(hours=5),
                              last_received_at=now - timedelta(hours=2 if silent else 0, seconds=5))
     committed = (now - timedelta(seconds=age_s)).isoformat()
     Analysis.objects.create(run=run, health=health, result={

@@ -98,8 +98,9 @@ def test_it_orders_the_fleet_in_sql_exactly_as_the_core_key(owner, project, seed
     assert [name for name, _ in listed(owner, now=now)] == attention
     assert [name for name, _ in listed(owner, now=now, view="all", sort="age")] == \
         sorted(expected, key=lambda n: (-expected[n][2], n))
-    assert [name for name, _ in listed(owner, now=now, view="all", health="unknown", sort="run")] == \
-        sorted(n for n in expected if expected[n][3] == "unknown")
+    unknown = listed(owner, now=now, view="all", health="unknown", sort="run")
+    assert [name for name, _ in unknown] == sorted(n for n in expected
+                                                   if expected[n][3] == "unknown")
 
 
 def test_it_keeps_the_order_columns_with_the_contract_and_the_analysis(project):

@@ -5,6 +5,7 @@ for a scenario run through ingest and the analysis."""
 from __future__ import annotations
 
 import json
+from datetime import UTC
 
 import pytest
 from django.urls import reverse
@@ -12,6 +13,11 @@ from django.urls import reverse
 from tests.dashboard.conftest import without_definition_links
 
 pytestmark = pytest.mark.django_db
+
+
+def url_of(page, run, *more):
+    """The URL of ``run``'s page named ``page``; ``more``: the restart or generation id."""
+    return reverse(page, args=[run.project.name, run.run_id, *more])
 
 
 def test_fleet_shows_the_run_with_health_age_generation_alerts_and_verdict(owner_client, known_run):
@@ -26,7 +32,7 @@ def test_fleet_shows_the_run_with_health_age_generation_alerts_and_verdict(owner
 
 def test_run_page_states_the_three_answers_in_words(owner_client, known_run, known_result):
     html = without_definition_links(
-        owner_client.get(reverse("run", args=[known_run.project.name, known_run.run_id])).content.decode())
+        owner_client.get(url_of("run", known_run)).content.decode())
     assert "Can we resume?" in html and "Yes, from" in html and "g1250" in html
     assert "Update 1,250, committed 2026-11-01 00:21:01 UTC" in html
     assert known_result["updates_at_risk"] == 10
@@ -40,7 +46,7 @@ def test_run_page_states_the_three_answers_in_words(owner_client, known_run, kno
 
 
 def test_run_page_embeds_every_figure_with_traces(owner_client, known_run):
-    response = owner_client.get(reverse("run", args=[known_run.project.name, known_run.run_id]))
+    response = owner_client.get(url_of("run", known_run))
     figures = json.loads(json.dumps(response.context["charts"]))["figures"]
     assert set(figures) == {"generations", "tslrc", "cursors", "restart_positions",
                             "restart_seconds", "strata", "interval"}
@@ -52,15 +58,15 @@ def test_run_page_embeds_every_figure_with_traces(owner_client, known_run):
 
 
 def test_charts_json_answers_the_same_figures(owner_client, known_run):
-    data = owner_client.get(reverse("run_charts", args=[known_run.project.name, known_run.run_id])).json()
+    data = owner_client.get(url_of("run_charts", known_run)).json()
     assert data["figures"]["strata"]["data"][1]["y"] == [pytest.approx(100 * 48 / 80688)]
 
 
 def test_generation_page_lists_shards_components_objects_and_reasons(owner_client, known_run):
-    ok = owner_client.get(reverse("generation", args=[known_run.project.name, known_run.run_id, "g1250"])).content.decode()
+    ok = owner_client.get(url_of("generation", known_run, "g1250")).content.decode()
     assert "Objects (40)" in ok and "rank7" in ok and "data_progress" in ok
     assert "Restorable: committed" in ok
-    bad = owner_client.get(reverse("generation", args=[known_run.project.name, known_run.run_id, "g1255"])).content.decode()
+    bad = owner_client.get(url_of("generation", known_run, "g1255")).content.decode()
     assert "shard_missing" in bad and "no object for required shard rank7" in bad
     assert "object_missing" in bad and "no such file" in bad
 
@@ -75,13 +81,13 @@ def test_generation_page_names_the_contract_setting_of_a_missing_required_compon
     gen.status = "rejected"
     gen.reasons = [{"code": "component_missing", "detail": "no object for component scheduler"}]
     gen.save()
-    url = reverse("generation", args=[known_run.project.name, known_run.run_id, "g1250"])
+    url = url_of("generation", known_run, "g1250")
     html = owner_client.get(url).content.decode()
     assert ("The run's contract requires <code>scheduler</code> in every generation (its setting "
             "<code>required_components</code>: model, optimizer, scheduler, rng, data_progress)"
             in html)
     assert "If the trainer has no LR scheduler, nothing is missing" in html
-    assert reverse("run_contract", args=[known_run.project.name, known_run.run_id]) in html
+    assert url_of("run_contract", known_run) in html
     # a generation rejected for another reason says nothing of the contract
     other = owner_client.get(reverse("generation", args=[known_run.project.name,
                                                          known_run.run_id, "g1255"]))
@@ -98,13 +104,13 @@ def test_generation_page_shows_the_notes_that_change_no_status(owner_client, kno
         if g["generation_id"] == "g1250":
             g["notes"] = [note]
     analysis.save(update_fields=["result"])
-    html = owner_client.get(reverse("generation", args=[known_run.project.name, known_run.run_id, "g1250"])).content.decode()
+    html = owner_client.get(url_of("generation", known_run, "g1250")).content.decode()
     assert "Restorable: committed" in html and "Notes (they change no status)" in html
     assert "optimizer_stateless" in html and "as in generation g1200 (update 1200)" in html
 
 
 def test_restart_page_shows_cursors_findings_and_audit_windows(owner_client, known_run):
-    html = owner_client.get(reverse("restart", args=[known_run.project.name, known_run.run_id, 1])).content.decode()
+    html = owner_client.get(url_of("restart", known_run, 1)).content.decode()
     assert "epoch 0 · position 80,000" in html and "epoch 0 · position 80,048" in html
     assert "48 positions ahead: skipped" in html
     assert "48 positions skipped at the resume" in html  # the core's finding
@@ -114,8 +120,8 @@ def test_restart_page_shows_cursors_findings_and_audit_windows(owner_client, kno
 
 
 def test_live_fragments_render_only_the_live_region(owner_client, known_run):
-    for url in ("/", reverse("run", args=[known_run.project.name, known_run.run_id]), reverse("alerts"),
-                reverse("generation", args=[known_run.project.name, known_run.run_id, "g1250"])):
+    for url in ("/", url_of("run", known_run), reverse("alerts"),
+                url_of("generation", known_run, "g1250")):
         response = owner_client.get(url, {"fragment": "live"})
         assert response.status_code == 200
         assert b"<html" not in response.content
@@ -135,7 +141,7 @@ def test_run_page_names_restorable_generations_outside_an_unknown_live_lineage(o
     analysis = Analysis.objects.get(run=known_run)
     analysis.result = dict(analysis.result, last_restorable=None)
     analysis.save()
-    html = owner_client.get(reverse("run", args=[known_run.project.name, known_run.run_id])).content.decode()
+    html = owner_client.get(url_of("run", known_run)).content.decode()
     assert "No restorable generation in the live lineage" in html
     assert "Restorable in another attempt&#x27;s lineage" in html or \
         "Restorable in another attempt's lineage" in html
@@ -151,12 +157,12 @@ def test_run_page_says_whether_the_ledger_was_observed_or_counted(owner_client, 
     from recoverydash.runs.models import Attempt
 
     Attempt.objects.filter(run=known_run, attempt=1).update(sampler={"ledger": mode})
-    html = owner_client.get(reverse("run", args=[known_run.project.name, known_run.run_id])).content.decode()
+    html = owner_client.get(url_of("run", known_run)).content.decode()
     assert f"Data ledger of attempt 1: {words}" in html
 
 
 def test_run_page_says_nothing_of_the_ledger_when_the_trainer_did_not(owner_client, known_run):
-    html = owner_client.get(reverse("run", args=[known_run.project.name, known_run.run_id])).content.decode()
+    html = owner_client.get(url_of("run", known_run)).content.decode()
     assert "Data ledger of attempt" not in html
 
 
@@ -165,7 +171,7 @@ def test_the_run_page_shows_exactly_the_cores_numbers_for_scenario_s2(
     """Scenario s2 through the real ingest API, the storage verifier and the worker's analysis
     (at a fixed time): the stored result is the core's output for the same events, and every
     number of the run page, words and figures, is the core's figure as the template renders it."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from recoverydash.dashboard.templatetags.dashboard import duration, num, percent
     from recoverydash.recovery import RunInput, analyze
@@ -190,17 +196,17 @@ def test_the_run_page_shows_exactly_the_cores_numbers_for_scenario_s2(
     assert stored == core
 
     client.force_login(owner)
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     page = client.get(reverse("run", args=[run.project.name, run.run_id]))
-    after = datetime.now(timezone.utc)
+    after = datetime.now(UTC)
     html = without_definition_links(page.content.decode())
     shown = page.context["s"].seconds_since_restorable
     assert seconds_since_last_restorable(core, before) <= shown \
         <= seconds_since_last_restorable(core, after)
     assert f"{duration(shown)} · {num(core['updates_at_risk'])} updates" in html
     last = core["last_restorable"]
-    assert f"Yes, from <a href=\"/p/{run.project.name}/runs/{run.run_id}/generations/{last['generation_id']}/\">" \
-           f"{last['generation_id']}</a>" in html
+    assert f"Yes, from <a href=\"/p/{run.project.name}/runs/{run.run_id}" \
+           f"/generations/{last['generation_id']}/\">{last['generation_id']}</a>" in html
     assert f"Update {num(last['update'])}, committed 2026-11-01 00:21:01 UTC" in html
     [restart] = core["restarts"]
     assert (f"<strong>{num(restart['omitted'])}</strong> omitted, "

@@ -1,5 +1,6 @@
-"""The restart page's first window after the resume (docs/definitions.md#first-window-after-a-restart):
-expected ids (the failed attempt's windows past the restored update) beside observed ones, replayed
+"""The restart page's first window after the resume
+(docs/definitions.md#first-window-after-a-restart): expected ids (the failed attempt's windows
+past the restored update) beside observed ones, replayed
 and skipped ids highlighted and counted, as ``recovery.windows.first_window_comparison`` marks
 them; and the sentence saying how to send audit windows when none was sent."""
 

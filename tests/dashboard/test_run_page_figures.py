@@ -5,7 +5,7 @@ carry their UTC instant for the local-time toggle."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.urls import reverse
@@ -13,7 +13,7 @@ from django.urls import reverse
 from recoverydash.dashboard import charts
 from recoverydash.dashboard.templatetags.dashboard import ago, ts
 
-T = datetime(2026, 11, 1, 0, 0, tzinfo=timezone.utc)
+T = datetime(2026, 11, 1, 0, 0, tzinfo=UTC)
 
 
 def test_it_scales_the_tslrc_axis_to_the_data_and_names_a_limit_above_it():
@@ -91,7 +91,8 @@ def test_a_file_holding_several_components_fills_each_cell_and_names_them(owner_
     gen.shards.all().delete()
     CheckpointObject.objects.create(generation=gen, uri=uri, shard="rank0", component="model",
                                     size=10, in_manifest=True, check_status="ok")
-    html = owner_client.get(reverse("generation", args=[known_run.project.name, known_run.run_id, "g1250"])).content.decode()
+    url = reverse("generation", args=[known_run.project.name, known_run.run_id, "g1250"])
+    html = owner_client.get(url).content.decode()
     assert "model, optimizer, scheduler</span>" in html
     matrix = html.split('<table class="matrix">')[1].split("</table>")[0]
     assert matrix.count("absent") == 0 and matrix.count("✔") >= 3

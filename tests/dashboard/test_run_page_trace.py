@@ -5,7 +5,7 @@ running attempt shows each rank's last event (docs/definitions.md#silence)."""
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.urls import reverse
@@ -27,13 +27,14 @@ def test_it_shows_an_attempt_that_died_restoring_instead_of_the_older_restarts_v
     att = Attempt.objects.create(run=known_run, attempt=2)
     att.note_restore_failure("g1250", "object_damaged",
                              "file:///ckpt/g1250/model/__0_0.distcp: size_mismatch",
-                             datetime.now(timezone.utc), None)
+                             datetime.now(UTC), None)
     att.save()
     html = page(owner_client, known_run)
     assert "✖ Attempt 2 failed to restore" in html
-    assert ("Attempt 2 could not restore <a href=\"/p/alpha/runs/%s/generations/g1250/\">g1250</a>: "
+    assert (f"Attempt 2 could not restore <a href=\"/p/alpha/runs/{known_run.run_id}"
+            "/generations/g1250/\">g1250</a>: "
             "<code>object_damaged</code> (file:///ckpt/g1250/model/__0_0.distcp: size_mismatch)"
-            "; it restored nothing." % known_run.run_id) in html
+            "; it restored nothing.") in html
     assert "✖ restore failed</span> <span class=\"muted\">no attempt_started" in html
 
 
@@ -52,17 +53,19 @@ def test_it_says_an_ended_run_ended_and_is_not_over_the_limit(owner_client, know
     a.result = {**a.result, "updates_at_risk": 0}
     a.save()
     html = page(owner_client, known_run)
-    assert "✔ Nothing at risk" in html and "ended at 2026-11-01 00:40:00 UTC: nothing at risk" in html
+    assert "✔ Nothing at risk" in html
+    assert "ended at 2026-11-01 00:40:00 UTC: nothing at risk" in html
 
 
 def test_it_shows_each_ranks_last_event_and_marks_the_silent_one(owner_client, known_run,
                                                                   settings):
-    from recoverydash.runs.models import Attempt
     from seen_rows import set_ranks_seen
+
+    from recoverydash.runs.models import Attempt
 
     live = Attempt.objects.filter(run=known_run).order_by("-attempt").first()
     Attempt.objects.filter(pk=live.pk).update(ended_at=None, end_reason="")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     live.refresh_from_db()
     set_ranks_seen(live, {"0": (now - timedelta(seconds=3)).isoformat(),
                           "1": (now - timedelta(seconds=400)).isoformat()})

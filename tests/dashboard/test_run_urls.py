@@ -6,7 +6,7 @@ the same 404 as an unknown one; every name a run, generation or project may have
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from urllib.parse import unquote
 
 import pytest
@@ -14,7 +14,7 @@ from django.urls import resolve, reverse
 
 pytestmark = pytest.mark.django_db
 
-T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 #: Generation ids the identifier rule allows (docs/ingest-v1.md#identifiers), hostile ones first.
 ALLOWED_GENERATION_IDS = ["epoch=3-step=1250", "u@host+1~2", "a.b:c", "x...y", "g.", "~", "=",

@@ -19,7 +19,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "examples"))
 
 import train_ddp
-from torch.distributed.checkpoint.state_dict import set_model_state_dict
 
 import recoverydash.sdk as rd
 from recoverydash.integrations.pytorch import observed_loader

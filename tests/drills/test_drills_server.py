@@ -159,7 +159,7 @@ def test_it_finds_a_generation_whose_manifest_is_in_storage_without_its_commit(
         return {"schema_revision": 1, "generation_id": gen, "update": update, "world_size": 1,
                 "required_shards": ["rank0"], "components": ["model"], "objects": objs[gen],
                 "data_progress": {"cursor": []}, "dataset_version": "v",
-                "committed_at": "2026-11-01T00:00:0%dZ" % update,
+                "committed_at": f"2026-11-01T00:00:0{update:d}Z",
                 "required_components": ["model"], "run_id": "run-a", "attempt": 0}
     events = [envelope({"type": "attempt_started", "world_size": 1, "dataset_version": "v",
                         "contract": {"required_components": ["model"]}}, "run-a", 0,
