@@ -630,10 +630,11 @@ def _audit_table(run, attempt: int | None, updates_q, order: str, limit_updates:
     updates = list(AuditWindow.objects.filter(run=run, attempt=attempt).filter(updates_q)
                    .order_by(order).values_list("update", flat=True).distinct()[:limit_updates])
     updates = sorted(set(updates))
-    windows = AuditWindow.objects.filter(run=run, attempt=attempt, update__in=updates)
     cells: dict = {}
-    for w in windows:
-        cells[(w.rank, w.accum_slot, w.update)] = w.sample_ids
+    for rank, slot, update, ids in (AuditWindow.objects.filter(run=run, attempt=attempt,
+                                                               update__in=updates)
+                                    .values_list("rank", "accum_slot", "update", "sample_ids")):
+        cells[(rank, slot, update)] = ids
     keys = sorted({(rank, slot) for rank, slot, _ in cells})
     rows = [{"rank": rank, "slot": slot,
              "cells": [cells.get((rank, slot, u)) for u in updates]} for rank, slot in keys]
@@ -679,11 +680,14 @@ def _epochs(run, attempt: int, updates: list) -> dict:
     rows, folded ones included: ``LedgerRow.parts``) consumed one epoch only (else the epoch is
     unknown and absent)."""
     found: dict = {}
-    for row in (LedgerRow.objects.filter(run=run, attempt=attempt, update__in=updates)
-                .only("update", "rank", "ranks", "rank_shift", "spans")):
-        for rank, spans in row.parts():
-            found.setdefault((row.update, rank), set()).update(
-                s.get("epoch") for s in spans or [] if isinstance(s, dict))
+    for update, rank, ranks, spans in (
+            LedgerRow.objects.filter(run=run, attempt=attempt, update__in=updates)
+            .values_list("update", "rank", "ranks", "spans")):
+        # a folded row's ranks report the first one's spans moved (runs.folding): the same
+        # epochs, so they are read once per row, not once per rank
+        epochs = {s.get("epoch") for s in spans or [] if isinstance(s, dict)}
+        for mine in range(rank, rank + max(1, ranks)):
+            found.setdefault((update, mine), set()).update(epochs)
     return {key: next(iter(epochs)) for key, epochs in found.items() if len(epochs) == 1}
 
 

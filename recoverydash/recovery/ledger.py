@@ -854,6 +854,16 @@ class Ledger:
             bm.run_optimize()
             return b64(bm.serialize())
 
+        def absorbed_items(absorbed: dict) -> list:
+            # the ranks of a wide job have absorbed the same updates: a rank's bitmap equal
+            # to the previous rank's is packed once (the same text, in C instead of a pack)
+            out, prev, text = [], None, None
+            for rank, bm in absorbed.items():
+                if prev is None or bm != prev:
+                    prev, text = bm, packed(bm)
+                out.append([rank, text])
+            return out
+
         attempts = {}
         for number, state in self.attempts.items():
             open_ids = {id(run) for run in state.open.values()}
@@ -863,7 +873,7 @@ class Ledger:
                 "pieces": [[key_id(key), update, rank, b64(bm.serialize())]
                            for key, pieces in state.pieces.items()
                            for (update, rank), bm in pieces.items()],
-                "absorbed": [[rank, packed(bm)] for rank, bm in state.absorbed.items()],
+                "absorbed": absorbed_items(state.absorbed),
                 "updates": packed(state.updates),
             }
             if state.ident_ranks:
@@ -1126,8 +1136,13 @@ class Ledger:
             for kid, update, rank, blob in item["pieces"]:
                 state.pieces.setdefault(keys[kid], {})[(update, rank)] = \
                     BitMap64.deserialize(base64.b64decode(blob))
-            for rank, blob in item["absorbed"]:
-                state.absorbed[rank] = updates(blob)
+            prev, loaded = None, None
+            for rank, blob in item["absorbed"]:  # equal texts decoded once (see _head)
+                if blob != prev:
+                    prev, loaded = blob, updates(blob)
+                    state.absorbed[rank] = loaded
+                else:
+                    state.absorbed[rank] = loaded.copy()
             state.updates = updates(item["updates"])
             for kid, rank, blob in item.get("ident_ranks") or ():
                 state.ident_ranks.setdefault(keys[kid], {})[rank] = updates(blob)
