@@ -31,6 +31,16 @@ Then the projection for 1,024 and 16,384 ranks, arithmetic shown. Targets (print
 analysis of 1,000 new updates < 1 s and flat within 2x across levels, nothing new < 100 ms, peak
 RSS < 500 MB.
 
+The 16,384-rank level (issue 28, ``BENCH_WIDTHS``, default ``64,16384``; :func:`wide_main`): a
+job of 2,048 nodes of 8 at 1 update/s reporting per rank (``update_committed``) or per node
+(``update_aggregate``) on the SDK's flush policy; 100 updates of each shape through ingest at
+``BENCH_WIDE_INGEST_RANKS`` (256) for the bytes per rank-update as ingested and the ledger rows
+ingest's joins leave per update; at 16,384 ranks the worker's analysis of 100 new updates at
+``BENCH_WIDE_LEVELS`` (1,000 and 100,000 absorbed, rows in ingest's stored shape) in a fresh
+process (wall, CPU, peak RSS), and a restart on 16,376 ranks (a node lost) with its first windows
+through ingest: the worker's analysis and the restart page. Goals printed with met / NOT MET:
+< 1 s, flat within 2x, < 1 GB, restart < 2 s. Not with ``BENCH_KEEP_DB``.
+
 Run: ``.venv/bin/python bench/scale.py`` (DATABASE_URL defaults to the local PostgreSQL; a
 throwaway database is created and dropped).
 
@@ -656,7 +666,7 @@ def wide_rows_sql(run, first: int, last: int, beats: bool) -> int:
     seq = seq0 + steps - 1
     moment = T0 + timedelta(seconds=WIDE_SECONDS * last)
     Run.objects.filter(pk=run.pk).update(ingest_seq=seq, last_received_at=datetime.now(
-        timezone.utc), last_event_at=moment)
+        T0.tzinfo), last_event_at=moment)
     Attempt.objects.filter(run=run, attempt=0).update(last_update=last, last_update_at=moment,
                                                       last_event_at=moment)
     run.refresh_from_db()
@@ -711,7 +721,7 @@ def wide_build(project, level: int) -> dict:
         with transaction.atomic():
             mark_changed(run.pk, gen.pk)
             CheckpointObject.objects.filter(generation=gen, in_manifest=True).update(
-                check_status="ok", checked_at=datetime.now(timezone.utc))
+                check_status="ok", checked_at=datetime.now(T0.tzinfo))
     bridge.analyze(run)  # the stored analysis of the history, as the worker's would be
     wide_rows_sql(run, level + 1, level + WIDE_NEW, beats=True)
     with connection.cursor() as cursor:
@@ -753,8 +763,8 @@ def wide_sizes(run) -> dict:
                                    ("ranks seen", RankSeen, "attempt_id IN (SELECT id FROM "
                                                             "runs_attempt WHERE run_id = %s)")):
             table = model._meta.db_table
-            cursor.execute(f'SELECT coalesce(sum(pg_column_size(t.*)), 0), count(*) FROM "{table}" t '
-                           f"WHERE {where}", [run.pk])
+            cursor.execute("SELECT coalesce(sum(pg_column_size(t.*)), 0), count(*) FROM "
+                           f'"{table}" t WHERE {where}', [run.pk])
             rows_bytes, count = cursor.fetchone()
             cursor.execute("SELECT pg_indexes_size(%s), (SELECT count(*) FROM "
                            f'"{table}")', [table])
@@ -821,7 +831,7 @@ def wide_measure(run_pk: int, warm_pk: int, restart: bool) -> dict:
     from recoverydash.runs import analysis as bridge
     from recoverydash.runs.models import Run
 
-    get_resolver().reverse_dict
+    assert get_resolver().reverse_dict is not None  # the URLconf, loaded once per worker
     bridge.analyze(Run.objects.get(pk=warm_pk))
     run = Run.objects.get(pk=run_pk)
     t0, c0 = time.perf_counter(), time.process_time()
