@@ -8,8 +8,9 @@ Two kinds of rule:
 - *state* rules (``checkpoint_stale``, ``no_restorable_generation``, ``generation_rejected``,
   ``run_silent``) describe the run now: they resolve themselves when the condition clears, and a
   later episode opens a new alert under the same dedup key;
-- *event* rules (``restart_replay``, ``restart_omission``, ``resumed_from_unrestorable``,
-  ``dataset_version_changed``, ``world_size_changed``, ``restore_failed``) describe something
+- *event* rules (``restart_replay``, ``restart_omission``, ``restart_unverified``,
+  ``resumed_from_unrestorable``, ``dataset_version_changed``, ``world_size_changed``,
+  ``restore_failed``) describe something
   that happened at a restart: the fact never clears, so the alert stays until a person
   resolves it, and is never opened twice for the same restart.
 
@@ -98,6 +99,9 @@ RULES: dict[str, Rule] = {
     "restart_omission": Rule(True, "restart",
                              "{n} restarts skipped more than the contract allows "
                              "(attempts {subjects})"),
+    "restart_unverified": Rule(True, "restart",
+                               "{n} restarts changed the order without recording sample ids: "
+                               "replay and omission unknown (attempts {subjects})"),
     "resumed_from_unrestorable": Rule(True, "restart",
                                       "{n} restarts resumed from a state that is not restorable "
                                       "(attempts {subjects})"),
@@ -348,6 +352,16 @@ def conditions(result: dict, contract: dict, *, now: datetime, first_event_at: d
                     "restart_omission", attempt, "critical",
                     f"Attempt {attempt} skipped {r['omitted']:,} {unit} that were never "
                     f"trained on (contract allows {int(contract['max_omission_samples']):,})."))
+        if "samples_unknown" in codes:
+            # the core adds the finding once k's first update is settled (its verdict decided
+            # on what is in): settled evidence, docs/definitions.md#settled-evidence
+            why = next(f.get("detail") or "" for f in r["findings"]
+                       if f["code"] == "samples_unknown")
+            found.append(Condition(
+                "restart_unverified", attempt, "warning",
+                f"Attempt {attempt}'s restart is unverified: {why}. Record the samples of "
+                "every order (a span's indices) to know what it replayed or skipped.",
+                detail=why))
         if "resumed_from_unrestorable" in codes:
             found.append(Condition(
                 "resumed_from_unrestorable", attempt, "critical",

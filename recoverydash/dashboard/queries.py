@@ -37,8 +37,10 @@ VERDICT_WORDS = {
     "replay": "Replay: committed positions were trained on again",
     "omission": "Omission: positions were skipped and never trained on",
     "replay_and_omission": "Replay and omission: positions were both repeated and skipped",
-    "unverified": "Unverified: the resumed attempt has not committed an update yet, or the "
-                  "lineage before the checkpoint is unknown",
+    "unverified": "Unverified: the resumed attempt has not committed an update yet, the "
+                  "lineage before the checkpoint is unknown, or the order changed and what the "
+                  "restart replayed or skipped cannot be decided from the samples recorded "
+                  "(see its findings)",
 }
 # Summary keys read from Analysis.result without loading the chart series.
 SMALL_KEYS = ("health", "last_restorable", "updates_at_risk", "restarts", "strata", "costs",

@@ -108,8 +108,9 @@ def duplicates(count: KeyCount) -> int:
 
 def epoch_tail(frontier: int, epoch_length: int | None, global_batch: int | None) -> int:
     """docs/definitions.md#omissions, the epoch tail rule: the unconsumed tail
-    ``epoch_length - frontier`` of an epoch the lineage moved on from, unless it is shorter than one global batch (the drop_last
-    remainder). 0 when ``epoch_length`` is unknown; an unknown global batch drops no tail."""
+    ``epoch_length - frontier`` of an epoch the lineage moved on from, unless it is shorter
+    than one global batch (the drop_last remainder). 0 when ``epoch_length`` is unknown; an
+    unknown global batch drops no tail."""
     if epoch_length is None:
         return 0
     tail = epoch_length - frontier
@@ -169,38 +170,42 @@ def count_strata(view, lineage) -> list[StratumCount]:
     batch that bounds the drop_last remainder of an epoch: that of the attempt that left it,
     :meth:`~.view.RunView.leaving_batch`). Sorted by stratum.
 
-    Refinement of the tail rule: an epoch the lineage skipped entirely (no position of that
-    (stratum, epoch) under any order, while an earlier and a later epoch of the stratum were
-    consumed) counts ``epoch_length`` omissions when the epoch length is known; the drop_last
-    exemption is for a tail, not for a whole epoch. Epochs are compared per stratum, not per
-    order, as for the tail (an order may be named per epoch). Strata of integer sample ids count
-    omissions by :func:`omissions`' id rule (not for a key joined mid-way by a lineage whose root
-    is unknown: :func:`.lineage.untracked_id_keys`) and skipped epochs the same way; strata of
-    hashed ids count none."""
+    Each (stratum, epoch) owes what :func:`.epochs.epoch_count` says: along its order when one
+    order consumed it (:func:`omissions`), by sample identity when several did
+    (docs/definitions.md#epochs-under-several-orders; samples consumed under two orders are
+    duplicates then). Refinement of the tail rule: an epoch the lineage skipped entirely (no
+    position of that (stratum, epoch) under any order, while an earlier and a later epoch of the
+    stratum were consumed) counts ``epoch_length`` omissions when the epoch length is known; the
+    drop_last exemption is for a tail, not for a whole epoch. Epochs are compared per stratum,
+    not per order, as for the tail (an order may be named per epoch). Strata of integer sample
+    ids count omissions by :func:`omissions`' id rule (not for a key joined mid-way by a lineage
+    whose root is unknown: :func:`.lineage.untracked_id_keys`) and skipped epochs the same way;
+    strata of hashed ids count none."""
+    from .epochs import epoch_count, epoch_keys
+
     counts = view.counts(lineage)
     kinds = {stratum: stratum_kind(view.ledger, stratum) for (stratum, _e, _o) in counts}
     untracked = view.untracked_ids(lineage) if INTEGER_IDS in kinds.values() else set()
+    grouped = epoch_keys(counts)
     top_epoch: dict = {}
-    epochs: dict = {}
-    for (stratum, epoch, _order) in counts:
+    for (stratum, epoch) in grouped:
         top_epoch[stratum] = max(epoch, top_epoch.get(stratum, epoch))
-        epochs.setdefault(stratum, set()).add(epoch)
     out: dict = {}
-    for key, count in counts.items():
-        stratum, epoch, _order = key
+    for (stratum, epoch), keys in grouped.items():
         row = out.get(stratum)
         if row is None:
             row = out[stratum] = StratumCount(stratum, units=view.units(stratum))
-        row.consumed += count.consumed
-        row.distinct += count.distinct
-        row.duplicates += duplicates(count)
-        moved_on = epoch < top_epoch[stratum]
-        row.omissions += omissions(key, count, moved_on, view.epoch_length(stratum),
-                                   view.leaving_batch(lineage, stratum, epoch) if moved_on
-                                   else None,
-                                   HASHED_IDS if key in untracked else kinds[stratum])
-    for stratum, seen in epochs.items():
+        for key in keys:
+            row.consumed += counts[key].consumed
+            row.distinct += counts[key].distinct
+            row.duplicates += duplicates(counts[key])
+        owed = epoch_count(view, lineage, counts, keys, epoch < top_epoch[stratum], untracked)
+        row.duplicates += owed.duplicates
+        row.distinct -= owed.duplicates
+        row.omissions += owed.omissions
+    for stratum in out:
         length = view.epoch_length(stratum)
         if length and length > 0 and kinds[stratum] != HASHED_IDS:
+            seen = {epoch for (s, epoch) in grouped if s == stratum}
             out[stratum].omissions += skipped_epochs(seen) * length
     return [out[s] for s in sorted(out)]

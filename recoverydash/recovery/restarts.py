@@ -315,9 +315,14 @@ def _short_ranks(ranks: list) -> str:
     return shown + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
 
 
-def verdict(replay_count: int, omission_count: int, committed: bool, known: bool) -> str:
-    """``unverified`` until k has committed an update or when the lineage before U is unknown;
-    else ``exact``, ``replay``, ``omission`` or ``replay_and_omission``."""
+def verdict(replay_count: int, omission_count: int, committed: bool, known: bool,
+            undetermined: bool = False) -> str:
+    """docs/definitions.md#verdict: ``unverified`` until k has committed an update, when the
+    lineage before U is unknown, or when what k did cannot be decided (``known`` False: an order
+    changed and the sample ids of an order were not recorded); ``replay``, ``omission`` or
+    ``replay_and_omission`` when proven; ``unverified`` again when nothing is proven but some
+    positions are ``undetermined`` (skipped under a changed order, their samples perhaps consumed
+    under the earlier one, decided once the epoch is left); else ``exact``."""
     if not committed or not known:
         return "unverified"
     if replay_count and omission_count:
@@ -326,7 +331,7 @@ def verdict(replay_count: int, omission_count: int, committed: bool, known: bool
         return "replay"
     if omission_count:
         return "omission"
-    return "exact"
+    return "unverified" if undetermined else "exact"
 
 
 def order_changes(own: dict, before: dict) -> list:
@@ -339,57 +344,132 @@ def order_changes(own: dict, before: dict) -> list:
                   key=lambda k: (k[0], k[1], "" if k[2] is None else k[2]))
 
 
-def analyse_restart(view, number: int, before: int, status_of) -> Restart:
-    """Every field of the restart of attempt ``number`` (k) after its predecessor ``before``
-    (k-1), read through ``view`` (:class:`~.view.RunView`); ``status_of(generation_id)`` gives a
-    generation's status or None."""
-    ledger = view.ledger
-    record, before_record = view.attempts[number], view.attempts[before]
-    resume = view.resumes[number]
-    lineage = view.lineage(number)
-    k, p = record.attempt, before_record.attempt
-    update = resume.update
+@dataclass
+class OrderComparison:
+    """:func:`compare_orders`: replayed and omitted samples of the epochs k consumed under a
+    changed order (by identity), and the epochs where that could not be decided: ``unknown``
+    (identities of an order not recorded) and ``undetermined`` (``{(stratum, epoch): positions}``
+    skipped under the new order whose samples the old order may have consumed)."""
+
+    replayed: int = 0
+    omitted: int = 0
+    unknown: list = field(default_factory=list)
+    undetermined: dict = field(default_factory=dict)
+
+
+def compare_orders(view, lineage, own: dict, counts_before: dict) -> OrderComparison:
+    """docs/definitions.md#epochs-under-several-orders, for a restart: per (stratum, epoch) that
+    k consumed under an order L_U did not use while L_U consumed it under another
+    (:func:`order_changes`), the difference k made to what the lineage owes in that epoch
+    (:func:`.epochs.epoch_count` on k's lineage, minus on L_U): replayed = the duplicates by
+    identity it added (samples of L_U consumed again under k's order), omitted = the omissions
+    it added (never below 0). ``lineage``: k's; ``own``: K's counts; ``counts_before``: L_U's."""
+    from .epochs import epoch_count, epoch_keys
+
+    out = OrderComparison()
+    changed = sorted({key[:2] for key in order_changes(own, counts_before)})
+    if not changed:
+        return out
     before_lineage = lineage.before_own()
-    own_segment = lineage.segments[0]
-    own = ledger.segment(k, own_segment.after, own_segment.upto)
-    counts_before = view.counts(before_lineage)
-    starts = ledger.first_positions(k, update)
-    mine = [seg for seg in lineage.segments if seg.attempt == p]
-    rolled: dict = {}
-    pieces = [(-1, mine[0].after), (mine[0].upto, None)] if mine else [(-1, None)]
-    for after, upto in pieces:
-        if after is None:
+    counts_after = view.counts(lineage)
+    sides = []
+    for counts, line in ((counts_after, lineage), (counts_before, before_lineage)):
+        grouped = epoch_keys(counts)
+        top: dict = {}
+        for (stratum, epoch) in grouped:
+            top[stratum] = max(epoch, top.get(stratum, epoch))
+        sides.append((counts, line, grouped, top, view.untracked_ids(line)))
+    for stratum, epoch in changed:
+        after, prior = (epoch_count(view, line, counts, grouped[(stratum, epoch)],
+                                    epoch < top[stratum], untracked)
+                        for counts, line, grouped, top, untracked in sides)
+        out.omitted += max(0, after.omissions - prior.omissions)
+        if not after.known:
+            out.unknown.append((stratum, epoch))
             continue
-        for key, count in ledger.segment(p, after, upto).items():
-            into = rolled.setdefault(key, KeyCount(0, BitMap64()))
-            into.positions |= count.positions
-    replay_count = replayed(own, counts_before)
-    omission_count = omitted(own, counts_before, starts, view, lineage,
-                             view.floors(lineage), view.untracked_ids(lineage))
-    findings = []
+        out.replayed += max(0, after.duplicates - prior.duplicates)
+        if after.undetermined:
+            out.undetermined[(stratum, epoch)] = after.undetermined
+    return out
+
+
+@dataclass
+class _Restart:
+    """What every step of :func:`analyse_restart` reads: k (``number``), k-1 (``before``), their
+    records, k's resume and lineage, L_U, K's counts (``own``), L_U's (``counts_before``) and
+    k's first positions per stratum (``starts``)."""
+
+    view: object
+    number: int
+    before: int
+    record: object
+    before_record: object
+    resume: Resume
+    lineage: object
+    before_lineage: object
+    own_segment: object
+    own: dict
+    counts_before: dict
+    starts: dict
+
+    @classmethod
+    def of(cls, view, number: int, before: int) -> "_Restart":
+        ledger = view.ledger
+        resume = view.resumes[number]
+        lineage = view.lineage(number)
+        own_segment = lineage.segments[0]
+        before_lineage = lineage.before_own()
+        return cls(view, number, before, view.attempts[number], view.attempts[before], resume,
+                   lineage, before_lineage, own_segment,
+                   ledger.segment(number, own_segment.after, own_segment.upto),
+                   view.counts(before_lineage), ledger.first_positions(number, resume.update))
+
+    def rolled_back(self) -> dict:
+        """R: k-1's positions in updates not on k's lineage, per key."""
+        ledger, p = self.view.ledger, self.before
+        mine = [seg for seg in self.lineage.segments if seg.attempt == p]
+        rolled: dict = {}
+        pieces = [(-1, mine[0].after), (mine[0].upto, None)] if mine else [(-1, None)]
+        for after, upto in pieces:
+            if after is None:
+                continue
+            for key, count in ledger.segment(p, after, upto).items():
+                into = rolled.setdefault(key, KeyCount(0, BitMap64()))
+                into.positions |= count.positions
+        return rolled
+
+
+def _first_update(r: _Restart, omission_count: int) -> tuple:
+    """``(committed, first commit time, findings, omission_count)``: whether k's first update
+    is decided (docs/definitions.md#incomplete-first-update), and the omitted count less the
+    room a missing rank's part may hold."""
+    view, k, record = r.view, r.number, r.record
+    ledger = view.ledger
     state = ledger.attempts.get(k)
-    committed = ledger.updates_in(k, own_segment.after, None) > 0
-    first_commit = None
-    if committed:
-        first_update = next(iter(state.updates.iter_equal_or_larger(own_segment.after + 1)))
-        first_commit = ledger.update_time(k, first_update)
-        if not first_update_complete(state, first_update, record.world_size):
-            committed = view.is_settled(k, first_update)
-            if committed:
-                missing, room = incomplete_first_update(ledger, k, first_update,
-                                                        record.world_size)
-                findings.append(Finding("incomplete_first_update", (
-                    f"rank {_short_ranks(missing)} of {record.world_size} never reported "
-                    f"update {first_update}, k's first; decided from the reports that are in "
-                    f"(later updates complete, or the first reports {view.settle_seconds:g} s "
-                    f"old): up to {room} positions their part may hold are not counted as "
-                    f"omitted")))
-                omission_count = max(0, omission_count - room)
-    if replay_count:
-        findings.append(Finding("replay", f"{replay_count} positions committed at or below "
-                                          f"update {update} consumed again"))
-    if omission_count:
-        findings.append(Finding("omission", f"{omission_count} positions skipped at the resume"))
+    findings: list = []
+    if not ledger.updates_in(k, r.own_segment.after, None) > 0:
+        return False, None, findings, omission_count
+    first_update = next(iter(state.updates.iter_equal_or_larger(r.own_segment.after + 1)))
+    first_commit = ledger.update_time(k, first_update)
+    if first_update_complete(state, first_update, record.world_size):
+        return True, first_commit, findings, omission_count
+    if not view.is_settled(k, first_update):
+        return False, first_commit, findings, omission_count
+    missing, room = incomplete_first_update(ledger, k, first_update, record.world_size)
+    findings.append(Finding("incomplete_first_update", (
+        f"rank {_short_ranks(missing)} of {record.world_size} never reported "
+        f"update {first_update}, k's first; decided from the reports that are in "
+        f"(later updates complete, or the first reports {view.settle_seconds:g} s "
+        f"old): up to {room} positions their part may hold are not counted as "
+        f"omitted")))
+    return True, first_commit, findings, max(0, omission_count - room)
+
+
+def _declared_findings(r: _Restart, status_of) -> list:
+    """Findings from what k and k-1 declared: world size, dataset version, global batch, the
+    generation k resumed from, and the update it resumed at."""
+    findings = []
+    record, before_record, resume = r.record, r.before_record, r.resume
     for code, attr in (("world_size_changed", "world_size"),
                        ("dataset_version_changed", "dataset_version")):
         was, now = getattr(before_record, attr), getattr(record, attr)
@@ -398,52 +478,108 @@ def analyse_restart(view, number: int, before: int, status_of) -> Restart:
     was, now = before_record.global_batch(), record.global_batch()
     if was is not None and now is not None and was != now:
         findings.append(Finding("global_batch_changed", f"global batch {was} -> {now}"))
-    if resume.kind == "generation" and status_of(resume.generation_id) in (
-            "pending", "rejected", "abandoned"):
+    status = status_of(resume.generation_id) if resume.kind == "generation" else None
+    if status in ("pending", "rejected", "abandoned"):
         findings.append(Finding("resumed_from_unrestorable",
-                                f"generation {resume.generation_id} is "
-                                f"{status_of(resume.generation_id)}"))
+                                f"generation {resume.generation_id} is {status}"))
     if resume.kind == "untracked":
         findings.append(Finding("resumed_from_unknown",
                                 f"generation {resume.generation_id!r} is not known"
                                 if resume.generation_id is not None
                                 else "no generation named"))
     mismatches = []
-    if resume.kind == "generation" and resume.declared_update != update:
-        mismatches.append(f"declared update {resume.declared_update}, generation {update}")
-    if state is not None and state.updates and state.updates.min() != update + 1:
-        mismatches.append(f"first committed update {state.updates.min()}, expected {update + 1}")
+    if resume.kind == "generation" and resume.declared_update != resume.update:
+        mismatches.append(f"declared update {resume.declared_update}, generation "
+                          f"{resume.update}")
+    state = r.view.ledger.attempts.get(r.number)
+    if state is not None and state.updates and state.updates.min() != resume.update + 1:
+        mismatches.append(f"first committed update {state.updates.min()}, expected "
+                          f"{resume.update + 1}")
     if mismatches:
         findings.append(Finding("update_mismatch", "; ".join(mismatches)))
-    changes = order_changes(own, counts_before)
+    return findings
+
+
+def _order_findings(r: _Restart, compared: OrderComparison, committed: bool) -> list:
+    """``order_changed`` (k consumes an epoch under an order L_U did not use), and, once k's
+    first update is decided, ``samples_unknown`` (an order's sample ids were not recorded: the
+    restart is unverified) and ``samples_undetermined`` (positions skipped under the new order
+    whose samples may have been consumed under the old one)."""
+    findings = []
+    changes = order_changes(r.own, r.counts_before)
     if changes:
         findings.append(Finding("order_changed", "; ".join(
             f"{s} epoch {e} under order {o!r}" for s, e, o in changes)))
-    last = max([x for x in (ledger.last_update(p), before_record.end_update) if x is not None],
+    if not committed:
+        return findings
+    if compared.unknown:
+        where = ", ".join(f"{s} epoch {e}" for s, e in compared.unknown)
+        findings.append(Finding("samples_unknown", "order changed and sample ids were not "
+                                f"recorded: replay and omission unknown ({where})"))
+    if compared.undetermined:
+        where = ", ".join(f"{n} positions of {s} epoch {e}"
+                          for (s, e), n in sorted(compared.undetermined.items()))
+        findings.append(Finding("samples_undetermined", "order changed: the samples at "
+                                f"{where} skipped under the new order may have been trained "
+                                "on under the old one; decided once the epoch is left"))
+    return findings
+
+
+def _times(r: _Restart, first_commit: float | None) -> tuple:
+    """``(lost_updates, lost_seconds, recovery_seconds, clock findings)`` of the restart."""
+    view, update, resume = r.view, r.resume.update, r.resume
+    ledger, p, k = view.ledger, r.before, r.number
+    last = max([x for x in (ledger.last_update(p), r.before_record.end_update) if x is not None],
                default=None)
     if last is None:
         last = update
-    holder = [seg for seg in before_lineage.segments if seg.holds(update)]
+    holder = [seg for seg in r.before_lineage.segments if seg.holds(update)]
     commit_u = ledger.update_time(holder[0].attempt, update) if holder else None
-    failure = before_record.failure_time()
+    failure = r.before_record.failure_time()
     lost, skew = clamp_duration(lost_seconds(commit_u, failure),
                                 f"attempt {p} failed before update {update} was committed")
     recovery, skew2 = clamp_duration(recovery_seconds(failure, first_commit),
                                      f"attempt {k} committed its first update before attempt {p} "
                                      "failed")
-    findings += [f for f in (skew, skew2) if f is not None]
+    # no attempt_started: no U was declared, so nothing says what was lost
+    lost_count = lost_updates(last, update) if resume.kind != "untracked" \
+        or resume.declared_update is not None else 0
+    return lost_count, lost, recovery, [f for f in (skew, skew2) if f is not None]
+
+
+def analyse_restart(view, number: int, before: int, status_of) -> Restart:
+    """Every field of the restart of attempt ``number`` (k) after its predecessor ``before``
+    (k-1), read through ``view`` (:class:`~.view.RunView`); ``status_of(generation_id)`` gives a
+    generation's status or None. docs/definitions.md#a-restart: replayed and omitted along the
+    order where k kept L_U's order (:func:`replayed`, :func:`omitted`), by sample identity where
+    it changed it (:func:`compare_orders`)."""
+    r = _Restart.of(view, number, before)
+    update = r.resume.update
+    compared = compare_orders(view, r.lineage, r.own, r.counts_before)
+    replay_count = replayed(r.own, r.counts_before) + compared.replayed
+    omission_count = omitted(r.own, r.counts_before, r.starts, view, r.lineage,
+                             view.floors(r.lineage), view.untracked_ids(r.lineage)) \
+        + compared.omitted
+    committed, first_commit, findings, omission_count = _first_update(r, omission_count)
+    if replay_count:
+        findings.append(Finding("replay", f"{replay_count} positions committed at or below "
+                                          f"update {update} consumed again"))
+    if omission_count:
+        findings.append(Finding("omission", f"{omission_count} positions skipped at the resume"))
+    findings += _declared_findings(r, status_of)
+    findings += _order_findings(r, compared, committed)
+    lost_count, lost, recovery, skews = _times(r, first_commit)
+    findings += skews
     return Restart(
-        attempt=k, resumed_from=resume.generation_id, resumed_update=update,
-        world_size_before=before_record.world_size, world_size_after=record.world_size,
-        expected_cursor=expected_cursor(view.frontier(before_lineage), view.id_strata),
-        resume_cursor=resume_cursor(resume, starts),
+        attempt=number, resumed_from=r.resume.generation_id, resumed_update=update,
+        world_size_before=r.before_record.world_size, world_size_after=r.record.world_size,
+        expected_cursor=expected_cursor(view.frontier(r.before_lineage), view.id_strata),
+        resume_cursor=resume_cursor(r.resume, r.starts),
         replayed=replay_count, omitted=omission_count,
-        recomputed=recomputed(own, counts_before, rolled, view.fetched(p)),
-        # no attempt_started: no U was declared, so nothing says what was lost
-        lost_updates=lost_updates(last, update) if resume.kind != "untracked"
-        or resume.declared_update is not None else 0,
-        lost_seconds=lost,
-        recovery_seconds=recovery,
-        verdict=verdict(replay_count, omission_count, committed, resume.kind != "untracked"),
+        recomputed=recomputed(r.own, r.counts_before, r.rolled_back(), view.fetched(before)),
+        lost_updates=lost_count, lost_seconds=lost, recovery_seconds=recovery,
+        verdict=verdict(replay_count, omission_count, committed,
+                        r.resume.kind != "untracked" and not compared.unknown,
+                        bool(compared.undetermined)),
         findings=findings,
-        units=units_of([view.units(s) for s in sorted({key[0] for key in own})]))
+        units=units_of([view.units(s) for s in sorted({key[0] for key in r.own})]))

@@ -118,6 +118,26 @@ def test_it_fires_restart_findings():
                              ("world_size_changed", "1", "info")]
 
 
+def test_a_restart_whose_samples_are_unknown_fires_restart_unverified_not_replay():
+    """docs/definitions.md#alert-rules: an unverified restart fires no replay or omission rule;
+    when an order changed and its sample ids were not recorded, restart_unverified (warning)."""
+    why = ("order changed and sample ids were not recorded: replay and omission unknown "
+           "(main epoch 0)")
+    res = result(restarts=[restart(verdict="unverified", replayed=0, omitted=0, findings=[
+        {"code": "order_changed", "detail": "main epoch 0 under order 'b'"},
+        {"code": "samples_unknown", "detail": why}])])
+    found = conditions(res, DEFAULT_CONTRACT, now=T0, first_event_at=T0, last_received_at=T0,
+                       ended=False)
+    assert [(c.rule, c.subject, c.severity, c.settled) for c in found] == [
+        ("restart_unverified", "1", "warning", True)]
+    assert found[0].summary == (
+        f"Attempt 1's restart is unverified: {why}. Record the samples of every order (a "
+        "span's indices) to know what it replayed or skipped.")
+    # an unverified restart still waiting for its first update says nothing yet
+    assert rules_of(result(restarts=[restart(verdict="unverified", findings=[
+        {"code": "order_changed", "detail": ""}])])) == []
+
+
 def test_dataset_version_changed_says_which_version_the_restart_changed_to():
     from recoverydash.alerts.rules import group_summary
 

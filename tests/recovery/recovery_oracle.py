@@ -29,13 +29,21 @@ class Model:
         self.hashed_strata = set()  # id strata with an id that is not an int in [0, 2**63)
         # (attempt, update, rank) -> {key: set of positions}, reports of one rank united
         self.reports = {}
+        # (attempt, update, rank) -> {key: set of dataset indices}: the keys some span of the
+        # report named indices for (a span's "indices", sample identities of its positions)
+        self.indices = {}
         for rec in run.ledger:
             mine = self.reports.setdefault((rec.attempt, rec.update, rec.rank), {})
+            named = self.indices.setdefault((rec.attempt, rec.update, rec.rank), {})
             for span in rec.spans:
                 if span.get("padding"):
                     continue
                 key = (span["stratum"], span.get("epoch", 0), span.get("order"))
                 positions = mine.setdefault(key, set())
+                if "indices" in span and "ranges" in span:
+                    into = named.setdefault(key, set())
+                    for item in span["indices"]:
+                        into.update([item] if isinstance(item, int) else range(*item))
                 if "ids" in span:
                     self.id_strata.add(span["stratum"])
                     if any(not (type(i) is int and 0 <= i < 2 ** 63) for i in span["ids"]):
@@ -161,14 +169,15 @@ class Model:
         kind, u, writer, *_ = self.resume(k)
         return self.root(writer) if kind == "generation" else k
 
-    def floors(self, k, cap=None):
+    def floors(self, k, cap=None, segments=None, pre=None):
         """Refinement (unknown root): {key: floor}. When the lineage's root started untracked,
         each stratum's tracking starts at the lineage's first update consuming it; the keys
         consumed there get their smallest position as floor, unless a cursor names the stratum
         (then only keys of a named (stratum, epoch) under an order no cursor names)."""
         if self.resume(self.root(k))[0] != "untracked":
             return {}
-        segments, pre = self.lineage(k, cap)
+        if segments is None:
+            segments, pre = self.lineage(k, cap)
         named = {}
         for c in pre:
             named.setdefault(c["stratum"], set()).add((c.get("epoch", 0), c.get("order")))
@@ -189,12 +198,13 @@ class Model:
                     out[(s, e, o)] = min(out.get((s, e, o), min(positions)), min(positions))
         return out
 
-    def untracked_ids(self, k):
+    def untracked_ids(self, k, segments=None):
         """Refinement (unknown root), sample-id strata: the keys each id stratum consumed at the
         lineage's first update of it; their earlier ids are unknown, so none is owed."""
         if self.resume(self.root(k))[0] != "untracked":
             return set()
-        segments, _ = self.lineage(k)
+        if segments is None:
+            segments, _ = self.lineage(k)
         held = [(u, keyed) for (a, u, r), keyed in self.reports.items()
                 if any(self.holds(seg, a, u) for seg in segments)]
         first = {}
@@ -238,6 +248,94 @@ class Model:
             return 0
         return tail
 
+    # ------------------------------------------------------------------ epochs
+    def key_ids(self, segments, pre, key, counter):
+        """Refinement (epochs under several orders): the sample identities a lineage consumed
+        at ``key``: the ids of an id stratum; else the indices its reports named, None when a
+        report of the key named none or positions lie behind a pre-tracking cursor."""
+        s, e, o = key
+        if s in self.id_strata:
+            return set(counter)
+        if any(c["stratum"] == s and c.get("epoch", 0) == e and c.get("order") == o
+               and c.get("position", 0) > 0 for c in pre):
+            return None
+        out = set()
+        for (a, u, r), keyed in self.reports.items():
+            if keyed.get(key) and any(self.holds(seg, a, u) for seg in segments):
+                named = self.indices[(a, u, r)].get(key)
+                if named is None:
+                    return None
+                out |= named
+        return out
+
+    def newest_key(self, segments, keys):
+        for seg in segments:  # newest first
+            firsts = {}
+            for (a, u, _r), keyed in self.reports.items():
+                if self.holds(seg, a, u):
+                    for key in keys:
+                        if keyed.get(key):
+                            firsts[key] = min(firsts.get(key, u), u)
+            if firsts:
+                return max((firsts[k], i, k) for i, k in enumerate(keys) if k in firsts)[2]
+        return keys[-1]
+
+    def holes(self, counter, floor):
+        return sum(1 for p in range(floor, max(counter) + 1) if counter[p] == 0) if counter else 0
+
+    def epoch_count(self, k, segments, pre, counts, keys, moved_on, untracked):
+        """(duplicates across orders, omissions, known, undetermined) of one (stratum, epoch)
+        of a lineage, brute force: along the order for one order, by identity for several."""
+        s, e = keys[0][0], keys[0][1]
+        length = self.epoch_length(s)
+        root = self.root(k)
+        floors = self.floors(k, segments=segments, pre=pre)
+        if len(keys) == 1:
+            key = keys[0]
+            counter = counts[key]
+            om = 0
+            if s not in self.id_strata:
+                om = self.holes(counter, floors.get(key, 0))
+                if moved_on:
+                    om += self.tail(max(counter) + 1, s, self.leaving_batch(segments, pre, s, e, root))
+            elif s not in self.hashed_strata and moved_on and length and key not in untracked:
+                om = self.owed_ids(set(counter), s, self.leaving_batch(segments, pre, s, e, root))
+            return 0, om, True, 0
+        last = self.newest_key(segments, keys)
+        ids = {key: self.key_ids(segments, pre, key, counts[key]) for key in keys}
+        batch = self.leaving_batch(segments, pre, s, e, root) if moved_on else None
+        last_tail = (length - (max(counts[last]) + 1)) if length is not None else 0
+        exempt = last_tail if moved_on and batch is not None and 0 < last_tail < batch else 0
+        if any(v is None for v in ids.values()):
+            if s in self.hashed_strata or not moved_on or not length or length <= 0:
+                return 0, 0, False, 0
+            distinct = sum(len(counts[key]) for key in keys)
+            return 0, max(0, length - distinct - exempt), False, 0
+        union = set().union(*ids.values())
+        dup = sum(len(v) for v in ids.values()) - len(union)
+        if s in self.hashed_strata or any(key in untracked for key in keys):
+            return dup, 0, True, 0
+        if s in self.id_strata:
+            om = self.owed_ids(union, s, batch) if moved_on and length and length > 0 else 0
+            return dup, om, True, 0
+        if moved_on and length is not None and length > 0:
+            missing = sum(1 for i in range(length) if i not in union)
+            return dup, max(0, missing - exempt), True, 0
+        gaps = self.holes(counts[last], floors.get(last, 0))
+        others = len(union - ids[last])
+        return dup, max(0, gaps - others), True, min(gaps, others)
+
+    def epochs_of(self, counts):
+        grouped = {}
+        for key in counts:
+            grouped.setdefault(key[:2], []).append(key)
+        for keys in grouped.values():
+            keys.sort(key=lambda k: "" if k[2] is None else k[2])
+        top = {}
+        for (s, e) in grouped:
+            top[s] = max(top.get(s, e), e)
+        return grouped, top
+
     # ------------------------------------------------------------------ counting
     def strata(self, k):
         segments, pre = self.lineage(k)
@@ -249,32 +347,24 @@ class Model:
             capped.append((a, after, upto))
         segments = capped
         counts = self.multiset(segments, pre)
-        floors = self.floors(k)
         untracked = self.untracked_ids(k)
-        top = {}
-        for (s, e, _o) in counts:
-            top[s] = max(top.get(s, e), e)
+        grouped, top = self.epochs_of(counts)
         rows = {}
-        for key, counter in counts.items():
-            s, e, o = key
+        for (s, e), keys in grouped.items():
             row = rows.setdefault(s, {"stratum": s, "consumed": 0, "duplicates": 0,
                                       "omissions": 0, "distinct": 0})
-            row["consumed"] += sum(counter.values())
-            row["duplicates"] += sum(c - 1 for c in counter.values() if c > 1)
-            row["distinct"] += len(counter)
-            if s not in self.id_strata:
-                frontier = max(counter) + 1
-                row["omissions"] += sum(1 for p in range(floors.get(key, 0), frontier)
-                                        if counter[p] == 0)
-                if e < top[s]:
-                    row["omissions"] += self.tail(frontier, s, self.leaving_batch(
-                        segments, pre, s, e, self.root(k)))
-            elif s not in self.hashed_strata and e < top[s] and self.epoch_length(s) \
-                    and key not in untracked:
-                # refinement: integer ids of an epoch the lineage moved on from, never consumed,
-                # under the tail rule (fewer than a global batch is the drop_last remainder)
-                row["omissions"] += self.owed_ids(set(counter), s, self.leaving_batch(
-                    segments, pre, s, e, self.root(k)))
+            for key in keys:
+                counter = counts[key]
+                row["consumed"] += sum(counter.values())
+                row["duplicates"] += sum(c - 1 for c in counter.values() if c > 1)
+                row["distinct"] += len(counter)
+            # refinement (epochs under several orders): one order along its positions, several
+            # by sample identity; integer ids of an epoch moved on from under the tail rule
+            dup, om, _known, _und = self.epoch_count(k, segments, pre, counts, keys, e < top[s],
+                                                     untracked)
+            row["duplicates"] += dup
+            row["distinct"] -= dup
+            row["omissions"] += om
         # refinement: a whole epoch skipped between consumed epochs of a stratum (any order)
         for s in rows:
             length = self.epoch_length(s)
@@ -392,6 +482,30 @@ class Model:
                     omitted += length * sum(1 for e in range(e0 + 1, e1)
                                             if not any(key[0] == s and key[1] == e for key in K))
                 omitted += sum(1 for p in range(floor, s1) if p not in mine)
+        # refinement (epochs under several orders): an epoch k consumed under an order the
+        # restored lineage did not use for it is compared by identity, as the difference k
+        # made to what the lineage owes there
+        orders = {}
+        for (s, e, o) in parent:
+            orders.setdefault((s, e), set()).add(o)
+        changed = sorted({(s, e) for (s, e, o) in K if (s, e) in orders and o not in orders[(s, e)]})
+        unknown, undetermined = [], False
+        if changed:
+            after_counts = self.multiset(segments, pre)
+            sides = [(segments, after_counts, *self.epochs_of(after_counts),
+                      self.untracked_ids(k, segments)),
+                     (segments[1:], parent, *self.epochs_of(parent),
+                      self.untracked_ids(k, segments[1:]))]
+            for s, e in changed:
+                (dup1, om1, known1, und1), (dup0, om0, _k0, _u0) = (
+                    self.epoch_count(k, segs, pre, counts, grouped[(s, e)], e < top[s], unt)
+                    for segs, counts, grouped, top, unt in sides)
+                omitted += max(0, om1 - om0)
+                if not known1:
+                    unknown.append((s, e))
+                    continue
+                replayed += max(0, dup1 - dup0)
+                undetermined = undetermined or und1 > 0
         # recomputed
         p_segments = [seg for seg in segments if seg[0] == before]
         rolled = {}
@@ -431,7 +545,7 @@ class Model:
                                    if a == k and u == first for p in keyed.values())
                     share = -(-consumed // len(present)) if present else 0
                     omitted = max(0, omitted - missing * share)
-        if not committed or kind == "untracked":
+        if not committed or kind == "untracked" or unknown:
             verdict = "unverified"
         elif replayed and omitted:
             verdict = "replay_and_omission"
@@ -439,11 +553,10 @@ class Model:
             verdict = "replay"
         elif omitted:
             verdict = "omission"
+        elif undetermined:
+            verdict = "unverified"
         else:
             verdict = "exact"
-        orders = {}
-        for (s, e, o) in parent:
-            orders.setdefault((s, e), set()).add(o)
         order_changed = any((s, e) in orders and o not in orders[(s, e)] for (s, e, o) in K)
         if cursor:
             resume_cursor = [{"stratum": c["stratum"], "epoch": c.get("epoch", 0),
@@ -460,6 +573,10 @@ class Model:
             codes.add("order_changed")
         if kind == "untracked":
             codes.add("resumed_from_unknown")
+        if committed and unknown:
+            codes.add("samples_unknown")
+        if committed and undetermined:
+            codes.add("samples_undetermined")
         return {"attempt": k, "resumed_from": gid, "resumed_update": U,
                 "expected_cursor": self.cursor(parent), "resume_cursor": resume_cursor,
                 "replayed": replayed, "omitted": omitted, "recomputed": recomputed,

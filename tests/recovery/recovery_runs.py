@@ -8,10 +8,17 @@ reports, tensor-parallel peers, coordinator reports and cross-rank duplicates ar
 """
 from __future__ import annotations
 
+import math
+
 from hypothesis import strategies as st
 
-from recoverydash.recovery import (AttemptRecord, GenerationRecord, HeartbeatRecord, LedgerRecord,
-                                   RunInput)
+from recoverydash.recovery import (
+    AttemptRecord,
+    GenerationRecord,
+    HeartbeatRecord,
+    LedgerRecord,
+    RunInput,
+)
 
 COMPONENTS = ["model", "optimizer", "scheduler", "rng", "data_progress"]
 
@@ -25,13 +32,34 @@ def manifest_for(gid, update, world_size, cursor, committed_at):
             "committed_at": committed_at}
 
 
+def sample_of(order: str, epoch: int, position: int, length: int | None) -> int:
+    """The dataset index at ``position`` of an epoch under ``order``: a permutation of
+    ``[0, length)`` (an affine map modulo the length) when the length is known, else of the
+    integers (an exclusive or with a salt); positions at or past the length are their own."""
+    salt = sum((i + 1) * ord(c) for i, c in enumerate(f"{order}:{epoch}"))
+    if length is None:
+        return position ^ (salt % 64)
+    if position >= length:
+        return position
+    units = [a for a in range(1, length + 1) if math.gcd(a, length) == 1]
+    return (units[salt % len(units)] * position + salt) % length
+
+
+def with_indices(span: dict, length: int | None) -> dict:
+    """``span`` (ranges under a named order) with the ``indices`` its positions held."""
+    return dict(span, indices=sorted({sample_of(span["order"], span["epoch"], p, length)
+                                      for item in span["ranges"] for p in range(*item)}))
+
+
 @st.composite
 def runs(draw, max_attempts=6, max_updates=8):
     strata = draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3, unique=True))
     id_stratum = draw(st.sampled_from([None, None] + strata[1:])) if len(strata) > 1 else None
     int_ids = draw(st.booleans())  # ids that are dataset indices, or some hashed strings
     lengths = {s: draw(st.integers(6, 40)) for s in strata if draw(st.booleans())}
-    ordered = draw(st.booleans())
+    ordered = draw(st.sampled_from([True, True, False]))
+    # whether the attempts name the samples of their positions (a span's indices)
+    indexing = draw(st.sampled_from(["all", "all", "all", "none", "some"]))
     attempts, ledger, beats, generations = [], [], [], {}
     t = 1000.0
     saved = []  # (gid, attempt, update, stream copy)
@@ -40,6 +68,13 @@ def runs(draw, max_attempts=6, max_updates=8):
         m = draw(st.integers(1, 3))
         B = W * m
         strided = draw(st.booleans())
+        indexed = indexing == "all" or (indexing == "some" and draw(st.booleans()))
+
+        def named(span, indexed=indexed):
+            if indexed and span.get("order") is not None and "ranges" in span \
+                    and not span.get("padding"):
+                return with_indices(span, lengths.get(span["stratum"]))
+            return span
         stream = {s: [0, 0, "o0" if ordered else None] for s in strata}
         resumed_from, U = None, 0
         how = draw(st.sampled_from(["fresh", "untracked"] if k == 0 or not saved else
@@ -48,7 +83,8 @@ def runs(draw, max_attempts=6, max_updates=8):
             gid, _w, U, snap = draw(st.sampled_from(saved))
             stream = {s: list(v) for s, v in snap.items()}
             s = draw(st.sampled_from(strata))
-            move = draw(st.sampled_from(["same", "same", "back", "ahead", "epoch", "order"]))
+            move = draw(st.sampled_from(["same", "same", "back", "ahead", "epoch", "order",
+                                         "order"]))
             if move == "back":
                 stream[s][1] = max(0, stream[s][1] - draw(st.integers(1, B + 2)))
             elif move == "ahead":
@@ -100,13 +136,13 @@ def runs(draw, max_attempts=6, max_updates=8):
                             [f"{s}:{e}:{p}" if p % 2 else p for p in share]
                     else:
                         span["ranges"] = [[share.start, share.stop, share.step]]
-                    reports[r].append(span)
+                    reports[r].append(named(span))
                 stream[s] = [e, pos + B, order]
                 if draw(st.integers(0, 6)) == 0:
                     reports[0].append(dict(base, ranges=[[0, 3]], padding=True))
                 if draw(st.integers(0, 6)) == 0 and s != id_stratum:
                     victim = draw(st.integers(0, W - 1))
-                    reports[victim].append(dict(base, ranges=[[pos, pos + 2]]))
+                    reports[victim].append(named(dict(base, ranges=[[pos, pos + 2]])))
             # a rank's part of an attempt's first update, or of its last, that never arrives
             lost = draw(st.integers(0, W - 1)) if W > 1 and (
                 update == U + 1 or update == U + count) \
@@ -124,7 +160,7 @@ def runs(draw, max_attempts=6, max_updates=8):
                     span = {"stratum": s, "epoch": e, "ranges": [[0, 2]]}
                     if stream[s][2] is not None:
                         span["order"] = stream[s][2]
-                    ledger.append(LedgerRecord(k, update, None, t, [span]))
+                    ledger.append(LedgerRecord(k, update, None, t, [named(span)]))
             last = update
             if draw(st.integers(0, 2)) == 0:
                 gid = f"g{k}-{update}"

@@ -6,9 +6,9 @@ import random
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from recovery_oracle import Model
 from recovery_runs import runs
+
 from recoverydash.recovery import Ledger, RunInput, analyze
 
 NOW = 10_000.0
@@ -59,7 +59,8 @@ def test_it_agrees_with_the_brute_force_model_field_by_field(run, settle):
                       "resume_cursor", "replayed", "omitted", "recomputed", "lost_updates",
                       "verdict"):
             assert mine[field] == want[field], (field, mine, want)
-        for code in ("replay", "omission", "order_changed", "resumed_from_unknown"):
+        for code in ("replay", "omission", "order_changed", "resumed_from_unknown",
+                     "samples_unknown", "samples_undetermined"):
             assert (code in codes) == (code in want["codes"]), (code, mine, want)
     live_segments, _ = model.lineage(max(model.attempts))
     on_lineage = [g for g in run.generations if statuses[g.generation_id] == "restorable"
@@ -129,4 +130,5 @@ def test_the_property_generator_produces_restarts_of_every_kind():
     collect()
     assert rnd is not None
     assert {"exact", "replay", "omission", "order_changed", "resumed_from_unknown",
-            "incomplete_first_update", "committed"} <= seen
+            "incomplete_first_update", "committed", "samples_unknown",
+            "samples_undetermined"} <= seen

@@ -96,10 +96,15 @@ def test_a_declared_update_other_than_the_generations_is_an_update_mismatch():
         ("update_mismatch", "declared update 3, generation 4")]
 
 
-def test_an_epoch_consumed_again_under_another_order_is_order_changed_not_replay():
+def test_an_epoch_consumed_again_under_another_order_without_sample_ids_is_unverified():
+    """docs/definitions.md#verdict: positions under another order are not comparable, and no
+    report named its samples: neither replay nor omission is proven, nor their absence."""
     (restart,) = analyze(one_restart(order="b"), now=200.0).restarts
-    assert [f.code for f in restart.findings] == ["order_changed"]
-    assert (restart.replayed, restart.omitted) == (0, 0)
+    assert [(f.code, f.detail) for f in restart.findings] == [
+        ("order_changed", "main epoch 0 under order 'b'"),
+        ("samples_unknown", "order changed and sample ids were not recorded: replay and "
+                            "omission unknown (main epoch 0)")]
+    assert (restart.replayed, restart.omitted, restart.verdict) == (0, 0, "unverified")
 
 
 def test_replay_and_omission_findings_carry_the_counts():

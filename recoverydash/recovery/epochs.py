@@ -1,0 +1,148 @@
+"""What a lineage owes in one epoch of one stratum (docs/definitions.md#omissions, #duplicates,
+#epochs-under-several-orders): the one computation the strata (:func:`.counting.count_strata`)
+and a restart (:func:`.restarts.analyse_restart`) both read, so that the run page's two numbers
+for the same samples never contradict each other.
+
+An epoch consumed under one order is counted along that order, position by position
+(:func:`.counting.omissions`). An epoch consumed under several orders (a restart that changed the
+seed, the world size, the sampler or the dataset length) cannot be compared by position; it is
+compared by **sample identity**: the dataset indices each order's positions held (a span's
+``indices``, docs/ingest-v1.md section 3; for strata of sample ids, the ids themselves). When some
+order's identities are unknown, only what is proven without them is counted, and the epoch says
+so (``known`` False): a restart over it is ``unverified``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyroaring import BitMap64
+
+from .counting import HASHED_IDS, INTEGER_IDS, epoch_tail, omissions, stratum_kind
+
+
+@dataclass
+class EpochCount:
+    """One (stratum, epoch) of a lineage. ``duplicates``: samples consumed under two orders or
+    more, counted once per extra time (by identity; the repeats within one order are the keys'
+    own :func:`.counting.duplicates`); ``omissions``: samples the epoch owes (units of the
+    stratum); ``known``: every order's identities are known (always True for one order);
+    ``undetermined``: positions the newest order skipped whose samples may or may not have been
+    consumed under an earlier order (decided once the epoch is left)."""
+
+    duplicates: int = 0
+    omissions: int = 0
+    known: bool = True
+    undetermined: int = 0
+
+
+def epoch_keys(counts: dict) -> dict:
+    """``{(stratum, epoch): [keys]}`` of a lineage's ``counts`` (keys sorted, order None first)."""
+    out: dict = {}
+    for key in counts:
+        out.setdefault(key[:2], []).append(key)
+    for keys in out.values():
+        keys.sort(key=lambda k: "" if k[2] is None else k[2])
+    return out
+
+
+def key_identities(view, lineage, key: tuple, count) -> BitMap64 | None:
+    """The sample identities ``lineage`` consumed at position key ``key`` (``count`` its
+    :class:`~.counting.KeyCount`): the positions themselves for a stratum of sample ids, else the
+    dataset indices the lineage's reports named (:meth:`.ledger.Ledger.identities`). None when
+    unknown: some report named none, or positions behind a pre-tracking cursor."""
+    if key[0] in view.id_strata:
+        return count.positions
+    if count.prefix:
+        return None
+    ledger = view.ledger
+    out = BitMap64()
+    for seg in lineage.segments:
+        if not ledger.consumed_key(seg.attempt, key, seg.after, seg.upto):
+            continue
+        found = ledger.identities(seg.attempt, key, seg.after, seg.upto)
+        if found is None:
+            return None
+        out |= found
+    return out
+
+
+def newest_key(view, lineage, keys: list) -> tuple:
+    """Of ``keys`` (one epoch of one stratum), the order the lineage consumed last: a key of the
+    newest segment that consumed any of them, there the one whose first update is highest."""
+    ledger = view.ledger
+    for seg in lineage.segments:  # newest first
+        firsts = ledger.first_by_key(seg.attempt, seg.after, seg.upto)
+        mine = [(firsts[k][0], i, k) for i, k in enumerate(keys) if k in firsts]
+        if mine:
+            return max(mine)[2]
+    return keys[-1]
+
+
+def exempt_tail(view, lineage, key: tuple, count, moved_on: bool) -> int:
+    """The drop_last remainder of ``key``'s epoch: ``epoch_length - frontier`` when the lineage
+    moved on and it is shorter than the global batch of the attempt that left the epoch
+    (docs/definitions.md#drop-last-threshold), else 0."""
+    length = view.epoch_length(key[0])
+    if not moved_on or length is None:
+        return 0
+    tail = length - count.frontier()
+    batch = view.leaving_batch(lineage, key[0], key[1])
+    return tail if 0 < tail and batch is not None and tail < batch else 0
+
+
+def epoch_count(view, lineage, counts: dict, keys: list, moved_on: bool,
+                untracked: set = frozenset()) -> EpochCount:
+    """docs/definitions.md#epochs-under-several-orders: what ``lineage`` (its ``counts``) owes in
+    the epoch of ``keys`` (one stratum and epoch, :func:`epoch_keys`); ``moved_on``: the lineage
+    consumed a later epoch of the stratum; ``untracked``: id keys whose earlier ids are unknown
+    (:func:`.lineage.untracked_id_keys`).
+
+    One order: the key's :func:`.counting.omissions`. Several orders, identities ``I_o`` of each
+    known, union ``I``: duplicates ``sum |I_o| - |I|``; omissions, once the lineage moved on and
+    the epoch length L is known, ``L - |I & [0, L)|`` minus the newest order's tail when that is
+    a drop_last remainder (for integer ids: the tail rule on the whole count, as
+    docs/definitions.md#sample-id-strata); while the epoch is in progress (or L is unknown), the
+    proven part: of the ``g`` positions the newest order skipped (:meth:`.counting.KeyCount.gaps`)
+    at most ``|I - I_newest|`` hold samples consumed under the other orders, so
+    ``max(0, g - |I - I_newest|)`` are omitted, ``min(g, |I - I_newest|)`` undetermined. Some
+    identities unknown: no duplicate is proven, and once moved on with L known
+    ``max(0, L - sum of distinct positions - exempt tail)`` omissions are (``known`` False).
+    Strata of hashed ids owe nothing."""
+    stratum = keys[0][0]
+    kind = stratum_kind(view.ledger, stratum)
+    length = view.epoch_length(stratum)
+    if len(keys) == 1:
+        key = keys[0]
+        batch = view.leaving_batch(lineage, stratum, key[1]) if moved_on else None
+        return EpochCount(omissions=omissions(key, counts[key], moved_on, length, batch,
+                                              HASHED_IDS if key in untracked else kind))
+    last = newest_key(view, lineage, keys)
+    ids = {k: key_identities(view, lineage, k, counts[k]) for k in keys}
+    if any(v is None for v in ids.values()):
+        return _unknown(view, lineage, counts, keys, last, moved_on, kind)
+    union = BitMap64.union(*ids.values())
+    dup = sum(len(v) for v in ids.values()) - len(union)
+    if kind == HASHED_IDS or any(k in untracked for k in keys):
+        return EpochCount(dup)
+    if kind == INTEGER_IDS:
+        if not moved_on or not length or length <= 0:
+            return EpochCount(dup)
+        batch = view.leaving_batch(lineage, stratum, keys[0][1])
+        return EpochCount(dup, epoch_tail(union.range_cardinality(0, length), length, batch))
+    if moved_on and length is not None and length > 0:
+        missing = length - union.range_cardinality(0, length)
+        exempt = exempt_tail(view, lineage, last, counts[last], moved_on)
+        return EpochCount(dup, max(0, missing - exempt))
+    gaps, others = counts[last].gaps(), len(union - ids[last])
+    return EpochCount(dup, max(0, gaps - others), True, min(gaps, others))
+
+
+def _unknown(view, lineage, counts, keys, last, moved_on, kind) -> EpochCount:
+    """:func:`epoch_count` when some order's identities are unknown: what is proven."""
+    length = view.epoch_length(keys[0][0])
+    if kind == HASHED_IDS or not moved_on or length is None or length <= 0:
+        return EpochCount(known=False)
+    distinct = sum(counts[k].distinct for k in keys)
+    exempt = exempt_tail(view, lineage, last, counts[last], moved_on) \
+        if kind != INTEGER_IDS else 0
+    return EpochCount(omissions=max(0, length - distinct - exempt), known=False)
