@@ -362,19 +362,12 @@ def _say_unplaced(generation_id: str, unplaced: dict[str, list[str]]) -> None:
 
 def _load_dir(gen_dir: str, state: dict[str, Any], rank: int, group,
               unplaced: dict[str, list[str]] | None = None) -> dict[str, Any]:
-    """Load a generation from a local folder: DCP components in place, per-rank files returned;
-    what a saved component holds that its given state dict has no place for goes to
-    ``unplaced``."""
-    import torch
+    """Load a generation from a local folder: per-rank files first (:func:`_read_rank_file`:
+    one over the pickle budget fails the candidate before anything is written into ``state``),
+    then DCP components in place; per-rank values returned; what a saved component holds that
+    its given state dict has no place for goes to ``unplaced``."""
     import torch.distributed.checkpoint as dcp
 
-    for component, sd in state.items():
-        folder = os.path.join(gen_dir, component)
-        dcp.load({component: sd}, checkpoint_id=folder, process_group=group)
-        if unplaced is not None:
-            left = _unplaced_keys(folder, component, sd)
-            if left:
-                unplaced[component] = left
     out: dict[str, Any] = {}
     for component in sorted(os.listdir(gen_dir)):
         folder = os.path.join(gen_dir, component)
@@ -388,9 +381,35 @@ def _load_dir(gen_dir: str, state: dict[str, Any], rank: int, group,
                     with open(path) as f:
                         out[component] = json.load(f)
                 else:
-                    out[component] = torch.load(path, weights_only=False)
+                    out[component] = _read_rank_file(path)
                 break
+    for component, sd in state.items():
+        folder = os.path.join(gen_dir, component)
+        dcp.load({component: sd}, checkpoint_id=folder, process_group=group)
+        if unplaced is not None:
+            left = _unplaced_keys(folder, component, sd)
+            if left:
+                unplaced[component] = left
     return out
+
+
+def _read_rank_file(path: str) -> Any:
+    """``torch.load`` of a per-rank ``.pt`` once the checkpoint reader
+    (``recoverydash.checkpoints.formats.readers.read_torch_zip``, the one ``check`` and the
+    server use) read its pickle within the budget (``pickle_scan.PICKLE_BUDGET``: opcodes,
+    stack, memo, bytes) and found what it names: with ``weights_only=False`` only when every
+    global is one ``torch.load``'s default accepts (``readers.SAFE_GLOBALS``), else
+    ``weights_only=True``, so torch refuses them unless the trainer allowed them
+    (``torch.serialization.add_safe_globals``). Raises ``UnreadableFile`` (over the budget,
+    broken) or torch's error."""
+    import torch
+
+    from recoverydash.checkpoints.formats.readers import read_torch_zip
+
+    with open(path, "rb") as f:
+        found = read_torch_zip(f, os.fstat(f.fileno()).st_size)
+    trusted = not found.refused and not found.legacy
+    return torch.load(path, weights_only=not trusted)
 
 
 __all__ = ["RestoreError", "Restored", "load_generation"]

@@ -9,7 +9,8 @@ components are):
   writer died), else ``abandoned``; reason ``never_committed``;
 * committed, with any hard reason (``shard_missing``, ``component_missing``, ``object_missing``,
   ``size_mismatch``, ``digest_mismatch``, ``update_mismatch``, ``world_size_mismatch``,
-  ``schema_unsupported``): ``rejected``;
+  ``schema_unsupported``, ``refused_globals``: a pickle in it names a global no checkpoint
+  loader should import, such as ``os.system``): ``rejected``;
 * committed, with only ``storage_unverified`` (storage could not answer for a file):
   ``committed``;
 * otherwise ``restorable``: every required shard and component is there and every file the
@@ -31,7 +32,8 @@ from typing import Any, NamedTuple
 from recoverydash.checkpoints.formats.store import Tree
 
 HARD = ("shard_missing", "component_missing", "object_missing", "size_mismatch",
-        "digest_mismatch", "update_mismatch", "world_size_mismatch", "schema_unsupported")
+        "digest_mismatch", "update_mismatch", "world_size_mismatch", "schema_unsupported",
+        "refused_globals")
 SOFT = ("storage_unverified",)
 
 
@@ -120,7 +122,9 @@ class Generation:
     optimizer updates it represents, as the format records it; ``commit_marker`` the file whose
     presence commits it (None: not committed); ``committed_at`` that marker's modification time
     (POSIX seconds); ``progress`` what the format records of training progress (epoch,
-    global_step, samples...); ``notes`` what this check could not look at."""
+    global_step, samples...); ``notes`` what this check could not look at;
+    ``refused_globals`` every global its pickles name outside ``readers.SAFE_GLOBALS`` and the
+    format's own classes (each file's are also a ``refused_globals`` reason)."""
 
     format: str
     generation_id: str
@@ -134,6 +138,8 @@ class Generation:
     progress: dict[str, Any] = field(default_factory=dict)
     world_size: int | None = None
     notes: list[str] = field(default_factory=list)
+    #: globals the generation's pickles name that no loader should import (``refused_globals``)
+    refused_globals: set[str] = field(default_factory=set)
     uncommitted: str = "no commit marker"
     status: str = ""
     reasons: list[dict[str, str]] = field(default_factory=list)
@@ -340,7 +346,7 @@ class Generation:
                 "folder": self.folder, "world_size": self.world_size,
                 "required_shards": self.required_shards, "components": self.components,
                 "required_components": self.required_components, "progress": self.progress,
-                "notes": self.notes,
+                "notes": self.notes, "refused_globals": sorted(self.refused_globals),
                 "objects": [{**o.to_object(self.update), "observed_size": o.size,
                              "path": o.path} for o in self.objects]}
 
@@ -365,6 +371,8 @@ class Generation:
                         "commit_marker": self.commit_marker, "progress": self.progress,
                         "reasons": [r for r in self.reasons if r["code"] in HARD]},
         }
+        if self.refused_globals:
+            doc["adopted"]["refused_globals"] = sorted(self.refused_globals)
         if run_id:
             doc["run_id"] = run_id
         return doc

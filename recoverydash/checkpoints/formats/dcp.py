@@ -29,6 +29,7 @@ from recoverydash.checkpoints.formats.readers import (
     same_save_layout,
 )
 from recoverydash.checkpoints.formats.store import Tree
+from recoverydash.checkpoints.formats.torchzip import refused_detail
 from recoverydash.checkpoints.objects import StorageError
 
 NAME = "dcp"
@@ -78,6 +79,8 @@ class Summary(NamedTuple):
     #: the save's folder (None when an item's file lies in a sub-folder): shared by every save of
     #: the layout
     cols: Columns | None = None
+    #: globals the ``.metadata`` names that a loader must not import (``readers.SAFE_GLOBALS``)
+    refused: tuple[str, ...] = ()
 
 
 MAX_CACHED_FILES = 1 << 20
@@ -111,7 +114,7 @@ def summarise(md: DcpMetadata) -> Summary:
                        [f[3] for f in files] + ["model"], [f[1] for f in files] + [None],
                        [f[4] for f in files] + [()])
     return Summary(tuple(files), frozenset(component_of(fqn) for fqn in md.fqns),
-                   tuple(shards), frozenset(ends), cols)
+                   tuple(shards), frozenset(ends), cols, tuple(sorted(md.refused)))
 
 
 def summary_of(tree: Tree, marker: str) -> Summary:
@@ -225,6 +228,9 @@ def check_folder(tree: Tree, folder: str, generation_id: str, *, fmt: str = NAME
     except StorageError as e:
         gen.problem("storage_unverified", f"{marker}: {e}")
         return gen
+    if summary.refused:
+        gen.problem("refused_globals", refused_detail(marker, set(summary.refused)))
+        gen.refused_globals.update(summary.refused)
     for c in ({component} if component else summary.components):
         gen.carries(c)
     if component is None and summary.cols is not None:

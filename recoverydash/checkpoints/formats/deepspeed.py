@@ -25,7 +25,11 @@ from typing import Any, NamedTuple
 from recoverydash.checkpoints.formats.base import Generation, number_in
 from recoverydash.checkpoints.formats.readers import Refused
 from recoverydash.checkpoints.formats.store import Tree
-from recoverydash.checkpoints.formats.torchzip import check_torch_file, top_keys
+from recoverydash.checkpoints.formats.torchzip import (
+    DEEPSPEED_GLOBALS,
+    check_torch_file,
+    top_keys,
+)
 from recoverydash.checkpoints.objects import StorageError
 
 NAME = "deepspeed"
@@ -173,7 +177,7 @@ def _read_first(tree: Tree, gen: Generation, prefix: str,
     one leaves the required components unread."""
     if first is None:
         return {}, False
-    found = check_torch_file(tree, gen, prefix + first)
+    found = check_torch_file(tree, gen, prefix + first, DEEPSPEED_GLOBALS)
     if found is None:
         gen.unread(REQUIRED)
         return {}, False
@@ -232,7 +236,7 @@ def _check_model_states(tree: Tree, gen: Generation, prefix: str, files: _TagFil
                 else f"mp_rank_{m:02d}_model_states.pt")
             obj = gen.add(tree, prefix + want, _shard(d or 0, m, mp), "model")
             if obj is not None and want != first:
-                check_torch_file(tree, gen, obj.path)
+                check_torch_file(tree, gen, obj.path, DEEPSPEED_GLOBALS)
 
 
 def _check_optimizer_partitions(tree: Tree, gen: Generation, prefix: str, files: _TagFiles,
@@ -247,7 +251,7 @@ def _check_optimizer_partitions(tree: Tree, gen: Generation, prefix: str, files:
                     or f"{lead}zero_pp_rank_{d}_mp_rank_{m:02d}_optim_states.pt")
             obj = gen.add(tree, prefix + name, _shard(d, m, mp), "optimizer")
             if obj is not None:
-                check_torch_file(tree, gen, obj.path)
+                check_torch_file(tree, gen, obj.path, DEEPSPEED_GLOBALS)
     extra = sorted(n for (d, m), n in files.optims.items()
                    if dp is not None and (d >= dp or m >= mp))
     if extra:

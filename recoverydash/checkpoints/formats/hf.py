@@ -30,7 +30,7 @@ from recoverydash.checkpoints.formats.readers import (
     safetensors_header_length,
 )
 from recoverydash.checkpoints.formats.store import Tree
-from recoverydash.checkpoints.formats.torchzip import check_torch_file
+from recoverydash.checkpoints.formats.torchzip import NUMPY_GLOBALS, check_torch_file
 from recoverydash.checkpoints.objects import StorageError
 
 NAME = "hf"
@@ -101,7 +101,7 @@ def check_folder(tree: Tree, folder: str, name: str) -> Generation:
         if f in names:
             obj = gen.add(tree, prefix + f, "rank0", component)
             if obj is not None:
-                check_torch_file(tree, gen, obj.path)
+                check_torch_file(tree, gen, obj.path, NUMPY_GLOBALS)
     for f in names:
         if re.fullmatch(r"rank\d+-of-\d+-optimizer\.pt", f):  # XLA FSDP
             gen.add(tree, prefix + f, "rank" + f[4:].split("-")[0], "optimizer")
@@ -163,12 +163,12 @@ def _model(tree: Tree, gen: Generation, prefix: str, names: list[str]) -> None:
         if f in names:
             obj = gen.add(tree, prefix + f, "rank0", "model")
             if obj is not None:
-                check_torch_file(tree, gen, obj.path)
+                check_torch_file(tree, gen, obj.path, NUMPY_GLOBALS)
     for f in names:
         if re.fullmatch(r"pytorch_model-\d+-of-\d+\.bin", f):
             obj = gen.add(tree, prefix + f, "rank0", "model")
             if obj is not None:
-                check_torch_file(tree, gen, obj.path)
+                check_torch_file(tree, gen, obj.path, NUMPY_GLOBALS)
 
 
 def _safetensors(tree: Tree, gen: Generation, rel: str) -> SafetensorsHeader | None:

@@ -21,7 +21,11 @@ from recoverydash.checkpoints.formats import dcp
 from recoverydash.checkpoints.formats.base import Generation
 from recoverydash.checkpoints.formats.readers import Refused
 from recoverydash.checkpoints.formats.store import Tree
-from recoverydash.checkpoints.formats.torchzip import check_torch_file, top_keys
+from recoverydash.checkpoints.formats.torchzip import (
+    MEGATRON_GLOBALS,
+    check_torch_file,
+    top_keys,
+)
 from recoverydash.checkpoints.objects import StorageError
 
 NAME = "megatron"
@@ -112,7 +116,8 @@ def check_iteration(tree: Tree, gen: Generation, folder: str) -> None:
         return
     first_key = min(ranks, key=lambda k: tuple(-1 if v is None else v for v in k))
     first = f"{folder}/{ranks[first_key]}/{MODEL_FILE}"
-    keys = top_keys(check_torch_file(tree, gen, first)) if first in tree.files else {}
+    keys = top_keys(check_torch_file(tree, gen, first, MEGATRON_GLOBALS)) \
+        if first in tree.files else {}
     layout = _Layout.of(gen, keys, ranks, first)
     gen.required_shards = layout.shards()
     _check_rank_files(tree, gen, folder, layout, first)
@@ -197,11 +202,11 @@ def _check_rank_files(tree: Tree, gen: Generation, folder: str, layout: _Layout,
         rel = f"{folder}/{name}/{MODEL_FILE}"
         obj = gen.add(tree, rel, name, "model")
         if obj is not None and rel != first:
-            check_torch_file(tree, gen, rel)
+            check_torch_file(tree, gen, rel, MEGATRON_GLOBALS)
         if layout.distributed:
             rel = f"{folder}/{name}/{DIST_OPTIM}"
             if gen.add(tree, rel, name, "optimizer") is not None:
-                check_torch_file(tree, gen, rel)
+                check_torch_file(tree, gen, rel, MEGATRON_GLOBALS)
 
 
 def _take_contents(gen: Generation, keys: dict[str, Any], first: str, distributed: bool) -> None:

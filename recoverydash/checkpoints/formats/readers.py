@@ -1,11 +1,17 @@
 """Readers of checkpoint file structures that never import torch and never run code from a file.
 
-* :func:`read_pickle`: a restricted unpickler. ``find_class`` imports nothing: torch's tensor
-  rebuild functions and storage types (the whitelist) are replaced by stubs that describe a tensor
-  (its storage key, dtype, element count) without materialising it; a few plain containers map to
-  ``dict`` / ``set`` / ``tuple``; every other global is refused, replaced by an inert
-  :class:`Refused` placeholder that records its name and arguments, so a user's class inside a
-  checkpoint neither runs nor makes the file unreadable (the names are reported).
+* :func:`read_pickle`: a restricted unpickler, run only once :func:`~.pickle_scan.scan_pickle`
+  found the pickle within :data:`~.pickle_scan.PICKLE_BUDGET` (opcodes, stack, memo, bytes and
+  the objects it would build, worked out before anything is built). ``find_class`` imports
+  nothing: torch's tensor rebuild functions and storage types (the whitelist) are replaced by
+  stubs that describe a tensor (its storage key, dtype, element count) without materialising
+  it; a few plain containers map to ``dict`` / ``set`` / ``tuple``; every other global is
+  replaced by an inert :class:`Refused` placeholder that records its name and arguments, so a
+  user's class inside a checkpoint neither runs nor makes the file unreadable. Of those, the
+  ones outside :data:`SAFE_GLOBALS` (what ``torch.load``'s default, ``weights_only=True``,
+  accepts, and DCP's metadata classes) and outside the caller's ``allowed`` (a framework's own
+  classes) are *refused*: named in ``refused``, and a generation whose file has any is never
+  ``restorable`` (reason ``refused_globals``).
 * :func:`read_torch_zip`: a ``torch.save`` file (zip) read with ``zipfile``: its central
   directory, ``data.pkl`` through the restricted unpickler, and every storage the pickle refers to
   checked present with at least the bytes its element count needs.
@@ -19,17 +25,26 @@ Each raises :class:`UnreadableFile` (with a spec reason code) when the structure
 
 from __future__ import annotations
 
+import _compat_pickle
 import io
 import json
 import pickle
 import struct
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any, NamedTuple
 
-MAX_PICKLE_BYTES = 512 * 1024 * 1024
+from recoverydash.checkpoints.formats.pickle_scan import (
+    PICKLE_BUDGET,
+    OverBudget,
+    PickleBudget,
+    scan_pickle,
+)
+
+MAX_PICKLE_BYTES = PICKLE_BUDGET.bytes
 """A ``data.pkl`` or ``.metadata`` larger than this (bytes) is not read (a structural check only
-needs small files; tensors live outside the pickle)."""
+needs small files; tensors live outside the pickle): ``PICKLE_BUDGET.bytes``."""
 
 
 class UnreadableFile(Exception):
@@ -181,10 +196,18 @@ class TensorRef:
     shape: tuple[Any, ...] = ()
 
 
+MAX_DIMS = 64
+"""The most dimensions a tensor stub takes (torch's own limit); a longer shape is refused rather
+than copied (a pickle could hand every tensor the same million-item list)."""
+
+
 def _rebuild_tensor(storage: Any, storage_offset: Any = 0, size: Any = (), *rest: Any,
                     **kw: Any) -> TensorRef:
     args = size.__dict__.get("args") if isinstance(size, Refused) else None
-    shape = tuple(args[0]) if args else tuple(size or ())
+    dims = args[0] if args else size or ()
+    if not isinstance(dims, (tuple, list)) or len(dims) > MAX_DIMS:
+        raise ValueError(f"a tensor shape that is not a tuple of at most {MAX_DIMS} sizes")
+    shape = tuple(dims)
     return TensorRef(storage if isinstance(storage, StorageRef) else None, int(storage_offset or 0),
                      shape)
 
@@ -194,12 +217,68 @@ def _rebuild_parameter(data: Any, *rest: Any, **kw: Any) -> Any:
 
 
 def _rebuild_from_type(func: Any, new_type: Any, args: Any, state: Any) -> Any:
-    return func(*args) if callable(func) else _refused_type("torch._tensor._rebuild_from_type_v2")()
+    if func in (_rebuild_tensor, _rebuild_parameter) and isinstance(args, tuple) \
+            and len(args) <= 8:
+        return func(*args)
+    return _refused_type("torch._tensor._rebuild_from_type_v2")()
+
+
+def _layout(name: Any) -> str:
+    """``torch.serialization._get_layout``: a layout's name (a string, nothing else: ``str`` of
+    a nested list would spell out every item)."""
+    if type(name) is not str:
+        raise ValueError("a layout that is not named by a string")
+    return name
+
+
+MAX_HASHED = 1 << 20
+"""Items :func:`_unique` hashes at most for one set or dict built by a call (a tuple's hash
+reads every item, so a set of a thousand references to one big tuple would read it a thousand
+times)."""
+
+
+def _hash_cost(obj: Any, seen: dict[int, int]) -> int:
+    if type(obj) is not tuple:
+        return 1
+    got = seen.get(id(obj))
+    if got is None:
+        got = seen[id(obj)] = 1 + sum(_hash_cost(x, seen) for x in obj)
+    return got
+
+
+def _unique(items: Iterable[Any], pairs: bool = False) -> list[Any]:
+    """``items`` as a list, refused (ValueError) when hashing them (their first items when
+    ``pairs``: a dict's keys) would read more than :data:`MAX_HASHED` items."""
+    got = list(items)
+    seen: dict[int, int] = {}
+    cost = 0
+    for x in got:
+        cost += _hash_cost(x[0] if pairs and isinstance(x, (tuple, list)) and x else x, seen)
+        if cost > MAX_HASHED:
+            raise ValueError(f"a set or dict whose keys would take over {MAX_HASHED} items to "
+                             "hash")
+    return got
+
+
+def _set(items: Any = ()) -> set[Any]:
+    return set(_unique(items))
+
+
+def _frozenset(items: Any = ()) -> frozenset[Any]:
+    return frozenset(_unique(items))
+
+
+def _dict(items: Any = (), **kw: Any) -> dict[Any, Any]:
+    return dict(_unique(items.items() if isinstance(items, dict) else items, True), **kw)
 
 
 class _OrderedDict(dict[Any, Any]):
     """``collections.OrderedDict`` read as a dict that also takes attributes (a module's
     ``state_dict`` carries ``_metadata``)."""
+
+    def __init__(self, items: Any = (), **kw: Any) -> None:
+        super().__init__(_unique(items.items() if isinstance(items, dict) else items, True),
+                         **kw)
 
 
 _TORCH_WHITELIST: dict[tuple[str, str], Any] = {
@@ -209,17 +288,18 @@ _TORCH_WHITELIST: dict[tuple[str, str], Any] = {
     ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
     ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type,
     ("collections", "OrderedDict"): _OrderedDict,
-    ("builtins", "set"): set,
-    ("builtins", "frozenset"): frozenset,
+    ("builtins", "set"): _set,
+    ("builtins", "frozenset"): _frozenset,
     ("builtins", "tuple"): tuple,
     ("builtins", "list"): list,
-    ("builtins", "dict"): dict,
-    ("__builtin__", "set"): set,
+    ("builtins", "dict"): _dict,
+    ("__builtin__", "set"): _set,
     # Reduced by a C builtin, so a .metadata's many sizes and tensor properties run no Python
-    # frame: torch.Size((64, 64)) is the tuple (64, 64), a layout its name, a DCP memory
+    # frame (tuple and int copy or read nothing the pre-scan has not charged):
+    # torch.Size((64, 64)) is the tuple (64, 64), a layout its name, a DCP memory
     # format encoding its number.
     ("torch", "Size"): tuple,
-    ("torch.serialization", "_get_layout"): str,
+    ("torch.serialization", "_get_layout"): _layout,
     ("torch.distributed.checkpoint.metadata", "_MEM_FORMAT_ENCODING"): int,
 }
 
@@ -231,13 +311,56 @@ _DTYPE_NAMES = {
 }
 
 
+SAFE_GLOBALS = frozenset({
+    # what torch.load's default (weights_only=True) accepts besides tensors, storages, dtypes
+    "torch.Size", "torch.device", "torch.Tensor", "torch.nn.parameter.Parameter",
+    "torch.serialization._get_layout", "collections.OrderedDict", "collections.Counter",
+    "_codecs.encode", "builtins.bytearray", "builtins.set", "builtins.complex",
+    "torch._tensor._rebuild_from_type_v2", "torch.per_tensor_affine",
+    "torch.per_tensor_symmetric", "torch.per_channel_affine", "torch.per_channel_symmetric",
+    "torch.per_channel_affine_float_qparams",
+    *(f"torch._utils.{f}" for f in (
+        "_rebuild_parameter", "_rebuild_parameter_with_state", "_rebuild_qtensor",
+        "_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3", "_rebuild_sparse_tensor",
+        "_rebuild_meta_tensor_no_storage", "_rebuild_nested_tensor", "_rebuild_wrapper_subclass",
+        "_rebuild_device_tensor_from_numpy", "_rebuild_device_tensor_from_cpu_tensor")),
+    # plain containers this reader maps to builtins
+    "builtins.frozenset", "builtins.tuple", "builtins.list", "builtins.dict", "__builtin__.set",
+    # what torch.distributed.checkpoint writes in a .metadata (its reader allows them)
+    "torch.distributed.checkpoint.filesystem._StorageInfo", "pathlib.PosixPath",
+    "pathlib.WindowsPath", "pathlib._local.PosixPath", "pathlib._local.WindowsPath",
+})
+"""Globals a checkpoint's pickle may name without being refused (read as stubs or inert
+placeholders all the same): what ``torch.load`` accepts by default (``weights_only=True``:
+torch 2.13's ``torch._weights_only_unpickler._get_allowed_globals``), torch's storage types and
+dtypes, and the classes of ``torch.distributed.checkpoint.metadata`` (any name of that module)
+with the storage info and paths DCP writes beside them."""
+
+#: modules any of whose names is safe (DCP's metadata dataclasses and enums)
+_SAFE_MODULES = ("torch.distributed.checkpoint.metadata",)
+
+
+def is_safe_global(module: str, name: str, allowed: frozenset[str] = frozenset()) -> bool:
+    """Whether the global ``module.name`` is in :data:`SAFE_GLOBALS`, in ``allowed`` (a
+    framework's own classes, as ``module.qualname``), is a torch storage type or dtype, or
+    belongs to a module of :data:`_SAFE_MODULES`."""
+    qual = f"{module}.{name}"
+    if qual in SAFE_GLOBALS or qual in allowed or module in _SAFE_MODULES:
+        return True
+    return module == "torch" and (name.endswith("Storage") or name in _DTYPE_NAMES)
+
+
 class _RestrictedUnpickler(pickle.Unpickler):
-    def __init__(self, data: bytes):
+    def __init__(self, data: bytes, allowed: frozenset[str] = frozenset()):
         super().__init__(io.BytesIO(data))
         self.refused: set[str] = set()
         self.storages: list[StorageRef] = []
+        self.allowed = allowed
 
     def find_class(self, module: str, name: str) -> Any:
+        # Python 2 names (protocol 2 pickles, torch.save's) as Python 3 reads them
+        module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
+        module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         stub = _TORCH_WHITELIST.get((module, name))
         if stub is not None:
             return stub
@@ -246,7 +369,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
         if module == "torch" and name in _DTYPE_NAMES:
             return DType(name)
         qual = f"{module}.{name}"
-        if not module.startswith(("torch.", "pathlib")) and module != "torch":
+        if not is_safe_global(module, name, self.allowed):
             self.refused.add(qual)
         return _refused_type(qual)
 
@@ -266,12 +389,21 @@ class Unpickled:
 
     obj: object
     refused: set[str] = field(default_factory=set)
+    storages: list[StorageRef] = field(default_factory=list)
 
 
-def read_pickle(data: bytes) -> Unpickled:
-    """Unpickle ``data`` with the restricted unpickler (module doc). Raises UnreadableFile
-    (``size_mismatch`` when the stream ends early, ``schema_unsupported`` otherwise)."""
-    u = _RestrictedUnpickler(data)
+def read_pickle(data: bytes, allowed: frozenset[str] = frozenset(),
+                budget: PickleBudget = PICKLE_BUDGET) -> Unpickled:
+    """Unpickle ``data`` with the restricted unpickler (module doc) once
+    :func:`~.pickle_scan.scan_pickle` found it within ``budget``. ``allowed``: globals not to
+    count as refused beyond :data:`SAFE_GLOBALS` (``module.qualname``). Raises UnreadableFile
+    (``size_mismatch`` when the stream ends early, ``schema_unsupported`` otherwise: malformed,
+    or over the budget, the detail saying which limit)."""
+    try:
+        scan_pickle(data, budget)
+    except OverBudget as e:
+        raise UnreadableFile(e.code, f"pickle of {len(data)} bytes: {e.detail}") from None
+    u = _RestrictedUnpickler(data, allowed)
     try:
         obj = u.load()
     except EOFError as e:
@@ -282,7 +414,7 @@ def read_pickle(data: bytes) -> Unpickled:
         raise UnreadableFile(code, f"not a readable pickle ({len(data)} bytes): {e}") from e
     except Exception as e:  # malformed opcodes, a stub used in a way no stub supports
         raise UnreadableFile("schema_unsupported", f"not a readable pickle: {e!r}"[:300]) from e
-    return Unpickled(obj, u.refused)
+    return Unpickled(obj, u.refused, u.storages)
 
 
 # --- torch.save zip files ----------------------------------------------------------------------
@@ -301,14 +433,17 @@ class TorchFile:
 ZIP_MAGIC = b"PK\x03\x04"
 
 
-def read_torch_zip(fileobj: IO[bytes] | io.BufferedIOBase | io.RawIOBase,
-                   size: int) -> TorchFile:
+def read_torch_zip(fileobj: IO[bytes] | io.BufferedIOBase | io.RawIOBase, size: int,
+                   allowed: frozenset[str] = frozenset(),
+                   budget: PickleBudget = PICKLE_BUDGET) -> TorchFile:
     """Read a ``torch.save`` file (zip format) from a seekable binary reader of ``size`` bytes.
 
-    Checks: a central directory (a truncated zip has none), one ``*/data.pkl`` that the restricted
-    unpickler reads, and every storage it refers to present as ``*/data/<key>`` with at least
-    ``numel * item bytes`` bytes. Legacy (pre-1.6, non-zip) files come back with ``legacy=True``
-    and nothing checked. Raises UnreadableFile."""
+    Checks: a central directory (a truncated zip has none), one ``*/data.pkl`` of at most
+    ``budget.bytes`` bytes as the zip declares it (a larger one is not read: a zip of 63 KiB may
+    declare 64 MiB), that :func:`read_pickle` reads within ``budget``, and every storage it
+    refers to present as ``*/data/<key>`` with at least ``numel * item bytes`` bytes. Globals
+    outside :data:`SAFE_GLOBALS` and ``allowed`` come back in ``refused``. Legacy (pre-1.6,
+    non-zip) files come back with ``legacy=True`` and nothing checked. Raises UnreadableFile."""
     fileobj.seek(0)
     head = fileobj.read(4)
     if head != ZIP_MAGIC:
@@ -322,42 +457,49 @@ def read_torch_zip(fileobj: IO[bytes] | io.BufferedIOBase | io.RawIOBase,
                                               f"truncated while written or copied ({e})") from e
     with zf:
         infos = {i.filename: i for i in zf.infolist()}
-        pkl = [n for n in infos if n.endswith("/data.pkl") or n == "data.pkl"]
-        if len(pkl) != 1:
-            raise UnreadableFile("schema_unsupported", f"{len(pkl)} data.pkl records in the zip")
-        prefix = pkl[0][:-len("data.pkl")]
-        for info in infos.values():
-            end = info.header_offset + info.compress_size + len(info.filename) + 30
-            if end > size:
-                raise UnreadableFile("size_mismatch", f"record {info.filename} ends past the "
-                                                      f"file's {size} bytes")
-        if infos[pkl[0]].file_size > MAX_PICKLE_BYTES:
-            raise UnreadableFile("schema_unsupported", "data.pkl over "
-                                                       f"{MAX_PICKLE_BYTES} bytes: not read")
-        try:
-            data = zf.read(pkl[0])
-        except (zipfile.BadZipFile, OSError, EOFError) as e:
-            raise UnreadableFile("size_mismatch", f"data.pkl unreadable: {e}") from e
-        u = _RestrictedUnpickler(data)
-        try:
-            obj = u.load()
-        except EOFError as e:
-            raise UnreadableFile("size_mismatch", "data.pkl ends early") from e
-        except Exception as e:
-            raise UnreadableFile("schema_unsupported", f"data.pkl unreadable: {e!r}"[:300]) from e
-        seen: set[str] = set()
-        for ref in u.storages:
-            if ref.key in seen:
-                continue
-            seen.add(ref.key)
-            found = infos.get(f"{prefix}data/{ref.key}")
-            if found is None:
-                raise UnreadableFile("size_mismatch", f"storage data/{ref.key} is not in the zip")
-            if ref.nbytes is not None and found.file_size < ref.nbytes:
-                raise UnreadableFile("size_mismatch", f"storage data/{ref.key} holds "
-                                                      f"{found.file_size} bytes, needs "
-                                                      f"{ref.nbytes}")
-        return TorchFile(obj, u.storages, u.refused)
+        data, prefix = _data_pkl(zf, infos, size, budget)
+        got = read_pickle(data, allowed, budget)
+        _check_storages(infos, prefix, got.storages)
+        return TorchFile(got.obj, got.storages, got.refused)
+
+
+def _data_pkl(zf: zipfile.ZipFile, infos: dict[str, zipfile.ZipInfo], size: int,
+              budget: PickleBudget) -> tuple[bytes, str]:
+    """The bytes of a torch zip's one ``data.pkl`` and the records' prefix, once every record
+    ends within the file and the pickle declares at most ``budget.bytes``."""
+    pkl = [n for n in infos if n.endswith("/data.pkl") or n == "data.pkl"]
+    if len(pkl) != 1:
+        raise UnreadableFile("schema_unsupported", f"{len(pkl)} data.pkl records in the zip")
+    for info in infos.values():
+        end = info.header_offset + info.compress_size + len(info.filename) + 30
+        if end > size:
+            raise UnreadableFile("size_mismatch", f"record {info.filename} ends past the "
+                                                  f"file's {size} bytes")
+    declared = infos[pkl[0]].file_size
+    if declared > budget.bytes:
+        raise UnreadableFile("schema_unsupported", f"data.pkl declares {declared} bytes, over "
+                                                   f"the {budget.bytes} a pickle may have: not "
+                                                   "read")
+    try:
+        return zf.read(pkl[0]), pkl[0][:-len("data.pkl")]
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
+        raise UnreadableFile("size_mismatch", f"data.pkl unreadable: {e}") from e
+
+
+def _check_storages(infos: dict[str, zipfile.ZipInfo], prefix: str,
+                    storages: list[StorageRef]) -> None:
+    seen: set[str] = set()
+    for ref in storages:
+        if ref.key in seen:
+            continue
+        seen.add(ref.key)
+        found = infos.get(f"{prefix}data/{ref.key}")
+        if found is None:
+            raise UnreadableFile("size_mismatch", f"storage data/{ref.key} is not in the zip")
+        if ref.nbytes is not None and found.file_size < ref.nbytes:
+            raise UnreadableFile("size_mismatch", f"storage data/{ref.key} holds "
+                                                  f"{found.file_size} bytes, needs "
+                                                  f"{ref.nbytes}")
 
 
 # --- torch.distributed.checkpoint .metadata ----------------------------------------------------
@@ -386,8 +528,6 @@ def read_dcp_metadata(data: bytes) -> DcpMetadata:
     with the restricted unpickler. Returns its storage items (``storage_data``: MetadataIndex ->
     _StorageInfo(relative_path, offset, length)) and the keys of ``state_dict_metadata``. Raises
     UnreadableFile when it is not such a pickle."""
-    if len(data) > MAX_PICKLE_BYTES:
-        raise UnreadableFile("schema_unsupported", f".metadata over {MAX_PICKLE_BYTES} bytes")
     got = read_pickle(data)
     md = got.obj
     if not isinstance(md, Refused) or not md.name.endswith("checkpoint.metadata.Metadata"):
@@ -427,7 +567,8 @@ class DcpLayout(NamedTuple):
     there). ``key``: the bytes before it (everything that declares the state dict and the
     storage items), with the covering protocol-4 frame's length left out; ``tail``: the
     opcodes after it, as ``(name, argument)`` with literal arguments (strings, numbers, frame
-    lengths) as None; ``strings``: the string literals of the tail."""
+    lengths) as None, and ``STACK_GLOBAL``'s the two strings before it (the global it names,
+    compared like any opcode); ``strings``: the string literals of the tail."""
 
     key: bytes
     tail: tuple[tuple[str, Any], ...]
@@ -442,7 +583,7 @@ def dcp_layout(data: bytes) -> DcpLayout | None:
     import pickletools
 
     at = data.rfind(_STORAGE_META_KEY)
-    if at < 0 or data.rfind(b"\x8c\x0cstorage_data", 0, at) < 0:
+    if at < 0 or data.rfind(b"\x8c\x0cstorage_data", 0, at) < 0 or len(data) - at > MAX_TAIL:
         return None
     v = at + len(_STORAGE_META_KEY)
     if data[v:v + 1] == b"\x94":  # MEMOIZE
@@ -464,7 +605,8 @@ def dcp_layout(data: bytes) -> DcpLayout | None:
     try:
         for op, arg, pos in pickletools.genops(data[v:]):
             literal = op.name in _LITERALS
-            tail.append((op.name, None if literal else arg))
+            tail.append((op.name, tuple(strings[-2:]) if op.name == "STACK_GLOBAL"
+                         else None if literal else arg))
             if literal and isinstance(arg, str):
                 strings.append(arg)
             if op.name == "STOP":
@@ -477,6 +619,11 @@ def dcp_layout(data: bytes) -> DcpLayout | None:
         return None
     return DcpLayout(key, tuple(tail), tuple(strings))
 
+
+MAX_TAIL = 64 * 1024
+"""Bytes from ``storage_meta`` to a ``.metadata``'s end that :func:`dcp_layout` reads at most
+(``FileSystemWriter`` writes a few hundred): a longer tail is not split, so the file is decoded
+on its own, within the pickle budget."""
 
 #: opcodes without argument (byte -> pickletools name) that :func:`_plain_tail` reads itself
 _BARE_OPS = {0x94: "MEMOIZE", 0x93: "STACK_GLOBAL", 0x29: "EMPTY_TUPLE", 0x81: "NEWOBJ",
@@ -502,7 +649,10 @@ def _plain_tail(data: bytes, v: int
             tail.append(("STOP", None))
             return (tuple(tail), tuple(strings)) if p + 1 == n else ()
         name = bare.get(b)
-        if name is not None:
+        if name == "STACK_GLOBAL":  # the names it imports are no literal: compared
+            add((name, tuple(strings[-2:])))
+            p += 1
+        elif name is not None:
             add((name, None))
             p += 1
         elif b == 0x8c and p + 1 < n:  # SHORT_BINUNICODE: one length byte, UTF-8
