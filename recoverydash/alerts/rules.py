@@ -40,8 +40,10 @@ a state rule about the run, its subjects listed generically).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -63,6 +65,7 @@ from recoverydash.recovery.figures import (
     silent_reporters,
     youngest_silent,
 )
+from recoverydash.recovery.result import AnalysisResult, ClockFields, GenerationEntry, RestartEntry
 from recoverydash.runs.models import Analysis
 
 __all__ = ["CLOCK_RULES", "DEFAULT_CONTRACT", "EVENT_RULES", "RULES", "Condition", "Rule",
@@ -265,7 +268,7 @@ def silence_conditions(silence: dict | None) -> list[Condition]:
 CLOCK_RULES = ("checkpoint_stale", "rank_silent", "run_silent")
 
 
-def clock_conditions(result: dict, contract: dict, *, now: datetime,
+def clock_conditions(result: AnalysisResult | ClockFields, contract: dict, *, now: datetime,
                      first_event_at: datetime | None, last_received_at: datetime | None,
                      silence: dict | None = None) -> list[Condition]:
     """The conditions of ``CLOCK_RULES`` that hold now for a run that has not ended:
@@ -276,11 +279,12 @@ def clock_conditions(result: dict, contract: dict, *, now: datetime,
     ``Analysis.clock`` (``runs.models.clock_of``: the same figure; a summary then names no
     generation); times aware datetimes. Part of ``conditions``, and what the periodic evaluation
     computes for every run from stored columns (``alerts.evaluation.evaluate_chunk``)."""
-    found = []
+    found: list[Condition] = []
     max_age = float(contract["max_checkpoint_age_s"])
-    last = result.get("last_restorable")
+    # a stored clock keeps only the commit time of the last restorable generation
+    last: Mapping[str, Any] | None = result.get("last_restorable")
     age = seconds_since_last_restorable(result, now, first_event_at)
-    if checkpoint_stale(age, max_age):
+    if age is not None and checkpoint_stale(age, max_age):
         where = (f"last restorable {last['generation_id']} at update {last['update']:,}"
                  if last and "generation_id" in last else
                  "last restorable" if last else "no restorable checkpoint yet")
@@ -296,7 +300,8 @@ def clock_conditions(result: dict, contract: dict, *, now: datetime,
     return found + silence_conditions(silence)
 
 
-def conditions(result: dict, contract: dict, *, now: datetime, first_event_at: datetime | None,
+def conditions(result: AnalysisResult, contract: dict, *, now: datetime,
+               first_event_at: datetime | None,
                last_received_at: datetime | None, ended: bool,
                restore_failures: list[dict] | None = None,
                silence: dict | None = None) -> list[Condition]:
@@ -312,13 +317,13 @@ def conditions(result: dict, contract: dict, *, now: datetime, first_event_at: d
     """
     found: list[Condition] = restore_failed_conditions(restore_failures or [])
     generations = result.get("generations", [])
-    restorable_updates = [g["update"] for g in generations if g["status"] == "restorable"]
     last = result.get("last_restorable")
     if not ended:
         found += clock_conditions(result, contract, now=now, first_event_at=first_event_at,
                                   last_received_at=last_received_at, silence=silence)
     # every generation counted (the result lists only the newest ones in full)
-    by_status = (result.get("generations_summary") or {}).get("by_status")
+    summary = result.get("generations_summary")
+    by_status = summary.get("by_status") if summary else None
     if by_status is None:
         by_status = {}
         for g in generations:
@@ -327,65 +332,87 @@ def conditions(result: dict, contract: dict, *, now: datetime, first_event_at: d
     committed = sum(by_status.get(s, 0) for s in ("restorable", "rejected", "committed"))
     if committed and not last:
         found.append(no_restorable_condition(generations, by_status, undecided, now))
-    for g in generations:
-        if g["status"] != "rejected":
-            continue
-        if any(u > g["update"] for u in restorable_updates):
-            continue  # superseded by a newer restorable generation
-        codes = ", ".join(sorted({r["code"] for r in g.get("reasons", [])})) or "no reason given"
-        found.append(Condition("generation_rejected", g["generation_id"], "warning",
-                               f"Generation {g['generation_id']} (update {g['update']:,}) is "
-                               f"rejected: {codes}.", detail=codes,
-                               settled=settle.rejected_wait(undecided, g["update"], now)))
+    found += rejected_conditions(generations, undecided, now)
     for r in result.get("restarts", []):
-        attempt = str(r["attempt"])
-        codes = {f["code"] for f in r.get("findings", [])}
-        if r.get("verdict") != "unverified":
-            unit = "tokens" if r.get("units") == "tokens" else "positions"
-            if r["replayed"] > int(contract["max_replay_samples"]):
-                found.append(Condition(
-                    "restart_replay", attempt, "critical",
-                    f"Attempt {attempt} replayed {r['replayed']:,} committed {unit} "
-                    f"(contract allows {int(contract['max_replay_samples']):,})."))
-            if r["omitted"] > int(contract["max_omission_samples"]):
-                found.append(Condition(
-                    "restart_omission", attempt, "critical",
-                    f"Attempt {attempt} skipped {r['omitted']:,} {unit} that were never "
-                    f"trained on (contract allows {int(contract['max_omission_samples']):,})."))
-        if "samples_unknown" in codes:
-            # the core adds the finding once k's first update is settled (its verdict decided
-            # on what is in): settled evidence, docs/definitions.md#settled-evidence
-            why = next(f.get("detail") or "" for f in r["findings"]
-                       if f["code"] == "samples_unknown")
-            found.append(Condition(
-                "restart_unverified", attempt, "warning",
-                f"Attempt {attempt}'s restart is unverified: {why}. Record the samples of "
-                "every order (a span's indices) to know what it replayed or skipped.",
-                detail=why))
-        if "resumed_from_unrestorable" in codes:
-            found.append(Condition(
-                "resumed_from_unrestorable", attempt, "critical",
-                f"Attempt {attempt} resumed from {r.get('resumed_from') or 'an unknown state'}, "
-                "which is not a restorable generation."))
-        if "dataset_version_changed" in codes:
-            # the finding's detail names both versions (recovery.restarts: "dataset_version
-            # 'v1' -> 'v2'")
-            change = next(f.get("detail") or "" for f in r["findings"]
-                          if f["code"] == "dataset_version_changed")
-            found.append(Condition("dataset_version_changed", attempt, "warning",
-                                   f"Attempt {attempt} runs on another dataset version than the "
-                                   f"lineage it resumed" + (f": {change}." if change else "."),
-                                   detail=change))
-        if "world_size_changed" in codes:
-            found.append(Condition(
-                "world_size_changed", attempt, "info",
-                f"Attempt {attempt} resumed on {r['world_size_after']} ranks instead of "
-                f"{r['world_size_before']}: check the data partitioning and effective batch."))
+        found += restart_conditions(r, contract)
     return sorted(found, key=lambda c: (c.rule, c.subject))
 
 
-def no_restorable_condition(generations: list[dict], by_status: dict, undecided: list[dict],
-                            now: datetime) -> Condition:
+def rejected_conditions(generations: list[GenerationEntry], undecided: Sequence[Mapping[str, Any]],
+                        now: datetime) -> list[Condition]:
+    """``generation_rejected`` of each rejected generation of ``generations`` (a result's) not
+    superseded by a newer restorable one, settled unless an undecided generation may still
+    supersede it (``settle.rejected_wait``)."""
+    found: list[Condition] = []
+    restorable = [g["update"] for g in generations if g["status"] == "restorable"
+                  and g["update"] is not None]
+    for g in generations:
+        update = g["update"]
+        if g["status"] != "rejected" or update is None:  # no update: never a checkpoint_started
+            continue
+        if any(u is not None and u > update for u in restorable):
+            continue  # superseded by a newer restorable generation
+        codes = ", ".join(sorted({r["code"] for r in g.get("reasons", [])})) or "no reason given"
+        found.append(Condition("generation_rejected", g["generation_id"], "warning",
+                               f"Generation {g['generation_id']} (update {update:,}) is "
+                               f"rejected: {codes}.", detail=codes,
+                               settled=settle.rejected_wait(undecided, update, now)))
+    return found
+
+
+def restart_conditions(r: RestartEntry, contract: dict) -> list[Condition]:
+    """The conditions one restart ``r`` (a result's) raises: ``restart_replay`` and
+    ``restart_omission`` over the contract's limits (not for an ``unverified`` verdict),
+    ``resumed_from_unrestorable``, ``dataset_version_changed``, ``world_size_changed``."""
+    found: list[Condition] = []
+    attempt = str(r["attempt"])
+    codes = {f["code"] for f in r.get("findings", [])}
+    if r.get("verdict") != "unverified":
+        unit = "tokens" if r.get("units") == "tokens" else "positions"
+        if r["replayed"] > int(contract["max_replay_samples"]):
+            found.append(Condition(
+                "restart_replay", attempt, "critical",
+                f"Attempt {attempt} replayed {r['replayed']:,} committed {unit} "
+                f"(contract allows {int(contract['max_replay_samples']):,})."))
+        if r["omitted"] > int(contract["max_omission_samples"]):
+            found.append(Condition(
+                "restart_omission", attempt, "critical",
+                f"Attempt {attempt} skipped {r['omitted']:,} {unit} that were never "
+                f"trained on (contract allows {int(contract['max_omission_samples']):,})."))
+    if "samples_unknown" in codes:
+        # the core adds the finding once k's first update is settled (its verdict decided
+        # on what is in): settled evidence, docs/definitions.md#settled-evidence
+        why = next(f.get("detail") or "" for f in r["findings"]
+                   if f["code"] == "samples_unknown")
+        found.append(Condition(
+            "restart_unverified", attempt, "warning",
+            f"Attempt {attempt}'s restart is unverified: {why}. Record the samples of "
+            "every order (a span's indices) to know what it replayed or skipped.",
+            detail=why))
+    if "resumed_from_unrestorable" in codes:
+        found.append(Condition(
+            "resumed_from_unrestorable", attempt, "critical",
+            f"Attempt {attempt} resumed from {r.get('resumed_from') or 'an unknown state'}, "
+            "which is not a restorable generation."))
+    if "dataset_version_changed" in codes:
+        # the finding's detail names both versions (recovery.restarts: "dataset_version
+        # 'v1' -> 'v2'")
+        change = next(f.get("detail") or "" for f in r["findings"]
+                      if f["code"] == "dataset_version_changed")
+        found.append(Condition("dataset_version_changed", attempt, "warning",
+                               f"Attempt {attempt} runs on another dataset version than the "
+                               f"lineage it resumed" + (f": {change}." if change else "."),
+                               detail=change))
+    if "world_size_changed" in codes:
+        found.append(Condition(
+            "world_size_changed", attempt, "info",
+            f"Attempt {attempt} resumed on {r['world_size_after']} ranks instead of "
+            f"{r['world_size_before']}: check the data partitioning and effective batch."))
+    return found
+
+
+def no_restorable_condition(generations: list[GenerationEntry], by_status: dict,
+                            undecided: Sequence[Mapping[str, Any]], now: datetime) -> Condition:
     """``no_restorable_generation`` of a run with committed generations and no restorable one
     on the live lineage: restorable only in another attempt's lineage, or none restorable at
     all; settled unless undecided generations of the live lineage may still be restorable
@@ -440,7 +467,7 @@ def failures_of_attempt(attempt: int, restore_failures: list | None,
             for f in restore_failures or []]
 
 
-def stored_median(result: dict | None, attempt: int) -> float | None:
+def stored_median(result: AnalysisResult | ClockFields | None, attempt: int) -> float | None:
     """The median update interval (seconds) of attempt ``attempt`` as the stored analysis
     observed it: ``update_interval`` of the result (or of its ``Analysis.clock``), written by the
     core (``recovery.figures.update_interval``) from the ledger state. None when the analysis
@@ -453,7 +480,8 @@ def stored_median(result: dict | None, attempt: int) -> float | None:
     return float(median) if isinstance(median, (int, float)) else None
 
 
-def silence_from(attempt: int, ended_at, seen_at: dict, result: dict | None,
+def silence_from(attempt: int, ended_at, seen_at: dict,
+                 result: AnalysisResult | ClockFields | None,
                  now: datetime) -> dict | None:
     """``silence_conditions``' input for the newest attempt ``attempt`` (its ``ended_at`` and
     ``seen_at``, ``{reporter: time}`` of its RankSeen rows, ``Attempt.ranks_seen``) and the
@@ -466,7 +494,8 @@ def silence_from(attempt: int, ended_at, seen_at: dict, result: dict | None,
             "ages": reporter_ages(seen_at, now)}
 
 
-def silence_of(run, now: datetime, result: dict | None = None) -> dict | None:
+def silence_of(run, now: datetime,
+              result: AnalysisResult | None = None) -> dict | None:
     """What ``silence_conditions`` needs of the run's newest attempt (docs/definitions.md#silence),
     read from stored state only: its RankSeen rows (when the server last received an event of
     each reporter) and the median update interval the stored analysis ``result`` (default: the
@@ -621,9 +650,13 @@ def evaluate_runs(runs, now: datetime | None = None) -> list[AlertFlip]:
             told = told_of.setdefault(run_id, set())
             told.add((rule, subject))
             told.update((rule, s["subject"]) for s in subjects or [])
-        kept, opened, resolved, steps = [], [], [], []
+        kept: list = []
+        opened: list = []
+        resolved: list = []
+        steps: list = []
         for run_id in sorted(results):
-            run, result = by_pk[run_id], results[run_id]
+            run = by_pk[run_id]
+            result: AnalysisResult = results[run_id]
             silence = None
             if seen.get(run_id):
                 _, attempt, ended_at = newest[run_id]
@@ -737,7 +770,7 @@ def write_words(alerts: list[Alert], now: datetime) -> None:
 def held_subjects(open_alerts: list) -> set:
     """``(rule, subject)`` of every subject the open alerts ``open_alerts`` list (an alert
     stored before alerts listed subjects: its own subject)."""
-    held = set()
+    held: set[tuple[str, str]] = set()
     for a in open_alerts:
         held.update((a.rule, i["subject"]) for i in a.subjects or [])
         if not a.subjects:
@@ -766,7 +799,8 @@ def _items(rule: str, found: list[Condition], alert, now: datetime) -> list[dict
 
 
 def _plan_run(run, holding: list[Condition], open_alerts: list, told: set, now: datetime,
-              kept: list, opened: list, resolved: list, steps: list, result: dict | None = None,
+              kept: list, opened: list, resolved: list, steps: list,
+              result: AnalysisResult | None = None,
               ended: bool = False) -> None:
     """What :func:`evaluate_runs` writes for one run: its conditions ``holding``
     (:func:`settled_holding` of them) grouped per rule against its open alerts (locked,
@@ -804,7 +838,8 @@ def _plan_run(run, holding: list[Condition], open_alerts: list, told: set, now: 
 
 
 def _plan_rule(run, rule: str, found: list[Condition], alert, told: set, now: datetime,
-               kept: list, opened: list, steps: list, result: dict, ended: bool) -> None:
+               kept: list, opened: list, steps: list, result: AnalysisResult,
+               ended: bool) -> None:
     """:func:`_plan_run` for the conditions ``found`` of one rule and its open alert (or None)."""
     info = rule_info(rule)
     items = _items(rule, found, alert, now)

@@ -19,12 +19,15 @@ that was on its way): the latter, within ``RECOVERYDASH_FLAP_WINDOW_S`` of joini
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 
 from recoverydash.recovery.figures import awaited
 from recoverydash.recovery.inputs import format_time, parse_time
+from recoverydash.recovery.result import AnalysisResult
 
 #: Rules whose subjects are cleared by a restorable generation (the fact is its commit time).
 CLEARED_BY_RESTORABLE = ("checkpoint_stale", "no_restorable_generation")
@@ -35,15 +38,15 @@ def bound_s() -> float:
     return float(settings.RECOVERYDASH_UNDECIDED_BOUND_S)
 
 
-def _names(entries: list[dict], limit: int = 3) -> str:
+def _names(entries: Sequence[Mapping[str, Any]], limit: int = 3) -> str:
     ids = [str(g.get("generation_id")) for g in entries]
     return ", ".join(ids[:limit]) + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
 
 
-def overdue_words(overdue: list[dict], now, duration) -> str:
+def overdue_words(overdue: Sequence[Mapping[str, Any]], now, duration) -> str:
     """``u4, u6 committed 12m 00s ago and still undecided (storage_unverified)``: the undecided
     generations a rule stopped waiting for, the oldest's age, and why they are undecided."""
-    oldest = min((parse_time(g.get("committed_at")) for g in overdue
+    oldest = min((float(parse_time(g["committed_at"])) for g in overdue
                   if g.get("committed_at") is not None), default=None)
     codes = sorted({c for g in overdue for c in g.get("reasons") or []})
     why = ", ".join(codes) if codes else "not verified, or the ledger not settled at its update"
@@ -52,7 +55,7 @@ def overdue_words(overdue: list[dict], now, duration) -> str:
             f"{duration(bound_s())} the rules wait")
 
 
-def no_restorable_wait(undecided: list[dict], now, duration) -> tuple[bool, str]:
+def no_restorable_wait(undecided: Sequence[Mapping[str, Any]], now, duration) -> tuple[bool, str]:
     """``no_restorable_generation`` (docs/definitions.md#settled-evidence): ``(settled, words)``.
     The undecided generations of the live lineage (``live``) are *maybe* restorable: the rule
     waits while some is within the bound and none has outlived it (verification that stalls
@@ -67,7 +70,7 @@ def no_restorable_wait(undecided: list[dict], now, duration) -> tuple[bool, str]
     return True, ""
 
 
-def rejected_wait(undecided: list[dict], update: int, now) -> bool:
+def rejected_wait(undecided: Sequence[Mapping[str, Any]], update: int, now) -> bool:
     """``generation_rejected`` of a generation at ``update``: settled unless an undecided
     generation at a higher update (which would supersede it once restorable, as a restorable one
     does) is within the bound and none of those has outlived it."""
@@ -76,7 +79,8 @@ def rejected_wait(undecided: list[dict], update: int, now) -> bool:
     return not waiting or bool(overdue)
 
 
-def stale_wait(undecided: list[dict], now, age: float, max_age: float) -> tuple[bool, list]:
+def stale_wait(undecided: Sequence[Mapping[str, Any]], now, age: float,
+               max_age: float) -> tuple[bool, list]:
     """``checkpoint_stale`` at checkpoint age ``age`` over the limit ``max_age`` (seconds):
     ``(settled, overdue)``. It waits for the undecided generations of the live lineage committed
     before the age crossed the limit (``now - age + max_age``) whose commit, once restorable,
@@ -103,7 +107,7 @@ def _since(item: dict, alert) -> float | None:
     return when
 
 
-def departure(rule: str, item: dict, alert, result: dict, now: datetime,
+def departure(rule: str, item: dict, alert, result: AnalysisResult, now: datetime,
               ended: bool) -> dict:
     """Why the subject ``item`` (an ``Alert.subjects`` entry) of ``alert`` clears at ``now``,
     judged on the stored analysis ``result``: ``{"subject", "held_s", "cause", "detail",
@@ -121,7 +125,8 @@ def departure(rule: str, item: dict, alert, result: dict, now: datetime,
             "flap": cause == "unchanged" and held is not None and held <= window}
 
 
-def _committed_after(generation: dict | None, since: float | None) -> tuple[str, str]:
+def _committed_after(generation: Mapping[str, Any] | None,
+                     since: float | None) -> tuple[str, str]:
     """The cause a restorable ``generation`` (``{"generation_id", "committed_at"}``) gives."""
     if not generation:
         return "unknown", ""
@@ -135,7 +140,7 @@ def _committed_after(generation: dict | None, since: float | None) -> tuple[str,
                          "told: the evidence was not settled")
 
 
-def _cause(rule: str, item: dict, result: dict, since: float | None,
+def _cause(rule: str, item: dict, result: AnalysisResult, since: float | None,
            ended: bool) -> tuple[str, str]:
     if ended:
         return "changed", "the run ended"
@@ -150,8 +155,9 @@ def _cause(rule: str, item: dict, result: dict, since: float | None,
         if mine.get("status") != "rejected":
             return "unchanged", (f"{mine.get('status')} now: it was rejected on evidence that "
                                  "was not settled")
-        last = result.get("last_restorable") or {}
-        if isinstance(last.get("update"), int) and last["update"] > (mine.get("update") or -1):
+        last = result.get("last_restorable")
+        top = last.get("update") if last else None
+        if isinstance(top, int) and top > (mine.get("update") or -1):
             return _committed_after(last, since)
         return "unknown", "superseded by a newer restorable generation"
     if rule in ("run_silent", "rank_silent"):

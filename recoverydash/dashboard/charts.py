@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 from datetime import datetime
+from typing import Any
 
 from django.core.cache import cache
 from django.db.models.fields.json import KT
@@ -36,6 +37,13 @@ from django.utils.safestring import mark_safe
 from recoverydash.alerts.rules import contract_of
 from recoverydash.dashboard.queries import as_datetime, freshness
 from recoverydash.recovery.figures import seconds_since_last_restorable
+from recoverydash.recovery.result import (
+    AnalysisResult,
+    Charts,
+    CostsEntry,
+    RestartEntry,
+    StratumEntry,
+)
 from recoverydash.runs.models import Analysis, Attempt, Generation
 
 MAX_POINTS = 2000
@@ -92,7 +100,8 @@ def downsample_gapped(xs: list, ys: list, max_points: int = MAX_POINTS) -> tuple
     """``downsample`` for a series broken by gaps (``None`` values: a restart between attempts):
     each run of values gets a share of ``max_points`` in proportion to its length, and the gaps
     are kept as single ``None`` points so the line breaks there."""
-    segments, current = [], []
+    segments: list = []
+    current: list = []
     for x, y in zip(xs, ys):
         if y is None:
             if current:
@@ -103,7 +112,8 @@ def downsample_gapped(xs: list, ys: list, max_points: int = MAX_POINTS) -> tuple
     if current:
         segments.append(current)
     total = sum(len(seg) for seg in segments)
-    out_x, out_y = [], []
+    out_x: list = []
+    out_y: list = []
     for seg in segments:
         budget = max(4, int(max_points * len(seg) / total) - 1)
         sx, sy = downsample([p[0] for p in seg], [p[1] for p in seg], budget)
@@ -190,19 +200,22 @@ def run_window(run, attempts: list, now: datetime) -> tuple[datetime | None, dat
     return start, end
 
 
-def tslrc_series(result: dict, now: datetime, first_event_at: datetime | None = None) \
+def tslrc_series(result: AnalysisResult, now: datetime, first_event_at: datetime | None = None) \
         -> tuple[list, list]:
     """The core's sawtooth of seconds since the last restorable generation
     (``result["charts"]["tslrc"]``, ``recovery.figures.tslrc_sawtooth``) as (times, seconds),
     its last tooth extended from the analysis' time to ``now`` by the core's
     ``seconds_since_last_restorable`` (what the headline shows). An ended run's series stops at
     its end. ``([], [])`` when the stored analysis has no series."""
-    block = (result.get("charts") or {}).get("tslrc") or {}
-    xs, ys = list(block.get("time") or []), list(block.get("seconds") or [])
+    block = result.get("charts", {}).get("tslrc")
+    xs: list = list(block.get("time") or []) if block else []
+    ys: list = list(block.get("seconds") or []) if block else []
     if not xs:
         return [], []
     current = seconds_since_last_restorable(result, now, first_event_at)
-    if result.get("ended_at") is None and current is not None and as_datetime(xs[-1]) < now:
+    last = as_datetime(xs[-1])
+    if result.get("ended_at") is None and current is not None and last is not None \
+            and last < now:
         xs.append(now.isoformat())
         ys.append(current)
     return xs, ys
@@ -364,7 +377,7 @@ def tslrc_figure(xs: list, seconds: list, limit_s: float, window: tuple | None =
     xs, seconds = downsample(xs, seconds)
     div, unit = seconds_unit(max(seconds))
     x_iso = [x.isoformat() if isinstance(x, datetime) else x for x in xs]
-    data = [
+    data: list[dict[str, Any]] = [
         {"type": "scatter", "mode": "lines", "name": "time since last restorable",
          "x": x_iso, "y": [round(s / div, 3) for s in seconds],
          "line": {"color": "#0969da", "width": 2},
@@ -439,7 +452,7 @@ def cursors_figure(committed: dict | None, fetched: dict, restorable: dict,
     return time_figure({"data": data, "layout": layout}, window)
 
 
-def restart_positions_figure(restarts: list[dict]) -> dict:
+def restart_positions_figure(restarts: list[RestartEntry]) -> dict:
     """Per restart (docs/definitions.md#replayed, #omitted, #recomputed):
     positions ``replayed`` (consumed again within the
     lineage), ``omitted`` (skipped, never consumed) and ``recomputed`` (redone after a rollback:
@@ -460,20 +473,20 @@ def restart_positions_figure(restarts: list[dict]) -> dict:
     return {"data": data, "layout": layout}
 
 
-def restart_seconds_figure(restarts: list[dict]) -> dict:
+def restart_seconds_figure(restarts: list[RestartEntry]) -> dict:
     """Per restart (docs/definitions.md#lost-seconds, #recovery-seconds): ``lost_seconds`` (from the commit of
     the restored update to the failure) and ``recovery_seconds`` (from the failure to the first
     committed update of the new attempt). A value not known yet is drawn as no bar and labelled."""
     if not restarts:
         return empty_figure("Lost and recovery time per restart", "No restart yet.")
     x = [f"attempt {r['attempt']}" for r in restarts]
-    top = max([r.get(k) or 0 for r in restarts for k in ("lost_seconds", "recovery_seconds")]
-              or [0])
+    lost = [r.get("lost_seconds") for r in restarts]
+    recovery = [r.get("recovery_seconds") for r in restarts]
+    top = max([v or 0 for v in lost + recovery] or [0])
     div, unit = seconds_unit(top)
     data = []
-    for name, key, colour in (("lost", "lost_seconds", "#cf222e"),
-                              ("recovery", "recovery_seconds", "#0969da")):
-        values = [r.get(key) for r in restarts]
+    for name, values, colour in (("lost", lost, "#cf222e"),
+                                 ("recovery", recovery, "#0969da")):
         data.append({"type": "bar", "name": f"{name} ({unit})", "x": x,
                      "y": [None if v is None else round(v / div, 2) for v in values],
                      "text": ["not known yet" if v is None else f"{v / div:,.1f}"
@@ -486,7 +499,7 @@ def restart_seconds_figure(restarts: list[dict]) -> dict:
     return {"data": data, "layout": layout}
 
 
-def strata_figure(strata: list[dict]) -> dict:
+def strata_figure(strata: list[StratumEntry]) -> dict:
     """Per stratum (docs/definitions.md#duplicate-rate, #omission-rate):
     ``duplicate_rate`` = duplicates /
     consumed and ``omission_rate`` = omissions / (omissions + distinct consumed), in percent,
@@ -514,7 +527,7 @@ def strata_figure(strata: list[dict]) -> dict:
     return {"data": data, "layout": layout}
 
 
-def interval_figure(costs: dict) -> dict:
+def interval_figure(costs: CostsEntry | dict) -> dict:
     """docs/definitions.md#young-interval (sqrt(2 x measured save cost x MTBF), the interval
     that minimises expected loss) beside docs/definitions.md#observed-interval (the interval the
     run actually uses), both as the core computed them (``costs["young_interval_seconds"]``,
@@ -543,7 +556,7 @@ def interval_figure(costs: dict) -> dict:
 
 # --- assembling the run page's figures ------------------------------------------------------------
 
-def committed_from_core(charts_block: dict | None) -> dict | None:
+def committed_from_core(charts_block: Charts | dict | None) -> dict | None:
     """The core's ``committed_cursor`` (per attempt, points with a cursor list) as columns
     ``{"t", "update", "cursor": {stratum: [...]}}`` in time order, with a gap (None) between
     attempts so that a restart shows as a break in the line, not a slope."""
@@ -552,7 +565,9 @@ def committed_from_core(charts_block: dict | None) -> dict | None:
         return None
     strata = sorted({c.get("stratum", "") for a in per_attempt for p in a.get("points", [])
                      for c in p.get("cursor") or []})
-    t, updates, cursor = [], [], {s: [] for s in strata}
+    t: list = []
+    updates: list = []
+    cursor: dict[str, list] = {s: [] for s in strata}
     for a in sorted(per_attempt, key=lambda a: (a.get("points") or [{}])[0].get("time") or ""):
         points = a.get("points") or []
         if not points:
@@ -571,7 +586,7 @@ def committed_from_core(charts_block: dict | None) -> dict | None:
     return {"t": t, "update": updates, "cursor": cursor}
 
 
-def fetched_from_core(charts_block: dict | None) -> dict | None:
+def fetched_from_core(charts_block: Charts | dict | None) -> dict | None:
     """The core's heartbeat read cursors as ``{stratum: (times, positions)}``; None if absent."""
     per_attempt = (charts_block or {}).get("fetched")
     if per_attempt is None:
@@ -604,7 +619,8 @@ def build_run_figures(run, now: datetime | None = None) -> dict:
     now = now or timezone.now()
     # One read of the whole result: PostgreSQL detoasts the document once per key expression,
     # so several key lookups on a large result cost more than one full read (bench/dashboard.py).
-    result = Analysis.objects.filter(run=run).values_list("result", flat=True).first() or {}
+    stored = Analysis.objects.filter(run=run).values_list("result", flat=True).first()
+    result: AnalysisResult = stored if stored else {}
     attempts = list(Attempt.objects.filter(run=run).order_by("attempt"))
     window = run_window(run, attempts, now)
     gen_rows = []
@@ -619,7 +635,7 @@ def build_run_figures(run, now: datetime | None = None) -> dict:
                          "time": t.isoformat() if t else None, "commit": committed_at,
                          "cursor": cursor})
     xs, ys = tslrc_series(result, now, run.first_event_at)
-    core_charts = result.get("charts") or {}
+    core_charts = result.get("charts")
     committed = committed_from_core(core_charts)
     fetched = fetched_from_core(core_charts) or {}
     restarts = result.get("restarts") or []

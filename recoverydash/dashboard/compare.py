@@ -17,6 +17,7 @@ from django.utils import timezone
 from recoverydash.alerts.rules import contract_of
 from recoverydash.dashboard import charts, queries
 from recoverydash.recovery.figures import seconds_since_last_restorable
+from recoverydash.recovery.result import AnalysisResult
 from recoverydash.runs.models import Analysis, Run
 
 MIN_RUNS, MAX_RUNS = 2, 4
@@ -59,7 +60,7 @@ def compared_runs(user, keys: list[tuple[str, str]], now: datetime | None = None
     """The runs named by ``keys`` that ``user`` may see (others are left out, as unknown ones
     are), at most ``MAX_RUNS``, each with the core's figures of its stored analysis at ``now``."""
     now = now or timezone.now()
-    out = []
+    out: list[Compared] = []
     for project, run_id in keys[:MAX_RUNS]:
         try:
             run = queries.run_named(user, project, run_id)
@@ -69,11 +70,12 @@ def compared_runs(user, keys: list[tuple[str, str]], now: datetime | None = None
             contract_of(run)["max_checkpoint_age_s"]))
         result = Analysis.objects.filter(run=run).values_list("result", "health").first()
         if result is not None:
-            data, item.health = result[0] or {}, result[1] or "unknown"
+            data: AnalysisResult = result[0] if result[0] else {}
+            item.health = result[1] or "unknown"
             item.seconds_since_restorable = seconds_since_last_restorable(
                 data, now, run.first_event_at)
             item.updates_at_risk = data.get("updates_at_risk")
-            item.goodput = (data.get("costs") or {}).get("goodput")
+            item.goodput = data.get("costs", {}).get("goodput")
             item.restarts = list(data.get("restarts") or [])
             item.tslrc = charts.tslrc_series(data, now, run.first_event_at)
         out.append(item)

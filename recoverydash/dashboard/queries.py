@@ -13,6 +13,7 @@ pages that do not draw them: page queries pick the small keys with JSON key look
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 from datetime import datetime, timezone as dt_timezone
 
 from django.db.models import Count, Q, Sum
@@ -25,6 +26,8 @@ from recoverydash.alerts.rules import contract_of, silence_of
 from recoverydash.recovery.figures import (checkpoint_stale, logger_rewind_update,
                                            seconds_since_last_restorable)
 from recoverydash.recovery.restarts import cursor_gaps
+from recoverydash.recovery.result import (AnalysisResult, CostsEntry, GenerationEntry,
+                                          LastRestorableEntry, RestartEntry, StratumEntry)
 from recoverydash.recovery.windows import first_window_comparison
 from recoverydash.runs.models import (Analysis, ApiToken, AuditWindow, Attempt, Event,
                                       Generation, LedgerRow, Project, Run)
@@ -356,11 +359,11 @@ class RunSummary:
     contract: dict
     seconds_since_restorable: float | None
     limit_s: float
-    last_restorable: dict | None
+    last_restorable: LastRestorableEntry | None
     updates_at_risk: int
-    restarts: list
-    strata: list
-    costs: dict
+    restarts: list[RestartEntry]
+    strata: list[StratumEntry]
+    costs: CostsEntry | dict    # {} when the stored result has none
     freshness: dict
     rejected: list = field(default_factory=list)   # newest rejected generations
     # restorable generations outside the live lineage (the live attempt resumed from a state
@@ -400,7 +403,7 @@ class RunSummary:
                  "silent": k in silent} for k in keys]
 
     @property
-    def last_restart(self) -> dict | None:
+    def last_restart(self) -> RestartEntry | None:
         return self.restarts[-1] if self.restarts else None
 
     @property
@@ -408,7 +411,8 @@ class RunSummary:
         """The newest attempt whose restore failed with nothing restored after it
         (docs/ingest-v1.md#restore_failed) when it is newer than the last restart analysed (an
         attempt that died loading shows here, not the older restart's verdict), else None."""
-        after = (self.last_restart or {}).get("attempt", -1)
+        last = self.last_restart
+        after = last["attempt"] if last else -1
         failed = [a for a in self.attempts if a.restore_failed and a.attempt > after]
         return failed[-1] if failed else None
 
@@ -443,7 +447,8 @@ def run_summary(run, now: datetime | None = None) -> RunSummary:
     recent generations and the run's alerts."""
     now = now or timezone.now()
     a = load_small_analysis(run)
-    result = {k: (a or {}).get(f"r_{k}") for k in SMALL_KEYS}
+    # the SMALL_KEYS of the stored result, each None when absent
+    result = cast(AnalysisResult, {k: (a or {}).get(f"r_{k}") for k in SMALL_KEYS})
     summary = RunSummary(
         run=run, analysis=a,
         health=(a or {}).get("health") or "unknown",
@@ -572,9 +577,9 @@ def generation_detail(run, generation_id: str) -> GenerationDetail:
                        "reported": report is not None,
                        "update": report.update if report else None, "components": cells})
     analysis = getattr(run, "analysis", None)
-    stored = next((g for g in ((analysis.result or {}).get("generations") or []
-                               if analysis is not None else [])
-                   if g.get("generation_id") == generation_id), {})
+    result: AnalysisResult = analysis.result if analysis is not None and analysis.result else {}
+    stored: GenerationEntry | dict = next(
+        (g for g in result.get("generations") or [] if g["generation_id"] == generation_id), {})
     reasons = list(gen.reasons or [])
     required_by_contract = contract_of(run)["required_components"]
     contract_missing = []

@@ -21,6 +21,7 @@ from pydantic import Field
 
 from recoverydash.alerts.models import Alert
 from recoverydash.recovery.figures import seconds_since_last_restorable
+from recoverydash.recovery.result import AnalysisResult
 from recoverydash.runs.analysis import AnalysisFailed
 from recoverydash.runs.models import Analysis, Run
 
@@ -175,7 +176,7 @@ def recovery_view(run: Run) -> dict:
     alert rows."""
     now = timezone.now()
     analysis = Analysis.objects.filter(run=run).first()
-    result = analysis.result if analysis else {}
+    result: AnalysisResult = analysis.result if analysis else {}
     alerts = [a.to_dict() for a in Alert.objects.filter(run=run).order_by("-opened_at")[:200]]
     return {
         "run_id": run.run_id,

@@ -21,8 +21,10 @@ whether 100 or 100,000 runs are stored.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, F, Min, Q, Sum
@@ -33,6 +35,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from recoverydash.alerts.models import SEVERITIES, Alert, Delivery, WebhookEndpoint
 from recoverydash.recovery.contract import effective_contract
 from recoverydash.recovery.figures import seconds_since_last_restorable
+from recoverydash.recovery.result import ClockFields, RestartEntry, StratumEntry
 from recoverydash.runs.models import CheckpointObject, Run
 
 RUN = ("project", "run_id")
@@ -179,7 +182,7 @@ class RecoverydashCollector:
         yield from self.service_families(names, now)
 
     # --- per run ---------------------------------------------------------------------------
-    def run_families(self, now):
+    def run_families(self, now: datetime) -> Iterator[Any]:
         rows, eligible = exported_runs(self.projects, now)
         fam = {name: _family(name) for name in METRICS if name.startswith("recoverydash_run_")}
         open_alerts: dict[tuple[int, str], int] = {}
@@ -189,10 +192,10 @@ class RecoverydashCollector:
             open_alerts[(a["run_id"], a["severity"])] = a["n"]
         for row in rows:
             labels = [row["project_name"], row["run_id"]]
-            seconds = seconds_since_last_restorable(
-                {"last_restorable": row["last_restorable"],
-                 "first_event_at": row["result_first_event_at"], "ended_at": row["ended_at"]},
-                now, row["first_event_at"])
+            clock: ClockFields = {"last_restorable": row["last_restorable"],
+                                  "first_event_at": row["result_first_event_at"],
+                                  "ended_at": row["ended_at"]}
+            seconds = seconds_since_last_restorable(clock, now, row["first_event_at"])
             if seconds is not None:
                 fam["recoverydash_run_seconds_since_last_restorable"].add_metric(labels, seconds)
             if isinstance(row["updates_at_risk"], int):
@@ -200,18 +203,19 @@ class RecoverydashCollector:
             for health in HEALTHS:
                 fam["recoverydash_run_health"].add_metric(labels + [health],
                                                           float(row["health"] == health))
-            restarts = row["restarts"] or []
+            restarts: list[RestartEntry] = row["restarts"] or []
             fam["recoverydash_run_restarts"].add_metric(labels, len(restarts))
             if restarts:
                 last = restarts[-1]
                 fam["recoverydash_run_last_restart_attempt"].add_metric(labels, last["attempt"])
-                for field in ("replayed", "omitted", "recomputed"):
-                    fam[f"recoverydash_run_last_restart_{field}"].add_metric(labels, last[field])
+                for field, count in (("replayed", last["replayed"]), ("omitted", last["omitted"]),
+                                     ("recomputed", last["recomputed"])):
+                    fam[f"recoverydash_run_last_restart_{field}"].add_metric(labels, count)
                 for verdict in VERDICTS:
                     fam["recoverydash_run_last_restart_verdict"].add_metric(
                         labels + [verdict], float(last.get("verdict") == verdict))
-            strata = sorted(row["result_strata"] or [], key=lambda s: (-s.get("consumed", 0),
-                                                               s["stratum"]))
+            stored: list[StratumEntry] = row["result_strata"] or []
+            strata = sorted(stored, key=lambda s: (-s.get("consumed", 0), s["stratum"]))
             for stratum in strata[:MAX_STRATA_PER_RUN]:
                 fam["recoverydash_run_stratum_duplicate_rate"].add_metric(
                     labels + [stratum["stratum"]], stratum["duplicate_rate"])

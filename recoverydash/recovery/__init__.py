@@ -18,7 +18,9 @@ Calling it
     analysis.to_dict()   # run_id, health, last_restorable, seconds_since_last_restorable,
                          # updates_at_risk, generations, restarts, strata (spec 5) + costs, charts
                          # (committed_cursor, fetched, tslrc), restorable_elsewhere (ids
-                         # restorable outside the live lineage), first_event_at, ended_at
+                         # restorable outside the live lineage), first_event_at, ended_at:
+                         # typed as result.AnalysisResult (TypedDicts, the one definition of
+                         # the shape every reader annotates its value with)
     seconds_since_last_restorable(stored_dict, later)  # figures.py: the same figure at a later
                                                        # time, from the stored dict
     plan = restore_plan(analysis, world_size=64)      # plan.status_code 200 or 409, plan.body
@@ -143,6 +145,7 @@ _EXPORTS = {
     "RunView": "view",
     "identity_position": "positions",
     "Restart": "restarts",
+    "AnalysisResult": "result",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -6,23 +6,36 @@ Every figure is computed by a function named after it (:mod:`.figures`, :mod:`.c
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from types import SimpleNamespace
+from typing import Any
 
 from .costs import Costs, cost_basis, costs_at
 from .counting import count_strata
-from .figures import (committed_frontier, fetched_cursor, health_at, health_basis,
-                      last_restorable,
-                      logger_rewind_update, newer_undecided, restorable_on, run_ended_at,
-                      seconds_since_last_restorable, tslrc_sawtooth, undecided_generations,
-                      update_interval, updates_at_risk)
+from .figures import (
+    committed_frontier,
+    fetched_cursor,
+    health_at,
+    health_basis,
+    last_restorable,
+    logger_rewind_update,
+    newer_undecided,
+    restorable_on,
+    run_ended_at,
+    seconds_since_last_restorable,
+    tslrc_sawtooth,
+    undecided_generations,
+    update_interval,
+    updates_at_risk,
+)
 from .generations import GenerationVerdict, Reason, evaluate_generations
 from .inputs import RunInput, format_time
 from .ledger import Ledger
 from .lineage import Lineage
 from .restarts import Restart, analyse_restart
+from .result import AnalysisResult, Charts, GenerationsSummary, UndecidedEntry, UpdateInterval
 from .view import DEFAULT_SETTLE_SECONDS, RunView
 
 
@@ -47,7 +60,8 @@ class RunAnalysis:
     restarts: list = field(default_factory=list)
     strata: list = field(default_factory=list)
     costs: Costs = field(default_factory=Costs)
-    charts: dict = field(default_factory=dict)
+    charts: Charts = field(default_factory=lambda: Charts(committed_cursor=[], fetched=[],
+                                                          tslrc={"time": [], "seconds": []}))
     live_attempt: int | None = None
     #: restorable generations outside the live lineage (ids, by update), and per id the reason
     #: ``not_in_live_lineage`` the restore plan's 409 gives for it
@@ -63,14 +77,15 @@ class RunAnalysis:
     ended_at: float | None = None
     #: the newest attempt's median update interval (:func:`.figures.update_interval`):
     #: ``{"attempt", "median_s"}``, what the silence rules compare reporters' ages with
-    update_interval: dict | None = None
+    update_interval: UpdateInterval | None = None
     #: what the clock-driven figures are recomputed from at a later time without the inputs
     #: (:func:`clock_basis`), None when they cannot be
     clock_basis: dict | None = None
 
-    def to_dict(self) -> dict:
-        """Spec 5's fields and ours (see the class docstring). ``generations`` is bounded
-        (:func:`shown_generations`); ``generations_summary`` counts them all."""
+    def to_dict(self) -> AnalysisResult:
+        """Spec 5's fields and ours (see the class docstring), shaped as
+        :class:`.result.AnalysisResult`. ``generations`` is bounded (:func:`shown_generations`);
+        ``generations_summary`` counts them all."""
         last = self.last_restorable
         shown = shown_generations(self.generations, last)
         return {
@@ -91,8 +106,10 @@ class RunAnalysis:
             "first_event_at": format_time(self.first_event_at),
             "ended_at": format_time(self.ended_at),
             "update_interval": self.update_interval,
-            "undecided": [{**g, "committed_at": format_time(g["committed_at"])}
-                          for g in self.undecided],
+            "undecided": [UndecidedEntry(
+                generation_id=g["generation_id"], update=g["update"],
+                committed_at=format_time(g["committed_at"]), live=g["live"],
+                reasons=g["reasons"]) for g in self.undecided],
         }
 
 
@@ -112,7 +129,7 @@ def shown_generations(verdicts: list, last: GenerationVerdict | None = None) -> 
             if i >= cut or (last is not None and v.generation_id == last.generation_id)]
 
 
-def generations_summary(verdicts: list, shown: int) -> dict:
+def generations_summary(verdicts: list, shown: int) -> GenerationsSummary:
     """``{"total": int, "shown": int, "by_status": {status: int}}``: every generation counted
     by status; ``shown`` how many the result lists in full (:func:`shown_generations`)."""
     by_status: dict = {}
@@ -130,7 +147,7 @@ CLOCK_DRIVEN_KEYS = ("health", "seconds_since_last_restorable", "costs")
 CLOCK_DRIVEN_CHARTS = ("tslrc",)
 
 
-def split_clock_driven(result: dict) -> tuple[dict, dict]:
+def split_clock_driven(result: Mapping[str, Any]) -> tuple[dict, dict]:
     """``(rest, clock_driven)`` of a :meth:`RunAnalysis.to_dict` (or a stored copy of one):
     ``clock_driven`` holds :data:`CLOCK_DRIVEN_KEYS` and, under ``charts``,
     :data:`CLOCK_DRIVEN_CHARTS`; ``rest`` every other key (``charts`` without those series).
@@ -176,9 +193,10 @@ def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None,
     if first_event is None:
         known = [a.started_at for a in attempts.values() if a.started_at is not None]
         first_event = min(known) if known else now
-    if not attempts:
+    live = view.live  # the newest attempt; None when there are none
+    if live is None:
         empty = RunAnalysis(run.run_id, now, "ok", None, None, 0, first_event_at=first_event)
-        basis = {"format": CLOCK_BASIS_FORMAT, "now": now, "settle_seconds": settle_seconds,
+        basis: dict[str, Any] = {"format": CLOCK_BASIS_FORMAT, "now": now, "settle_seconds": settle_seconds,
                  "earliest_unsettled": None, "first_event_at": first_event,
                  "last_committed_at": None, "ended_at": None, "health": None, "costs": None,
                  "restorable": []}
@@ -187,7 +205,6 @@ def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None,
         empty.charts = {"committed_cursor": [], "fetched": [],
                         "tslrc": tslrc_sawtooth([], first_event, now)}
         return empty
-    live = view.live
     verdicts = evaluate_generations(view, contract["required_components"], judged, fill,
                                     repeats, checks, checks_fill, absorbed)
     status = {v.generation_id: v.status for v in verdicts}

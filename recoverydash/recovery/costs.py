@@ -13,6 +13,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from .generations import Reason
+from .result import CostsEntry
 
 
 @dataclass
@@ -37,8 +38,14 @@ class Costs:
     observed_interval_seconds: float | None = None
     findings: list = field(default_factory=list)
 
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
+    def to_dict(self) -> CostsEntry:
+        return {"incidents": self.incidents, "wall_seconds": self.wall_seconds,
+                "useful_seconds": self.useful_seconds, "goodput": self.goodput,
+                "failures": self.failures, "mtbf_seconds": self.mtbf_seconds,
+                "median_save_seconds": self.median_save_seconds,
+                "young_interval_seconds": self.young_interval_seconds,
+                "observed_interval_seconds": self.observed_interval_seconds,
+                "findings": self.findings}
 
 
 def clamp_duration(seconds: float | None, what: str) -> tuple[float | None, Reason | None]:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 from pyroaring import BitMap64
 
+from .result import StratumEntry
+
 SAMPLES, TOKENS, MIXED = "samples", "tokens", "mixed"
 """The units of a stratum's positions (docs/definitions.md#units): a sample (the default) or a
 token of a packed stream (``sampler.units``); ``MIXED`` names a sum over strata of both."""
@@ -85,7 +87,7 @@ class StratumCount:
         total = self.omissions + self.distinct
         return self.omissions / total if total else 0.0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> StratumEntry:
         return {"stratum": self.stratum, "consumed": self.consumed,
                 "duplicates": self.duplicates, "omissions": self.omissions,
                 "duplicate_rate": self.duplicate_rate, "omission_rate": self.omission_rate,

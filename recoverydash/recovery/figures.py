@@ -15,11 +15,12 @@ Per-restart figures are in :mod:`.restarts`, per-stratum counts in :mod:`.counti
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from .heartbeats import CHART_POINTS
 from .inputs import AttemptRecord, format_time, parse_time
 from .lineage import cursor_of
+from .result import TslrcSeries, UpdateInterval
 
 #: CHART_POINTS (from :mod:`.heartbeats`): points per attempt in the committed frontier series,
 #: and between it and twice it in the fetched cursor series.
@@ -97,7 +98,8 @@ def undecided_generations(verdicts: list, lineage, last) -> list[dict]:
              "reasons": [r.code for r in v.reasons]} for v in out[:UNDECIDED_SHOWN]]
 
 
-def awaited(undecided: list[dict], now, bound_s: float) -> tuple[list, list]:
+def awaited(undecided: Sequence[Mapping[str, Any]], now,
+            bound_s: float) -> tuple[list, list]:
     """docs/definitions.md#settled-evidence: ``(waiting, overdue)``, the entries of
     ``undecided`` (:func:`undecided_generations`, times POSIX seconds or RFC 3339 strings, as a
     stored result has them) committed less than ``bound_s`` seconds before ``now``, and the
@@ -237,7 +239,7 @@ def newest_update_times(ledger, attempt: int | None,
     return out
 
 
-def update_interval(ledger, attempt: int | None) -> dict:
+def update_interval(ledger, attempt: int | None) -> UpdateInterval:
     """docs/definitions.md#median-update-interval of attempt ``attempt`` (the newest), as the
     stored analysis keeps it for the silence rules: ``{"attempt": attempt, "median_s": seconds or
     None}`` (:func:`median_update_interval` of :func:`newest_update_times`)."""
@@ -367,7 +369,7 @@ def health_at(basis: Mapping, seconds: float | None, age: float) -> str:
 TSLRC_TEETH = 500
 
 
-def tslrc_sawtooth(restorable: list, first_event_at: float, end: float) -> dict:
+def tslrc_sawtooth(restorable: list, first_event_at: float, end: float) -> TslrcSeries:
     """docs/definitions.md#seconds-since-last-restorable as a series over the run: at each time
     t, t minus ``committed_at`` of the newest (by ``(update, committed_at)``) generation among
     ``restorable`` committed by t; before any, t minus ``first_event_at``.

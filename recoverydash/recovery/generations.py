@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from .counting import epoch_tail
 from .inputs import AttemptRecord, GenerationRecord, is_adopted
 from .lineage import cursor_keys
+from .result import GenerationEntry, ReasonEntry
 
 #: Storage results that reject a generation (spec 5; ``object_outside_locations`` is ours: an
 #: object under none of the project's storage locations, which the server never reads).
@@ -39,7 +40,7 @@ class Reason:
     code: str
     detail: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> ReasonEntry:
         return {"code": self.code, "detail": self.detail}
 
 
@@ -69,10 +70,10 @@ class GenerationVerdict:
         """Whether a manifest is in (read from the record's head: no object list is touched)."""
         return self.record is not None and self.record.manifest_head() is not None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> GenerationEntry:
         """Spec 5's generation entry; ``notes`` (what could not be judged, which changes no
         status: :func:`adopted_notes`) only when there are any."""
-        out = {"generation_id": self.generation_id, "attempt": self.attempt,
+        out: GenerationEntry = {"generation_id": self.generation_id, "attempt": self.attempt,
                "update": self.update, "status": self.status,
                "reasons": [r.to_dict() for r in self.reasons]}
         if self.notes:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, overload
 
 from .contract import DEFAULT_CONTRACT, effective_contract
 
@@ -19,7 +19,13 @@ __all__ = ["DEFAULT_CONTRACT", "AttemptRecord", "GenerationRecord", "HeartbeatRe
            "parse_time"]
 
 
-def parse_time(value: "str | float | int | _dt.datetime | None") -> float | None:
+@overload
+def parse_time(value: None) -> None: ...
+@overload
+def parse_time(value: str | float | int | _dt.datetime) -> float: ...
+@overload
+def parse_time(value: str | float | int | _dt.datetime | None) -> float | None: ...
+def parse_time(value: str | float | int | _dt.datetime | None) -> float | None:
     """RFC 3339 timestamp (``2026-11-01T00:00:05Z`` or with an offset) -> POSIX seconds (UTC).
 
     Numbers pass through as floats, None stays None, an aware datetime gives its timestamp.

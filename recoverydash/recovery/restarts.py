@@ -36,6 +36,7 @@ from .counting import (
 from .generations import Reason
 from .ledger import COORDINATOR_RANK
 from .lineage import Resume, cursor_of
+from .result import RestartEntry
 
 Finding = Reason
 
@@ -63,13 +64,15 @@ class Restart:
     #: strata k consumed, ``"mixed"`` when they differ
     units: str = SAMPLES
 
-    def to_dict(self) -> dict:
-        out = {name: getattr(self, name) for name in (
-            "attempt", "resumed_from", "resumed_update", "world_size_before", "world_size_after",
-            "expected_cursor", "resume_cursor", "replayed", "omitted", "recomputed",
-            "lost_updates", "lost_seconds", "recovery_seconds", "verdict", "units")}
-        out["findings"] = [f.to_dict() for f in self.findings]
-        return out
+    def to_dict(self) -> RestartEntry:
+        return {"attempt": self.attempt, "resumed_from": self.resumed_from,
+                "resumed_update": self.resumed_update, "world_size_before": self.world_size_before,
+                "world_size_after": self.world_size_after,
+                "expected_cursor": self.expected_cursor, "resume_cursor": self.resume_cursor,
+                "replayed": self.replayed, "omitted": self.omitted, "recomputed": self.recomputed,
+                "lost_updates": self.lost_updates, "lost_seconds": self.lost_seconds,
+                "recovery_seconds": self.recovery_seconds, "verdict": self.verdict,
+                "units": self.units, "findings": [f.to_dict() for f in self.findings]}
 
 
 def expected_cursor(frontiers_at_u: dict, id_strata: set) -> list:

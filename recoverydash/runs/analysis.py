@@ -31,6 +31,7 @@ from django.utils import timezone
 
 from recoverydash import recovery
 from recoverydash.recovery.ledger import CONTINUED_FORMAT, STATE_FORMAT
+from recoverydash.recovery.result import AnalysisResult
 from recoverydash.runs.folding import unfold
 from recoverydash.runs.models import (GLOBAL_RANK, Analysis, Attempt, CheckpointObject,
                                       Generation, Heartbeat, InputChunk, InputDigest,
@@ -360,7 +361,8 @@ class StoredInputs:
         doc = _decode(blob[8:8 + size])
         if not isinstance(doc, dict) or doc.get("format") != 3:
             return None
-        entries, at = {}, 8 + size
+        entries: dict = {}
+        at = 8 + size
         for _chunk, length in doc["chunks"]:
             entries.update((int(k), v) for k, v in
                            _decode(blob[at:at + length]).items())
@@ -681,7 +683,9 @@ def _plain_rows(chunk: list) -> list:
     spans None, every other row's JSON decoded (one json.loads per chunk), stratum None; the
     global rank as None."""
     match, glob = PLAIN_SPANS.match, GLOBAL_RANK
-    out, others, where = [], [], []
+    out: list = []
+    others: list = []
+    where: list = []
     for attempt, update, rank, ranks, shift, when, text in chunk:
         found = match(text) if text is not None else None
         rank = None if rank == glob else rank
@@ -805,8 +809,8 @@ def _store_generation_statuses(verdicts: list, inputs: StoredInputs) -> int:
     return written
 
 
-def _clock_driven_only(analysis: Analysis, stored: dict, since: int, state,
-                       result: dict) -> dict | None:
+def _clock_driven_only(analysis: Analysis, stored: AnalysisResult | None, since: int, state,
+                       result: AnalysisResult) -> dict | None:
     """The clock-driven part of ``result`` (``recovery.split_clock_driven``) when that is all
     that differs from the stored result: nothing was absorbed into a continued state
     (``state`` None), the locked row ``analysis`` is error-free and still reflects ``since``,
@@ -1059,7 +1063,8 @@ def _analyze(run: Run, now: float | None, outcome: bool) -> tuple[Analysis, "rec
                     run_input.effective_contract()["required_components"])
                 repeats = inputs.repeats_for(pks)
                 checks = inputs.cursor_checks(pks, since)
-                fresh, checked = {}, {}
+                fresh: dict = {}
+                checked: dict = {}
                 found = recovery.analyze(run_input, now, ledger=ledger,
                                          settle_seconds=settings.RECOVERYDASH_SETTLE_S,
                                          judged=judged, fill=fresh, repeats=repeats,
@@ -1113,7 +1118,7 @@ def _analyze(run: Run, now: float | None, outcome: bool) -> tuple[Analysis, "rec
             # (its state then reflects at most target_seq: this one's is as good, stored
             # whole then)
             moved = analysis.ingest_seq != since
-            _store_parts(analysis, ledger.to_parts(every=True) if moved else state,
+            _store_parts(analysis, ledger.to_parts(every=True) if moved or state is None else state,
                          replace=moved or not continued)
             fields += ["state", "state_format"]
         # compared with what the rows hold (no read): a row another writer left behind the

@@ -18,6 +18,7 @@ from django.db import models
 from django.utils import timezone
 
 from recoverydash.recovery.inputs import same_manifest
+from recoverydash.recovery.result import AnalysisResult, ClockFields
 from recoverydash.runs.folding import unfold
 
 SCOPE_INGEST = "ingest"
@@ -743,7 +744,7 @@ class AuditWindow(models.Model):
         indexes = [models.Index(fields=["run", "attempt", "update"], name="audit_run_update")]
 
 
-def clock_of(result, first_event_at=None) -> dict:
+def clock_of(result: AnalysisResult | None, first_event_at=None) -> ClockFields:
     """The part of a stored analysis result that the core's
     ``figures.seconds_since_last_restorable`` reads: ``last_restorable`` (only its
     ``committed_at``), ``first_event_at`` (``first_event_at``, the run's, when the result has
@@ -766,11 +767,13 @@ def clock_of(result, first_event_at=None) -> dict:
     result = result if isinstance(result, dict) else {}
     last = result.get("last_restorable")
     committed = seconds(last.get("committed_at")) if isinstance(last, dict) else None
-    clock = {"last_restorable": {"committed_at": committed} if committed is not None else None,
-             "first_event_at": seconds(result.get("first_event_at") or first_event_at),
-             "ended_at": seconds(result.get("ended_at"))}
-    if isinstance(result.get("update_interval"), dict):
-        clock["update_interval"] = result["update_interval"]
+    clock: ClockFields = {
+        "last_restorable": {"committed_at": committed} if committed is not None else None,
+        "first_event_at": seconds(result.get("first_event_at") or first_event_at),
+        "ended_at": seconds(result.get("ended_at"))}
+    interval = result.get("update_interval")
+    if isinstance(interval, dict):
+        clock["update_interval"] = interval
     live = [g for g in result.get("undecided") or [] if isinstance(g, dict) and g.get("live")]
     if live:  # what checkpoint_stale waits for (docs/definitions.md#settled-evidence)
         clock["undecided"] = [{**g, "committed_at": seconds(g.get("committed_at"))}

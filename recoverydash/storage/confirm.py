@@ -21,10 +21,11 @@ from django.conf import settings
 from django.utils import timezone
 
 from recoverydash import recovery
-from recoverydash.checkpoints.objects import StorageError
+from recoverydash.checkpoints.objects import ObjectCheck, StorageError
+from recoverydash.recovery.result import AnalysisResult
 from recoverydash.runs.analysis import analyze_with_result, plan_restore, request_analysis
 from recoverydash.runs.models import CheckpointObject, Generation, Run
-from recoverydash.storage.locations import Locations
+from recoverydash.storage.locations import Locations, Resolved
 from recoverydash.storage.verification import (
     _enqueue_verification,
     _store,
@@ -59,8 +60,8 @@ class Confirmation:
 @dataclass
 class _Work:
     obj: CheckpointObject
-    where: object
-    result: object = None
+    where: Resolved
+    result: ObjectCheck | None = None
     error: str = ""
     done: bool = field(default=False)
 
@@ -112,7 +113,7 @@ def confirm_generation(generation: Generation, deadline: float) -> Confirmation:
             out.error = out.error or item.error
             continue
         out.checked += 1
-        if item.result.status in FAILURES and out.failed is None:
+        if item.result is not None and item.result.status in FAILURES and out.failed is None:
             _store(item.obj, item.result, item.where.uri)
             out.failed = (item.obj.uri, item.result.status, item.result.detail)
     out.seconds = time.monotonic() - started
@@ -122,7 +123,8 @@ def confirm_generation(generation: Generation, deadline: float) -> Confirmation:
 
 
 def _flipped_warning(c: Confirmation) -> dict:
-    uri, status, detail = c.failed
+    """The warning of a generation ``c`` that failed its re-check (``c.failed`` is set)."""
+    uri, status, detail = c.failed or ("?", "?", "?")
     return {"code": "generation_rejected",
             "detail": f"{c.generation_id} failed the storage re-check just now ({status}: {uri}: "
                       f"{detail}); it is rejected and not planned"}
@@ -221,8 +223,9 @@ def confirm_last_restorable(run: Run, *, max_age_s: float | None = None,
     from recoverydash.runs.models import Analysis
 
     analysis = Analysis.objects.filter(run=run).only("result").first()
-    last = ((analysis.result or {}).get("last_restorable") if analysis else None) or {}
-    gid = last.get("generation_id")
+    result: AnalysisResult = analysis.result if analysis and analysis.result else {}
+    last = result.get("last_restorable")
+    gid = last.get("generation_id") if last else None
     if not gid:
         return PageCheck(None)
     generation = Generation.objects.select_related("run").filter(run=run, generation_id=gid).first()
