@@ -95,19 +95,50 @@ def _install_save_fault(cfg: dict, rank: int, client):
         objects.write_manifest_atomically = write_manifest_atomically
 
 
-def rank_main(cfg: dict, rank: int, world: int) -> int:
+def _resume(cfg: dict, model, opt, sched, positions, client, io_kw: dict) -> tuple[int, dict]:
+    """A resumed attempt's restore: the newest restorable generation selected offline, loaded
+    into ``model``, ``opt`` and ``sched``, and the loader told where to resume (unless the
+    scenario's ``resume`` is one of the bugs it plays). Returns ``(update, resumed_from)``."""
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    from recoverydash.sdk import load_generation, resumed_from, select_restorable
+
+    sel = select_restorable(cfg["location"], s3_client=io_kw["s3_client"])  # offline: manifests
+    if sel.restorable is None:
+        raise RuntimeError("nothing restorable")
+    msd, osd = get_state_dict(model, opt)
+    small = load_generation(cfg["location"], sel.generation_id,
+                            state={"model": msd, "optimizer": osd}, client=client,
+                            **io_kw)
+    if small.generation_id is None:
+        raise RuntimeError("nothing restorable")
+    set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
+    sched.load_state_dict(small["scheduler"])
+    update = small.update
+    cursor = [dict(c) for c in small.cursor]
+    if cfg["resume"] == "read_cursor":      # the bug: the loader's own (read) position
+        with open(cfg["loader_state"]) as f:
+            cursor = json.load(f)["fetched"]
+    elif cfg["resume"] == "older":          # the bug: a cursor one global batch behind
+        gb = cfg["micro"] * cfg["accum"] * cfg["world_before"]
+        cursor = [{**c, "position": max(0, c["position"] - gb)} for c in cursor]
+    if cfg["resume"] != "not_restored":  # the bug: nothing tells the loader where it was
+        positions.resume_at(cursor)
+    start_from = resumed_from({"generation_id": small.generation_id, "update": update,
+                               "cursor": cursor})
+    return update, start_from
+
+
+def rank_main(cfg: dict, rank: int, world: int) -> int:
+    from torch.distributed.checkpoint.state_dict import get_state_dict
     from torch.utils.data import DistributedSampler, TensorDataset
 
     from recoverydash.integrations.pytorch import observed_loader
     from recoverydash.sdk import (
         Client,
         ObservedRecorder,
-        load_generation,
         make_generation_id,
-        resumed_from,
         save_generation,
-        select_restorable,
     )
     from recoverydash.sdk.observe import position_sampler_of
 
@@ -149,29 +180,7 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
     positions = position_sampler_of(loader)  # the PositionSampler around the DistributedSampler
     update, start_from = 0, None
     if cfg.get("resume"):
-        sel = select_restorable(cfg["location"], s3_client=s3)  # offline: manifests in storage
-        if sel.restorable is None:
-            raise RuntimeError("nothing restorable")
-        msd, osd = get_state_dict(model, opt)
-        small = load_generation(cfg["location"], sel.generation_id,
-                                state={"model": msd, "optimizer": osd}, client=client,
-                                **io_kw)
-        if small.generation_id is None:
-            raise RuntimeError("nothing restorable")
-        set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
-        sched.load_state_dict(small["scheduler"])
-        update = small.update
-        cursor = [dict(c) for c in small.cursor]
-        if cfg["resume"] == "read_cursor":      # the bug: the loader's own (read) position
-            with open(cfg["loader_state"]) as f:
-                cursor = json.load(f)["fetched"]
-        elif cfg["resume"] == "older":          # the bug: a cursor one global batch behind
-            gb = cfg["micro"] * cfg["accum"] * cfg["world_before"]
-            cursor = [{**c, "position": max(0, c["position"] - gb)} for c in cursor]
-        if cfg["resume"] != "not_restored":  # the bug: nothing tells the loader where it was
-            positions.resume_at(cursor)
-        start_from = resumed_from({"generation_id": small.generation_id, "update": update,
-                                   "cursor": cursor})
+        update, start_from = _resume(cfg, model, opt, sched, positions, client, io_kw)
     rec.start(resumed_from=start_from, global_batch_size=cfg["micro"] * accum * world,
               micro_batch_size=cfg["micro"], grad_accum_steps=accum)
     first_epoch = positions.epoch
