@@ -27,8 +27,6 @@ ALLOWED: dict[str, int] = {
     "recoverydash/recovery/ledger.py:_Lane.build": 34,
     "recoverydash/recovery/restarts.py:analyse_restart": 43,
     "recoverydash/recovery/windows.py:first_window_comparison": 47,
-    "recoverydash/runs/analysis.py:StoredInputs.repeats_for": 33,
-    "recoverydash/runs/analysis.py:_analyze": 43,
 }
 
 

@@ -19,7 +19,7 @@ import logging
 import re
 import time
 import zlib
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone as dt_timezone
 from typing import Any
 
@@ -497,34 +497,16 @@ class StoredInputs:
         rep = self.repeats
         view = set(pks.values())
         sigs, basis = rep["sigs"], rep["basis"]
-        full = basis is None or any(pk not in view for pk in sigs)
-        rows: dict = {}
-        if not full:
-            for pk in sorted(view):
-                if pk in sigs and pk not in self.changed:
-                    continue
-                row = repeat_row(self._record(pk))
-                if pk in sigs:
-                    if sigs[pk] != _row_sig(row):
-                        full = True
-                        break
-                    continue
-                rows[pk] = row
-        if not full:
-            compared = {pk: row for pk, row in rows.items() if row is not None}
-            if compared and basis["top"] is not None \
-                    and min(row[0] for row in compared.values()) <= basis["top"]:
-                full = True
-        if not full:
-            seen = self._seen(compared, sigs) if compared else {}
-            full = seen is None
-        if full:
+        continued = self._continued_repeats(view, sigs, basis)
+        if continued is None:  # every generation compared again
             self._load_chunks({pk // GENERATION_CHUNK for pk in view})
             rows = {pk: repeat_row(self._record(pk)) for pk in sorted(view)}
             compared = {pk: row for pk, row in rows.items() if row is not None}
-            basis, seen, sigs, found_by = None, {}, {}, {}
+            seen: dict = {}
+            basis, sigs, found_by = None, {}, {}
             self.digests, self.digests_replace = {}, True
         else:
+            rows, compared, seen = continued
             found_by = dict(rep["found"])
         out, first, basis = continue_repeats(list(compared.values()), basis, seen)
         for pk, row in rows.items():
@@ -539,6 +521,35 @@ class StoredInputs:
         ids = {pk: gid for gid, pk in pks.items()}
         return {ids[pk]: (stale, None if r is None else recovery.Reason(**r))
                 for pk, (stale, r) in found_by.items() if pk in ids}
+
+    def _continued_repeats(self, view: set, sigs: dict,
+                           basis: dict | None) -> tuple[dict, dict, dict] | None:
+        """:meth:`repeats_for` continued from the stored comparison (``sigs``, ``basis``) over
+        the generations ``view`` (pks): ``(rows, compared, seen)``, the repeat rows read (the
+        generations not compared before), those with a row, and the first occurrences of
+        their digests (:meth:`_seen`). None when every generation is to be compared again: no
+        comparison stored, a compared generation left or its row changed, a new one not above
+        every compared update, or a digest hit that cannot be confirmed."""
+        from recoverydash.recovery.generations import repeat_row
+
+        if basis is None or any(pk not in view for pk in sigs):
+            return None
+        rows: dict = {}
+        for pk in sorted(view):
+            if pk in sigs and pk not in self.changed:
+                continue
+            row = repeat_row(self._record(pk))
+            if pk in sigs:
+                if sigs[pk] != _row_sig(row):
+                    return None
+                continue
+            rows[pk] = row
+        compared = {pk: row for pk, row in rows.items() if row is not None}
+        if compared and basis["top"] is not None \
+                and min(row[0] for row in compared.values()) <= basis["top"]:
+            return None
+        seen = self._seen(compared, sigs) if compared else {}
+        return None if seen is None else (rows, compared, seen)
 
     def _seen(self, compared: dict, sigs: dict) -> dict | None:
         """``{(component, sha256): (update, generation_id)}`` of the first occurrences, among
@@ -1000,7 +1011,9 @@ def _clock_only(run: Run, analysis: Analysis, target_seq: int, now: float,
 
 def _analyze(run: Run, now: float | None, outcome: bool) -> tuple[Analysis, "recovery.RunAnalysis | None"]:
     """:func:`analyze_with_result`, or with ``outcome`` False :func:`analyze` (the clock-only
-    path allowed; the RunAnalysis is None when it was taken)."""
+    path allowed; the RunAnalysis is None when it was taken). In named steps: the stored
+    ledger state continued (:func:`_continued_ledger`), the rows written since absorbed, the
+    core run on the inputs (:func:`_core_pass`), the outcome stored (:func:`_store_pass`)."""
     started = time.monotonic()
     now = time.time() if now is None else now
     analysis, _ = Analysis.objects.defer("state", "inputs").get_or_create(run=run)
@@ -1013,29 +1026,8 @@ def _analyze(run: Run, now: float | None, outcome: bool) -> tuple[Analysis, "rec
             return done, None
     stored_state, stored_inputs, blocks = _stored_parts(analysis.pk)
     read_seq = analysis.ingest_seq
-    ledger = None
-    if stored_state:
-        # The stored state is that of the last analysis that succeeded (a refused one stores
-        # none), so it is continued after a refusal too.
-        try:
-            ledger = recovery.Ledger.from_parts(bytes(stored_state), blocks)
-        except ValueError:
-            log.warning("run %s: stored ledger state unreadable; rebuilding", run.pk)
-        if ledger is not None and ledger.state_format < CONTINUED_FORMAT:
-            log.info("run %s: ledger state of format %s, older than %s; rebuilding", run.pk,
-                     ledger.state_format, CONTINUED_FORMAT)
-            ledger = None
+    ledger = _continued_ledger(run, analysis, stored_state, blocks, target_seq)
     since = analysis.ingest_seq if ledger is not None else -1
-    if ledger is None and analysis.compacted_at is not None:
-        # docs/retention.md: raw rows the state had absorbed are gone; a rebuild from what is
-        # left would be an analysis of part of the run presented as the whole.
-        message = (f"the stored ledger state cannot be continued (unreadable or of a format "
-                   f"older than {CONTINUED_FORMAT}) and raw rows it had absorbed were compacted "
-                   f"on {analysis.compacted_at.isoformat()}: not rebuilt from the rest "
-                   f"(docs/retention.md)")
-        Analysis.objects.filter(pk=analysis.pk).update(error=message, error_at=timezone.now(),
-                                                       error_seq=target_seq)
-        raise AnalysisFailed(message)
     # The attempts and generations as the last analysis read them (StoredInputs), continued
     # with the rows written since (their seq above the one the copy reflects), or all rows.
     inputs = StoredInputs.from_bytes(stored_inputs, analysis.pk) if since >= 0 else None
@@ -1045,40 +1037,16 @@ def _analyze(run: Run, now: float | None, outcome: bool) -> tuple[Analysis, "rec
     try:
         if ledger is None:
             ledger = recovery.Ledger()
-        if unchanged:
-            # nothing written since the stored analysis (no batch, no storage result, no
-            # contract edit: each moves the run's ingest seq, runs.seq.mark_changed): no row
-            # of the run is read, the core runs on the stored state and inputs
-            absorbed, read = (0, 0), 0
+        # nothing written since the stored analysis (no batch, no storage result, no contract
+        # edit: each moves the run's ingest seq, runs.seq.mark_changed): no row of the run is
+        # read, the core runs on the stored state and inputs
+        absorbed = (0, 0)
         lowest: dict = {}  # {attempt: the lowest update absorbed}
         if not unchanged:
             absorbed = absorb_new(run, ledger, since, target_seq, lowest)
         run.refresh_from_db()
-        for rebuilt in (False, True):
-            try:
-                if not unchanged:
-                    read = inputs.read_changes(run, inputs_since)
-                run_input = inputs.run_input(run)
-                judged, pks = inputs.judgements(
-                    run_input.effective_contract()["required_components"])
-                repeats = inputs.repeats_for(pks)
-                checks = inputs.cursor_checks(pks, since)
-                fresh: dict = {}
-                checked: dict = {}
-                found = recovery.analyze(run_input, now, ledger=ledger,
-                                         settle_seconds=settings.RECOVERYDASH_SETTLE_S,
-                                         judged=judged, fill=fresh, repeats=repeats,
-                                         checks=checks, checks_fill=checked,
-                                         absorbed=lowest if checks is not None else None)
-                break
-            except InputsLost as exc:
-                if rebuilt:
-                    raise
-                # a chunk row the head names is gone: every Attempt and Generation row again
-                log.warning("run %s: stored inputs incomplete (%s); reading every row", run.pk,
-                            exc)
-                inputs, inputs_since, unchanged = StoredInputs(analysis.pk), -1, False
-        judged_now = inputs.keep(fresh, pks, checked)
+        found, inputs, inputs_since, read, judged_now = _core_pass(
+            run, analysis.pk, ledger, inputs, inputs_since, unchanged, since, now, lowest)
         inputs.checked_seq = target_seq
         result = found.to_dict()
         # nothing absorbed into a continued state: the stored parts are that state already;
@@ -1094,61 +1062,174 @@ def _analyze(run: Run, now: float | None, outcome: bool) -> tuple[Analysis, "rec
         Analysis.objects.filter(pk=analysis.pk).update(error=message, error_at=timezone.now(),
                                                        error_seq=target_seq)
         raise AnalysisFailed(message) from exc
-    stored_result = analysis.result
+    return _store_pass(run, _Pass(
+        analysis_pk=analysis.pk, stored_result=analysis.result, target_seq=target_seq,
+        read_seq=read_seq, since=since, now=now, started=started, ledger=ledger,
+        continued=continued, state=state, inputs=inputs, inputs_since=inputs_since, read=read,
+        judged_now=judged_now, found=found, result=result))
+
+
+def _continued_ledger(run: Run, analysis: Analysis, stored_state, blocks,
+                      target_seq: int) -> recovery.Ledger | None:
+    """The run's stored ledger state (``stored_state`` and its time ``blocks``) loaded to be
+    continued; None when there is none or it is unreadable or of a format older than
+    ``CONTINUED_FORMAT`` (the caller rebuilds it from the rows). Raises AnalysisFailed (and
+    stores the error) when it cannot be continued and raw rows it had absorbed were compacted:
+    a rebuild from what is left would be an analysis of part of the run presented as the
+    whole (docs/retention.md)."""
+    ledger = None
+    if stored_state:
+        # The stored state is that of the last analysis that succeeded (a refused one stores
+        # none), so it is continued after a refusal too.
+        try:
+            ledger = recovery.Ledger.from_parts(bytes(stored_state), blocks)
+        except ValueError:
+            log.warning("run %s: stored ledger state unreadable; rebuilding", run.pk)
+        if ledger is not None and ledger.state_format < CONTINUED_FORMAT:
+            log.info("run %s: ledger state of format %s, older than %s; rebuilding", run.pk,
+                     ledger.state_format, CONTINUED_FORMAT)
+            ledger = None
+    if ledger is None and analysis.compacted_at is not None:
+        message = (f"the stored ledger state cannot be continued (unreadable or of a format "
+                   f"older than {CONTINUED_FORMAT}) and raw rows it had absorbed were compacted "
+                   f"on {analysis.compacted_at.isoformat()}: not rebuilt from the rest "
+                   f"(docs/retention.md)")
+        Analysis.objects.filter(pk=analysis.pk).update(error=message, error_at=timezone.now(),
+                                                       error_seq=target_seq)
+        raise AnalysisFailed(message)
+    return ledger
+
+
+def _core_pass(run: Run, analysis_pk: int, ledger, inputs: StoredInputs, inputs_since: int,
+               unchanged: bool, since: int, now: float, lowest: dict) -> tuple:
+    """The core run on the run's inputs (``inputs`` continued with the rows written after
+    ``inputs_since`` unless ``unchanged``) and ``ledger``, with the judgements, repeats and
+    cursor checks kept from earlier analyses. When a chunk row the stored inputs name is gone
+    (InputsLost), once more on every Attempt and Generation row. Returns ``(RunAnalysis,
+    inputs, inputs_since, rows read, judgements kept)``, the last three as
+    :meth:`StoredInputs.read_changes` and :meth:`StoredInputs.keep` give them."""
+    read = 0
+    for rebuilt in (False, True):
+        try:
+            if not unchanged:
+                read = inputs.read_changes(run, inputs_since)
+            run_input = inputs.run_input(run)
+            judged, pks = inputs.judgements(
+                run_input.effective_contract()["required_components"])
+            repeats = inputs.repeats_for(pks)
+            checks = inputs.cursor_checks(pks, since)
+            fresh: dict = {}
+            checked: dict = {}
+            found = recovery.analyze(run_input, now, ledger=ledger,
+                                     settle_seconds=settings.RECOVERYDASH_SETTLE_S,
+                                     judged=judged, fill=fresh, repeats=repeats,
+                                     checks=checks, checks_fill=checked,
+                                     absorbed=lowest if checks is not None else None)
+            break
+        except InputsLost as exc:
+            if rebuilt:
+                raise
+            # a chunk row the head names is gone: every Attempt and Generation row again
+            log.warning("run %s: stored inputs incomplete (%s); reading every row", run.pk,
+                        exc)
+            inputs, inputs_since, unchanged = StoredInputs(analysis_pk), -1, False
+    return found, inputs, inputs_since, read, inputs.keep(fresh, pks, checked)
+
+
+@dataclass
+class _Pass:
+    """What one analysis pass computed, for :func:`_store_pass`: the Analysis row's pk and its
+    result as read before the pass, the seqs (the committed one analysed, the row's when read,
+    the one the continued state reflects, -1 for a rebuilt one), the clock (``now``, POSIX
+    seconds, and ``started``, ``time.monotonic()``), the ledger and its parts to store
+    (``state`` None: unchanged), the inputs and what they read and kept, and the outcome."""
+
+    analysis_pk: int
+    stored_result: AnalysisResult | None
+    target_seq: int
+    read_seq: int
+    since: int
+    now: float
+    started: float
+    ledger: Any
+    continued: bool
+    state: Any
+    inputs: StoredInputs
+    inputs_since: int
+    read: int
+    judged_now: Any
+    found: Any
+    result: AnalysisResult
+
+
+def _store_pass(run: Run, p: _Pass) -> tuple[Analysis, recovery.RunAnalysis]:
+    """Store the outcome of pass ``p`` on the locked Analysis row, unless a concurrent
+    analysis stored more events since (then that row is returned): the result (only its
+    clock-driven keys merged when nothing else changed), the ledger state, the inputs, the
+    generations' statuses, and send ``analysis_stored`` in the transaction."""
     with transaction.atomic():
         # the row again, locked, without the state and result read above (what is compared
         # below is the result as read above: a concurrent analysis that stored one since then
         # moved ingest_seq, or analysed the same inputs)
         analysis = Analysis.objects.select_for_update().defer("state", "result", "inputs").get(
-            pk=analysis.pk)
-        if analysis.ingest_seq > target_seq:
-            return analysis, found  # a concurrent analysis saw more events: keep it
+            pk=p.analysis_pk)
+        if analysis.ingest_seq > p.target_seq:
+            return analysis, p.found  # a concurrent analysis saw more events: keep it
         fields = ["health", "ingest_seq", "computed_at", "duration_s", "error", "error_at",
                   "error_seq", "clock_basis"]
-        analysis.clock_basis = recovery.clock_basis(found)
+        analysis.clock_basis = recovery.clock_basis(p.found)
         # nothing absorbed and the stored result equal but for its clock-driven figures
         # (recovery.split_clock_driven): only those are written, merged into the stored jsonb
         # (a few hundred bytes instead of the result with its generations and chart series),
         # and the generations' statuses, equal too, are not written again
-        timed = _clock_driven_only(analysis, stored_result, since, state, result)
+        timed = _clock_driven_only(analysis, p.stored_result, p.since, p.state, p.result)
         if timed is None:
             fields.append("result")
-        if state is not None or analysis.ingest_seq != since:
+        if p.state is not None or analysis.ingest_seq != p.since:
             # the state changed, or another analysis stored a state since this one read it
             # (its state then reflects at most target_seq: this one's is as good, stored
             # whole then)
-            moved = analysis.ingest_seq != since
-            _store_parts(analysis, ledger.to_parts(every=True) if moved or state is None else state,
-                         replace=moved or not continued)
+            moved = analysis.ingest_seq != p.since
+            _store_parts(analysis, p.ledger.to_parts(every=True) if moved or p.state is None
+                         else p.state, replace=moved or not p.continued)
             fields += ["state", "state_format"]
-        # compared with what the rows hold (no read): a row another writer left behind the
-        # result is put right even when the result itself is unchanged
-        written = _store_generation_statuses(found.generations, inputs)
-        if analysis.ingest_seq != read_seq and not (inputs.replace and inputs.digests_replace):
-            # another analysis stored inputs since this one read them: its chunk and digest
-            # rows are not this copy's base; the next analysis reads every row again
-            analysis.inputs = None
-            drop_inputs(analysis.pk)
-            fields.append("inputs")
-        elif read or written or judged_now or inputs_since < 0 or inputs.touched:
-            inputs.store(analysis.pk)
-            analysis.inputs = inputs.to_bytes()
-            fields.append("inputs")
+        fields += _store_inputs(analysis, p)
         if timed is not None:
             _merge_result(analysis, timed)
-        analysis.result = result
-        analysis.health = result["health"]
-        analysis.ingest_seq = target_seq
+        analysis.result = p.result
+        analysis.health = p.result["health"]
+        analysis.ingest_seq = p.target_seq
         analysis.computed_at = timezone.now()
-        analysis.duration_s = time.monotonic() - started
+        analysis.duration_s = time.monotonic() - p.started
         analysis.error, analysis.error_at, analysis.error_seq = "", None, -1
         analysis.save(update_fields=fields)
         # Receivers (the alert rules, ``alerts.evaluation.evaluate_stored``) run in this
         # transaction, under the Analysis row's lock: readers see the new ingest_seq (and
         # ``pending_analysis`` false) only together with the alerts of this analysis.
         analysis_stored.send(sender=Analysis, run=run, analysis=analysis,
-                             now=datetime.fromtimestamp(now, tz=dt_timezone.utc))
-    return analysis, found
+                             now=datetime.fromtimestamp(p.now, tz=dt_timezone.utc))
+    return analysis, p.found
+
+
+def _store_inputs(analysis: Analysis, p: _Pass) -> list[str]:
+    """Inside :func:`_store_pass`: the generations' statuses written where their rows differ,
+    and the inputs stored (or dropped, when another analysis stored its own since this one
+    read them); the Analysis fields to save."""
+    # compared with what the rows hold (no read): a row another writer left behind the
+    # result is put right even when the result itself is unchanged
+    written = _store_generation_statuses(p.found.generations, p.inputs)
+    inputs = p.inputs
+    if analysis.ingest_seq != p.read_seq and not (inputs.replace and inputs.digests_replace):
+        # another analysis stored inputs since this one read them: its chunk and digest
+        # rows are not this copy's base; the next analysis reads every row again
+        analysis.inputs = None
+        drop_inputs(analysis.pk)
+        return ["inputs"]
+    if p.read or written or p.judged_now or p.inputs_since < 0 or inputs.touched:
+        inputs.store(analysis.pk)
+        analysis.inputs = inputs.to_bytes()
+        return ["inputs"]
+    return []
 
 
 def analyze_queued(run_pk: int) -> Analysis | None:
