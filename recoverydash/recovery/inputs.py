@@ -301,47 +301,10 @@ class RunInput:
             record = attempt_of(number)
             if record.last_event_at is None or when > record.last_event_at:
                 record.last_event_at = when
-            if kind == "attempt_started":
-                record.started_at = when
-                for name in ("world_size", "dataset_version", "global_batch_size",
-                             "micro_batch_size", "grad_accum_steps", "config_digest"):
-                    setattr(record, name, event.get(name))
-                record.sampler = dict(event.get("sampler") or {})
-                record.resumed_from = event.get("resumed_from")
-                record.contract = event.get("contract")
-            elif kind == "update_committed":
-                run.ledger.append(LedgerRecord(number, int(event["update"]), event.get("rank"),
-                                               when, list(event.get("spans") or [])))
-            elif kind == "heartbeat":
-                run.heartbeats.append(HeartbeatRecord(number, event.get("rank"), when,
-                                                      int(event["update"]),
-                                                      list(event.get("fetched") or [])))
-            elif kind == "checkpoint_started":
-                gen = generation_of(event["generation_id"], number)
-                gen.attempt = number
-                gen.update = event.get("update")
-                gen.started_at = when
-                gen.required_shards = list(event.get("required_shards") or [])
-                gen.components = list(event.get("components") or [])
-            elif kind == "shard_written":
-                gen = generation_of(event["generation_id"], number)
-                gen.shards[event["shard"]] = ShardRecord(event.get("update"),
-                                                         list(event.get("objects") or []), when)
-            elif kind == "checkpoint_committed":
-                manifest = event["manifest"]
-                gen = generation_of(manifest["generation_id"], number)
-                if manifest not in gen.manifests:
-                    gen.manifests.append(manifest)
-                if gen.committed_at is None or when < gen.committed_at:
-                    gen.committed_at = when
-            elif kind == "restore_completed":
-                run.restores.append(RestoreRecord(number, event.get("generation_id"),
-                                                  float(event.get("seconds") or 0.0), when))
-            elif kind == "attempt_ended":
-                record.ended_at = when
-                record.end_reason = event.get("reason")
-                record.end_update = event.get("update")
-                record.end_fetched = list(event.get("fetched") or [])
+            if kind in GENERATION_EVENTS:
+                _apply_generation_event(kind, event, number, when, generation_of)
+            else:
+                _apply_attempt_event(run, record, kind, event, number, when)
         for gen in generations.values():
             uris = {o.get("uri") for m in gen.manifests for o in m.get("objects") or []}
             gen.object_checks = {uri: checks[uri] for uri in uris if uri in checks}
@@ -349,3 +312,60 @@ class RunInput:
         run.generations = list(generations.values())
         run.first_event_at = min(times) if times else None
         return run
+
+
+#: The event types :func:`_apply_generation_event` applies (the others are an attempt's).
+GENERATION_EVENTS = ("checkpoint_started", "shard_written", "checkpoint_committed")
+
+
+def _apply_attempt_event(run: RunInput, record: AttemptRecord, kind: str, event: dict,
+                         number: int, when: float) -> None:
+    """:meth:`RunInput.from_events` of one event of attempt ``number`` (its ``record``) that
+    is not a generation's, at ``when`` (POSIX seconds); an unknown type is ignored."""
+    if kind == "attempt_started":
+        record.started_at = when
+        for name in ("world_size", "dataset_version", "global_batch_size",
+                     "micro_batch_size", "grad_accum_steps", "config_digest"):
+            setattr(record, name, event.get(name))
+        record.sampler = dict(event.get("sampler") or {})
+        record.resumed_from = event.get("resumed_from")
+        record.contract = event.get("contract")
+    elif kind == "update_committed":
+        run.ledger.append(LedgerRecord(number, int(event["update"]), event.get("rank"),
+                                       when, list(event.get("spans") or [])))
+    elif kind == "heartbeat":
+        run.heartbeats.append(HeartbeatRecord(number, event.get("rank"), when,
+                                              int(event["update"]),
+                                              list(event.get("fetched") or [])))
+    elif kind == "restore_completed":
+        run.restores.append(RestoreRecord(number, event.get("generation_id"),
+                                          float(event.get("seconds") or 0.0), when))
+    elif kind == "attempt_ended":
+        record.ended_at = when
+        record.end_reason = event.get("reason")
+        record.end_update = event.get("update")
+        record.end_fetched = list(event.get("fetched") or [])
+
+
+def _apply_generation_event(kind: str, event: dict, number: int, when: float,
+                            generation_of) -> None:
+    """:meth:`RunInput.from_events` of one event of :data:`GENERATION_EVENTS` sent by attempt
+    ``number`` at ``when``; ``generation_of(generation_id, attempt)`` gives the record."""
+    if kind == "checkpoint_started":
+        gen = generation_of(event["generation_id"], number)
+        gen.attempt = number
+        gen.update = event.get("update")
+        gen.started_at = when
+        gen.required_shards = list(event.get("required_shards") or [])
+        gen.components = list(event.get("components") or [])
+    elif kind == "shard_written":
+        gen = generation_of(event["generation_id"], number)
+        gen.shards[event["shard"]] = ShardRecord(event.get("update"),
+                                                 list(event.get("objects") or []), when)
+    elif kind == "checkpoint_committed":
+        manifest = event["manifest"]
+        gen = generation_of(manifest["generation_id"], number)
+        if manifest not in gen.manifests:
+            gen.manifests.append(manifest)
+        if gen.committed_at is None or when < gen.committed_at:
+            gen.committed_at = when
