@@ -21,9 +21,6 @@ LIMIT = 30
 ALLOWED: dict[str, int] = {
     "recoverydash/ingest/actions.py:_Projection._join_stored": 34,
     "recoverydash/recovery/generations.py:evaluate_generations": 52,
-    "recoverydash/recovery/ledger.py:Ledger._absorb_each": 35,
-    "recoverydash/recovery/ledger.py:Ledger.absorb_folded": 45,
-    "recoverydash/recovery/ledger.py:_Lane.build": 34,
     "recoverydash/recovery/restarts.py:analyse_restart": 43,
     "recoverydash/recovery/windows.py:first_window_comparison": 47,
 }

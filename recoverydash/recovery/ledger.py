@@ -406,32 +406,23 @@ class Ledger:
             for (attempt, update, rank, ranks, shift, when, spans, stratum, epoch, order,
                  start, stop, step) in rows:
                 count += ranks
-                mine = bands.get(attempt) if bands else None
-                if mine is not None:
-                    band = mine[0].get((rank, ranks, shift, stratum, epoch, order)) \
-                        if stratum is not None else None
-                    if band is not None and band.take(update, when, start, stop, step):
-                        continue
-                    if rank is not None:
-                        # the row's ranks see the state the bands holding them hold
-                        _drop_bands(mine, rank, ranks)
+                if bands and _banded(bands, attempt, update, rank, ranks, shift, when, stratum,
+                                     epoch, order, start, stop, step):
+                    continue
                 if attempt != current:
                     current = attempt
                     state = self.attempt(attempt)
                     touched.add(attempt)
                     absorbed, opened = state.absorbed, state.open
                 if stratum is None:
-                    self._absorb_each([LedgerRecord(attempt, update, rank, when, spans)]
-                                      if ranks <= 1 else
-                                      [LedgerRecord(attempt, update, rank + k, when,
-                                                    _moved(spans, k * shift))
-                                       for k in range(ranks)], touched)
+                    self._absorb_each(_unfolded(attempt, update, rank, ranks, shift, when, spans),
+                                      touched)
                     continue
                 key = (stratum, epoch, order)
                 stride = 1 if step is None else step
                 for mine_rank, lo, hi in ((rank, start, stop),) if ranks == 1 else \
                         zip(range(rank, rank + ranks), _steps(start, shift), _steps(stop, shift)):
-                    seen = None if mine_rank is None else absorbed.get(mine_rank)
+                    seen = absorbed.get(mine_rank)  # None for the coordinator (rank None)
                     if seen is not None and 0 <= update < UPDATE_LIMIT and update not in seen \
                             and 0 <= lo < hi < POSITION_LIMIT and stride >= 1 \
                             and hi - lo <= MAX_RANGE_LENGTH:
@@ -448,32 +439,15 @@ class Ledger:
                                 seen.add(update)
                                 state.updates.add(update)
                                 continue
-                    elif seen is not None and update in seen and stride >= 1:
-                        # the rank's part read again (a folded row that grew, re-read whole):
-                        # when its open run already holds exactly these positions at this
-                        # update, absorbing it again only keeps the earlier time (what
-                        # _absorb_again finds without walking every run)
-                        run = opened.get((mine_rank, key, 0))
-                        if run is not None and run[U0] <= update <= run[U1] \
-                                and run[S] == stride \
-                                and run[M] == (hi - lo + stride - 1) // stride \
-                                and lo == run[A] + (update - run[U0]) * run[ADV]:
-                            state.note_time(update, when)
-                            continue
-                    span = {"stratum": stratum, "epoch": epoch,
-                            "ranges": [[lo, hi] if step is None else [lo, hi, step]]}
-                    if order is not None:
-                        span["order"] = order
-                    self._absorb_each([LedgerRecord(attempt, update, mine_rank, when, [span])],
-                                      touched)
+                    elif seen is not None and update in seen and stride >= 1 and _read_again(
+                            state, opened.get((mine_rank, key, 0)), update, lo, hi, stride,
+                            when):
+                        continue
+                    self._absorb_each([LedgerRecord(attempt, update, mine_rank, when, [
+                        _common_span(stratum, epoch, order, lo, hi, step)])], touched)
                 if ranks > 1 and rank is not None:
-                    band = _Band.build(state, update, rank, ranks, shift, key, start, stop,
-                                       stride)
-                    if band is not None:
-                        keyed, owners = bands.setdefault(attempt, ({}, {}))
-                        keyed[(rank, ranks, shift, stratum, epoch, order)] = band
-                        for k in range(ranks):
-                            owners[rank + k] = band
+                    _keep_band(bands, state, attempt, update, rank, ranks, shift, stratum, epoch,
+                               order, start, stop, stride)
         finally:
             for keyed, _owners in bands.values():
                 for band in keyed.values():
@@ -526,42 +500,8 @@ class Ledger:
             spans = rec.spans
             if not spans:
                 continue
-            # Fast path: every span one range of its own key (the common report shape); the
-            # run extension of _extend, inlined because this loop runs once per span.
-            keys = []
-            for span in spans:
-                ranges = span.get("ranges")
-                if ranges is None or len(ranges) != 1 or "ids" in span or span.get("padding") \
-                        or "indices" in span:
-                    break
-                keys.append((span["stratum"], span.get("epoch", 0), span.get("order")))
-            if len(keys) != len(spans) or (len(keys) > 1 and len(set(keys)) != len(keys)):
+            if not _extend_plain(opened, runs, rank, update, spans):
                 self._absorb_general(state, rank, update, spans)
-                continue
-            for key, span in zip(keys, spans):
-                item = span["ranges"][0]
-                start, stop = item[0], item[1]
-                step = item[2] if len(item) > 2 else 1
-                if start < 0 or stop < start or stop >= POSITION_LIMIT or step < 1 \
-                        or stop - start > MAX_RANGE_LENGTH:
-                    wire_range(item)  # raises with the message
-                m = (stop - start + step - 1) // step
-                if m == 0:
-                    continue
-                handle = (rank, key, 0)
-                run = opened.get(handle)
-                if run is not None and run[U1] == update - 1 and run[M] == m \
-                        and run[S] == step:
-                    if run[U1] == run[U0]:
-                        run[ADV] = start - run[A]
-                        run[U1] = update
-                        continue
-                    if start == run[A] + (update - run[U0]) * run[ADV]:
-                        run[U1] = update
-                        continue
-                run = [rank, key, 0, update, update, start, 0, m, step]
-                runs.append(run)
-                opened[handle] = run
         return count
 
     @staticmethod
@@ -1166,6 +1106,47 @@ def _missed(backoff: dict, attempt: int) -> None:
     entry[0] += 1
 
 
+def _plain_span(span, keys: set, opened: dict, rank: int, update: int):
+    """For :meth:`_Lane.build`: ``(copy, item, run, room)`` of one span of rank ``rank``'s
+    record at ``update`` when it is plain (see :class:`_Lane`) and its key is not in ``keys``
+    (added to them): a copy of the span whose one range is ``item`` (a copy too), the open
+    slot-0 run it extends, and how many more updates the lane may take before that range would
+    leave [0, 2**63) (the general path raises there, so the lane must not accept it;
+    ``POSITION_LIMIT`` when the run does not move). None when it is not plain."""
+    if type(span) is not dict or "ids" in span or "indices" in span or span.get("padding"):
+        return None
+    ranges = span.get("ranges")
+    if type(ranges) is not list or len(ranges) != 1:
+        return None
+    item = ranges[0]
+    if type(item) is not list or not 2 <= len(item) <= 3 \
+            or any(type(x) is not int for x in item):
+        return None
+    start, stop = item[0], item[1]
+    step = item[2] if len(item) > 2 else 1
+    if not (0 <= start < stop < POSITION_LIMIT) or step < 1 or stop - start > MAX_RANGE_LENGTH:
+        return None
+    key = (span["stratum"], span.get("epoch", 0), span.get("order"))
+    if key in keys:
+        return None
+    keys.add(key)
+    run = opened.get((rank, key, 0))
+    if run is None or run[U1] != update or run[U0] >= update or run[S] != step \
+            or run[M] != (stop - start + step - 1) // step \
+            or run[A] + (update - run[U0]) * run[ADV] != start:
+        return None
+    adv = run[ADV]
+    room = POSITION_LIMIT
+    if adv > 0:
+        room = (POSITION_LIMIT - 1 - stop) // adv
+    elif adv < 0:
+        room = start // -adv
+    copy = dict(span)
+    mine = list(item)
+    copy["ranges"] = [mine]
+    return copy, mine, run, room
+
+
 class _Lane:
     """Fast path of :meth:`Ledger.absorb` for one attempt, alive during one absorb call.
 
@@ -1214,45 +1195,16 @@ class _Lane:
             if type(spans) is not list:
                 return None
             row = []
-            keys = set()
+            keys: set = set()
             for span in spans:
-                if type(span) is not dict or "ids" in span or "indices" in span \
-                        or span.get("padding"):
+                plain = _plain_span(span, keys, opened, rank, update)
+                if plain is None:
                     return None
-                ranges = span.get("ranges")
-                if type(ranges) is not list or len(ranges) != 1:
-                    return None
-                item = ranges[0]
-                if type(item) is not list or not 2 <= len(item) <= 3 \
-                        or any(type(x) is not int for x in item):
-                    return None
-                start, stop = item[0], item[1]
-                step = item[2] if len(item) > 2 else 1
-                if not (0 <= start < stop < POSITION_LIMIT) or step < 1 \
-                        or stop - start > MAX_RANGE_LENGTH:
-                    return None
-                key = (span["stratum"], span.get("epoch", 0), span.get("order"))
-                if key in keys:
-                    return None
-                keys.add(key)
-                run = opened.get((rank, key, 0))
-                if run is None or run[U1] != update or run[U0] >= update or run[S] != step \
-                        or run[M] != (stop - start + step - 1) // step \
-                        or run[A] + (update - run[U0]) * run[ADV] != start:
-                    return None
-                adv = run[ADV]
-                # updates the lane may take before a range would leave [0, 2**63): the general
-                # path raises there, so the lane must not accept it
-                if adv > 0:
-                    room = min(room, (POSITION_LIMIT - 1 - stop) // adv)
-                elif adv < 0:
-                    room = min(room, start // -adv)
-                copy = dict(span)
-                mine = list(item)
-                copy["ranges"] = [mine]
+                copy, mine, run, span_room = plain
+                room = min(room, span_room)
                 row.append(copy)
                 items.append(mine)
-                advs.append(adv)
+                advs.append(run[ADV])
                 runs.append(run)
             template.append(row)
         if not ranks:
@@ -1354,6 +1306,117 @@ def _moved(spans: list, shift: int) -> list:
         copy["ranges"] = [[item[0] + shift, item[1] + shift, *item[2:]] for item in span["ranges"]]
         out.append(copy)
     return out
+
+
+def _extend_plain(opened: dict, runs: list, rank: int, update: int, spans: list) -> bool:
+    """The fast path of :meth:`Ledger._absorb_each` for one rank's report at ``update`` (not
+    absorbed before): when every span is one range of its own key (the common report shape),
+    extend each key's open slot-0 run by it (the run extension of ``Ledger._extend``, inlined:
+    this loop runs once per span) or open a new run, and return True; False, with nothing
+    changed, when the report has another shape (the general path absorbs it). Raises
+    ValueError on a malformed range, as the general path does."""
+    keys = []
+    for span in spans:
+        ranges = span.get("ranges")
+        if ranges is None or len(ranges) != 1 or "ids" in span or span.get("padding") \
+                or "indices" in span:
+            return False
+        keys.append((span["stratum"], span.get("epoch", 0), span.get("order")))
+    if len(keys) > 1 and len(set(keys)) != len(keys):
+        return False
+    for key, span in zip(keys, spans):
+        item = span["ranges"][0]
+        start, stop = item[0], item[1]
+        step = item[2] if len(item) > 2 else 1
+        if start < 0 or stop < start or stop >= POSITION_LIMIT or step < 1 \
+                or stop - start > MAX_RANGE_LENGTH:
+            wire_range(item)  # raises with the message
+        m = (stop - start + step - 1) // step
+        if m == 0:
+            continue
+        handle = (rank, key, 0)
+        run = opened.get(handle)
+        if run is not None and run[U1] == update - 1 and run[M] == m \
+                and run[S] == step:
+            if run[U1] == run[U0]:
+                run[ADV] = start - run[A]
+                run[U1] = update
+                continue
+            if start == run[A] + (update - run[U0]) * run[ADV]:
+                run[U1] = update
+                continue
+        run = [rank, key, 0, update, update, start, 0, m, step]
+        runs.append(run)
+        opened[handle] = run
+    return True
+
+
+def _read_again(state: AttemptLedger, run: list | None, update: int, lo: int, hi: int,
+                stride: int, when: float) -> bool:
+    """For :meth:`Ledger.absorb_folded`: a rank's part of ``update`` read again (a folded row
+    that grew, re-read whole), one range ``[lo, hi)`` of step ``stride``, at ``when``. When its
+    open slot-0 ``run`` already holds exactly these positions at this update, absorbing it again
+    only keeps the earlier time (what ``_absorb_again`` finds without walking every run): done
+    here, True. False: the general path absorbs it."""
+    if run is not None and run[U0] <= update <= run[U1] and run[S] == stride \
+            and run[M] == (hi - lo + stride - 1) // stride \
+            and lo == run[A] + (update - run[U0]) * run[ADV]:
+        state.note_time(update, when)
+        return True
+    return False
+
+
+def _banded(bands: dict, attempt: int, update: int, rank: int | None, ranks: int, shift: int,
+            when: float, stratum: str | None, epoch: int, order: str | None, start: int,
+            stop: int, step: int | None) -> bool:
+    """For :meth:`Ledger.absorb_folded`, with bands alive: True when a band of the row's ranks,
+    shift and key takes the row (:meth:`_Band.take`); else False, the bands that hold any of
+    its ranks dropped first (flushed), so that its ranks see the state they hold."""
+    mine = bands.get(attempt)
+    if mine is None:
+        return False
+    band = mine[0].get((rank, ranks, shift, stratum, epoch, order)) \
+        if stratum is not None else None
+    if band is not None and band.take(update, when, start, stop, step):
+        return True
+    if rank is not None:
+        _drop_bands(mine, rank, ranks)
+    return False
+
+
+def _unfolded(attempt: int, update: int, rank: int | None, ranks: int, shift: int,
+              when: float, spans: list) -> list:
+    """The records of a folded row of any shape (``spans``: rank ``rank``'s wire spans): one
+    per rank, rank ``rank + k``'s spans moved by ``k * shift``."""
+    if ranks <= 1:
+        return [LedgerRecord(attempt, update, rank, when, spans)]
+    return [LedgerRecord(attempt, update, rank + k, when, _moved(spans, k * shift))
+            for k in range(ranks)]
+
+
+def _common_span(stratum: str, epoch: int, order: str | None, lo: int, hi: int,
+                 step: int | None) -> dict:
+    """The wire span of a folded row's common shape: one range ``[lo, hi]`` (``[lo, hi,
+    step]`` with a step), an ``order`` key only when there is one."""
+    span = {"stratum": stratum, "epoch": epoch,
+            "ranges": [[lo, hi] if step is None else [lo, hi, step]]}
+    if order is not None:
+        span["order"] = order
+    return span
+
+
+def _keep_band(bands: dict, state: AttemptLedger, attempt: int, update: int, rank: int,
+               ranks: int, shift: int, stratum: str, epoch: int, order: str | None, start: int,
+               stop: int, stride: int) -> None:
+    """After a multi-rank row of the common shape: keep the band that continues it
+    (:meth:`_Band.build`) in ``bands``, under its key and as the owner of its ranks."""
+    band = _Band.build(state, update, rank, ranks, shift, (stratum, epoch, order), start, stop,
+                       stride)
+    if band is not None:
+        keyed, owners = bands.setdefault(attempt, ({}, {}))
+        keyed[(rank, ranks, shift, stratum, epoch, order)] = band
+        for k in range(ranks):
+            owners[rank + k] = band
 
 
 class _Band:
