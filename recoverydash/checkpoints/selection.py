@@ -112,16 +112,16 @@ def _static_reasons(manifest: dict[str, Any], attempt: int, world_size: int | No
 
     gen = GenerationRecord(generation_id=str(manifest.get("generation_id")), attempt=attempt,
                            manifests=[manifest])
-    out = []
+    out: list[dict[str, str]] = []
     r = schema_unsupported(manifest)
     if r is not None:
-        return [r.to_dict()]
+        return [{"code": r.code, "detail": r.detail}]
     required = required_components or manifest.get("required_components") \
         or DEFAULT_REQUIRED_COMPONENTS
     for r in (shard_missing(gen, manifest), component_missing(manifest, required),
               update_mismatch(gen, manifest)):
         if r is not None:
-            out.append(r.to_dict())
+            out.append({"code": r.code, "detail": r.detail})
     if world_size is not None and manifest.get("world_size") != world_size:
         out.append(_reason("world_size_mismatch", f"manifest world_size "
                            f"{manifest.get('world_size')}, this job runs {world_size} ranks "

@@ -44,6 +44,12 @@ def parse_time(value: str | float | int | _dt.datetime | None) -> float | None:
     return moment.timestamp()
 
 
+@overload
+def format_time(seconds: None) -> None: ...
+@overload
+def format_time(seconds: float) -> str: ...
+@overload
+def format_time(seconds: float | None) -> str | None: ...
 def format_time(seconds: float | None) -> str | None:
     """POSIX seconds -> RFC 3339 string with offset, UTC (``2026-11-01T00:21:01+00:00``)."""
     if seconds is None:
