@@ -80,8 +80,7 @@ def first_window_comparison(resumed_update: int, before: Iterable[Mapping],
     Raises KeyError when a window lacks ``update`` or ``rank``.
     """
     u = int(resumed_update)
-    old = _index(before)
-    old = {k: v for k, v in old.items() if k[0] <= u}
+    old = {k: v for k, v in _index(before).items() if k[0] <= u}
     expected = {k: v for k, v in _index(rolled_back).items() if k[0] > u} if same_world_size else {}
     seen = {k: v for k, v in _index(observed).items() if k[0] > u}
     updates = sorted({k[0] for k in seen})
@@ -90,7 +89,46 @@ def first_window_comparison(resumed_update: int, before: Iterable[Mapping],
         updates = sorted(set(updates) | {k[0] for k in expected if k[0] <= updates[-1]})
     places = sorted({k for k in seen if k[0] in updates} | {k for k in expected
                                                              if k[0] in updates})
-    # ids the lineage had trained on, by epoch (None: unknown epoch)
+    was_trained = _trained_test(old)
+    expected_anywhere, delivered = _ids_at(places, expected), _ids_at(places, seen)
+    rows = [_window_row(k, seen, expected, was_trained, expected_anywhere, delivered)
+            for k in places]
+    totals = _totals(rows)
+    digests = _digest_rows(u, digests_before or {}, digests_after or {}) \
+        if same_world_size else []
+    return {"resumed_update": u, "updates": updates, "rows": rows, **totals,
+            "expected_known": bool(expected) and any(r["expected"] is not None for r in rows),
+            "world_size_changed": not same_world_size, "digests": digests}
+
+
+def _ids_at(places: list, windows: dict) -> set:
+    """Every id of ``windows`` (``{place: (ids, epoch)}``) at the places ``places``."""
+    out: set = set()
+    for k in places:
+        if k in windows:
+            out.update(windows[k][0])
+    return out
+
+
+def _totals(rows: list[dict]) -> dict:
+    """The id counts of :func:`first_window_comparison`'s rows: observed, expected, replayed,
+    skipped, moved and in place (expected ids seen where expected)."""
+    totals = {"observed_ids": 0, "expected_ids": 0, "replayed_ids": 0, "skipped_ids": 0,
+              "moved_ids": 0, "in_place_ids": 0}
+    for r in rows:
+        totals["observed_ids"] += len(r["observed"] or ())
+        totals["expected_ids"] += len(r["expected"] or ())
+        totals["replayed_ids"] += r["observed_marks"].count(REPLAYED)
+        totals["skipped_ids"] += r["expected_marks"].count(SKIPPED)
+        totals["moved_ids"] += r["expected_marks"].count(MOVED)
+        totals["in_place_ids"] += r["expected_marks"].count(SEEN)
+    return totals
+
+
+def _trained_test(old: dict):
+    """``was_trained(id, epoch)``: whether the lineage had trained on the id before the restart
+    (``old``: its windows ``{place: (ids, epoch)}`` at updates <= U), in that epoch or in one
+    unknown (None); with the epoch unknown, in any epoch."""
     trained: dict = {}
     for ids, epoch in old.values():
         trained.setdefault(epoch, set()).update(ids)
@@ -101,44 +139,31 @@ def first_window_comparison(resumed_update: int, before: Iterable[Mapping],
             return i in trained_any
         return i in trained.get(epoch, ()) or i in trained.get(None, ())
 
-    expected_anywhere = set()
-    for k in places:
-        if k in expected:
-            expected_anywhere.update(expected[k][0])
-    delivered = set()
-    for k in places:
-        if k in seen:
-            delivered.update(seen[k][0])
-    rows = []
-    totals = {"observed_ids": 0, "expected_ids": 0, "replayed_ids": 0, "skipped_ids": 0,
-              "moved_ids": 0, "in_place_ids": 0}
-    for k in places:
-        obs, obs_epoch = seen.get(k, (None, None))
-        exp = expected.get(k, (None, None))[0]
-        exp_set = set(exp or ())
-        obs_set = set(obs or ())
-        obs_marks = []
-        for i in obs or ():
-            mark = (REPLAYED if was_trained(i, obs_epoch) else
-                    EXPECTED if i in exp_set else MOVED if i in expected_anywhere else OTHER)
-            obs_marks.append(mark)
-        exp_marks = [SEEN if i in obs_set else MOVED if i in delivered else SKIPPED
-                     for i in exp or ()]
-        totals["observed_ids"] += len(obs or ())
-        totals["expected_ids"] += len(exp or ())
-        totals["replayed_ids"] += obs_marks.count(REPLAYED)
-        totals["skipped_ids"] += exp_marks.count(SKIPPED)
-        totals["moved_ids"] += exp_marks.count(MOVED)
-        totals["in_place_ids"] += exp_marks.count(SEEN)
-        rows.append({"update": k[0], "rank": k[1], "slot": k[2], "expected": exp,
-                     "observed": obs, "observed_marks": obs_marks, "expected_marks": exp_marks,
-                     "same": None if exp is None or obs is None else list(exp) == list(obs)})
-    digests = []
-    a, b = digests_before or {}, digests_after or {}
-    for key in sorted(set(a) & set(b)):
-        if key[0] > u and a[key] and b[key] and same_world_size:
-            digests.append({"update": key[0], "rank": key[1], "expected": a[key],
-                            "observed": b[key], "same": a[key] == b[key]})
-    return {"resumed_update": u, "updates": updates, "rows": rows, **totals,
-            "expected_known": bool(expected) and any(r["expected"] is not None for r in rows),
-            "world_size_changed": not same_world_size, "digests": digests}
+    return was_trained
+
+
+def _window_row(k: tuple, seen: dict, expected: dict, was_trained, expected_anywhere: set,
+                delivered: set) -> dict:
+    """One row of :func:`first_window_comparison` for the place ``k`` (update, rank, slot): the
+    observed ids marked replayed, expected, moved or other, the expected ones seen, moved or
+    skipped, and whether the two windows are the same."""
+    obs, obs_epoch = seen.get(k, (None, None))
+    exp = expected.get(k, (None, None))[0]
+    exp_set = set(exp or ())
+    obs_set = set(obs or ())
+    obs_marks = [REPLAYED if was_trained(i, obs_epoch) else
+                 EXPECTED if i in exp_set else MOVED if i in expected_anywhere else OTHER
+                 for i in obs or ()]
+    exp_marks = [SEEN if i in obs_set else MOVED if i in delivered else SKIPPED
+                 for i in exp or ()]
+    return {"update": k[0], "rank": k[1], "slot": k[2], "expected": exp,
+            "observed": obs, "observed_marks": obs_marks, "expected_marks": exp_marks,
+            "same": None if exp is None or obs is None else list(exp) == list(obs)}
+
+
+def _digest_rows(u: int, a: Mapping, b: Mapping) -> list[dict]:
+    """The digest comparisons of :func:`first_window_comparison`: one per ``(update, rank)``
+    above ``u`` where both k-1 (``a``) and k (``b``) sent a digest."""
+    return [{"update": key[0], "rank": key[1], "expected": a[key], "observed": b[key],
+             "same": a[key] == b[key]}
+            for key in sorted(set(a) & set(b)) if key[0] > u and a[key] and b[key]]
