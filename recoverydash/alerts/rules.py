@@ -363,7 +363,8 @@ def rejected_conditions(generations: list[GenerationEntry], undecided: Sequence[
 def restart_conditions(r: RestartEntry, contract: dict) -> list[Condition]:
     """The conditions one restart ``r`` (a result's) raises: ``restart_replay`` and
     ``restart_omission`` over the contract's limits (not for an ``unverified`` verdict),
-    ``resumed_from_unrestorable``, ``dataset_version_changed``, ``world_size_changed``."""
+    ``restart_unverified`` (a ``samples_unknown`` finding), ``resumed_from_unrestorable``,
+    ``dataset_version_changed``, ``world_size_changed``."""
     found: list[Condition] = []
     attempt = str(r["attempt"])
     codes = {f["code"] for f in r.get("findings", [])}
