@@ -21,7 +21,6 @@ LIMIT = 30
 ALLOWED: dict[str, int] = {
     "recoverydash/ingest/actions.py:_Projection._join_stored": 34,
     "recoverydash/recovery/generations.py:evaluate_generations": 52,
-    "recoverydash/recovery/restarts.py:analyse_restart": 43,
 }
 
 
