@@ -4,8 +4,9 @@
    step of the path runs on the training thread: the ``PositionSampler`` draw, the
    ``ObservedDataset`` tag, ``ObservedCollate``'s batch tag, ``recorder.observe(batch)`` per
    microbatch and the amortised ``recorder.commit()``) against the same loader without
-   observation; median over interleaved blocks of (observed - bare) / samples. Also the cost of one
-   ``observe`` + amortised ``commit`` call, and of the counting fallback's ``consumed`` + ``commit``.
+   observation; median over interleaved blocks of (observed - bare) / samples. Also the cost of
+   one ``observe`` + amortised ``commit`` call, and of the counting fallback's ``consumed`` +
+   ``commit``.
    With worker processes the draw's pickling moves to the loader's feeder thread and the tag to the
    workers; the training thread keeps ``observe`` and ``commit``.
 2. Update-time overhead of a small CPU training loop, A/A/B design in one process:
@@ -42,9 +43,12 @@ overhead estimated from its parts (the observation path of one update's samples,
 plus the GIL waits it adds, over the update time) against the 0.5% target, and the wall and CPU
 medians of the A/A/B comparison beside the A/A control, which shows what this machine can
 resolve. ``--flush-interval 0.05`` multiplies the sender's wake-ups by 20 to expose their cost.
-3. Packing: the same per-sample difference for packed sequences recorded in tokens, through
-   Megatron-Core's ``GPTDataset`` wrapped in ``ObservedMegatronDataset`` (each sequence's token
-   range and its identities from Megatron's indices); its ratio uses part 2's update time.
+3. Packing: the per-sample cost for packed sequences recorded in tokens, through Megatron-Core's
+   ``GPTDataset`` wrapped in ``ObservedMegatronDataset`` (each sequence's token range, its
+   identities deferred to the sender thread): the batch's tag, ``ObservedCollate``, ``observe``
+   and the amortised ``commit`` minus torch's ``default_collate`` of the same samples, fetched
+   once beforehand (the dataset's own ``__getitem__``, the same calls either way, would drown
+   the difference in its jitter); its ratio uses part 2's update time.
 Usage: ``.venv/bin/python bench/sdk_overhead.py [--quick] [--rounds N]``.
 """
 
@@ -244,45 +248,54 @@ def megatron_source(folder: str, seq: int = 128):
 
 
 def bench_packing(url: str, spool: str, tmp: str, blocks: int, updates_per_block: int) -> dict:
-    """Microseconds per packed sequence recorded in tokens (docs/definitions.md#units): a
-    DataLoader over Megatron's ``GPTDataset`` wrapped in ``ObservedMegatronDataset`` (token
-    ranges and their identities from the sample, document and shuffle indices),
-    ``ObservedCollate``, ``observe`` and the amortised ``commit``, minus the same DataLoader over
-    the bare dataset; median over interleaved blocks. None without megatron-core."""
+    """Microseconds per packed sequence recorded in tokens (docs/definitions.md#units), on the
+    training thread: what ``ObservedMegatronDataset`` and the recorder add to a microbatch of
+    Megatron ``GPTDataset`` samples (the batch's tag: token ranges and deferred identities from
+    the indices; the ``TaggedList``; ``ObservedCollate`` around torch's ``default_collate``;
+    ``observe``; the amortised ``commit``), minus ``default_collate`` of the same samples alone;
+    median over interleaved blocks. The samples are fetched once beforehand: the dataset's own
+    ``__getitem__`` is the same calls with and without recoverydash, and at 30-1000 us a sample
+    its jitter would drown a difference of a microsecond. The identities are resolved on the
+    sender thread (``DeferredIdentities``), not here. Empty without megatron-core."""
     try:
         source = megatron_source(tmp)
     except ImportError:
         return {}
-    from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
+    from torch.utils.data import default_collate
 
     from recoverydash.integrations.megatron import ObservedMegatronDataset
-    from recoverydash.sdk.observe import ObservedCollate
+    from recoverydash.sdk.observe import ObservedCollate, TaggedList
 
     total = blocks * updates_per_block
     client = make_client(url, spool, max_queue=2 * total + 10)
     rec = make_observed(client)
     observed = ObservedMegatronDataset(source, units="tokens")
-    bare = DataLoader(source, batch_size=MICRO, drop_last=True, sampler=SequentialSampler(source))
-    seen = DataLoader(observed, batch_sampler=BatchSampler(SequentialSampler(source), MICRO, True),
-                      collate_fn=ObservedCollate())
-    bare_it, seen_it = Forever(bare), Forever(seen)
-    for _ in range(ACCUM * 4):  # the index files mapped, caches warm
-        bare_it.next()
-        rec.observe(seen_it.next())
+    collate = ObservedCollate()
+    per_block = updates_per_block * ACCUM
+    stride = len(source) // MICRO * MICRO
+    batches = [list(range(k * MICRO % stride, k * MICRO % stride + MICRO))
+               for k in range(per_block)]
+    samples = [[source[i] for i in idx] for idx in batches]  # fetched once, both sides
+    for idx, got in zip(batches[:ACCUM * 4], samples, strict=False):  # caches warm
+        default_collate(got)
+        items = TaggedList(got)
+        items.tag = observed.tag(idx)
+        rec.observe(collate(items))
     rec.discard()
     per_sample = []
     for _ in range(blocks):
         t0 = time.perf_counter_ns()
-        for _ in range(updates_per_block):
-            for _ in range(ACCUM):
-                bare_it.next()
+        for got in samples:
+            default_collate(got)
         t1 = time.perf_counter_ns()
-        for _ in range(updates_per_block):
-            for _ in range(ACCUM):
-                rec.observe(seen_it.next())
-            rec.commit()
+        for k, (idx, got) in enumerate(zip(batches, samples, strict=True)):
+            items = TaggedList(got)
+            items.tag = observed.tag(idx)
+            rec.observe(collate(items))
+            if k % ACCUM == ACCUM - 1:
+                rec.commit()
         t2 = time.perf_counter_ns()
-        per_sample.append(((t2 - t1) - (t1 - t0)) / (updates_per_block * ACCUM * MICRO) / 1000)
+        per_sample.append(((t2 - t1) - (t1 - t0)) / (per_block * MICRO) / 1000)
     client.flush(120)
     client.close(1)
     return {"per_sample": statistics.median(per_sample),
@@ -456,8 +469,8 @@ def main() -> int:
                                     per_block)
             if packing:
                 print(f"packed sequences in tokens (Megatron GPTDataset, {packing['seq']} "
-                      f"tokens each: ObservedMegatronDataset ranges and identities, "
-                      f"ObservedCollate, observe, amortised commit) minus the bare DataLoader: "
+                      f"tokens each: ObservedMegatronDataset tag, ObservedCollate, observe, "
+                      f"amortised commit) minus default_collate of the same samples: "
                       f"median {packing['per_sample']:.3f} us per sequence")
             call_us = calls["observe_call"]
             print(f"observation path (PositionSampler draw, ObservedDataset tag, ObservedCollate, "

@@ -124,7 +124,47 @@ class ObservedMegatronDataset:
 
     def tag(self, indices: list) -> BatchTag:
         """The :class:`BatchTag` of a batch of dataset indices: per stratum, the token ranges (or
-        sample positions) the batch holds, in batch order; identities are the dataset indices."""
+        sample positions) the batch holds, in batch order; identities are the dataset indices.
+        A batch without Megatron's padding index ``None`` is tagged a source at a time (the
+        blend's indices looked up at once), one with it sample by sample; the tags are equal."""
+        if None in indices:
+            return self._tag_each(indices)
+        if self.blended:
+            import numpy
+
+            ds = self.dataset
+            if ds.dataset_index is None:  # memory-mapped on first use
+                ds[indices[0]]
+            at = numpy.asarray(indices, dtype=numpy.int64)
+            sources = numpy.asarray(ds.dataset_index[at], dtype=numpy.int64).tolist()
+            samples = numpy.asarray(ds.dataset_sample_index[at], dtype=numpy.int64).tolist()
+        else:
+            sources, samples = [0] * len(indices), [int(i) for i in indices]
+        order: list[int] = []  # the sources in order of first appearance, as _tag_each groups
+        picked: dict[int, list[int]] = {}
+        for k, source in enumerate(sources):
+            got = picked.get(source)
+            if got is None:
+                got = picked[source] = []
+                order.append(source)
+            got.append(k)
+        groups = []
+        for source in order:
+            ks = picked[source]
+            it = self.iterations[source]
+            mine = [samples[k] for k in ks]
+            if self.units == TOKENS:
+                seq = int(it.info["sequence_length"])
+                drawn: TokenRanges | list[int] = TokenRanges(
+                    [(p * seq, p * seq + seq) for p in mine],
+                    DeferredIdentities(self._key, [(source, p) for p in mine]))
+            else:
+                drawn = mine
+            groups.append((it, drawn, [indices[k] for k in ks]))
+        return BatchTag(groups)
+
+    def _tag_each(self, indices: list) -> BatchTag:
+        """:meth:`tag`, sample by sample (a batch holding padding)."""
         groups: dict[int, tuple[Any, TokenRanges | list[int], list[int]]] = {}
         for idx in indices:
             source, sample = self.locate(idx)
@@ -204,8 +244,6 @@ class ObservedMegatronDataset:
         stream (every document at its offset in document order, ``IndexedDataset`` sequence
         lengths): the document pieces Megatron's sample, document and shuffle indices name, the
         extra label token excluded. Units: tokens."""
-        import numpy
-
         ds = self.sources[source]
         if ds.shuffle_index is None:  # memory-mapped on first use
             ds[sample]
