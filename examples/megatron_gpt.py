@@ -192,7 +192,7 @@ def train(args: argparse.Namespace) -> None:
 
                 saved = previous_consumed if args.lag_data_state else consumed
                 msd, osd = get_state_dict(model, opt)
-                progress = DataState(rec, train_ds, saved)
+                progress = DataState(rec, train_ds, saved)            # recoverydash
                 rd.save_generation(args.location, rd.make_generation_id(update, client.attempt),
                                    update, state={"model": msd, "optimizer": osd},
                                    rank_state={"scheduler": sched.state_dict(),

@@ -130,7 +130,7 @@ def train(args: argparse.Namespace) -> None:
                     args.location, rd.make_generation_id(update, client.attempt), update,
                     state={"model": msd, "optimizer": osd},
                     rank_state={"scheduler": sched.state_dict(), "streaming": saved},
-                    recorder=DataState(rec, streaming_cursor(dataset, saved)))
+                    recorder=DataState(rec, streaming_cursor(dataset, saved)))  # recoverydash
             previous = state
             if update == args.crash_at_update and args.crash_after_micro == 0:
                 client.flush(5)

@@ -164,14 +164,14 @@ def train(args: argparse.Namespace) -> None:
         manager.load(step=step)                                                     # recoverydash
         from recoverydash.integrations._checkpoints import manifest_naming
 
-        m = manifest_naming(folder, os.path.join(folder, f"step-{step}"), update=step)
-        resumed = {"generation_id": (m or {}).get("generation_id"), "update": step}
+        m = manifest_naming(folder, os.path.join(folder, f"step-{step}"), step)  # recoverydash
+        resumed = {"generation_id": (m or {}).get("generation_id"), "update": step}  # recoverydash
     elif args.torchtitan_load:  # torchtitan's own choice: the highest step with a .metadata
         if manager.load(step=-1):
             resumed = {"generation_id": None, "update": state.step}
     rec.start(resumed_from=resumed, global_batch_size=args.micro * args.accum * world * args.seq,
               micro_batch_size=args.micro, grad_accum_steps=args.accum,
-              contract={"required_components": REQUIRED})  # torchtitan saves no RNG state
+              contract={"required_components": REQUIRED})  # recoverydash: torchtitan saves no RNG
     if rank == 0:
         print(f"attempt {client.attempt}: " + (f"resumed step {state.step}" if resumed
                                                else "fresh start"), flush=True)

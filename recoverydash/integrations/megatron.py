@@ -1,5 +1,6 @@
 """Megatron-Core datasets (``GPTDataset``, ``BlendedDataset``) with the observed ledger, in tokens
-or samples. Three lines (a complete loop: ``examples/megatron_gpt.py``)::
+or samples. Its lines (six in the complete loop ``examples/megatron_gpt.py``, marked
+``# recoverydash``: docs/integrations/megatron.md)::
 
     train_ds = ObservedMegatronDataset(train_ds, units="tokens")     # a GPT or Blended dataset
     loader = DataLoader(train_ds, batch_sampler=your_sampler, collate_fn=ObservedCollate())

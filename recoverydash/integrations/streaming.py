@@ -1,6 +1,7 @@
 """Mosaic Streaming's ``StreamingDataset`` with the observed ledger: positions in the stream's
-global sample space, one stratum per stream of a mixture. Three lines (a complete loop:
-``examples/streaming_train.py``)::
+global sample space, one stratum per stream of a mixture. Its lines (five in the
+complete loop ``examples/streaming_train.py``, marked ``# recoverydash``:
+docs/integrations/streaming.md)::
 
     dataset = observe_streaming(StreamingDataset(streams=..., batch_size=b, ...))
     loader = StreamingDataLoader(dataset, batch_size=b, collate_fn=ObservedCollate())

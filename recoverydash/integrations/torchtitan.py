@@ -1,5 +1,6 @@
 """torchtitan's ``CheckpointManager`` and ``ParallelAwareDataloader`` watched by recoverydash.
-Four lines (a complete loop: ``examples/torchtitan_train.py``)::
+Its lines (eight in the complete loop ``examples/torchtitan_train.py``, marked ``# recoverydash``:
+docs/integrations/torchtitan.md)::
 
     watch = watch_torchtitan(checkpointer, dataloader, recorder)   # after both are built
     step = resume_step(checkpointer.folder, url=URL, token=TOKEN, run_id=RUN)
