@@ -139,8 +139,8 @@ class ObservedMegatronDataset:
             at = numpy.asarray(indices, dtype=numpy.int64)
             sources = numpy.asarray(ds.dataset_index[at], dtype=numpy.int64).tolist()
             samples = numpy.asarray(ds.dataset_sample_index[at], dtype=numpy.int64).tolist()
-        else:
-            sources, samples = [0] * len(indices), [int(i) for i in indices]
+        else:  # one source: one group, no grouping
+            return BatchTag([self._group(0, [int(i) for i in indices], list(indices))])
         order: list[int] = []  # the sources in order of first appearance, as _tag_each groups
         picked: dict[int, list[int]] = {}
         for k, source in enumerate(sources):
@@ -149,20 +149,19 @@ class ObservedMegatronDataset:
                 got = picked[source] = []
                 order.append(source)
             got.append(k)
-        groups = []
-        for source in order:
-            ks = picked[source]
-            it = self.iterations[source]
-            mine = [samples[k] for k in ks]
-            if self.units == TOKENS:
-                seq = int(it.info["sequence_length"])
-                drawn: TokenRanges | list[int] = TokenRanges(
-                    [(p * seq, p * seq + seq) for p in mine],
-                    DeferredIdentities(self._key, [(source, p) for p in mine]))
-            else:
-                drawn = mine
-            groups.append((it, drawn, [indices[k] for k in ks]))
-        return BatchTag(groups)
+        return BatchTag([self._group(source, [samples[k] for k in picked[source]],
+                                     [indices[k] for k in picked[source]])
+                         for source in order])
+
+    def _group(self, source: int, samples: list[int], ids: list) -> tuple:
+        """One group of a :class:`BatchTag`: ``(iteration, token ranges or sample positions,
+        ids)`` of ``samples`` (sample numbers of ``source``, none of them padding)."""
+        it = self.iterations[source]
+        if self.units != TOKENS:
+            return it, samples, ids
+        seq = int(it.info["sequence_length"])
+        return it, TokenRanges([(p * seq, p * seq + seq) for p in samples],
+                               DeferredIdentities(self._key, [(source, p) for p in samples])), ids
 
     def _tag_each(self, indices: list) -> BatchTag:
         """:meth:`tag`, sample by sample (a batch holding padding)."""
