@@ -180,3 +180,31 @@ def test_the_sdk_reads_a_rank_file_through_the_same_budget_and_refuses_its_globa
     flood.write_bytes(buf.getvalue())
     with pytest.raises(UnreadableFile, match="1052671 items on the stack"):
         _read_rank_file(str(flood))
+
+
+def test_a_dcp_save_whose_tail_names_another_global_is_decoded_on_its_own(ckpt):
+    """Saves of one layout are compared byte for byte up to ``storage_meta`` and by their tail's
+    opcodes: the global a tail's STACK_GLOBAL imports is compared too, so a ``.metadata`` that
+    differs from its neighbour only there is decoded, and its global refused."""
+    pytest.importorskip("torch")
+    from recoverydash.checkpoints.formats import check
+    from recoverydash.checkpoints.formats.dcp import clear_cache
+
+    from .conftest import dcp_save
+
+    dcp_save(ckpt, 10)
+    path = dcp_save(ckpt, 20)
+    meta = os.path.join(path, ".metadata")
+    data = open(meta, "rb").read()
+    same = b"\x8c\x07pathlib\x94\x8c\x09PosixPath"
+    assert data.count(same) == 1
+    with open(meta, "wb") as f:
+        f.write(data.replace(same, b"\x8c\x07evilmod\x94\x8c\x09EvilClass"))
+    clear_cache()
+    got = {g.generation_id: g for g in check(str(ckpt)).generations}
+    assert got["step-10"].status == "restorable"
+    assert got["step-20"].status == "rejected"
+    assert got["step-20"].reasons == [{"code": "refused_globals", "detail": (
+        "step-20/.metadata names 1 global(s) a checkpoint loader must not import: "
+        "evilmod.EvilClass (read as inert placeholders: nothing ran; "
+        "torch.load(weights_only=True) refuses them too)")}]
