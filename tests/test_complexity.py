@@ -19,7 +19,6 @@ LIMIT = 30
 # goes): "path:qualified name" -> the complexity measured. A listed function that grew fails,
 # and so does an entry whose function is gone or back under the limit: the list only shrinks.
 ALLOWED: dict[str, int] = {
-    "recoverydash/ingest/actions.py:_Projection._join_stored": 34,
     "recoverydash/recovery/generations.py:evaluate_generations": 52,
 }
 

@@ -834,13 +834,7 @@ class _Projection:
         ``AttemptLedger.note_time``; compaction's cutoff, on absorbed rows only). A key that
         a joined row would take and another row holds leaves that chain alone; a concurrent
         batch's new row taking it (a unique violation) leaves this batch unjoined."""
-        groups: dict[tuple, list[tuple]] = {}
-        for key, entry in pending.items():
-            ok = entry.get("ok")
-            if ok is None:
-                ok = entry["ok"] = key[3] != GLOBAL_RANK and foldable(entry["spans"])
-            if ok:
-                groups.setdefault(key[:3], []).append(key)
+        groups = _foldable_groups(pending)
         if not groups:
             return pending
         stored: dict[tuple, list[Any]] = {}
@@ -868,40 +862,7 @@ class _Projection:
                 # moved by the row's shift; a row of several ranks only at that shift) and
                 # not the time, so it would chain none of them (most groups of a batch).
                 continue
-            segs = [{"rank": k[3], "ranks": k[4], "shift": pending[k]["shift"],
-                     "spans": pending[k]["spans"], "samples": pending[k]["samples"],
-                     "tokens": pending[k]["tokens"], "time": pending[k]["time"], "key": k,
-                     "ok": True}
-                    for k in keys]
-            segs += [{"rank": r.rank, "ranks": r.ranks, "shift": r.rank_shift, "spans": r.spans,
-                      "samples": r.samples, "tokens": r.tokens, "time": r.time, "row": r}
-                     for r in rows]
-            taken = {(r.rank, r.ranks) for r in rows} | held[group]
-            for members, shift in join(segs):
-                if len(members) < 2:
-                    continue
-                parts = [segs[i] for i in members]
-                new_key = (parts[0]["rank"], sum(p["ranks"] for p in parts))
-                if new_key in taken:
-                    continue
-                taken -= {(p["rank"], p["ranks"]) for p in parts}
-                taken.add(new_key)
-                for p in parts:
-                    out.pop(p.get("key"), None)
-                when = min(p["time"] for p in parts)
-                mine = [p["row"] for p in parts if "row" in p]
-                if not mine:
-                    out[group + new_key] = {"time": when, "spans": list(parts[0]["spans"]),
-                                            "samples": parts[0]["samples"],
-                                            "tokens": parts[0]["tokens"], "shift": shift}
-                    continue
-                keep = min(mine, key=lambda r: r.pk)
-                doomed += [r.pk for r in mine if r is not keep]
-                keep.rank, keep.ranks, keep.rank_shift = new_key[0], new_key[1], shift
-                keep.spans, keep.time = list(parts[0]["spans"]), when
-                keep.first_seq = min(r.first_seq for r in mine)
-                keep.last_seq = self.seqs[group[0]]
-                changed.append(keep)
+            self._join_group(group, keys, rows, pending, held[group], out, changed, doomed)
         if not changed:
             return out
         try:
@@ -912,6 +873,50 @@ class _Projection:
         except IntegrityError:
             return pending
         return out
+
+    def _join_group(self, group: tuple, keys: list[tuple], rows: list[Any],
+                    pending: dict[tuple, dict[str, Any]], held: set[tuple],
+                    out: dict[tuple, dict[str, Any]], changed: list[Any],
+                    doomed: list[int]) -> None:
+        """:meth:`_join_stored` for one ``(run, attempt, update)`` ``group``: its batch entries
+        ``keys`` (of ``pending``) and stored ``rows`` chained by ``runs.folding.join``; each
+        chain of two or more whose key no other row holds (``held``: the group's keys in
+        ``out``, and the stored rows') becomes one entry of ``out`` (batch entries only) or
+        its first stored row (appended to ``changed``, the others' pks to ``doomed``)."""
+        segs = [{"rank": k[3], "ranks": k[4], "shift": pending[k]["shift"],
+                 "spans": pending[k]["spans"], "samples": pending[k]["samples"],
+                 "tokens": pending[k]["tokens"], "time": pending[k]["time"], "key": k,
+                 "ok": True}
+                for k in keys]
+        segs += [{"rank": r.rank, "ranks": r.ranks, "shift": r.rank_shift, "spans": r.spans,
+                  "samples": r.samples, "tokens": r.tokens, "time": r.time, "row": r}
+                 for r in rows]
+        taken = {(r.rank, r.ranks) for r in rows} | held
+        for members, shift in join(segs):
+            if len(members) < 2:
+                continue
+            parts = [segs[i] for i in members]
+            new_key = (parts[0]["rank"], sum(p["ranks"] for p in parts))
+            if new_key in taken:
+                continue
+            taken -= {(p["rank"], p["ranks"]) for p in parts}
+            taken.add(new_key)
+            for p in parts:
+                out.pop(p.get("key"), None)
+            when = min(p["time"] for p in parts)
+            mine = [p["row"] for p in parts if "row" in p]
+            if not mine:
+                out[group + new_key] = {"time": when, "spans": list(parts[0]["spans"]),
+                                        "samples": parts[0]["samples"],
+                                        "tokens": parts[0]["tokens"], "shift": shift}
+                continue
+            keep = min(mine, key=lambda r: r.pk)
+            doomed += [r.pk for r in mine if r is not keep]
+            keep.rank, keep.ranks, keep.rank_shift = new_key[0], new_key[1], shift
+            keep.spans, keep.time = list(parts[0]["spans"]), when
+            keep.first_seq = min(r.first_seq for r in mine)
+            keep.last_seq = self.seqs[group[0]]
+            changed.append(keep)
 
     def _unite_existing(self, keys: dict[tuple, dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
         """Unite the entries of ``keys`` (rows as :meth:`_folded` gives them) whose key is
@@ -1110,6 +1115,20 @@ def _ledger_text(pending: dict[tuple, dict[str, Any]], seqs: dict[int, int]) -> 
                      f"{_NULL if tokens is None else tokens}\t{seq}\t{seq}")
     lines.append("")
     return "\n".join(lines)
+
+
+def _foldable_groups(pending: dict[tuple, dict[str, Any]]) -> dict[tuple, list[tuple]]:
+    """The keys of ``pending`` (batch entries) that may fold, per ``(run, attempt, update)``:
+    not the global rank, with foldable spans (``runs.folding.foldable``, kept as the entry's
+    ``ok``)."""
+    groups: dict[tuple, list[tuple]] = {}
+    for key, entry in pending.items():
+        ok = entry.get("ok")
+        if ok is None:
+            ok = entry["ok"] = key[3] != GLOBAL_RANK and foldable(entry["spans"])
+        if ok:
+            groups.setdefault(key[:3], []).append(key)
+    return groups
 
 
 def _one_time(pending: dict[tuple, dict[str, Any]], keys: list[tuple]) -> bool:
