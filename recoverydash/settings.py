@@ -326,7 +326,15 @@ RECOVERYDASH_ANALYSIS_DEBOUNCE_S = envfloat("RECOVERYDASH_ANALYSIS_DEBOUNCE_S", 
 # An update some rank's part of which never arrived counts (and decides a restart whose first
 # update it is) once its first report is this old (docs/definitions.md#updates-counted-once-complete)
 RECOVERYDASH_SETTLE_S = envfloat("RECOVERYDASH_SETTLE_S", 300.0)
-RECOVERYDASH_FULL_HASH_MAX_BYTES = envint("RECOVERYDASH_FULL_HASH_MAX_BYTES", 256 * 1024 * 1024)
+# Every object's sha256 is read in full, whatever its size (a full-object checksum S3 stores
+# with it decides without reading). An object whose digest needs more than this many bytes read
+# is hashed in a Celery task of its own (one per object, spread over the workers), with a soft
+# time limit of RECOVERYDASH_VERIFY_BASE_S + size / RECOVERYDASH_VERIFY_MIN_BYTES_PER_S seconds
+# (the slowest read rate expected of storage); smaller ones in the generation's task.
+RECOVERYDASH_VERIFY_INLINE_MAX_BYTES = envint("RECOVERYDASH_VERIFY_INLINE_MAX_BYTES",
+                                              64 * 1024 * 1024, 0)
+RECOVERYDASH_VERIFY_BASE_S = envfloat("RECOVERYDASH_VERIFY_BASE_S", 60.0, 1.0)
+RECOVERYDASH_VERIFY_MIN_BYTES_PER_S = envfloat("RECOVERYDASH_VERIFY_MIN_BYTES_PER_S", 20e6, 1.0)
 # A committed generation with objects unchecked and no check started for this long is verified
 # again (a worker killed mid-verification, a task the broker lost).
 RECOVERYDASH_VERIFY_STALE_S = envfloat("RECOVERYDASH_VERIFY_STALE_S", 600.0)

@@ -59,6 +59,16 @@ def verify_generation(generation_pk: int, recheck_before: str | None = None) -> 
     verify(generation_pk, recheck_before)
 
 
+@shared_task(name="workers.tasks.verify_object", **RETRY)
+def verify_object(object_pk: int, before: str) -> None:
+    """Read and hash one large object of a committed generation (sent with time limits that
+    scale with its size), then re-analyse its run; nothing when it was checked after
+    ``before``."""
+    from recoverydash.storage.verification import verify_one
+
+    verify_one(object_pk, before)
+
+
 @shared_task(name="workers.tasks.deliver_webhook", **RETRY)
 def deliver_webhook(delivery_pk: int) -> None:
     """Send one webhook delivery if it is due (retries are scheduled in the row, not here)."""

@@ -36,7 +36,8 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+import zlib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -47,10 +48,9 @@ from recoverydash.recovery.inputs import same_manifest
 MANIFEST_NAME = "recoverydash-manifest.json"
 """File name of the commit marker inside ``<location>/<generation_id>/``."""
 
-DEFAULT_FULL_HASH_MAX_BYTES = 256 * 1024 * 1024
-"""Objects up to this size (bytes) are read whole to compute sha256 when storage holds no digest."""
-
 CHUNK_BYTES = 1024 * 1024
+"""Bytes read (and hashed) at a time: the memory one digest being read holds, whatever the
+object's size."""
 
 STATUSES = ("ok", "object_missing", "size_mismatch", "digest_mismatch", "storage_unverified",
             "object_outside_locations")
@@ -84,9 +84,11 @@ class ObjectCheck:
     bytes, or None when the object is missing or unverifiable. observed_sha256: 64 hex chars
     when a digest was obtained
     (from the S3 ``ChecksumSHA256`` or by reading the bytes), else None. ``ok`` with
-    ``observed_sha256`` None means the size matched but the digest was not checked (no expected
-    digest, or the object is over ``full_hash_max_bytes`` and storage holds no full-object sha256);
-    the detail says which.
+    ``observed_sha256`` None means either that the manifest gives no sha256 (size only) or that
+    a full-object CRC S3 stores with the object matched the manifest's ``checksums`` (``checked``
+    says which: ``"size"``, ``"sha256"`` or the CRC's name, e.g. ``"crc32"``). ``deferred``:
+    status ``pending``, the size matched and the digest must still be read, which the caller
+    asked to do elsewhere (``read_inline_max_bytes``).
     """
 
     status: str
@@ -94,6 +96,8 @@ class ObjectCheck:
     observed_size: int | None = None
     observed_sha256: str | None = None
     timed_out: bool = False  # storage_unverified because the caller's deadline passed
+    checked: str = ""
+    deferred: bool = False
 
     @property
     def ok(self) -> bool:
@@ -277,10 +281,16 @@ class _TimeUp(Exception):
     """The caller's deadline passed while hashing."""
 
 
+Progress = Callable[[int], None]
+"""Called with the number of bytes just hashed (a delta), after each piece."""
+
+
 def _hash_stream(read: Callable[[int], bytes], chunk: int = CHUNK_BYTES, *,
-                 limit: int | None = None, deadline: float | None = None) -> tuple[str, int]:
-    """(sha256 hex, bytes read) of a stream read in ``chunk`` pieces; at most ``limit`` bytes
-    are read (None: to the end), and ``_TimeUp`` is raised once ``deadline``
+                 limit: int | None = None, deadline: float | None = None,
+                 progress: Progress | None = None) -> tuple[str, int]:
+    """(sha256 hex, bytes read) of a stream read in ``chunk`` pieces (the memory held, whatever
+    the stream's length); at most ``limit`` bytes are read (None: to the end), ``progress`` is
+    called with each piece's length, and ``_TimeUp`` is raised once ``deadline``
     (``time.monotonic()``) has passed."""
     h = hashlib.sha256()
     n = 0
@@ -292,6 +302,8 @@ def _hash_stream(read: Callable[[int], bytes], chunk: int = CHUNK_BYTES, *,
             break
         h.update(b)
         n += len(b)
+        if progress is not None:
+            progress(len(b))
     return h.hexdigest(), n
 
 
@@ -306,46 +318,110 @@ def _time_up(size: int) -> ObjectCheck:
                                              "took longer than the time allowed", timed_out=True)
 
 
+def hash_time_allowed_s(size: int, *, base_s: float = 60.0,
+                        min_bytes_per_s: float = 20_000_000.0) -> float:
+    """Seconds the digest of one object of ``size`` bytes may take to read: ``base_s`` (opening,
+    a HEAD, a slow first byte) plus the object read at ``min_bytes_per_s`` (bytes per second),
+    the slowest rate storage is expected to deliver. Scales with the size, so a single huge
+    object gets a deadline it can meet; the worker gives each object's task this soft time
+    limit. Raises ValueError for a negative size or a rate that is not above 0."""
+    if size < 0 or not min_bytes_per_s > 0:
+        raise ValueError(f"expected size >= 0 and a rate > 0, got {size!r}, {min_bytes_per_s!r}")
+    return float(base_s) + size / float(min_bytes_per_s)
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """What one ``verify_object`` call checks and how (its keyword arguments)."""
+
+    size: int
+    sha256: str | None
+    expected: dict[str, bytes]
+    size_only: bool
+    hash_max_bytes: int | None
+    read_inline_max_bytes: int | None
+    deadline: float | None
+    progress: Progress | None
+
+
 def _digest_verdict(expected: str | None, observed: str, size: int, how: str) -> ObjectCheck:
     if expected is not None and observed != expected.lower():
         # The observed digest is kept in the result, never in the sentence shown to people.
         return ObjectCheck("digest_mismatch", f"sha256 {how} differs from the manifest's",
                            size, observed)
     return ObjectCheck("ok", f"size {size} and sha256 {how} match" if expected else
-                       f"size {size} matches; sha256 {how} (no expected digest)", size, observed)
+                       f"size {size} matches; sha256 {how} (no expected digest)", size, observed,
+                       checked="sha256")
+
+
+def _before_reading(ask: _Ask, observed_size: int) -> ObjectCheck | None:
+    """The answer when the size matched and nothing decides without reading: size only, no
+    expected digest, over the caller's opt-out limit (``storage_unverified``: not verified,
+    never an ``ok``), or a read the caller wants done elsewhere (``pending``, ``deferred``).
+    None: read the bytes now."""
+    if ask.size_only:
+        return ObjectCheck("ok", f"size {ask.size} matches (digest not re-read)", observed_size,
+                           checked="size")
+    if ask.sha256 is None:
+        return ObjectCheck("ok", f"size {ask.size} matches; sha256 not checked (no expected "
+                                 "digest)", observed_size, checked="size")
+    if ask.hash_max_bytes is not None and observed_size > ask.hash_max_bytes:
+        return ObjectCheck("storage_unverified", f"size {ask.size} matches; sha256 not checked: "
+                           f"the object is over the {ask.hash_max_bytes}-byte limit this check "
+                           "was given (an opt-out), so it is not verified", observed_size)
+    if ask.read_inline_max_bytes is not None and observed_size > ask.read_inline_max_bytes:
+        return ObjectCheck("pending", f"size {ask.size} matches; its sha256 is read in a task "
+                                      "of its own", observed_size, deferred=True)
+    return None
 
 
 def verify_object(uri: str, size: int, sha256: str | None = None, *, s3_client: Any = None,
-                  full_hash_max_bytes: int = DEFAULT_FULL_HASH_MAX_BYTES,
                   root: str | None = None, deadline: float | None = None,
-                  size_only: bool = False) -> ObjectCheck:
-    """Check one object against its manifest entry.
+                  size_only: bool = False, checksums: dict[str, str] | None = None,
+                  full_hash_max_bytes: int | None = None,
+                  read_inline_max_bytes: int | None = None,
+                  progress: Progress | None = None) -> ObjectCheck:
+    """Check one object against its manifest entry: its size, then its sha256 read in full
+    (streamed in ``CHUNK_BYTES`` pieces, whatever its size) unless S3 stores a full-object
+    checksum the manifest also gives.
 
-    uri: ``s3://bucket/key`` or ``file:///abs/path`` (other schemes: ``storage_unverified``). size:
-    expected bytes. sha256: expected 64 hex chars, or None to check size only. S3: HEAD (with
-    ``ChecksumMode=ENABLED``) for existence and size; a full-object ``ChecksumSHA256`` stored with
-    the object is compared without reading it; otherwise objects of at most ``full_hash_max_bytes``
-    are read (a ranged GET of at most ``size + 1`` bytes, so an object that grew is seen without
-    reading all of it) and hashed. File: opened with ``O_NONBLOCK`` and ``O_NOFOLLOW``; anything but
-    a regular file (``fstat``: a FIFO, a device, a folder) is ``object_missing`` and never read;
-    then the size, then a sha256 of at most ``size + 1`` bytes under the same limit. With ``root``
-    (a folder, links already resolved) the file is opened beneath it one component at a time,
-    refusing symbolic links (``paths.open_beneath``), so a path confined to ``root`` stays confined
-    while it is opened. Over the limit with no stored digest: ``ok`` with ``observed_sha256`` None
-    and a detail saying the digest was not checked. ``size_only`` skips digests (the re-check at the
-    moment of a restore question). ``deadline`` (``time.monotonic()``): hashing stops when it
-    passes, with ``storage_unverified`` saying so.
+    uri: ``s3://bucket/key`` or ``file:///abs/path`` (other schemes: ``storage_unverified``).
+    size: expected bytes. sha256: expected 64 hex chars, or None to check the size only.
+    checksums: the manifest object's ``checksums`` (``{"sha256"|"crc32"|"crc32c"|"crc64nvme":
+    base64}``, docs/ingest-v1.md#objects).
+
+    S3: HEAD (``ChecksumMode=ENABLED``) for existence and size; the strongest full-object
+    checksum S3 stores with the object that the manifest also gives (``ChecksumSHA256``
+    against ``sha256``, then CRC64NVME, CRC32C, CRC32 against ``checksums``;
+    :func:`match_stored_checksum`) decides without reading it; otherwise the object is read (a
+    ranged GET of at most ``size + 1`` bytes, so an object that grew is seen without reading all
+    of it) and hashed. File: opened with ``O_NONBLOCK`` and ``O_NOFOLLOW``; anything but a
+    regular file (``fstat``: a FIFO, a device, a folder) is ``object_missing`` and never read;
+    then the size, then a sha256 of at most ``size + 1`` bytes. With ``root`` (a folder, links
+    already resolved) the file is opened beneath it one component at a time, refusing symbolic
+    links (``paths.open_beneath``), so a path confined to ``root`` stays confined while it is
+    opened.
+
+    ``size_only`` skips digests (the re-check at the moment of a restore question).
+    ``full_hash_max_bytes``: an explicit opt-out (None, the default: every digest is read): an
+    object over it that no stored checksum decides is ``storage_unverified``, never ``ok``.
+    ``read_inline_max_bytes``: an object over it whose digest must be read is answered
+    ``pending`` with ``deferred`` set, unread (the worker reads it in a task of its own).
+    ``progress``: called with each piece's length while a digest is read. ``deadline``
+    (``time.monotonic()``): hashing stops when it passes, with ``storage_unverified`` saying so.
 
     Details never state an observed size or digest of an object that fails (they are in
     ``observed_size`` / ``observed_sha256`` for the caller). Returns ObjectCheck. Raises
     TransientStorageError (may pass: retry) or PermanentStorageError (access denied, bad
     credentials, malformed URI)."""
     p = parse_uri(uri)
-    limit = -1 if size_only else full_hash_max_bytes
+    ask = _Ask(size, sha256.lower() if isinstance(sha256, str) and sha256 else None,
+               manifest_checksums(sha256, checksums), size_only, full_hash_max_bytes,
+               read_inline_max_bytes, deadline, progress)
     if p.scheme == "file":
-        return _verify_file(p.path, size, sha256, limit, root, deadline)
+        return _verify_file(p.path, ask, root)
     if p.scheme == "s3":
-        return _verify_s3(_s3(s3_client), p.bucket, p.key, size, sha256, limit, deadline)
+        return _verify_s3(_s3(s3_client), p.bucket, p.key, ask)
     return ObjectCheck("storage_unverified", f"scheme {p.scheme or '(none)'!r} cannot be verified")
 
 
@@ -371,10 +447,10 @@ def _open_file(path: str, root: str | None) -> int:
     return paths.open_beneath(root, rest)
 
 
-def _verify_file(path: str, size: int, sha256: str | None, limit: int, root: str | None,
-                 deadline: float | None) -> ObjectCheck:
+def _open_checked(path: str, root: str | None) -> int | ObjectCheck:
+    """A descriptor of the regular file at ``path``, or the ``object_missing`` answer."""
     try:
-        fd = _open_file(path, root)
+        return _open_file(path, root)
     except paths.NotARegularFile as e:
         return ObjectCheck("object_missing", f"{path} is {e}: never read as a checkpoint object")
     except (FileNotFoundError, NotADirectoryError):
@@ -386,6 +462,13 @@ def _verify_file(path: str, size: int, sha256: str | None, limit: int, root: str
             raise PermanentStorageError(f"open {path}: a symbolic link on the way (not "
                                         "followed)") from e
         raise _os_error(e, f"open {path}") from e
+
+
+def _verify_file(path: str, ask: _Ask, root: str | None) -> ObjectCheck:
+    fd = _open_checked(path, root)
+    if isinstance(fd, ObjectCheck):
+        return fd
+    size = ask.size
     with os.fdopen(fd, "rb", buffering=0) as f:
         try:
             observed_size = os.fstat(f.fileno()).st_size
@@ -394,14 +477,12 @@ def _verify_file(path: str, size: int, sha256: str | None, limit: int, root: str
         if observed_size != size:
             return ObjectCheck("size_mismatch", f"the file's size differs from the manifest's "
                                                 f"{size} bytes", observed_size)
-        if limit < 0:
-            return ObjectCheck("ok", f"size {size} matches (digest not re-read)", observed_size)
-        if sha256 is None or observed_size > limit:
-            why = "no expected digest" if sha256 is None else f"over {limit} bytes"
-            return ObjectCheck("ok", f"size {size} matches; sha256 not checked ({why})",
-                               observed_size)
+        early = _before_reading(ask, observed_size)
+        if early is not None:
+            return early
         try:
-            observed, n = _hash_stream(f.read, limit=size + 1, deadline=deadline)
+            observed, n = _hash_stream(f.read, limit=size + 1, deadline=ask.deadline,
+                                       progress=ask.progress)
         except _TimeUp:
             return _time_up(size)
         except OSError as e:
@@ -409,23 +490,97 @@ def _verify_file(path: str, size: int, sha256: str | None, limit: int, root: str
     if n != size:
         return ObjectCheck("size_mismatch", "the file changed while it was read (its size "
                                             f"differs from the manifest's {size} bytes)", n)
-    return _digest_verdict(sha256, observed, n, "of the file")
+    return _digest_verdict(ask.sha256, observed, n, "of the file")
 
 
-def _b64_sha256_to_hex(value: str) -> str | None:
-    """Hex of a full-object base64 ChecksumSHA256; None for composite (multipart ``...-N``) ones."""
-    if not value or "-" in value:
+# --- checksums S3 stores with an object ----------------------------------------------------------
+
+#: (name in a manifest's ``checksums``, HEAD field, digest bytes), strongest first.
+CHECKSUM_FIELDS = (("sha256", "ChecksumSHA256", 32), ("crc64nvme", "ChecksumCRC64NVME", 8),
+                   ("crc32c", "ChecksumCRC32C", 4), ("crc32", "ChecksumCRC32", 4))
+
+
+def _b64_digest(value: object, length: int) -> bytes | None:
+    """The bytes of a base64 digest of ``length`` bytes; None for anything else (a composite
+    ``...-N`` value, bad base64, a wrong length)."""
+    if not isinstance(value, str) or not value or "-" in value:
         return None
     try:
         raw = base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
         return None
-    return raw.hex() if len(raw) == 32 else None
+    return raw if len(raw) == length else None
 
 
-def _verify_s3(client: Any, bucket: str, key: str, size: int, sha256: str | None,
-               limit: int, deadline: float | None) -> ObjectCheck:
+def stored_checksums(head: dict[str, Any]) -> dict[str, bytes]:
+    """The full-object checksums an S3 HEAD (``ChecksumMode=ENABLED``) reports, ``{name: digest
+    bytes}`` with the names of ``CHECKSUM_FIELDS``. A composite checksum (``ChecksumType``
+    ``COMPOSITE``, or a value ending ``-<parts>``: a checksum of the parts' checksums of a
+    multipart upload) says nothing about the whole object's bytes and is left out."""
+    if str(head.get("ChecksumType") or "FULL_OBJECT").upper() == "COMPOSITE":
+        return {}
+    out = {}
+    for name, field, length in CHECKSUM_FIELDS:
+        raw = _b64_digest(head.get(field), length)
+        if raw is not None:
+            out[name] = raw
+    return out
+
+
+def manifest_checksums(sha256: str | None, checksums: object) -> dict[str, bytes]:
+    """The checksums a manifest object gives, ``{name: digest bytes}``: its ``checksums`` (names
+    of ``CHECKSUM_FIELDS``, base64 as S3 writes them; unknown names and malformed values left
+    out) and its ``sha256`` (64 hex chars), which wins over ``checksums["sha256"]``."""
+    out = {}
+    if isinstance(checksums, dict):
+        for name, _field, length in CHECKSUM_FIELDS:
+            raw = _b64_digest(checksums.get(name), length)
+            if raw is not None:
+                out[name] = raw
+    if isinstance(sha256, str):
+        try:
+            raw = bytes.fromhex(sha256)
+        except ValueError:
+            raw = b""
+        if len(raw) == 32:
+            out["sha256"] = raw
+        else:
+            out.pop("sha256", None)
+    return out
+
+
+def match_stored_checksum(stored: dict[str, bytes], expected: dict[str, bytes]
+                          ) -> tuple[str, bool] | None:
+    """``(name, equal)`` for the strongest checksum (``CHECKSUM_FIELDS`` order) that both S3
+    stores (:func:`stored_checksums`) and the manifest gives (:func:`manifest_checksums`);
+    None when they share none (the object must then be read)."""
+    for name, _field, _length in CHECKSUM_FIELDS:
+        if name in stored and name in expected:
+            return name, stored[name] == expected[name]
+    return None
+
+
+def _stored_verdict(head: dict[str, Any], ask: _Ask, observed_size: int) -> ObjectCheck | None:
+    """The answer from a checksum S3 stores with the object, None when none decides."""
+    stored = stored_checksums(head)
+    match = match_stored_checksum(stored, ask.expected)
+    if match is None:
+        return None
+    name, equal = match
+    field = dict((n, f) for n, f, _ in CHECKSUM_FIELDS)[name]
+    if name == "sha256":
+        return _digest_verdict(ask.expected["sha256"].hex(), stored["sha256"].hex(),
+                               observed_size, f"stored by S3 ({field})")
+    if not equal:
+        return ObjectCheck("digest_mismatch", f"the full-object {name.upper()} stored by S3 "
+                           f"({field}) differs from the manifest's checksums", observed_size)
+    return ObjectCheck("ok", f"size {ask.size} and the full-object {name.upper()} stored by S3 "
+                             f"({field}) match the manifest's", observed_size, checked=name)
+
+
+def _verify_s3(client: Any, bucket: str, key: str, ask: _Ask) -> ObjectCheck:
     where = f"s3://{bucket}/{key}"
+    size = ask.size
     try:
         head = client.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
     except Exception as e:  # botocore raises many types; classified below
@@ -436,26 +591,21 @@ def _verify_s3(client: Any, bucket: str, key: str, size: int, sha256: str | None
     if observed_size != size:
         return ObjectCheck("size_mismatch", f"the object's size differs from the manifest's "
                                             f"{size} bytes", observed_size)
-    if limit < 0:
-        return ObjectCheck("ok", f"size {size} matches (digest not re-read)", observed_size)
-    if sha256 is None:
-        return ObjectCheck("ok", f"size {size} matches; sha256 not checked (no expected digest)",
-                           observed_size)
-    stored = None
-    if head.get("ChecksumType", "FULL_OBJECT") != "COMPOSITE":
-        stored = _b64_sha256_to_hex(head.get("ChecksumSHA256") or "")
-    if stored is not None:
-        return _digest_verdict(sha256, stored, observed_size, "stored by S3 (ChecksumSHA256)")
-    if observed_size > limit:
-        return ObjectCheck("ok", f"size {size} matches; sha256 not checked (over {limit} bytes "
-                                 "and no full-object ChecksumSHA256 stored)", observed_size)
+    if not ask.size_only:
+        stored = _stored_verdict(head, ask, observed_size)
+        if stored is not None:
+            return stored
+    early = _before_reading(ask, observed_size)
+    if early is not None:
+        return early
     if size == 0:
-        return _digest_verdict(sha256, hashlib.sha256(b"").hexdigest(), 0, "of the object")
+        return _digest_verdict(ask.sha256, hashlib.sha256(b"").hexdigest(), 0, "of the object")
     try:
         # At most size + 1 bytes: an object that grew since the HEAD is seen, not streamed whole.
         body = client.get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{size}")["Body"]
         try:
-            observed, n = _hash_stream(body.read, limit=size + 1, deadline=deadline)
+            observed, n = _hash_stream(body.read, limit=size + 1, deadline=ask.deadline,
+                                       progress=ask.progress)
         finally:
             body.close()
     except _TimeUp:
@@ -467,7 +617,7 @@ def _verify_s3(client: Any, bucket: str, key: str, size: int, sha256: str | None
     if n != size:
         return ObjectCheck("size_mismatch", "the object changed while it was read (its size "
                                             f"differs from the manifest's {size} bytes)", n)
-    return _digest_verdict(sha256, observed, n, "of the object")
+    return _digest_verdict(ask.sha256, observed, n, "of the object")
 
 
 # --- manifests ------------------------------------------------------------------------------------
@@ -723,18 +873,77 @@ def put_object(uri: str, data: bytes, *, s3_client: Any = None) -> tuple[int, st
 SINGLE_PUT_MAX_BYTES = 5 * 1024**3
 """S3's limit for one PUT; larger files go up as a multipart upload."""
 
+PART_BYTES = 64 * 1024 * 1024
+"""Part size of a multipart upload (raised for files over 10,000 parts)."""
 
-def upload_file(uri: str, path: str, *, s3_client: Any = None, sha256: str | None = None
-                ) -> tuple[int, str]:
-    """Copy the local file ``path`` to ``uri`` (``s3://`` or ``file://``); returns (size, sha256
-    hex).
 
-    The file is hashed first (or ``sha256`` is trusted when given). S3: files up to 5 GiB go up in
-    one ``put_object`` carrying that full-object ``ChecksumSHA256``, so S3 refuses bytes that do
-    not match it and ``verify_object`` can later compare it without reading the object; larger
-    files use boto3's multipart ``upload_file`` with ``ChecksumAlgorithm=SHA256`` (a composite
-    checksum: verification then reads the object when it is small enough, else checks the size).
-    Raises TransientStorageError / PermanentStorageError (OSError for an unreadable local file)."""
+class Uploaded(tuple):
+    """``(size in bytes, sha256 hex)`` of an upload, with ``checksums``: the full-object
+    checksums it declared, ``{"sha256" | "crc32": base64}`` as the manifest's ``checksums``
+    records them (docs/ingest-v1.md#shard_written); empty for a ``file://`` copy."""
+
+    checksums: dict[str, str]
+
+    def __new__(cls, size: int, sha256: str, checksums: dict[str, str] | None = None
+                ) -> Uploaded:
+        self = super().__new__(cls, (size, sha256))
+        self.checksums = dict(checksums or {})
+        return self
+
+
+def _crc32_file(path: str) -> str:
+    """Base64 of the big-endian CRC32 of a file (as S3 writes ``ChecksumCRC32``)."""
+    crc = 0
+    with open(path, "rb", buffering=0) as f:
+        while b := f.read(8 * CHUNK_BYTES):
+            crc = zlib.crc32(b, crc)
+    return base64.b64encode((crc & 0xFFFFFFFF).to_bytes(4, "big")).decode()
+
+
+def _multipart_full_object_crc32(client: Any, bucket: str, key: str, path: str, size: int,
+                                 crc32: str, part_bytes: int) -> None:
+    """A multipart upload with a full-object CRC32 (``ChecksumType=FULL_OBJECT``): S3 checks
+    each part's CRC32 and, on completion, the whole object's against ``crc32``, and stores it,
+    so a HEAD later answers for every byte. Aborted when anything fails."""
+    part_bytes = max(part_bytes, -(-size // 10_000))
+    up = client.create_multipart_upload(Bucket=bucket, Key=key, ChecksumAlgorithm="CRC32",
+                                        ChecksumType="FULL_OBJECT")
+    uid = up["UploadId"]
+    try:
+        parts = []
+        with open(path, "rb") as f:
+            number = 1
+            while data := f.read(part_bytes):
+                r = client.upload_part(Bucket=bucket, Key=key, UploadId=uid, PartNumber=number,
+                                       Body=data, ChecksumAlgorithm="CRC32")
+                parts.append({"PartNumber": number, "ETag": r["ETag"],
+                              "ChecksumCRC32": r.get("ChecksumCRC32")})
+                number += 1
+        client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=uid,
+                                         MultipartUpload={"Parts": parts},
+                                         ChecksumCRC32=crc32, ChecksumType="FULL_OBJECT")
+    except BaseException:
+        try:
+            client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=uid)
+        except Exception:  # noqa: BLE001 - the first error is the one to report
+            pass
+        raise
+
+
+def upload_file(uri: str, path: str, *, s3_client: Any = None, sha256: str | None = None,
+                crc32: str | None = None, single_put_max_bytes: int = SINGLE_PUT_MAX_BYTES,
+                part_bytes: int = PART_BYTES) -> Uploaded:
+    """Copy the local file ``path`` to ``uri`` (``s3://`` or ``file://``); returns
+    ``Uploaded(size, sha256 hex)`` with the full-object checksums the upload declared.
+
+    The file is hashed first (or ``sha256``, and ``crc32`` as base64, are trusted when given:
+    the digests of the bytes as they were written). S3: files up to ``single_put_max_bytes``
+    (5 GiB, S3's limit) go up in one ``put_object`` carrying that full-object
+    ``ChecksumSHA256``; larger ones as a multipart upload (parts of ``part_bytes``) with a
+    full-object ``ChecksumCRC32`` (``ChecksumType=FULL_OBJECT``). Either way S3 refuses bytes that
+    do not match and stores the checksum, so ``verify_object`` can later compare it from a HEAD
+    without reading the object. Raises TransientStorageError / PermanentStorageError (OSError for
+    an unreadable local file)."""
     if sha256 is None:
         sha256, size = sha256_file(path)
     else:
@@ -744,23 +953,25 @@ def upload_file(uri: str, path: str, *, s3_client: Any = None, sha256: str | Non
         with open(path, "rb") as f:
             data = f.read()
         put_object(uri, data)
-        return size, sha256
+        return Uploaded(size, sha256)
     if p.scheme != "s3":
         raise PermanentStorageError(f"cannot write {uri!r}: only s3:// and file://")
     client = _s3(s3_client)
     try:
-        if size <= SINGLE_PUT_MAX_BYTES:
+        if size <= single_put_max_bytes:
+            sent = {"sha256": base64.b64encode(bytes.fromhex(sha256)).decode()}
             with open(path, "rb") as f:
                 client.put_object(Bucket=p.bucket, Key=p.key, Body=f, ContentLength=size,
-                                  ChecksumAlgorithm="SHA256",
-                                  ChecksumSHA256=base64.b64encode(bytes.fromhex(sha256)).decode())
-        else:  # pragma: no cover - needs a > 5 GiB file
-            client.upload_file(path, p.bucket, p.key, ExtraArgs={"ChecksumAlgorithm": "SHA256"})
+                                  ChecksumAlgorithm="SHA256", ChecksumSHA256=sent["sha256"])
+        else:
+            sent = {"crc32": crc32 or _crc32_file(path)}
+            _multipart_full_object_crc32(client, p.bucket, p.key, path, size, sent["crc32"],
+                                         part_bytes)
     except OSError:
         raise
     except Exception as e:
         raise s3_error(e, f"PUT {uri}") from e
-    return size, sha256
+    return Uploaded(size, sha256, sent)
 
 
 def download_file(uri: str, path: str, *, s3_client: Any = None) -> tuple[int, str]:
@@ -817,3 +1028,76 @@ def object_exists(uri: str, *, s3_client: Any = None) -> bool:
                 return False
             raise s3_error(e, f"HEAD {uri}") from e
     raise PermanentStorageError(f"cannot look up {uri!r}: only s3:// and file:// URIs")
+
+
+# --- verification progress ----------------------------------------------------------------------
+
+UNCHECKED_STATUSES = ("pending", "error")
+"""Check statuses of an object whose verification has not finished (``error``: storage did not
+answer; checked again)."""
+
+
+@dataclass(frozen=True)
+class VerificationProgress:
+    """How far the verification of one generation's manifest objects has come
+    (docs/definitions.md#verification-progress).
+
+    ``objects_checked`` of ``objects_total``: objects with a result (any status but ``pending``
+    and ``error``). ``bytes_checked`` of ``bytes_total``: the declared sizes of those objects,
+    plus the bytes hashed so far of the objects still being read. ``done`` is True once every
+    object has a result: until then the generation is ``committed``, never ``restorable``."""
+
+    objects_checked: int
+    objects_total: int
+    bytes_checked: int
+    bytes_total: int
+
+    @property
+    def done(self) -> bool:
+        return self.objects_checked >= self.objects_total
+
+    def text(self) -> str:
+        """``"verifying: 37 of 64 objects, 210 GB of 512 GB"`` (decimal units, the unit of the
+        total); ``"verified: 64 of 64 objects, 512 GB"`` once ``done``."""
+        unit, scale = _byte_unit(self.bytes_total)
+        total = _amount(self.bytes_total / scale)
+        if self.done:
+            return f"verified: {self.objects_checked} of {self.objects_total} objects, " \
+                   f"{total} {unit}"
+        return (f"verifying: {self.objects_checked} of {self.objects_total} objects, "
+                f"{_amount(self.bytes_checked / scale)} {unit} of {total} {unit}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"objects_checked": self.objects_checked, "objects_total": self.objects_total,
+                "bytes_checked": self.bytes_checked, "bytes_total": self.bytes_total,
+                "done": self.done, "text": self.text()}
+
+
+def _byte_unit(n: int) -> tuple[str, int]:
+    for unit, scale in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= scale:
+            return unit, scale
+    return "bytes", 1
+
+
+def _amount(x: float) -> str:
+    return f"{x:.0f}" if x >= 10 or x == int(x) else f"{x:.1f}"
+
+
+def verification_progress(objects: Iterable[tuple[int | None, str, int]]
+                          ) -> VerificationProgress:
+    """The ``VerificationProgress`` of a generation from its manifest objects, each given as
+    ``(declared size in bytes or None, check status, bytes hashed so far)``. An object without
+    a declared size counts 0 bytes; the bytes hashed of an unfinished object are capped at its
+    size."""
+    n = checked = total = done = 0
+    for size, status, hashed in objects:
+        size = max(int(size or 0), 0)
+        n += 1
+        total += size
+        if status in UNCHECKED_STATUSES:
+            done += min(max(int(hashed or 0), 0), size)
+        else:
+            checked += 1
+            done += size
+    return VerificationProgress(checked, n, done, total)

@@ -19,7 +19,6 @@ from typing import Any
 
 from recoverydash.checkpoints import objects as storage
 from recoverydash.checkpoints.objects import (
-    DEFAULT_FULL_HASH_MAX_BYTES,
     StorageError,
     TransientStorageError,
     resolve_location,
@@ -134,7 +133,7 @@ def _static_reasons(manifest: dict[str, Any], attempt: int, world_size: int | No
 
 
 def _storage_reasons(manifest: dict[str, Any], s3_client: Any,
-                     full_hash_max_bytes: int) -> tuple[list[dict[str, str]], bool]:
+                     full_hash_max_bytes: int | None) -> tuple[list[dict[str, str]], bool]:
     """(reasons from verifying every object, whether storage could not answer for some)."""
     failures: dict[str, list[str]] = {}
     unverified = []
@@ -142,7 +141,7 @@ def _storage_reasons(manifest: dict[str, Any], s3_client: Any,
         uri = obj.get("uri")
         try:
             check = storage.verify_object(uri, int(obj.get("size", -1)), obj.get("sha256"),
-                                          s3_client=s3_client,
+                                          s3_client=s3_client, checksums=obj.get("checksums"),
                                           full_hash_max_bytes=full_hash_max_bytes)
         except TransientStorageError as e:
             unverified.append(f"{uri}: {e}")
@@ -166,14 +165,16 @@ def select_restorable(location: str, *, world_size: int | None = None,
                       dataset_version: str | None = None,
                       required_components: list[str] | None = None, s3_client: Any = None,
                       verify_all: bool = False,
-                      full_hash_max_bytes: int = DEFAULT_FULL_HASH_MAX_BYTES,
+                      full_hash_max_bytes: int | None = None,
                       decided: dict[str, list[dict[str, str]]] | None = None) -> Selection:
     """The newest restorable generation of ``location`` (a folder or ``s3://bucket/prefix``),
     decided from storage alone.
 
     Generations are taken newest first (by ``update``, then ``committed_at``); each is checked
     by the rules (module doc) and its objects verified (size; sha256 where the manifest has one,
-    within ``full_hash_max_bytes``). Checking stops at the first restorable one unless
+    read in full whatever the size, or a full-object checksum S3 stores; ``full_hash_max_bytes``
+    is an opt-out: an object over it that no stored checksum decides leaves its generation
+    ``committed``, ``storage_unverified``). Checking stops at the first restorable one unless
     ``verify_all``; older ones are then listed as ``committed``. world_size / dataset_version:
     the restarting job's, compared when given. required_components: default the manifest's
     ``required_components``, else the contract's default. decided: generations already found not
@@ -233,7 +234,7 @@ def _found_generations(location: str, s3_client: Any) -> list[GenerationCheck]:
 
 def _judge(g: GenerationCheck, world_size: int | None, dataset_version: str | None,
            required_components: list[str] | None, s3_client: Any, verify_all: bool,
-           full_hash_max_bytes: int) -> str:
+           full_hash_max_bytes: int | None) -> str:
     """Set ``g``'s status and reasons: the rules that need no storage, then (unless those
     rejected it and ``verify_all`` is off) every object verified in storage. Returns the
     status."""

@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from recoverydash.alerts.models import Alert, Delivery, WebhookEndpoint
 from recoverydash.alerts.rules import contract_of, silence_of
+from recoverydash.checkpoints.objects import verification_progress
 from recoverydash.recovery.figures import (checkpoint_stale, logger_rewind_update,
                                            seconds_since_last_restorable)
 from recoverydash.recovery.restarts import cursor_gaps
@@ -514,6 +515,9 @@ class GenerationDetail:
     #: (``recovery.generations.components_without_object``)
     contract_missing: list = field(default_factory=list)
     required_components: list = field(default_factory=list)   # the run's contract's list
+    #: how far the verification of its objects in storage has come
+    #: (``checkpoints.objects.VerificationProgress``; docs/definitions.md#verification-progress)
+    progress: object = None
 
     @property
     def manifest_json(self) -> str:
@@ -536,6 +540,12 @@ def _components_by_uri(manifest: dict, reports) -> dict:
                 if len(names) > 1:
                     out[item["uri"]] = names
     return out
+
+
+def _progress_of(objects: list):
+    """The ``VerificationProgress`` of a generation's manifest objects (CheckpointObject rows)."""
+    return verification_progress((o.size, o.check_status, o.hashed_bytes) for o in objects
+                                 if o.in_manifest)
 
 
 def generation_detail(run, generation_id: str) -> GenerationDetail:
@@ -592,7 +602,8 @@ def generation_detail(run, generation_id: str) -> GenerationDetail:
                             problems=sum(1 for o in objects if o.check_status != "ok"),
                             notes=list(stored.get("notes") or []),
                             contract_missing=contract_missing,
-                            required_components=required_by_contract)
+                            required_components=required_by_contract,
+                            progress=_progress_of(objects))
 
 
 # --- restart page ---------------------------------------------------------------------------------

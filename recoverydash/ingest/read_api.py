@@ -48,12 +48,25 @@ class LastRestorableOut(Schema):
     committed_at: Optional[str]
 
 
+class VerifyingOut(Schema):
+    objects_checked: int
+    objects_total: int
+    bytes_checked: int
+    bytes_total: int
+    done: bool
+    text: str = Field(description='e.g. "verifying: 37 of 64 objects, 210 GB of 512 GB"')
+
+
 class GenerationOut(Schema):
     generation_id: str
     attempt: int
     update: Optional[int]
     status: Literal["pending", "committed", "restorable", "rejected", "abandoned"]
     reasons: list[CodeOut]
+    verifying: VerifyingOut | None = Field(
+        None, description="extension: a committed generation whose objects are still being "
+                          "verified in storage, how far that has come "
+                          "(docs/definitions.md#verification-progress); null otherwise")
 
 
 class RestartOut(Schema):
@@ -171,6 +184,23 @@ class RestorePlanQuery(Schema):
     config_digest: Optional[str] = Field(None, max_length=500)
 
 
+def with_verification_progress(run: Run, generations: list) -> list:
+    """``generations`` (the stored analysis's) with ``verifying`` added to each ``committed``
+    one whose objects are not all checked yet (``storage.verification.progress_by_generation``,
+    one query over the committed generations' objects)."""
+    from recoverydash.storage.verification import progress_by_generation
+
+    committed = [g.get("generation_id") for g in generations if g.get("status") == "committed"]
+    if not committed:
+        return generations
+    progress = progress_by_generation(run.pk, committed)
+    out = []
+    for g in generations:
+        p = progress.get(g.get("generation_id")) if g.get("status") == "committed" else None
+        out.append({**g, "verifying": p.to_dict()} if p is not None and not p.done else g)
+    return out
+
+
 def recovery_view(run: Run) -> dict:
     """The ``recovery`` body (docs/ingest-v1.md#recovery) of a run from its stored analysis and
     alert rows."""
@@ -187,7 +217,7 @@ def recovery_view(run: Run) -> dict:
         "seconds_since_last_restorable": seconds_since_last_restorable(
             result, now, run.first_event_at),
         "updates_at_risk": result.get("updates_at_risk", 0),
-        "generations": result.get("generations", []),
+        "generations": with_verification_progress(run, result.get("generations", [])),
         "generations_summary": result.get("generations_summary"),
         "restarts": result.get("restarts", []),
         "strata": result.get("strata", []),

@@ -721,6 +721,11 @@ class CheckpointObject(models.Model):
     resolved_uri = models.CharField(max_length=2000, blank=True, default="")
     check_started_at = models.DateTimeField(null=True, blank=True)
     check_attempts = models.IntegerField(default=0)
+    #: While a task of its own reads the object's digest: bytes hashed so far, and when that
+    #: task last said it is alive (it holds the object while this is recent); both cleared
+    #: when the result is stored.
+    hashed_bytes = models.BigIntegerField(default=0, db_default=0)
+    hash_heartbeat_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -23,6 +23,10 @@ ANALYZE_RUN = "workers.tasks.analyze_run"
 VERIFY_GENERATION = "workers.tasks.verify_generation"
 """Check the objects of a committed generation in storage (args: generation pk, and optionally
 an ISO 8601 time: every object last checked before it is checked again)."""
+VERIFY_OBJECT = "workers.tasks.verify_object"
+"""Read and hash one large object of a committed generation in a task of its own (args: object
+pk, an ISO 8601 time: done unless the object was checked after it), sent by a generation's
+verification with a soft time limit that scales with the object's size."""
 DELIVER_WEBHOOK = "workers.tasks.deliver_webhook"
 """Send one webhook delivery (args: delivery pk)."""
 NOTIFY_FLIPS = "workers.tasks.notify_flips"
@@ -36,7 +40,7 @@ EVALUATE_ALERTS_CHUNK = "workers.tasks.evaluate_alerts_chunk"
 """Evaluate the alert rules of a chunk of runs (args: run pks, the pks to analyse again
 first), fanned out by the periodic ``evaluate_all_alerts``."""
 
-TASK_NAMES = (ANALYZE_RUN, VERIFY_GENERATION, DELIVER_WEBHOOK, NOTIFY_FLIPS,
+TASK_NAMES = (ANALYZE_RUN, VERIFY_GENERATION, VERIFY_OBJECT, DELIVER_WEBHOOK, NOTIFY_FLIPS,
               SEND_TEST_WEBHOOK, EVALUATE_ALERTS_CHUNK)
 
 
@@ -78,7 +82,8 @@ def fan_out(expires: float):
         _FAN_OUT_EXPIRES.reset(token)
 
 
-def enqueue(task_name: str, *args, countdown: float = 0.0, expires: float | None = None) -> bool:
+def enqueue(task_name: str, *args, countdown: float = 0.0, expires: float | None = None,
+            soft_time_limit: float | None = None, time_limit: float | None = None) -> bool:
     """Send the task ``task_name`` (one of ``TASK_NAMES``) with positional ``args``, to run
     ``countdown`` seconds from now (0: at once); returns False (and logs) when the broker cannot
     take it. Never raises for a broker that is down: work that cannot be enqueued now is found
@@ -88,7 +93,8 @@ def enqueue(task_name: str, *args, countdown: float = 0.0, expires: float | None
     that takes the task more than ``expires`` seconds after it became due (``countdown`` from
     now) drops it without running it (Celery's ``expires``, sent as ``countdown + expires``
     seconds from now: a delayed task is never expired before it is due). Only for work some
-    periodic cycle sends again.
+    periodic cycle sends again. ``soft_time_limit`` / ``time_limit`` (seconds): this task's own
+    Celery limits instead of the configured defaults (a verification that scales with size).
 
     With ``CELERY_TASK_ALWAYS_EAGER`` (tests, a single-process embedded use) the task runs here
     and now, and its errors propagate; ``countdown`` and ``expires`` are ignored then."""
@@ -102,8 +108,11 @@ def enqueue(task_name: str, *args, countdown: float = 0.0, expires: float | None
     elif not expires > 0:
         raise ValueError(f"expires must be > 0 seconds, got {expires!r}")
     try:
+        limits = {k: v for k, v in (("soft_time_limit", soft_time_limit),
+                                    ("time_limit", time_limit)) if v is not None}
         current_app.send_task(task_name, args=args, countdown=countdown or None,
-                              expires=None if expires is None else (countdown or 0.0) + expires)
+                              expires=None if expires is None else (countdown or 0.0) + expires,
+                              **limits)
         return True
     except Exception as exc:  # broker down: kombu raises several types
         log.warning("could not enqueue %s%s: %s", task_name, args, exc)

@@ -43,7 +43,6 @@ from recoverydash.checkpoints.formats import (
 )
 from recoverydash.checkpoints.formats.base import rfc3339
 from recoverydash.checkpoints.objects import (
-    DEFAULT_FULL_HASH_MAX_BYTES,
     StorageError,
     make_s3_client,
 )
@@ -74,9 +73,11 @@ def _parser() -> argparse.ArgumentParser:
                         "format's rule)")
     c.add_argument("--hash", action="store_true",
                    help="read every file and record its sha256 (progress on stderr)")
-    c.add_argument("--max-hash-bytes", type=int, default=DEFAULT_FULL_HASH_MAX_BYTES,
-                   help="recoverydash manifests: objects larger than this are checked by size "
-                        "only when storage holds no sha256 (bytes)")
+    c.add_argument("--max-hash-bytes", type=int, default=None,
+                   help="recoverydash manifests, an opt-out: objects larger than this (bytes) "
+                        "that no checksum stored by S3 decides are not read, and their "
+                        "generation is not verified (committed, storage_unverified); default: "
+                        "every sha256 is read")
     c.add_argument("--endpoint-url", default=None, help="S3 endpoint (MinIO, moto...)")
     c.add_argument("--region", default=None, help="S3 region")
     c.add_argument("--json", action="store_true", help="print JSON instead of words")

@@ -17,7 +17,6 @@ from typing import Any
 from recoverydash.checkpoints import objects as storage
 from recoverydash.checkpoints import paths
 from recoverydash.checkpoints.objects import (
-    DEFAULT_FULL_HASH_MAX_BYTES,
     StorageError,
     resolve_location,
 )
@@ -71,18 +70,19 @@ class RestoreError(RuntimeError):
 def load_generation(location: str, generation_id: str, *, state: dict[str, Any],
                     client: Client | None = None, restore_rng: bool = True,
                     group=None, s3_client=None, staging_dir: str | None = None,
-                    full_hash_max_bytes: int = DEFAULT_FULL_HASH_MAX_BYTES,
+                    full_hash_max_bytes: int | None = None,
                     fallback: bool = True) -> Restored:
     """Load a generation written by ``save_generation`` (every rank calls it), or, when it
     fails, the next restorable one.
 
     location: a folder or an ``s3://bucket/prefix``. Before anything reaches DCP, every object of
     the generation's manifest is checked against it: on a folder, the file under the generation
-    folder (size, and sha256 where the manifest has one, for objects of at most
-    ``full_hash_max_bytes``; the objects are split between the ranks and the results agreed); from
-    S3, each rank downloads into a local staging folder (a fresh temporary folder, under
-    ``staging_dir`` when given, removed afterwards) every object of the DCP components in
-    ``state`` and its own (or rank 0's) per-rank files, checking each download's size and sha256.
+    folder (size, and sha256 where the manifest has one, read in full; ``full_hash_max_bytes``
+    opts out of reading objects over it, which are then loaded unverified; the objects are
+    split between the ranks and the results agreed); from S3, each rank downloads into a local
+    staging folder (a fresh temporary folder, under ``staging_dir`` when given, removed
+    afterwards) every object of the DCP components in ``state`` and its own (or rank 0's)
+    per-rank files, checking each download's size and sha256.
 
     A candidate whose check fails (``object_damaged``) or whose loading raises (``load_error``)
     is reported as ``restore_failed`` (docs/ingest-v1.md#restore_failed, by rank 0, flushed
@@ -164,7 +164,7 @@ def load_generation(location: str, generation_id: str, *, state: dict[str, Any],
 
 def _try_candidate(location: str, candidate: str, manifest: dict | None, state: dict, rank: int,
                    world: int, group, s3_client, staging_dir: str | None,
-                   full_hash_max_bytes: int, unplaced: dict[str, list[str]]
+                   full_hash_max_bytes: int | None, unplaced: dict[str, list[str]]
                    ) -> tuple[dict | None, str | None, str]:
     """Check one candidate's objects (a folder location: where DCP reads them, split between
     the ranks), then load it; every rank learns every rank's problems. Returns ``(this rank's
@@ -225,7 +225,7 @@ def _read_manifest_quietly(location: str, generation_id: str, s3_client) -> dict
 
 
 def _local_problems(location: str, generation_id: str, manifest: dict | None, rank: int,
-                    world: int, full_hash_max_bytes: int) -> list[str]:
+                    world: int, full_hash_max_bytes: int | None) -> list[str]:
     """What is wrong with this rank's share (every ``world``-th object) of a folder generation's
     objects, checked where ``load_generation`` reads them: under ``<location>/<generation_id>``
     (an object URI relative to the generation folder, absolute under the manifest's

@@ -248,7 +248,8 @@ def _store_file(gen: _Generation, path: str, component: str, digest: Digest | No
     if not gen.on_s3:
         return gen.object(storage.file_uri(path), component, digest)
     uri = storage.join_uri(gen.uri, component, name or os.path.basename(path))
-    uploaded = storage.upload_file(uri, path, s3_client=gen.s3_client, sha256=digest.sha256)
+    uploaded = storage.upload_file(uri, path, s3_client=gen.s3_client, sha256=digest.sha256,
+                                   crc32=digest.crc32 or None)
     return gen.object(uri, component, digest, _checksums_sent(uploaded, digest))
 
 

@@ -63,8 +63,7 @@ class Worker:
                         CELERY_BROKER_URL=broker_url, CELERY_TASK_DEFAULT_QUEUE=queue,
                         RECOVERYDASH_BROKER_VISIBILITY_TIMEOUT_S=str(visibility_s),
                         RECOVERYDASH_WEBHOOK_ALLOW_PRIVATE="true",
-                        RECOVERYDASH_ANALYSIS_DEBOUNCE_S="0.2",
-                        RECOVERYDASH_FULL_HASH_MAX_BYTES=str(8 * 1024 ** 3))
+                        RECOVERYDASH_ANALYSIS_DEBOUNCE_S="0.2")
         self.queue = queue
         self.proc = None
 

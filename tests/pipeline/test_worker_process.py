@@ -56,7 +56,6 @@ def test_it_verifies_again_after_the_worker_is_killed_mid_verification(
     """SIGKILL of the whole worker while it hashes a 6 GiB (sparse) object: the task is handed out
     again (acks_late, visibility timeout) and the result is the same as an undisturbed run."""
     settings.RECOVERYDASH_RATE_LIMIT_PER_SECOND = 0
-    settings.RECOVERYDASH_FULL_HASH_MAX_BYTES = 8 * 1024 ** 3
     declare_location(project, tmp_path)
     events, _ = scenario_loader("s1_resume_at_checkpoint_exact", str(tmp_path))
     big = tmp_path / "big.bin"

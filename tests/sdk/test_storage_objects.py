@@ -51,8 +51,10 @@ def test_it_reports_each_status_of_a_file(tmp_path):
     assert verify_object(uri, len(DATA), "0" * 64).status == "digest_mismatch"
     assert verify_object(file_uri(str(tmp_path / "nope")), 1).status == "object_missing"
     assert verify_object("gs://bkt/k", 1).status == "storage_unverified"
+    # full_hash_max_bytes is an explicit opt-out: over it the object is not verified, never ok
     big = verify_object(uri, len(DATA), "0" * 64, full_hash_max_bytes=10)
-    assert big.status == "ok" and big.observed_sha256 is None and "not checked" in big.detail
+    assert big.status == "storage_unverified" and big.observed_sha256 is None
+    assert "not verified" in big.detail
 
 
 def test_it_publishes_a_manifest_once_and_refuses_a_conflicting_one(tmp_path):
@@ -104,7 +106,7 @@ def test_it_verifies_s3_objects_present_missing_and_wrong(s3_server):
     assert verify_object("s3://verify/plain", len(DATA), "1" * 64, s3_client=s3).status \
         == "digest_mismatch"
     assert verify_object("s3://verify/plain", len(DATA), "1" * 64, s3_client=s3,
-                         full_hash_max_bytes=10).status == "ok"  # over the limit: size only
+                         full_hash_max_bytes=10).status == "storage_unverified"  # opted out
 
 
 def test_it_uses_the_stored_s3_checksum_without_reading_the_object(s3_server):

@@ -167,14 +167,13 @@ def hash_generations(tree: Tree, generations: list[Generation],
 def _own(location: str, tree: Tree, options: Options, s3_client: Any,
          max_bytes: int | None) -> Check:
     """Our manifests, through the SDK's offline selection (every generation verified)."""
-    from recoverydash.checkpoints.objects import DEFAULT_FULL_HASH_MAX_BYTES
     from recoverydash.checkpoints.selection import select_restorable
 
     sel = select_restorable(location, world_size=options.world_size,
                             dataset_version=options.dataset_version,
                             required_components=options.required_components,
                             s3_client=s3_client, verify_all=True,
-                            full_hash_max_bytes=max_bytes or DEFAULT_FULL_HASH_MAX_BYTES)
+                            full_hash_max_bytes=max_bytes)
     gens = []
     for g in sel.generations:
         m = g.manifest or {}
