@@ -28,8 +28,9 @@ test_absorb_fast_path.py). :meth:`Ledger.to_bytes` /
 :meth:`Ledger.from_bytes` store and load the state as one value (a zlib-compressed JSON head with
 serialized roaring bitmaps, then the per-update times as raw bytes); :meth:`Ledger.to_parts` /
 :meth:`Ledger.from_parts` as a head and blocks of 4,096 updates' times, giving only the blocks
-written since the load, so that what a caller stores per analysis does not grow with the run. The analysis reads the ledger only through runs and bitmaps, so its cost grows with the
-number of runs, pieces, generations and attempts, not with the number of updates.
+written since the load, so that what a caller stores per analysis does not grow with the run.
+The analysis reads the ledger only through runs and bitmaps, so its cost grows with the number of
+runs, pieces, generations and attempts, not with the number of updates.
 """
 from __future__ import annotations
 
@@ -42,14 +43,23 @@ from array import array
 from dataclasses import dataclass, field
 from itertools import count as _steps
 from operator import attrgetter
+from typing import Any, cast
 
 from pyroaring import BitMap, BitMap64
 
 from .counting import KeyCount
 from .heartbeats import HeartbeatFold
 from .inputs import LedgerRecord
-from .positions import (MAX_RANGE_LENGTH, POSITION_LIMIT, add_group, identity_position,
-                        index_set, range_positions, span_key, wire_range)
+from .positions import (
+    MAX_RANGE_LENGTH,
+    POSITION_LIMIT,
+    add_group,
+    identity_position,
+    index_set,
+    range_positions,
+    span_key,
+    wire_range,
+)
 
 RANK, KEY, SLOT, U0, U1, A, ADV, M, S = range(9)
 _RANK, _SPANS, _UPDATE, _ATTEMPT, _TIME = map(attrgetter, ("rank", "spans", "update", "attempt",
@@ -278,7 +288,7 @@ class Ledger:
         self._segments: dict = {}
 
     @classmethod
-    def from_records(cls, records) -> "Ledger":
+    def from_records(cls, records) -> Ledger:
         """A ledger holding ``records`` (an iterable of LedgerRecord)."""
         ledger = cls()
         ledger.absorb(records)
@@ -306,15 +316,14 @@ class Ledger:
 
         Raises ValueError on a malformed range (see :func:`.positions.wire_range`); the records
         before the malformed one stay absorbed."""
+        touched: set = set()
         if not fast:
-            touched: set = set()
             try:
                 return self._absorb_each(records, touched)
             finally:
                 self._invalidate(touched)
         records = records if type(records) is list else list(records)
         count = len(records)
-        touched: set = set()
         lanes: dict = {}     # attempt -> _Lane, alive while its groups keep matching
         backoff: dict = {}   # attempt -> [failed tries in a row, groups to skip before the next]
         try:
@@ -401,7 +410,9 @@ class Ledger:
         # the bands alive, which never share a rank
         bands: dict = {}
         count = 0
-        current = state = None
+        # set on the first record (``current`` None is no attempt's number)
+        current: int | None = None
+        state = cast(AttemptLedger, None)
         try:
             for (attempt, update, rank, ranks, shift, when, spans, stratum, epoch, order,
                  start, stop, step) in rows:
@@ -463,14 +474,15 @@ class Ledger:
     def _absorb_each(self, records, touched: set) -> int:
         """The general path of :meth:`absorb`: record by record, any shape, any order."""
         count = 0
-        current = state = None
+        # set on the first record (``current`` None is no attempt's number)
+        current: int | None = None
+        state = cast(AttemptLedger, None)
         for rec in records:
             count += 1
             if rec.attempt != current:
                 current = rec.attempt
-                state = self.attempts.get(current)
-                if state is None:
-                    state = self.attempt(current)
+                found = self.attempts.get(current)
+                state = found if found is not None else self.attempt(current)
                 touched.add(current)
                 absorbed, opened, runs = state.absorbed, state.open, state.runs
                 last_added = None
@@ -726,7 +738,7 @@ class Ledger:
         hi = math.inf if upto is None else upto
         candidates: dict = {}
         for key, groups in state.groups().items():
-            for (u0, u1, adv, m, s, starts, _n) in groups:
+            for (u0, u1, adv, _m, _s, starts, _n) in groups:
                 if u1 <= after or u0 > hi:
                     continue
                 u = max(u0, after + 1)
@@ -807,7 +819,7 @@ class Ledger:
         attempts = {}
         for number, state in self.attempts.items():
             open_ids = {id(run) for run in state.open.values()}
-            item = attempts[str(number)] = {
+            item: dict[str, Any] = {
                 "runs": [[r[RANK], key_id(r[KEY]), r[SLOT], r[U0], r[U1], r[A], r[ADV], r[M],
                           r[S], 1 if id(r) in open_ids else 0] for r in state.runs],
                 "pieces": [[key_id(key), update, rank, b64(bm.serialize())]
@@ -816,6 +828,7 @@ class Ledger:
                 "absorbed": absorbed_items(state.absorbed),
                 "updates": packed(state.updates),
             }
+            attempts[str(number)] = item
             if state.ident_ranks:
                 item["ident_ranks"] = [[key_id(key), rank, packed(bm)]
                                        for key, ranks in state.ident_ranks.items()
@@ -927,7 +940,7 @@ class Ledger:
         return blob[16 + size:]
 
     @classmethod
-    def from_parts(cls, head: bytes, blocks) -> "Ledger":
+    def from_parts(cls, head: bytes, blocks) -> Ledger:
         """Load a state written by :meth:`to_parts` (every block it gave so far, the newest
         copy of each): ``head`` and ``blocks``, an iterable of ``(attempt, block, bytes)``. A
         head of an older format (:meth:`from_bytes` reads it; ``blocks`` then ignored) loads
@@ -972,7 +985,7 @@ class Ledger:
         return ledger
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "Ledger":
+    def from_bytes(cls, data: bytes | memoryview) -> Ledger:
         """Load a state written by :meth:`to_bytes` (format 5), or by format 4 (one
         zlib-compressed JSON document, times base64 in it), 3 (the same without the heartbeat
         fold), 2 (also without ``hashed_strata``) or 1 (32-bit update bitmaps and one dense
@@ -1004,17 +1017,18 @@ class Ledger:
         ledger = cls._from_doc(doc, version)
         offset = 0
         width = 8 << TIME_SHIFT
+        body = section if section is not None else memoryview(b"")  # format 5: its section
         for number, item in doc["attempts"].items():
             state = ledger.attempt(int(number))
             if version >= 5:
                 count = item["times"]
                 indices = array("q")
-                indices.frombytes(section[offset:offset + 8 * count])
+                indices.frombytes(body[offset:offset + 8 * count])
                 offset += 8 * count
                 times = state.times
                 for index in indices:
                     chunk = times[index] = array("d")
-                    chunk.frombytes(section[offset:offset + width])
+                    chunk.frombytes(body[offset:offset + width])
                     offset += width
             elif version >= 2:
                 for index, blob in item["times"]:
@@ -1049,7 +1063,7 @@ class Ledger:
         return doc
 
     @classmethod
-    def _from_doc(cls, doc: dict, version: int) -> "Ledger":
+    def _from_doc(cls, doc: dict, version: int) -> Ledger:
         """A ledger of everything a head of format ``version`` holds but the times."""
 
         def updates(blob: str) -> BitMap64:
@@ -1076,7 +1090,7 @@ class Ledger:
             for kid, update, rank, blob in item["pieces"]:
                 state.pieces.setdefault(keys[kid], {})[(update, rank)] = \
                     BitMap64.deserialize(base64.b64decode(blob))
-            prev, loaded = None, None
+            prev, loaded = None, cast(BitMap64, None)  # set by the first rank's text
             for rank, blob in item["absorbed"]:  # equal texts decoded once (see _head)
                 if blob != prev:
                     prev, loaded = blob, updates(blob)
@@ -1170,6 +1184,20 @@ class _Lane:
 
     __slots__ = ("adv", "advs", "attempt", "base", "items", "ranks", "room", "runs", "state",
                  "taken", "template", "update", "width")
+    # the slots' types (mypy reads them; a slotted class has no class attributes of these names)
+    adv: int | None
+    advs: list
+    attempt: int
+    base: int
+    items: list
+    ranks: list
+    room: int
+    runs: list
+    state: AttemptLedger
+    taken: int
+    template: list
+    update: int
+    width: int
 
     @classmethod
     def build(cls, state: AttemptLedger, update: int, records: list, i: int, j: int):
@@ -1390,6 +1418,8 @@ def _unfolded(attempt: int, update: int, rank: int | None, ranks: int, shift: in
     per rank, rank ``rank + k``'s spans moved by ``k * shift``."""
     if ranks <= 1:
         return [LedgerRecord(attempt, update, rank, when, spans)]
+    if rank is None:
+        raise ValueError(f"a folded row of {ranks} ranks of update {update} names no first rank")
     return [LedgerRecord(attempt, update, rank + k, when, _moved(spans, k * shift))
             for k in range(ranks)]
 
@@ -1442,6 +1472,20 @@ class _Band:
 
     __slots__ = ("adv", "base", "high", "key", "low", "rank", "ranks", "runs", "start", "state",
                  "step", "update", "width")
+    # the slots' types (mypy reads them; a slotted class has no class attributes of these names)
+    adv: int
+    base: int
+    high: int
+    key: tuple
+    low: int
+    rank: int
+    ranks: int
+    runs: list
+    start: int
+    state: AttemptLedger
+    step: int | None
+    update: int
+    width: int
 
     @classmethod
     def build(cls, state: AttemptLedger, update: int, rank: int, ranks: int, shift: int,
@@ -1452,7 +1496,7 @@ class _Band:
         m = (stop - start + step - 1) // step
         opened, absorbed = state.open, state.absorbed
         runs = []
-        adv = None
+        adv: int | None = None
         for k in range(ranks):
             run = opened.get((rank + k, key, 0))
             if run is None or run[U1] != update or run[U0] >= update or run[S] != step \
@@ -1468,6 +1512,8 @@ class _Band:
             if seen is None or seen.max() != update:
                 return None
             runs.append(run)
+        if adv is None:  # no rank
+            return None
         band = cls()
         band.state, band.runs, band.rank, band.ranks = state, runs, rank, ranks
         band.key = (rank, ranks, shift) + key  # its row key in Ledger.absorb_folded
