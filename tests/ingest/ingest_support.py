@@ -19,7 +19,8 @@ def update(event_id: str, update_: int, rank: int | None = 0, run_id: str = "run
            attempt: int = 0, start: int | None = None, width: int = 8, **fields) -> dict:
     """An ``update_committed`` with one contiguous span of ``width`` positions."""
     start = (update_ - 1) * width if start is None else start
-    spans = fields.pop("spans", [{"stratum": "main", "epoch": 0, "ranges": [[start, start + width]]}])
+    spans = fields.pop("spans",
+                       [{"stratum": "main", "epoch": 0, "ranges": [[start, start + width]]}])
     body = event("update_committed", event_id, run_id, attempt, update=update_, spans=spans,
                  **fields)
     if rank is not None:

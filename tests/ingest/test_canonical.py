@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from recoverydash.ingest.api import _finite_float, _reject_constant, loads_body
 from recoverydash.ingest.schemas import canonical_bytes, canonical_json, json_text

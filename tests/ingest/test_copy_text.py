@@ -8,11 +8,12 @@ one's."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from django.db import connection
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from recoverydash.ingest import actions
 from recoverydash.ingest.schemas import json_text, validate_events
@@ -23,7 +24,7 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers(-2 ** 63, 2 *
                            | texts, lambda inner: st.lists(inner, max_size=3)
                            | st.dictionaries(texts, inner, max_size=3), max_leaves=8)
 times = st.datetimes(min_value=datetime(1990, 1, 1), max_value=datetime(2100, 1, 1),
-                     timezones=st.sampled_from([timezone.utc, timezone(timedelta(hours=5,
+                     timezones=st.sampled_from([UTC, timezone(timedelta(hours=5,
                                                                                  minutes=30)),
                                                 timezone(timedelta(hours=-8))]))
 rows = st.lists(st.tuples(st.integers(-2 ** 63, 2 ** 63 - 1) | st.none(), texts | st.none(),
@@ -94,7 +95,7 @@ def test_event_lines_are_the_generic_spelling_of_the_rows(update, rank, extra, s
     class Run:
         pk = 7
 
-    now = datetime(2026, 12, 1, 23, 0, 0, 123456, tzinfo=timezone.utc)
+    now = datetime(2026, 12, 1, 23, 0, 0, 123456, tzinfo=UTC)
     sent = {}
     real = actions._copy_lines
     actions._copy_lines = lambda table, columns, text: sent.update(text=text, columns=columns)

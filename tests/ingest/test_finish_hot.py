@@ -10,12 +10,11 @@ from __future__ import annotations
 import random
 
 import pytest
+from ingest_support import event, update
 
 from recoverydash.ingest import actions
 from recoverydash.ingest.errors import BadRequest
 from recoverydash.runs.models import Attempt, Project, RankSeen, Run
-
-from ingest_support import event, update
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

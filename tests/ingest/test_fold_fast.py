@@ -14,7 +14,8 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from recoverydash.ingest import actions
 from recoverydash.ingest.actions import ingest_batch
@@ -60,7 +61,8 @@ def _spans(shape: str, base: int, r: int, world: int) -> list:
     if shape == "fixed":  # the benches' shape: the stop stays
         return [{"stratum": "m", "epoch": 0, "ranges": [[base + r, base + 4 * world, world]]}]
     if shape == "two":
-        return [{"stratum": "m", "epoch": 0, "ranges": [[base + r, base + r + 9], [50 + r, 60 + r]]},
+        return [{"stratum": "m", "epoch": 0,
+                 "ranges": [[base + r, base + r + 9], [50 + r, 60 + r]]},
                 {"stratum": "x", "epoch": 1, "ranges": [[r, r + 1]]}]
     if shape == "dup":
         return [{"stratum": "m", "epoch": 0, "ranges": [[base, base + 4 * world, world]]}]

@@ -55,6 +55,7 @@ def scenario(seed):
     for u in range(1, 4):
         for r in range(W):
             choice = rng.random()
+            first = (u - 1) * B * W  # the update's first position
             sp = base_spans(u, r)
             samples = B
             if choice < 0.1:
@@ -64,21 +65,28 @@ def scenario(seed):
             elif choice < 0.3:
                 sp = base_spans(u, r) + base_spans(u, r, "x")  # two strata
             elif choice < 0.35:
-                sp = [{"stratum": "m", "epoch": 0, "ranges": [[(u - 1) * B * W + r, (u - 1) * B * W + r + 1]]}]
+                sp = [{"stratum": "m", "epoch": 0, "ranges": [[first + r, first + r + 1]]}]
             elif choice < 0.4:
                 samples = 3
             elif choice < 0.5:
-                sp = [{"stratum": "m", "epoch": 0, "ranges": [[10_000 - 3 * r, 10_000 - 3 * r + 5]]}]  # negative shift
+                # negative shift
+                sp = [{"stratum": "m", "epoch": 0,
+                       "ranges": [[10_000 - 3 * r, 10_000 - 3 * r + 5]]}]
             elif choice < 0.55:
-                sp = [{"stratum": "i", "epoch": 0, "ids": [f"id{u}-{r}"]}] + base_spans(u, r)  # ids mixed with ranges
+                # ids mixed with ranges
+                sp = [{"stratum": "i", "epoch": 0, "ids": [f"id{u}-{r}"]}] + base_spans(u, r)
             elif choice < 0.6:
-                sp = [{"stratum": "m", "epoch": 0, "ranges": [[(u - 1) * B * W + r * W, (u - 1) * B * W + r * W + 2 * W, 1]]}]  # overlapping blocks
+                # overlapping blocks
+                sp = [{"stratum": "m", "epoch": 0,
+                       "ranges": [[first + r * W, first + r * W + 2 * W, 1]]}]
             elif choice < 0.62:
                 sp = [{"stratum": "m", "epoch": 0, "ranges": [[2**62 + r, 2**62 + r + 16, W]]}]
             elif choice < 0.65:
-                sp = [{"stratum": "m", "epoch": 1, "ranges": [[r, r + 16, W], [100 + r, 116 + r, W]]}]
+                sp = [{"stratum": "m", "epoch": 1,
+                       "ranges": [[r, r + 16, W], [100 + r, 116 + r, W]]}]
             elif choice < 0.45:
-                sp = [{"stratum": "m", "epoch": 0, "ranges": [[(u - 1) * B * W + 2 * r, (u - 1) * B * W + 2 * r + B * W, W]]}]
+                sp = [{"stratum": "m", "epoch": 0,
+                       "ranges": [[first + 2 * r, first + 2 * r + B * W, W]]}]
             n += 1
             events.append({"event_id": f"u{u}-{r}", "type": "update_committed", "run_id": "r",
                            "attempt": 0, "rank": r, "time": at(u, rng.randrange(9)),
@@ -112,7 +120,8 @@ def scenario(seed):
 def timeless(run):
     out, earliest = {}, {}
     for key, report in rank_reports(LedgerRow.objects.filter(run=run).order_by("pk")).items():
-        out[key] = {k: (sorted(map(repr, v)) if k == "spans" else v) for k, v in report.items() if k != "time"}
+        out[key] = {k: (sorted(map(repr, v)) if k == "spans" else v)
+                    for k, v in report.items() if k != "time"}
         earliest[key[:2]] = min(earliest.get(key[:2], report["time"]), report["time"])
     return out, earliest
 
@@ -153,7 +162,8 @@ def test_folded_ingest_in_any_order_equals_unfolded_one_event_per_batch(seed):
     badmid = [k for k in want if mid[k] != want[k]]
     assert not bad and not badmid, (bad, badmid)
     g, w = timeless(got_run), timeless(want_run)
-    diff = {k: (g[0].get(k), w[0].get(k)) for k in set(g[0]) | set(w[0]) if g[0].get(k) != w[0].get(k)}
+    diff = {k: (g[0].get(k), w[0].get(k))
+            for k in set(g[0]) | set(w[0]) if g[0].get(k) != w[0].get(k)}
     assert not diff
     assert g[1] == w[1]
 

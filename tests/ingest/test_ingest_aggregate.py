@@ -5,8 +5,8 @@ field by field; a rank missing from it is a missing part, as a missing per-rank 
 from __future__ import annotations
 
 import pytest
-
 from ingest_support import post
+
 from recoverydash.ingest.actions import ingest_batch
 from recoverydash.runs.analysis import analyze
 from recoverydash.runs.models import Attempt, LedgerRow, Project, Run, rank_reports

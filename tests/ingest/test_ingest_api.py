@@ -7,13 +7,14 @@ from __future__ import annotations
 import gzip
 import json
 import time
+from datetime import UTC
 
 import pytest
 import redis
-
 from ingest_support import URL, batch_order, event, post, strided_batch, update
+
 from recoverydash.ingest.actions import stored_body
-from recoverydash.runs.models import ApiToken, Event, LedgerRow, Project, Run
+from recoverydash.runs.models import ApiToken, Event, LedgerRow, Run
 
 pytestmark = pytest.mark.django_db
 
@@ -485,7 +486,8 @@ def test_it_lets_requests_through_when_redis_does_not_answer(client, ingest_toke
 def test_it_hands_runs_and_committed_generations_to_the_workers_after_commit(
         client, ingest_token, django_capture_on_commit_callbacks, monkeypatch):
     calls = []
-    monkeypatch.setattr("recoverydash.ingest.actions.after_ingest", lambda r, g: calls.append((r, g)))
+    monkeypatch.setattr("recoverydash.ingest.actions.after_ingest",
+                        lambda r, g: calls.append((r, g)))
     with django_capture_on_commit_callbacks(execute=True):
         r = post(client, ingest_token, [update("a", 1), event(
             "checkpoint_committed", "m", manifest=manifest())])
@@ -629,13 +631,13 @@ def test_a_batch_requests_no_analysis_while_one_is_queued(
 
 def test_the_ranks_heard_from_are_merged_into_the_attempt_without_losing_a_later_time(
         client, ingest_token, monkeypatch):
-    from datetime import datetime, timedelta, timezone as tz
+    from datetime import datetime, timedelta
 
     from django.utils import timezone
 
     from recoverydash.runs.models import Attempt
 
-    t1 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=tz.utc)
+    t1 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
     monkeypatch.setattr(timezone, "now", lambda: t1)
     post(client, ingest_token, [update("a", 1, rank=0), update("b", 1, rank=1),
                                 update("g", 1, rank=None)])

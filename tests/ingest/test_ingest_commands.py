@@ -7,8 +7,8 @@ from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
-
 from ingest_support import post, update
+
 from recoverydash.runs.models import ApiToken, Project
 
 pytestmark = pytest.mark.django_db

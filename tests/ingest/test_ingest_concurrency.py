@@ -7,15 +7,16 @@ from __future__ import annotations
 import random
 import threading
 import time
+from datetime import UTC
 
 import pytest
-from django.db import connection, connections, transaction
-
+from django.db import connection, connections
 from ingest_support import event, strided_batch
+
 from recoverydash.ingest.actions import ingest_batch
 from recoverydash.runs import seq as seq_of
 from recoverydash.runs.analysis import analyze
-from recoverydash.runs.models import (Attempt, Event, Heartbeat, LedgerRow, Project, Run)
+from recoverydash.runs.models import Attempt, Event, Heartbeat, LedgerRow, Project, Run
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -304,7 +305,7 @@ def test_an_attempts_last_update_time_is_its_earliest_report_in_any_order():
     """Two ranks report the attempt's highest update at 00:00:01 and 00:00:09: the attempt's
     ``last_update_at`` is 00:00:01 (docs/definitions.md: the commit time of an update is the
     earliest time reported for it) whichever report arrives first; a higher update moves it."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     def report(eid, rank, update, time):
         return {"event_id": eid, "type": "update_committed", "run_id": "r", "attempt": 0,
@@ -317,10 +318,10 @@ def test_an_attempts_last_update_time_is_its_earliest_report_in_any_order():
     for project, order in ((first, (early, late)), (second, (late, early))):
         for ev in order:
             ingest_batch(project, [ev])
-    t1 = datetime(2026, 11, 1, 0, 0, 1, tzinfo=timezone.utc)
+    t1 = datetime(2026, 11, 1, 0, 0, 1, tzinfo=UTC)
     assert [Attempt.objects.get(run__project=p).last_update_at for p in (first, second)] \
         == [t1, t1]
     ingest_batch(first, [report("c", 0, 2, "2026-11-01T00:00:05Z")])
     got = Attempt.objects.get(run__project=first)
     assert (got.last_update, got.last_update_at) == (2, datetime(2026, 11, 1, 0, 0, 5,
-                                                                 tzinfo=timezone.utc))
+                                                                 tzinfo=UTC))

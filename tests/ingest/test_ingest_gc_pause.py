@@ -8,8 +8,8 @@ import gc
 import threading
 
 import pytest
-
 from ingest_support import post, update
+
 from recoverydash.ingest import api
 
 
@@ -34,7 +34,7 @@ def test_it_pauses_the_collector_inside_and_restores_it_after():
 def test_it_restores_the_collector_after_an_exception():
     with pytest.raises(ZeroDivisionError):
         with api.no_cycle_collection():
-            1 / 0
+            raise ZeroDivisionError("raised inside the block")
     assert gc.isenabled() is True
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from ingest_support import event, post, update
+
 from recoverydash.ingest import schemas
 from recoverydash.runs.models import Event, Generation
 

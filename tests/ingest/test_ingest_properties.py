@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import itertools
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-
 from ingest_support import post
+
 from recoverydash.ingest.actions import stored_body
 from recoverydash.runs.models import Event
 
@@ -36,7 +36,7 @@ json_scalar = (st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | sa
 json_value = st.recursive(json_scalar, lambda inner: st.lists(inner, max_size=3)
                           | st.dictionaries(safe_text, inner, max_size=3), max_leaves=6)
 extras = st.dictionaries(safe_text.map(lambda s: "x_" + s), json_value, max_size=2)
-offsets = st.sampled_from([timezone.utc, timezone(timedelta(hours=5, minutes=30)),
+offsets = st.sampled_from([UTC, timezone(timedelta(hours=5, minutes=30)),
                            timezone(timedelta(hours=-8))])
 times = st.builds(lambda dt, tz: dt.replace(tzinfo=tz).isoformat(),
                   st.datetimes(datetime(2001, 1, 1), datetime(2099, 1, 1)), offsets)
@@ -79,7 +79,8 @@ TYPE_FIELDS = {
                              {"generation_id": st.none() | ident, "update": u63,
                               "cursor": st.lists(cursor, max_size=2)}),
                          "contract": st.fixed_dictionaries({}, optional={
-                             "max_replay_samples": u63, "max_checkpoint_age_s": st.integers(0, 10**6)})}),
+                             "max_replay_samples": u63,
+                             "max_checkpoint_age_s": st.integers(0, 10**6)})}),
     "update_committed": ({"update": st.integers(1, 2**63 - 1),
                           "spans": st.lists(span("ranges"), max_size=2)
                           | st.lists(span("ids"), max_size=2)},

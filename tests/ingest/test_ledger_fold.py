@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import random
 from contextlib import contextmanager, nullcontext
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from unittest import mock
 
 import pytest
-
 from django.db.models import Q
 
 from recoverydash.dashboard.queries import _windows, restart_detail
@@ -115,7 +114,7 @@ def stored(run, attempt=None, update=None):
 
 
 def test_it_folds_and_unfolds_the_distributed_sampler_shape_exactly():
-    when = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    when = datetime(2026, 11, 1, tzinfo=UTC)
     parts = {r: {"time": when, "spans": spans(3, r), "samples": B, "tokens": None}
              for r in range(W)}
     ((rank, ranks, shift, entry),) = fold(parts)
@@ -240,7 +239,7 @@ def test_the_restart_page_shows_the_same_ledger_detail_from_folded_rows():
             for rank in (0, 5, 63):
                 AuditWindow.objects.create(run=run, attempt=attempt, update=update, rank=rank,
                                            accum_slot=0, time=datetime(2026, 11, 1,
-                                                                       tzinfo=timezone.utc),
+                                                                       tzinfo=UTC),
                                            sample_ids=[f"s{update}-{rank}"])
         result = analyze(run, now=NOW).result
         details.append(restart_detail(run, 1, result["restarts"]))
@@ -341,7 +340,7 @@ def test_per_rank_events_in_separate_batches_fold_into_one_row_per_update(seed, 
     assert LedgerRow.objects.filter(run=want_run).count() == 9 * W
     assert stored(got_run) == [(0, 64, 1)] * 9  # the fold grew and its pieces merged
     row = LedgerRow.objects.get(run=got_run, attempt=1, update=4)
-    assert row.time == datetime(2026, 11, 1, 0, 0, 21, 1000, tzinfo=timezone.utc)  # rank 0's
+    assert row.time == datetime(2026, 11, 1, 0, 0, 21, 1000, tzinfo=UTC)  # rank 0's
     assert row.spans == spans(4, 0)
     got = assert_same_analysis(got_run, want_run)
     (item,) = got["restarts"]
@@ -408,7 +407,7 @@ def test_the_restart_page_reads_rows_folded_across_batches_as_per_rank_rows():
     for run in runs:
         for rank in (0, 5, 63):
             AuditWindow.objects.create(run=run, attempt=1, update=4, rank=rank, accum_slot=0,
-                                       time=datetime(2026, 11, 1, tzinfo=timezone.utc),
+                                       time=datetime(2026, 11, 1, tzinfo=UTC),
                                        sample_ids=[f"s4-{rank}"])
         details.append(restart_detail(run, 1, analyze(run, now=NOW).result["restarts"]))
         details.append([(w["update"], w["rank"], w["epoch"]) for w in _windows(run, 1, Q())])

@@ -4,17 +4,17 @@ and the migration that carried the old ``Attempt.rank_seen_at`` map into rows.""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone as tz
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
-
 from ingest_support import event, post, update
+
 from recoverydash.runs.models import Attempt, RankSeen, Run
 
-T1 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=tz.utc)
+T1 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 
 
 def seen_times(attempt) -> dict:

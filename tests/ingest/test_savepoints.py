@@ -2,21 +2,20 @@
 seq's round trip when the batch locks no run, never released) when they meet a stored key: a
 batch re-sending stored events beside new ones, and new events re-reporting stored ledger keys,
 store exactly what the same events store sent without the collisions (the events, each rank's
-report in the ledger rows, the runs' counts), the events' COPY survives the ledger's rollback, a batch holding a generation
-event (its runs locked first, its savepoint a statement of its own) too, and a conflicting
-re-send is still the 409 with nothing stored."""
+report in the ledger rows, the runs' counts), the events' COPY survives the ledger's rollback, a
+batch holding a generation event (its runs locked first, its savepoint a statement of its own)
+too, and a conflicting re-send is still the 409 with nothing stored."""
 
 from __future__ import annotations
 
 import pytest
 from django.db import connection
+from ingest_support import event, update
 
 from recoverydash.ingest import actions
 from recoverydash.ingest.actions import ingest_batch
 from recoverydash.ingest.errors import Conflict
 from recoverydash.runs.models import Event, LedgerRow, Project, Run, rank_reports
-
-from ingest_support import event, update
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-
 from ingest_support import post, update
+
 from recoverydash.ingest import auth
 from recoverydash.runs.models import ApiToken
 

@@ -282,9 +282,9 @@ def test_a_loader_built_by_a_framework_carries_positions_in_place():
     from recoverydash.sdk.observe import ObservedRecorder, strip
 
     data = TensorDataset(torch.arange(12).float())
-    for loader, batch in [(Accelerator(cpu=True).prepare(DataLoader(data, batch_size=4,
-                                                                    shuffle=True)), 4),
-                          (DataLoader(data, batch_size=None), None)]:
+    for loader, _batch in [(Accelerator(cpu=True).prepare(DataLoader(data, batch_size=4,
+                                                                     shuffle=True)), 4),
+                           (DataLoader(data, batch_size=None), None)]:
         rec = ObservedRecorder(Client(None, None, "r", attempt=0), rank=0, world_size=1)
         assert observe_built_loader(loader, rec) == "positions"
         seen = []

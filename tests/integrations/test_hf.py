@@ -53,7 +53,8 @@ def test_a_default_resume_is_exact_and_counts_what_the_model_received(server, tm
     assert "resuming hf-out/checkpoint-5" in second.stdout
     gens = {g["generation_id"]: g for g in report["generations"]}
     assert sorted(gens) == ["u000000005-a0", "u000000010-a1", "u000000015-a1", "u000000020-a1"]
-    assert {g["status"] for g in gens.values()} == {"restorable"}, [(g["generation_id"], g["reasons"]) for g in gens.values()]
+    assert {g["status"] for g in gens.values()} == {"restorable"}, \
+        [(g["generation_id"], g["reasons"]) for g in gens.values()]
     (restart,) = report["restarts"]
     t = truth(tmp_path / "samples.jsonl", 5, SAMPLES, PER_UPDATE)
     assert (t.replayed, t.omitted, t.duplicates) == (0, 0, 0)
@@ -138,7 +139,8 @@ def test_two_ranks_report_their_own_positions_and_the_resume_is_exact(server, tm
     assert "resuming hf-out/checkpoint-5" in second.stdout
     gens = {g["generation_id"]: g for g in report["generations"]}
     assert sorted(gens) == ["u000000005-a0", "u000000010-a1"]
-    assert {g["status"] for g in gens.values()} == {"restorable"}, [(g["generation_id"], g["reasons"]) for g in gens.values()]
+    assert {g["status"] for g in gens.values()} == {"restorable"}, \
+        [(g["generation_id"], g["reasons"]) for g in gens.values()]
     (restart,) = report["restarts"]
     t = truth(tmp_path / "samples.jsonl", 5, SAMPLES, 2 * PER_UPDATE)
     assert (restart["verdict"], restart["replayed"], restart["omitted"]) == \

@@ -60,10 +60,12 @@ def test_the_grafana_dashboard_is_valid_json_whose_queries_name_exported_metrics
             assert panel["description"]
     used = {n for q in queries for n in NAME.findall(q)}
     # Every per-run figure the issue asks for is on the board.
-    for name in ("recoverydash_run_seconds_since_last_restorable", "recoverydash_run_updates_at_risk",
+    for name in ("recoverydash_run_seconds_since_last_restorable",
+                 "recoverydash_run_updates_at_risk",
                  "recoverydash_run_last_restart_replayed", "recoverydash_run_last_restart_omitted",
                  "recoverydash_run_last_restart_recomputed",
-                 "recoverydash_run_stratum_duplicate_rate", "recoverydash_run_stratum_omission_rate",
+                 "recoverydash_run_stratum_duplicate_rate",
+                 "recoverydash_run_stratum_omission_rate",
                  "recoverydash_run_goodput", "recoverydash_run_alerts_open",
                  "recoverydash_ingest_requests_total", "recoverydash_ingest_events_total",
                  "recoverydash_analysis_lag_seconds", "recoverydash_verification_queue_depth",

@@ -217,7 +217,7 @@ def test_it_reports_analysis_lag_verification_queue_and_delivery_failures(client
     WebhookEndpoint.objects.create(project=project, url="https://b.example/", enabled=False)
     alert = Alert.objects.create(run=queued, rule="run_silent", dedup_key="queued:run_silent:",
                                  severity="warning", summary="s")
-    for i, status in enumerate(("failed", "failed", "pending", "delivered")):
+    for status in ("failed", "failed", "pending", "delivered"):
         flip = AlertFlip.objects.create(alert=alert, new_state="firing")
         Delivery.objects.create(flip=flip, endpoint=endpoint, payload={}, status=status)
     page = scrape(client, metrics_token)

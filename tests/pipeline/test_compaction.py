@@ -5,7 +5,7 @@ continued is not rebuilt from what is left."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone as tz
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.utils import timezone
@@ -13,14 +13,22 @@ from django.utils import timezone
 from recoverydash.ingest.actions import ingest_batch
 from recoverydash.runs import analysis as bridge
 from recoverydash.runs.compaction import compact
-from recoverydash.runs.models import (Analysis, Attempt, AuditWindow, Event, Generation, Heartbeat,
-                                      LedgerRow, Run)
+from recoverydash.runs.models import (
+    Analysis,
+    Attempt,
+    AuditWindow,
+    Event,
+    Generation,
+    Heartbeat,
+    LedgerRow,
+    Run,
+)
 from tests.pipeline.test_incremental_analysis import NOW, S2, with_heartbeats
 
 pytestmark = pytest.mark.django_db
 
 LATER = timezone.now() + timedelta(days=8)  # every event of the scenario is past the retention
-WITHIN = datetime(2026, 11, 6, tzinfo=tz.utc)  # 5 days after the scenario's events
+WITHIN = datetime(2026, 11, 6, tzinfo=UTC)  # 5 days after the scenario's events
 
 
 def ingest_s2(project, scenario_loader, tmp_path, audit_update=None):

@@ -4,7 +4,7 @@ each equals the analysis rebuilt from every row, field by field, heartbeat-deriv
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone as tz
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -16,13 +16,13 @@ from recoverydash.runs.models import Analysis, Heartbeat, LedgerRow, Run
 pytestmark = pytest.mark.django_db
 
 S2 = "s2_resume_at_read_cursor_omission"
-NOW = datetime(2026, 11, 1, 1, 0, tzinfo=tz.utc).timestamp()
+NOW = datetime(2026, 11, 1, 1, 0, tzinfo=UTC).timestamp()
 
 
 def with_heartbeats(events, count=700):
     """The scenario plus ``count`` heartbeats of attempt 0 from its 8 ranks (more than twice the
     chart's points, so the fold's stride doubles), read cursors below the final one."""
-    run_id, start = events[0]["run_id"], datetime(2026, 11, 1, 0, 0, 6, tzinfo=tz.utc)
+    run_id, start = events[0]["run_id"], datetime(2026, 11, 1, 0, 0, 6, tzinfo=UTC)
     beats = [{"event_id": f"{run_id}-hb{i}", "type": "heartbeat", "run_id": run_id,
               "attempt": 0, "rank": i % 8, "time": (start + timedelta(seconds=1.7 * i)).isoformat(),
               "update": i, "fetched": [{"stratum": "main", "epoch": 0, "position": 64 * i + 8}]}
@@ -35,7 +35,7 @@ def with_heartbeats(events, count=700):
     return out + beats
 
 
-def full_input(run: Run) -> "recovery.RunInput":
+def full_input(run: Run) -> recovery.RunInput:
     """Every row of the run read whole, the way the analysis read it before the fold."""
     run_input = bridge.load_input(run)
     run_input.heartbeats = [recovery.HeartbeatRecord(h.attempt, h.rank, h.time.timestamp(),
@@ -87,7 +87,8 @@ def test_it_reads_only_rows_above_the_absorbed_seq(project, scenario_loader, tmp
     assert new_rows and new_beats
     run.refresh_from_db()
     assert bridge.absorb_new(run, state, seq, run.ingest_seq) == (new_rows, new_beats)
-    assert set(Heartbeat.objects.filter(run=run).values_list("seq", flat=True)) == {seq, run.ingest_seq}
+    assert set(Heartbeat.objects.filter(run=run).values_list("seq", flat=True)) \
+        == {seq, run.ingest_seq}
 
 
 def test_it_rebuilds_a_state_of_an_older_format_from_every_row(project, scenario_loader, tmp_path):
@@ -156,10 +157,12 @@ def test_nothing_new_writes_only_the_clock_driven_figures_and_equals_a_rebuild(
     writes = [sql for sql in sqls if sql.startswith("UPDATE") and "runs_analysis" in sql]
     assert len(writes) == 2  # the merge of the clock-driven keys, the row's small columns
     # PostgreSQL merges into the stored jsonb; SQLite rewrites the result (_merge_result)
-    assert connection.vendor != "postgresql" or not any('"generations"' in sql or '"strata"' in sql or '"committed_cursor"' in sql
-                   for sql in writes)
-    assert not any(sql.startswith('SELECT "runs_generation"."id", "runs_generation"."generation_id",'
-                              ' "runs_generation"."status"') or
+    assert connection.vendor != "postgresql" or not any(
+        '"generations"' in sql or '"strata"' in sql or '"committed_cursor"' in sql
+        for sql in writes)
+    assert not any(sql.startswith('SELECT "runs_generation"."id", '
+                                  '"runs_generation"."generation_id", '
+                                  '"runs_generation"."status"') or
                    sql.startswith('UPDATE "runs_generation"') for sql in sqls)
     stored = Analysis.objects.get(run=run)
     Analysis.objects.filter(run=run).delete()
@@ -188,7 +191,7 @@ def test_it_reads_every_span_shape_into_the_state_of_the_rows_records(project):
     """The common shape read as columns (PostgreSQL) and every other shape read as JSON give
     the ledger state of the rows' records absorbed by the core."""
     run = Run.objects.create(project=project, run_id="shapes")
-    when = datetime(2026, 11, 1, tzinfo=tz.utc)
+    when = datetime(2026, 11, 1, tzinfo=UTC)
     odd = [[{"stratum": "m", "epoch": 0, "ranges": [[0, 4]]}],
            [{"stratum": 'q"uote', "epoch": 0, "ranges": [[0, 4, 2]]}],
            [{"stratum": "m", "epoch": 0, "order": "o1", "ranges": [[8, 12]]}],

@@ -2,9 +2,10 @@
 chunk rows read only when needed, the state digest comparison continued through
 ``InputDigest``): random sequences of checkpoints (at random updates, below the judged ones
 too, with repeated model and optimizer digests, flaws and conflicting manifests), storage
-results, ledger updates (a rank's part of an earlier one late), and restarts, analysed between them at random times, give exactly the
-result and generation statuses of a fresh full analysis of the same rows at the same time; and
-stored inputs of format 3 load and are continued (no row read again)."""
+results, ledger updates (a rank's part of an earlier one late), and restarts, analysed between
+them at random times, give exactly the result and generation statuses of a fresh full analysis
+of the same rows at the same time; and stored inputs of format 3 load and are continued (no row
+read again)."""
 
 from __future__ import annotations
 

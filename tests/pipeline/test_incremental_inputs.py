@@ -8,8 +8,7 @@ reads no row of the run's tables at all."""
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timedelta
-from datetime import timezone as tz
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
@@ -25,7 +24,7 @@ from recoverydash.storage.verification import _store
 pytestmark = pytest.mark.django_db
 
 RUN = "long-run"
-T0 = datetime(2026, 11, 1, tzinfo=tz.utc)
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
 COMPONENTS = ["model", "optimizer", "data_progress"]
 INPUT_TABLES = ("runs_generation", "runs_shardreport", "runs_checkpointobject", "runs_attempt")
 

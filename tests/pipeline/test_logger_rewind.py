@@ -52,7 +52,8 @@ def test_the_restore_plan_the_run_page_and_the_sdk_name_the_update_to_rewind_to(
     user = django_user_model.objects.create_user("oncall", password="pw")
     Membership.objects.create(project=project, user=user)
     client.force_login(user)
-    page = client.get(reverse("run", args=[Run.objects.get(run_id=run_id).project.name, run_id])).content.decode()
+    project_name = Run.objects.get(run_id=run_id).project.name
+    page = client.get(reverse("run", args=[project_name, run_id])).content.decode()
     text = re.sub(r"<[^>]+>", "", page)
     assert "rewind loggers to update 1250" in text
     assert 'resume_from=f"{run_id}?_step=1250"' in text and "purge_step=1251" in text

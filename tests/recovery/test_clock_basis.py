@@ -9,10 +9,18 @@ import json
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from recovery_runs import runs
-from recoverydash.recovery import (AttemptRecord, GenerationRecord, LedgerRecord, RunInput,
-                                   analyze, clock_basis, clock_driven_at, split_clock_driven)
+
+from recoverydash.recovery import (
+    AttemptRecord,
+    GenerationRecord,
+    LedgerRecord,
+    RunInput,
+    analyze,
+    clock_basis,
+    clock_driven_at,
+    split_clock_driven,
+)
 from recoverydash.recovery.analysis import CLOCK_BASIS_FORMAT
 
 SETTINGS = settings(max_examples=int(__import__("os").environ.get("RECOVERY_EXAMPLES", "300")),

@@ -3,12 +3,11 @@ counted as 0 with a clock_skew finding, and the cost figures never take the verd
 from __future__ import annotations
 
 import pytest
-
-from recoverydash.recovery import analyze, restore_plan
-from recoverydash.recovery import analysis as analysis_module
-from recoverydash.recovery.costs import clamp_duration
-
 from test_definitions import generation, worked_example
+
+from recoverydash.recovery import analysis as analysis_module
+from recoverydash.recovery import analyze, restore_plan
+from recoverydash.recovery.costs import clamp_duration
 
 
 def test_a_commit_10_ms_before_its_start_gives_a_save_cost_of_0_and_a_finding():

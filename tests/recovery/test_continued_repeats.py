@@ -1,6 +1,7 @@
 """``stale_state`` and ``optimizer_stateless`` continued
-(docs/definitions.md#stale-state-and-stateless-optimizers): the pass of :func:`state_repeats` over generations split at any update,
-the later part continued from the earlier one's basis with only the first occurrences of its own
+(docs/definitions.md#stale-state-and-stateless-optimizers): the pass of :func:`state_repeats`
+over generations split at any update, the later part continued from the earlier one's basis with
+only the first occurrences of its own
 digests given (what the worker's ``InputDigest`` rows answer), finds exactly what one pass over
 every generation finds; a row at or below the basis' top is refused."""
 from __future__ import annotations
@@ -12,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recoverydash.recovery import GenerationRecord
-from recoverydash.recovery.generations import (continue_repeats, repeat_row, state_repeats)
+from recoverydash.recovery.generations import continue_repeats, repeat_row, state_repeats
 
 gen = st.tuples(st.integers(0, 12), st.sampled_from(["a", "b", "c"]),
                 st.lists(st.tuples(st.sampled_from(["model", "optimizer", "rng"]),

@@ -5,9 +5,17 @@ import hashlib
 
 import pytest
 
-from recoverydash.recovery import (AttemptRecord, GenerationRecord, HeartbeatRecord, Ledger,
-                                   LedgerRecord, RunInput, analyze, identity_position,
-                                   restore_plan)
+from recoverydash.recovery import (
+    AttemptRecord,
+    GenerationRecord,
+    HeartbeatRecord,
+    Ledger,
+    LedgerRecord,
+    RunInput,
+    analyze,
+    identity_position,
+    restore_plan,
+)
 
 W, MICRO, ACCUM = 8, 2, 4
 PER_UPDATE = W * MICRO * ACCUM  # 64 positions per update (the worked example)

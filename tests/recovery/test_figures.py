@@ -1,18 +1,22 @@
 """Each run-level figure and chart series of the core, pinned with exact values from the core's
-output (the run of docs/definitions.md#worked-example: 64 positions per update, generation g1250 at update 1,250 committed at
-t = 1,255 s, attempt 0 fails at 1,300 s, attempt 1 resumes g1250 and commits 1,251..1,260 at
-2,000..2,009 s; analysed at 2,100 s). docs/definitions.md names each figure."""
+output (the run of docs/definitions.md#worked-example: 64 positions per update, generation g1250
+at update 1,250 committed at t = 1,255 s, attempt 0 fails at 1,300 s, attempt 1 resumes g1250 and
+commits 1,251..1,260 at 2,000..2,009 s; analysed at 2,100 s). docs/definitions.md names each
+figure."""
 from __future__ import annotations
 
 import math
 
 import pytest
+from test_definitions import PER_UPDATE, generation, strided, worked_example
 
 from recoverydash.recovery import analyze, format_time
 from recoverydash.recovery.costs import goodput, mtbf, observed_interval, save_cost, young_interval
-from recoverydash.recovery.figures import (checkpoint_stale, seconds_since_last_restorable,
-                                           tslrc_sawtooth)
-from test_definitions import PER_UPDATE, generation, worked_example, strided
+from recoverydash.recovery.figures import (
+    checkpoint_stale,
+    seconds_since_last_restorable,
+    tslrc_sawtooth,
+)
 
 NOW = 2100.0
 
@@ -126,7 +130,8 @@ def test_young_interval_is_sqrt_of_two_times_save_cost_times_mtbf():
 def test_observed_interval_is_the_median_gap_between_live_restorable_commits():
     g1260 = generation("g1260", 1, 1260, 80_000 + 10 * PER_UPDATE, 2010.0)
     assert analyze(worked_example(80_000), now=NOW).costs.observed_interval_seconds is None
-    assert analyze(worked_example_with(g1260), now=NOW).costs.observed_interval_seconds == 2010.0 - 1255.0
+    assert analyze(worked_example_with(g1260), now=NOW).costs.observed_interval_seconds \
+        == 2010.0 - 1255.0
     assert observed_interval([10.0, None, 30.0, 35.0]) == 12.5
 
 
@@ -215,7 +220,7 @@ def test_the_tslrc_sawtooth_keeps_the_highest_tooth_of_each_slice_beyond_its_bou
     assert series["seconds"][-1] == 7.0
     # 4 resets per slice: gaps 3, 5, 1, 1 seconds, slice width 10 s (end 10 * TSLRC_TEETH)
     commits, t = [], 0.0
-    for slot in range(TSLRC_TEETH):
+    for _slot in range(TSLRC_TEETH):
         for gap in (3.0, 5.0, 1.0, 1.0):
             t += gap
             commits.append((len(commits) + 1, t))
@@ -232,8 +237,12 @@ def test_the_tslrc_sawtooth_keeps_the_highest_tooth_of_each_slice_beyond_its_bou
 def test_a_result_lists_the_newest_generations_and_counts_them_all():
     """docs/definitions.md#listed-generations: beyond GENERATIONS_SHOWN the result lists the
     newest ones and the last restorable, and counts every generation by status."""
-    from recoverydash.recovery import (GENERATIONS_SHOWN, GenerationVerdict, generations_summary,
-                                       shown_generations)
+    from recoverydash.recovery import (
+        GENERATIONS_SHOWN,
+        GenerationVerdict,
+        generations_summary,
+        shown_generations,
+    )
     verdicts = [GenerationVerdict(f"g{i}", 0, i, "rejected" if i else "restorable")
                 for i in range(GENERATIONS_SHOWN + 50)]
     shown = shown_generations(verdicts, verdicts[0])

@@ -2,11 +2,11 @@
 with exact values, and that batches fold like one."""
 from __future__ import annotations
 
+from state_formats import format_4
+
 from recoverydash.recovery import HeartbeatFold, HeartbeatRecord, Ledger
 from recoverydash.recovery.heartbeats import CHART_POINTS
 from recoverydash.recovery.ledger import STATE_FORMAT
-
-from state_formats import format_4
 
 
 def beat(i, attempt=0, rank=0, fetched=None):

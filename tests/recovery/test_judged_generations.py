@@ -13,8 +13,14 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recoverydash.recovery import (AttemptRecord, GenerationRecord, LedgerRecord, Ledger,
-                                   RunInput, analyze)
+from recoverydash.recovery import (
+    AttemptRecord,
+    GenerationRecord,
+    Ledger,
+    LedgerRecord,
+    RunInput,
+    analyze,
+)
 from recoverydash.recovery.generations import local_judgement
 
 NOW = 50_000.0
@@ -61,8 +67,9 @@ def manifest(gid: str, attempt: int, update: int, flaw: str, sha_of: int) -> dic
 
 operations = st.lists(st.one_of(
     st.tuples(st.just("commit"), st.integers(1, 30),
-              st.sampled_from(["", "", "", "", "", "", "", "", "shard", "component", "update", "schema", "cursor",
-                               "world", "adopted", "conflict"]), st.integers(0, 3),
+              st.sampled_from(["", "", "", "", "", "", "", "", "shard", "component", "update",
+                               "schema", "cursor", "world", "adopted", "conflict"]),
+              st.integers(0, 3),
               st.booleans()),
     st.tuples(st.just("check"), st.integers(0, 40), st.integers(0, 4),
               st.sampled_from(CHECKS)),
@@ -183,7 +190,7 @@ def test_kept_judgements_give_the_same_analysis_as_judging_afresh(ops):
         for gid, judgement in fresh.items():
             assert gid not in judged
             kept[ids[gid]] = json.loads(json.dumps(judgement))
-        for gid, k in ids.items():
+        for k in ids.values():
             gen = generations[k]
             if k in kept:
                 assert kept[k] == json.loads(json.dumps(local_judgement(gen, components)))
@@ -194,7 +201,8 @@ def test_a_kept_judgement_is_what_the_rules_found():
     reasons in spec order, storage results apart."""
     doc = manifest("g1", 0, 3, "shard", 0)
     gen = GenerationRecord("g1", 0, manifests=[doc], object_checks={
-        doc["objects"][0]["uri"]: "digest_mismatch", doc["objects"][1]["uri"]: "storage_unverified"})
+        doc["objects"][0]["uri"]: "digest_mismatch",
+        doc["objects"][1]["uri"]: "storage_unverified"})
     assert local_judgement(gen, ["model", "optimizer", "data_progress"]) == {
         "notes": [],
         "before": [{"code": "shard_missing", "detail": "no object for required shard rank1"}],

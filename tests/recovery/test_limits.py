@@ -64,7 +64,8 @@ def test_a_range_beyond_the_bound_is_a_clear_error_not_an_oom(stop):
 
 def test_a_range_beyond_the_bound_is_refused_on_every_absorb_path():
     for records in ([LedgerRecord(0, 1, 0, 1.0, [{"stratum": "m", "ranges": [[0, 2 ** 40]]}])],
-                    [LedgerRecord(0, 1, 0, 1.0, [{"stratum": "m", "ranges": [[0, 2], [5, 2 ** 40]]}])],
+                    [LedgerRecord(0, 1, 0, 1.0,
+                                  [{"stratum": "m", "ranges": [[0, 2], [5, 2 ** 40]]}])],
                     [LedgerRecord(0, 1, 0, 1.0, [{"stratum": "m", "ranges": [[0, 2]]}]),
                      LedgerRecord(0, 1, 0, 1.0, [{"stratum": "m", "ranges": [[0, 2 ** 40, 3]]}])]):
         for fast in (True, False):
@@ -75,7 +76,8 @@ def test_a_range_beyond_the_bound_is_refused_on_every_absorb_path():
 def test_the_largest_range_within_the_bound_is_cheap():
     got = capped(f"""
         run = RunInput("r", [AttemptRecord(0, started_at=0.0)],
-                       [LedgerRecord(0, 1, 0, 1.0, [span([[2 ** 62, 2 ** 62 + {MAX_RANGE_LENGTH}]])]),
+                       [LedgerRecord(0, 1, 0, 1.0,
+                                     [span([[2 ** 62, 2 ** 62 + {MAX_RANGE_LENGTH}]])]),
                         LedgerRecord(0, 2, 0, 2.0, [span([[0, {MAX_RANGE_LENGTH}, 65537]])])])
         report(run)
     """)

@@ -7,10 +7,10 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
-
-from recoverydash.recovery import RunInput, analyze, restore_plan
 from scenarios import NAMES as SCENARIOS
 from scenarios import load
+
+from recoverydash.recovery import RunInput, analyze, restore_plan
 
 
 def object_checks(events):

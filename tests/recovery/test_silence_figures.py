@@ -3,7 +3,7 @@ values."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from recoverydash.recovery.figures import (
     attempt_silent,
@@ -15,7 +15,7 @@ from recoverydash.recovery.figures import (
     youngest_silent,
 )
 
-T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def test_it_takes_the_median_update_interval_per_update_across_gaps():

@@ -5,7 +5,7 @@ stored equals a full analysis of every row at the same time (exact values)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone as tz
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
@@ -20,7 +20,7 @@ from recoverydash.runs.models import Analysis, Run
 pytestmark = pytest.mark.django_db
 
 S2 = "s2_resume_at_read_cursor_omission"
-NOW = datetime(2026, 11, 1, 1, 0, tzinfo=tz.utc).timestamp()
+NOW = datetime(2026, 11, 1, 1, 0, tzinfo=UTC).timestamp()
 
 
 class Calls:
@@ -77,7 +77,7 @@ def test_nothing_new_reads_no_state_and_equals_a_full_analysis(project, scenario
 def events_of(run_id, updates, last_ranks):
     """A 2-rank run, one update every 10 s from 00:00:10: updates ``1..updates`` reported by
     both ranks but the last, reported by ``last_ranks`` only."""
-    t0 = datetime(2026, 11, 1, 0, 0, tzinfo=tz.utc)
+    t0 = datetime(2026, 11, 1, 0, 0, tzinfo=UTC)
     out = [{"event_id": f"{run_id}-start", "type": "attempt_started", "run_id": run_id,
             "attempt": 0, "time": t0.isoformat(), "world_size": 2, "dataset_version": "ds",
             "global_batch_size": 4, "micro_batch_size": 2, "grad_accum_steps": 1}]
@@ -87,7 +87,8 @@ def events_of(run_id, updates, last_ranks):
                         "run_id": run_id, "attempt": 0, "rank": rank, "update": u,
                         "samples": 2, "time": (t0 + timedelta(seconds=10 * u)).isoformat(),
                         "spans": [{"stratum": "main", "epoch": 0,
-                                   "ranges": [[4 * (u - 1) + 2 * rank, 4 * (u - 1) + 2 * rank + 2]]}]})
+                                   "ranges": [[4 * (u - 1) + 2 * rank,
+                                               4 * (u - 1) + 2 * rank + 2]]}]})
     return out
 
 
@@ -95,7 +96,7 @@ def test_an_update_settling_by_age_takes_the_full_analysis(project, monkeypatch,
     settings.RECOVERYDASH_SETTLE_S = 300.0
     ingest_batch(project, events_of("settling", 5, [0]))
     run = Run.objects.get(run_id="settling")
-    t5 = datetime(2026, 11, 1, 0, 0, 50, tzinfo=tz.utc).timestamp()  # update 5's report
+    t5 = datetime(2026, 11, 1, 0, 0, 50, tzinfo=UTC).timestamp()  # update 5's report
     first = bridge.analyze(run, now=t5 + 60)
     assert first.clock_basis["earliest_unsettled"] == t5
     counted = first.result["strata"][0]

@@ -5,13 +5,12 @@ row. A format 6 state writes only the blocks that changed."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone as tz
+from datetime import UTC, datetime
 
 import pytest
 from django.utils import timezone
-
-from recoverydash import recovery
 from state_formats import format_4
+
 from recoverydash.ingest.actions import ingest_batch
 from recoverydash.recovery.ledger import STATE_FORMAT
 from recoverydash.runs import analysis as bridge
@@ -20,7 +19,7 @@ from recoverydash.runs.models import Analysis, Run, StateBlock
 pytestmark = pytest.mark.django_db
 
 S2 = "s2_resume_at_read_cursor_omission"
-NOW = datetime(2026, 11, 1, 1, 0, tzinfo=tz.utc).timestamp()
+NOW = datetime(2026, 11, 1, 1, 0, tzinfo=UTC).timestamp()
 
 
 def test_a_format_4_state_is_continued_and_written_in_format_6(project, scenario_loader,
@@ -49,19 +48,20 @@ def test_a_format_4_state_is_continued_and_written_in_format_6(project, scenario
 def test_an_analysis_writes_the_head_and_only_the_time_blocks_that_changed(project):
     """5,000 updates fill time blocks 0 (updates 0-4,095) and 1; 20 more touch block 1 only:
     block 0's stored bytes are not written again, and the state loads equal to a rebuild."""
-    t0 = datetime(2026, 11, 1, 0, 0, tzinfo=tz.utc).timestamp()
+    t0 = datetime(2026, 11, 1, 0, 0, tzinfo=UTC).timestamp()
 
     def events(first, last):
         return [{"event_id": f"u{u}", "type": "update_committed", "run_id": "blocks",
                        "attempt": 0, "rank": 0, "update": u, "samples": 2,
-                       "time": datetime.fromtimestamp(t0 + u, tz.utc).isoformat(),
+                       "time": datetime.fromtimestamp(t0 + u, UTC).isoformat(),
                        "spans": [{"stratum": "main", "epoch": 0,
                                   "ranges": [[2 * u, 2 * u + 2]]}]}
                       for u in range(first, last + 1)]
 
     ingest_batch(project, [{
         "event_id": "start", "type": "attempt_started", "run_id": "blocks", "attempt": 0,
-        "time": datetime.fromtimestamp(t0, tz.utc).isoformat(), "world_size": 1, "dataset_version": "ds",
+        "time": datetime.fromtimestamp(t0, UTC).isoformat(), "world_size": 1,
+        "dataset_version": "ds",
         "global_batch_size": 2, "micro_batch_size": 2, "grad_accum_steps": 1}])
     for lo in range(1, 5001, 1000):
         ingest_batch(project, events(lo, lo + 999))

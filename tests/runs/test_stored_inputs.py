@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recoverydash.recovery.generations import repeat_row
-from recoverydash.runs.analysis import (StoredGeneration, StoredInputs, _generation_record,
-                                        _light)
+from recoverydash.runs.analysis import StoredGeneration, StoredInputs, _generation_record, _light
 from tests.state_formats import inputs_format_3
 
 obj = st.fixed_dictionaries({

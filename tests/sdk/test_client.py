@@ -17,7 +17,6 @@ from recoverydash.sdk.delivery import batch_body
 
 from .conftest import REPO, wait_for
 
-
 _made: list[Client] = []
 
 

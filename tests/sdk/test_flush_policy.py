@@ -3,12 +3,18 @@ waits on a fake clock, and the client's wiring of it."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from recoverydash.sdk.client import Client
-from recoverydash.sdk.flush import (JOB_REQUESTS_PER_S, LEAD_PROMPT_TYPES, MAX_INTERVAL_S,
-                                    PROMPT_S, PROMPT_TYPES, FlushPolicy, is_prompt)
+from recoverydash.sdk.flush import (
+    JOB_REQUESTS_PER_S,
+    LEAD_PROMPT_TYPES,
+    MAX_INTERVAL_S,
+    PROMPT_S,
+    PROMPT_TYPES,
+    FlushPolicy,
+    is_prompt,
+)
 
 from .conftest import wait_for
 

@@ -1,5 +1,5 @@
-"""CountingRecorder against torch's own DistributedSampler (no process group needed: num_replicas and
-rank are given), plus the cursor and resume helpers."""
+"""CountingRecorder against torch's own DistributedSampler (no process group needed: num_replicas
+and rank are given), plus the cursor and resume helpers."""
 
 from __future__ import annotations
 

@@ -186,7 +186,7 @@ def test_it_skips_batches_a_framework_drops_on_resume_without_recording_them():
 def test_it_resumes_a_plain_loop_at_the_committed_cursor_and_observes_it():
     rec = recorder()
     loader = observed_loader(rec, dataset(), batch_size=3)
-    for i, batch in zip(range(3), loader):
+    for _i, batch in zip(range(3), loader):
         rec.observe(batch)
         rec.commit()
     state = rec.state_dict()

@@ -188,8 +188,10 @@ def request(draw):
     if kind == 2:
         return b'{"events": [' * 5 + b"1", headers
     if kind == 3:
-        return encode({"events": [draw(event())]}), {**headers, "Content-Type":
-                                                     draw(st.sampled_from(["text/plain", "", "application/x-www-form-urlencoded"]))}
+        body = encode({"events": [draw(event())]})
+        content_type = draw(st.sampled_from(
+            ["text/plain", "", "application/x-www-form-urlencoded"]))
+        return body, {**headers, "Content-Type": content_type}
     events = draw(st.lists(event(), min_size=1, max_size=draw(st.sampled_from([1, 2, 4, 8]))))
     data = encode({"events": events})
     if kind == 4:
@@ -336,8 +338,8 @@ def test_a_locked_sqlite_database_is_a_quick_503_and_healthz_names_it(sqlite_ser
     /healthz answers 503 naming the database; once the lock is gone both recover."""
     path = sqlite_server.database_url.removeprefix("sqlite:///")
     holder = sqlite3.connect(path, timeout=1, isolation_level=None)
-    body = ('{"events": [{"event_id": "h1", "type": "heartbeat", "run_id": "locked", '
-            '"attempt": 0, "time": "2026-11-01T00:00:05Z", "update": 1}]}').encode()
+    body = (b'{"events": [{"event_id": "h1", "type": "heartbeat", "run_id": "locked", '
+            b'"attempt": 0, "time": "2026-11-01T00:00:05Z", "update": 1}]}')
     try:
         holder.execute("BEGIN EXCLUSIVE")
         started = time.monotonic()

@@ -3,13 +3,13 @@ URL path cannot carry plainly: every page that links a generation still answers,
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 pytestmark = pytest.mark.django_db
 
-T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -20,7 +20,7 @@ def legacy_run(project):
 
     run = Run.objects.create(project=project, run_id="legacy", first_event_at=T0,
                              last_event_at=T0 + timedelta(minutes=30),
-                             last_received_at=datetime.now(timezone.utc))
+                             last_received_at=datetime.now(UTC))
     Attempt.objects.create(run=run, attempt=0, started_at=T0, world_size=1,
                            dataset_version="v1", end_reason="failed", end_update=12)
     Attempt.objects.create(run=run, attempt=1, started_at=T0 + timedelta(minutes=20),
@@ -32,7 +32,7 @@ def legacy_run(project):
                                   manifest={"generation_id": gid, "update": update})
     last = {"generation_id": "ckpt/g10", "update": 10,
             "committed_at": (T0 + timedelta(minutes=10)).isoformat()}
-    Analysis.objects.create(run=run, computed_at=datetime.now(timezone.utc), ingest_seq=0,
+    Analysis.objects.create(run=run, computed_at=datetime.now(UTC), ingest_seq=0,
                             health="at_risk", result={
         "run_id": "legacy", "health": "at_risk", "last_restorable": last, "updates_at_risk": 2,
         "generations": [{"generation_id": "ckpt/g10", "attempt": 0, "update": 10,

@@ -84,7 +84,7 @@ def test_a_server_answering_an_endless_body_does_not_grow_the_trainers_memory(ra
     """The sender reads at most ``MAX_ANSWER_BYTES`` of an answer (the server's are a few
     hundred bytes): a URL pointing at something that answers without end is dropped, not
     drained into the training process until it runs out of memory."""
-    from recoverydash.sdk.client import MAX_ANSWER_BYTES, Client
+    from recoverydash.sdk.client import Client
 
     server = raw_receiver(flood)
     client = Client(f"http://127.0.0.1:{server.port}", "t", "run-1",

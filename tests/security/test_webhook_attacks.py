@@ -12,8 +12,12 @@ import pytest
 from recoverydash.alerts import transports
 from recoverydash.alerts.delivery import deliver, process_flips
 from recoverydash.alerts.models import Alert, AlertFlip, Delivery, WebhookEndpoint
-from recoverydash.alerts.transports import (TransportError, address_refusal, check_address,
-                                            resolve_endpoint)
+from recoverydash.alerts.transports import (
+    TransportError,
+    address_refusal,
+    check_address,
+    resolve_endpoint,
+)
 from recoverydash.runs.models import Run
 
 from .conftest import answer_ok, huge, trickle

@@ -14,8 +14,8 @@ import pytest
 
 from recoverydash.runs.models import Run
 from recoverydash.storage.models import KIND_ADOPT
-from tests.dashboard.conftest import PASSWORD, owner  # noqa: F401  (fixture)
 from tests.checkpoints.conftest import dcp_save, truncate
+from tests.dashboard.conftest import PASSWORD, owner  # noqa: F401  (fixture)
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"

@@ -149,8 +149,8 @@ def test_the_admin_declares_a_location_with_a_write_only_secret(project, django_
     c = Client()
     c.force_login(admin)
     fields = {"project": project.pk, "url": "s3://admin-bucket/runs/", "kind": "manifests",
-              "access_key_id": "AKIAADMIN", "secret_access_key": "admin-secret-51c", "enabled": "on",
-              "discover": "on"}
+              "access_key_id": "AKIAADMIN", "secret_access_key": "admin-secret-51c",
+              "enabled": "on", "discover": "on"}
     assert c.post("/admin/storage/storagelocation/add/", fields).status_code == 302
     loc = StorageLocation.objects.get()
     assert (loc.url, loc.origin, loc.secret_access_key) == ("s3://admin-bucket/runs", "admin",
@@ -181,7 +181,7 @@ def test_the_migration_declares_the_prefixes_stored_generations_already_use(tmp_
     P = apps.get_model("runs", "Project")
     R = apps.get_model("runs", "Run")
     G = apps.get_model("runs", "Generation")
-    O = apps.get_model("runs", "CheckpointObject")
+    Obj = apps.get_model("runs", "CheckpointObject")
     L = apps.get_model("storage", "StorageLocation")
     alpha, beta = P.objects.create(name="old-alpha"), P.objects.create(name="old-beta")
     L.objects.create(project=alpha, url="s3://alpha-bucket/declared")  # keys from the env
@@ -191,7 +191,7 @@ def test_the_migration_declares_the_prefixes_stored_generations_already_use(tmp_
         gen = G.objects.create(run=R.objects.create(project=project, run_id=run_id),
                                generation_id=generation_id)
         for uri, extra in rows:
-            O.objects.create(generation=gen, uri=uri, **{**ok, **extra})
+            Obj.objects.create(generation=gen, uri=uri, **{**ok, **extra})
 
     objects(alpha, "a1", "g10",
             (f"file://{tmp_path}/ckpt/a1/g10/model/__0_0.distcp", {}),

@@ -108,7 +108,8 @@ def test_the_run_page_names_the_previous_generation_once_a_shard_is_truncated(
     run_pk = generation("r", "g4").run_id
     (location / "g4" / "model" / "__0_0.distcp").write_bytes(b"")
     Generation.objects.update(verified_at=timezone.now() - timedelta(minutes=5))
-    page = browser.get(f"/runs/{run_pk}/", follow=True).content.decode()  # the old address redirects
+    # the old address redirects
+    page = browser.get(f"/runs/{run_pk}/", follow=True).content.decode()
     assert Analysis.objects.get(run_id=run_pk).result["last_restorable"]["generation_id"] == "g2"
     assert "g2" in page
     assert generation("r", "g4").status == "rejected"
