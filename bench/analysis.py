@@ -33,8 +33,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "recovery"))
 
-from recoverydash.recovery import (AttemptRecord, GenerationRecord, Ledger,  # noqa: E402
-                                   LedgerRecord, RunInput, analyze)
+from recoverydash.recovery import (  # noqa: E402
+    AttemptRecord,
+    GenerationRecord,
+    Ledger,
+    LedgerRecord,
+    RunInput,
+    analyze,
+)
 from recoverydash.recovery.ledger import AttemptLedger  # noqa: E402
 
 STRATA = ["web", "code", "books", "math"]
@@ -46,7 +52,8 @@ SHARDS = ["rank0", "rank1", "rank2", "rank3"]
 
 
 class Plan:
-    """The run: attempts k = 0..5, attempt k commits updates (lo_k, hi_k] with position shift s_k."""
+    """The run: attempts k = 0..5, attempt k commits updates (lo_k, hi_k] with position shift
+    s_k."""
 
     def __init__(self, updates: int):
         self.updates = updates
@@ -171,7 +178,7 @@ def timed(fn, repeat=1):
 
 
 def load() -> str:
-    return "load average %.2f %.2f %.2f" % os.getloadavg()
+    return "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 
 
 def model_figures(run):
@@ -219,7 +226,7 @@ def main() -> None:
     for r in analysis.restarts:
         print(f"    restart {r.attempt}: {r.verdict:9s} replayed {r.replayed:4d} omitted "
               f"{r.omitted:4d} recomputed {r.recomputed:5d} lost {r.lost_updates} updates")
-    print(f"    strata: " + ", ".join(f"{s.stratum} dup {s.duplicates} om {s.omissions}"
+    print("    strata: " + ", ".join(f"{s.stratum} dup {s.duplicates} om {s.omissions}"
                                       for s in analysis.strata))
     print(f"    last restorable {analysis.last_restorable.generation_id}, "
           f"{analysis.updates_at_risk} updates at risk, health {analysis.health}")

@@ -10,8 +10,9 @@ median of 5 rounds each on a warm page cache:
   the sizes are what the check compares);
 * ``names``: the same walk without ``stat``;
 * ``check_cold``: ``recoverydash.checkpoints.formats.check(root)`` as one
-  ``python -m recoverydash.sdk check`` does it, nothing kept from an earlier check (the in-process cache cleared first):
-  the listing, every ``.metadata`` read, every item's file and end compared with the listed
+  ``python -m recoverydash.sdk check`` does it, nothing kept from an earlier check (the
+  in-process cache cleared first): the listing, every ``.metadata`` read, every item's file and
+  end compared with the listed
   size, the status rule. The ``.metadata`` files of one job's saves differ only in their
   ``storage_meta`` (the save's path and id, written by ``FileSystemWriter`` as here), so one is
   decoded with the restricted unpickler and the other 199 are compared with it byte for byte

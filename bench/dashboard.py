@@ -28,7 +28,7 @@ import os
 import statistics
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -39,19 +39,19 @@ import django  # noqa: E402
 
 django.setup()
 
-from recoverydash.recovery.figures import tslrc_sawtooth  # noqa: E402
-
 from django.core.cache import cache  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import setup_test_environment  # noqa: E402
 from django.urls import reverse  # noqa: E402
 
+from recoverydash.recovery.figures import tslrc_sawtooth  # noqa: E402
+
 UPDATES = 1_000_000
 GENERATIONS = 2_000
 RESTARTS = 20
 REQUESTS = 20
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SECONDS_PER_UPDATE = 2.0
 
 
@@ -64,8 +64,7 @@ def fabricate():
     from django.contrib.auth import get_user_model
 
     from recoverydash.alerts.models import Alert
-    from recoverydash.runs.models import (Analysis, Attempt, Generation, Membership, Project,
-                                          Run)
+    from recoverydash.runs.models import Analysis, Attempt, Generation, Membership, Project, Run
 
     project = Project.objects.create(name="bench")
     user = get_user_model().objects.create_user("bench", password="bench-password")

@@ -24,7 +24,7 @@ import os
 import statistics
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -50,7 +50,7 @@ def fabricate(project, start: int, count: int) -> None:
     from recoverydash.alerts.models import Alert
     from recoverydash.runs.models import Analysis, Attempt, Run, clock_columns, clock_of
 
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     runs = [Run(project=project, run_id=f"run-{i:05d}", first_event_at=now - timedelta(hours=6),
                 last_event_at=now - timedelta(seconds=i % 900),
                 last_received_at=now - timedelta(seconds=i % 900), ingest_seq=10)
@@ -131,7 +131,7 @@ def main() -> None:
                                 ("GET /?view=all", "/?view=all"),
                                 ("GET /?view=all&sort=-last_event&page=20",
                                  "/?view=all&sort=-last_event&page=20")):
-                p50, p95 = percentiles(lambda: get(path))
+                p50, p95 = percentiles(lambda path=path: get(path))
                 worst = max(worst, p95)
                 size_kb = len(get(path).content) / 1024
                 print(f"{size:>6} runs  {label:<38} p50 {p50:7.1f} ms  p95 {p95:7.1f} ms  "

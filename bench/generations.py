@@ -29,7 +29,6 @@ os.environ["DATABASE_URL"] = os.environ.get(
     "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/benchgen").rsplit("/", 1)[0] + "/benchgen"
 
 import scale  # noqa: E402  (django.setup() on import)
-
 from django.db import connection  # noqa: E402
 
 LEVEL = int(os.environ.get("BENCH_LEVEL", "2000"))

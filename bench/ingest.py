@@ -10,7 +10,8 @@ What it does, by itself, in about a minute:
 3. sends batches of 1,000 ``update_committed`` events as an SDK does (64 data-parallel ranks,
    each reporting one strided span per update, spelled as the SDK's recorders spell it:
    ``[base + r, base + r + 512, 64]``, so the ranks of an update fold into one ledger row) from
-   ``BENCH_CLIENTS`` threads (default 2, one run each), ``BENCH_SECONDS`` in all (default 20) after a warm-up;
+   ``BENCH_CLIENTS`` threads (default 2, one run each), ``BENCH_SECONDS`` in all (default 20)
+   after a warm-up;
 4. after each of ``BENCH_ROUNDS`` (default 4) HTTP rounds, COPYs as many events' rows into
    the same tables with psycopg 3 from as many connections, one transaction per 1,000 events,
    twice: the rows exactly as ingest stores them (slim bodies with the hashes of the whole
@@ -42,7 +43,7 @@ import tempfile
 import threading
 import time
 from contextlib import closing
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -179,7 +180,7 @@ class CopyWriter:
         with psycopg.connect(url, autocommit=True) as conn:
             project_id = conn.execute(
                 "SELECT id FROM runs_project WHERE name = 'bench'").fetchone()[0]
-            now = datetime.now(timezone.utc)
+            now = datetime.now(UTC)
             self.run_pks = [conn.execute(
                 "INSERT INTO runs_run (project_id, run_id, created_at, event_count, ingest_seq, "
                 "contract, strata) VALUES (%s, %s, %s, 0, 0, '{}', '{}') RETURNING id",
@@ -187,8 +188,8 @@ class CopyWriter:
                 for c in range(CLIENTS)]
 
     def rows(self, c: int, b: int) -> tuple[list, list]:
-        t_event = datetime(2026, 11, 1, 0, 0, 5, 250000, tzinfo=timezone.utc)
-        now = datetime.now(timezone.utc)
+        t_event = datetime(2026, 11, 1, 0, 0, 5, 250000, tzinfo=UTC)
+        now = datetime.now(UTC)
         ev_rows, ledger_rows = [], []
         parts: dict[int, dict[int, dict]] = {}
         stored_body = _stored_body() if self.shape == "stored" else None

@@ -78,8 +78,9 @@ def rank_updates(run_id: str, batch_no: int) -> list[dict]:
         base = (update - 1) * gbs
         out.append({"event_id": f"{run_id}-{update}-{rank}", "type": "update_committed",
                     "run_id": run_id, "attempt": 0, "time": T, "rank": rank, "update": update,
-                    "samples": PER_RANK, "spans": [{"stratum": "main", "epoch": 0,
-                                                    "ranges": [[base + rank, base + rank + gbs, WORLD]]}]})
+                    "samples": PER_RANK,
+                    "spans": [{"stratum": "main", "epoch": 0,
+                               "ranges": [[base + rank, base + rank + gbs, WORLD]]}]})
     return out
 
 
@@ -207,7 +208,7 @@ def one_run_table(env: dict, token: str, kind: str) -> list[tuple]:
     print(f"\n{label}: batches of ~1,000 rank-updates, {2} clients per web process")
     print(f"{'web processes':>13} {'one run ev/s':>13} {'rank-upd/s':>11} "
           f"{'web CPU us/rank-upd':>20} {'a run each rank-upd/s':>22} {'one/each':>9}")
-    for workers, clients, one, many in rows:
+    for workers, _clients, one, many in rows:
         one_ev, one_ru = one[0] / one[2], one[1] / one[2]
         many_ru = many[1] / many[2]
         print(f"{workers:>13} {one_ev:>13,.0f} {one_ru:>11,.0f} {one[4] / one[1] * 1e6:>20.1f} "

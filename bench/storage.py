@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Storage in bytes per rank-update, as ingested and after compaction (issue 13, targets 400 and 50).
+"""Storage in bytes per rank-update, as ingested and after compaction (issue 13, targets 400 and
+50).
 
 What it does, by itself (a few minutes on 2 shared cores):
 
@@ -35,7 +36,7 @@ import contextlib
 import os
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -55,7 +56,7 @@ TABLES = ("runs_event", "runs_ledgerrow", "runs_heartbeat")
 #: batches: the baseline of the ingest time, printed as a ratio when both per-rank modes run)
 MODES = os.environ.get("BENCH_MODES", "per-rank,aggregate").split(",")
 TARGET_INGESTED, TARGET_COMPACTED = 400, 50
-T0 = datetime.now(timezone.utc) - timedelta(days=10)
+T0 = datetime.now(UTC) - timedelta(days=10)
 
 
 def stamp(seconds: float) -> str:
@@ -63,7 +64,8 @@ def stamp(seconds: float) -> str:
 
 
 def spans(u: int, rank: int) -> list[dict]:
-    """The SDK's span of ``rank`` at update ``u`` (sdk.ledger._spans: ``[r + lo*W, r + hi*W, W]``)."""
+    """The SDK's span of ``rank`` at update ``u`` (sdk.ledger._spans:
+    ``[r + lo*W, r + hi*W, W]``)."""
     lo = (u - 1) * PER_RANK
     return [{"stratum": "main", "epoch": 0, "ranges": [[rank + lo * WORLD,
                                                         rank + (lo + PER_RANK) * WORLD, WORLD]],
