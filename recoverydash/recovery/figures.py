@@ -30,10 +30,13 @@ ENDED_REASONS = ("completed", "cancelled")
 
 def last_restorable(verdicts: list, lineage) -> Any:
     """docs/definitions.md#restorable: the newest ``restorable`` generation whose state lies on
-    ``lineage`` (the live lineage), newest by ``(update, committed_at)``; None when there is
-    none. ``verdicts``: GenerationVerdict list; returns one of them."""
+    ``lineage`` (the live lineage), newest by its place on the lineage (attempt and order of
+    commit, then update: :meth:`.lineage.Lineage.place`, docs/definitions.md#renumbered-updates),
+    then ``committed_at``; None when there is none. ``verdicts``: GenerationVerdict list;
+    returns one of them."""
     on_lineage = restorable_on(verdicts, lineage)
-    return max(on_lineage, key=lambda v: (v.update, v.committed_at or 0.0), default=None)
+    return max(on_lineage, key=lambda v: (lineage.place(v.attempt, v.update),
+                                          v.committed_at or 0.0), default=None)
 
 
 def restorable_on(verdicts: list, lineage) -> list:
@@ -56,18 +59,20 @@ NEWER_UNDECIDED_SHOWN = 20
 def newer_undecided(verdicts: list, lineage, named) -> list[dict]:
     """docs/definitions.md#newer-undecided: the generations a restore plan naming ``named``
     passes over without knowing yet whether they could be loaded: status ``committed`` or
-    ``pending`` (:data:`UNDECIDED`), an update above ``named.update``, and a state on
-    ``lineage`` (the live lineage, :meth:`.lineage.Lineage.contains_state`: a generation a
-    restart rolled back is not listed). Newest first (by update, then generation id), at most
+    ``pending`` (:data:`UNDECIDED`), a state on ``lineage`` (the live lineage,
+    :meth:`.lineage.Lineage.contains_state`: a generation a restart rolled back is not listed)
+    later on it than ``named``'s (:meth:`.lineage.Lineage.place`; by update when ``named`` is
+    not on it). Newest first (by update, then generation id), at most
     :data:`NEWER_UNDECIDED_SHOWN`: ``[{"generation_id": str, "update": int, "status": str}]``.
 
     ``verdicts``: GenerationVerdict list; ``named``: the GenerationVerdict the plan names (None,
     or one without an update: an empty list)."""
     if named is None or named.update is None:
         return []
+    floor = lineage.place(named.attempt, named.update) if named.attempt is not None else None
     out = [v for v in verdicts if v.status in UNDECIDED and v.update is not None
-           and v.update > named.update and v.attempt is not None
-           and lineage.contains_state(v.attempt, v.update)]
+           and v.attempt is not None and lineage.contains_state(v.attempt, v.update)
+           and _later(lineage.place(v.attempt, v.update), floor, v.update, named.update)]
     out.sort(key=lambda v: (v.update, v.generation_id), reverse=True)
     return [{"generation_id": v.generation_id, "update": v.update, "status": v.status}
             for v in out[:NEWER_UNDECIDED_SHOWN]]
@@ -82,20 +87,32 @@ def undecided_generations(verdicts: list, lineage, last) -> list[dict]:
     manifest in, not proven yet: objects not verified, storage that could not check them, or the
     ledger not settled at their update), each ``{"generation_id", "update", "committed_at"
     (POSIX seconds or None), "live", "reasons" (the codes it has, e.g. storage_unverified)}``;
-    ``live``: its state lies on ``lineage`` (the live lineage) above ``last``'s update (any
-    update when ``last`` is None), so it could still become the last restorable. Newest first
-    (update, then id), at most :data:`UNDECIDED_SHOWN`. ``verdicts``: GenerationVerdict list;
-    ``last``: the last restorable GenerationVerdict or None."""
-    floor = last.update if last is not None and last.update is not None else None
+    ``live``: its state lies on ``lineage`` (the live lineage) later than ``last``'s
+    (:meth:`.lineage.Lineage.place`; anywhere when ``last`` is None), so it could still become
+    the last restorable. Newest first (update, then id), at most :data:`UNDECIDED_SHOWN`.
+    ``verdicts``: GenerationVerdict list; ``last``: the last restorable GenerationVerdict or
+    None."""
+    has_floor = last is not None and last.update is not None
+    floor = lineage.place(last.attempt, last.update) if has_floor else None
     out = [v for v in verdicts if v.status == "committed"]
     out.sort(key=lambda v: (v.update if v.update is not None else -1, v.generation_id),
              reverse=True)
     return [{"generation_id": v.generation_id, "update": v.update,
              "committed_at": v.committed_at,
              "live": v.update is not None and v.attempt is not None
-             and (floor is None or v.update > floor)
+             and (not has_floor or _later(lineage.place(v.attempt, v.update), floor, v.update,
+                                          last.update))
              and lineage.contains_state(v.attempt, v.update),
              "reasons": [r.code for r in v.reasons]} for v in out[:UNDECIDED_SHOWN]]
+
+
+def _later(place, floor, update: int, floor_update: int) -> bool:
+    """Whether a state at ``place`` on the live lineage (:meth:`.lineage.Lineage.place`, None:
+    off it) comes after ``floor`` (the place of the generation compared with); by update
+    number when either is off the lineage."""
+    if place is not None and floor is not None:
+        return place > floor
+    return update > floor_update
 
 
 def awaited(undecided: Sequence[Mapping[str, Any]], now,
@@ -303,11 +320,20 @@ def silent_reporters(ages: Mapping, median_interval: float | None,
 def updates_at_risk(ledger, lineage, last) -> int:
     """docs/definitions.md#updates-at-risk: updates of ``lineage`` (the live lineage) committed
     after the last restorable generation ``last`` (a GenerationVerdict, None: every update of the
-    lineage is at risk). Counted from the ledger's update bitmaps, never by walking updates."""
-    floor = last.update if last is not None else None
-    return sum(ledger.updates_in(seg.attempt, seg.after if floor is None
-                                 else max(seg.after, floor), seg.upto)
-               for seg in lineage.segments)
+    lineage is at risk): every update of the segments newer than ``last``'s, and those of its
+    own segment above its update (by attempt and order of commit:
+    docs/definitions.md#renumbered-updates). Counted from the ledger's update bitmaps, never by
+    walking updates."""
+    place = lineage.place(last.attempt, last.update) if last is not None else None
+    if place is None:  # none, or (by update number) one off the lineage
+        floor = last.update if last is not None else None
+        return sum(ledger.updates_in(seg.attempt, seg.after if floor is None
+                                     else max(seg.after, floor), seg.upto)
+                   for seg in lineage.segments)
+    newer = lineage.segments[:len(lineage.segments) - 1 - place[0]]
+    seg = lineage.segments[len(lineage.segments) - 1 - place[0]]
+    return sum(ledger.updates_in(s.attempt, s.after, s.upto) for s in newer) \
+        + ledger.updates_in(seg.attempt, max(seg.after, last.update), seg.upto)
 
 
 def health(newest: AttemptRecord, contract: Mapping, last, seconds: float, age: float,
@@ -441,7 +467,7 @@ def committed_frontier(ledger, attempts, resumes) -> list:
         for update in list(range(low, high + 1, stride))[:CHART_POINTS - 1] + [high]:
             if update not in state.updates or (points and points[-1]["update"] == update):
                 continue
-            frontier = ledger.frontier_in(number, resumes[number].update, update)
+            frontier = ledger.frontier_in(number, resumes[number].after, update)
             points.append({"time": format_time(state.update_time(update)), "update": update,
                            "cursor": cursor_of(frontier, ledger.id_strata)})
         out.append({"attempt": number, "points": points})

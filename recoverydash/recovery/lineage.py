@@ -9,7 +9,7 @@ from the :class:`~.ledger.Ledger` (runs and bitmaps, never position by position)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyroaring import BitMap64
 
@@ -43,6 +43,16 @@ class Resume:
     writer: int | None = None
     declared_update: int | None = None
     cursor: tuple = ()
+    #: the lower bound (exclusive) of the attempt's own updates when it numbers them from at or
+    #: below U (docs/definitions.md#renumbered-updates): its first committed update - 1; None
+    #: when it numbers them above U
+    renumbered: int | None = None
+
+    @property
+    def after(self) -> int:
+        """Where the attempt's own updates start (exclusive): U, or below it when the attempt
+        renumbered its updates (:attr:`renumbered`)."""
+        return self.update if self.renumbered is None else self.renumbered
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,20 @@ class Lineage:
         some segment of ``attempt`` with ``after <= update <= upto``."""
         return any(seg.attempt == attempt and seg.after <= update
                    and (seg.upto is None or update <= seg.upto) for seg in self.segments)
+
+    def place(self, attempt: int, update: int) -> tuple | None:
+        """Where the state of ``attempt`` at ``update`` lies on this lineage, as a sortable
+        ``(segment, update)``: the segment's number from the oldest (0) up, then the update; None
+        when the state is not on it (:meth:`contains_state`). States are ordered by attempt and
+        order of commit, not by update number alone: an attempt that renumbered its updates
+        below U (docs/definitions.md#renumbered-updates) is later than every state of the
+        lineage it restored."""
+        last = len(self.segments) - 1
+        for i, seg in enumerate(self.segments):
+            if seg.attempt == attempt and seg.after <= update \
+                    and (seg.upto is None or update <= seg.upto):
+                return (last - i, update)
+        return None
 
     def before_own(self) -> "Lineage":
         """The lineage without its newest segment (the restored state's lineage, at or below U)."""
@@ -102,12 +126,23 @@ def generation_writer(gen: GenerationRecord, attempts, ledger=None) -> int:
 
 def resolve_resumes(attempts: dict[int, AttemptRecord],
                     generations: dict[str, GenerationRecord],
-                    writers: dict | None = None) -> dict[int, Resume]:
+                    writers: dict | None = None, firsts: dict | None = None) -> dict[int, Resume]:
     """How every attempt started (docs/definitions.md#lineage). An attempt with no AttemptRecord is fresh
     when it is the first one, else untracked (its start is unknown). ``writers``: ``{generation_id:
     attempt}`` (:func:`generation_writer`); a generation absent from it was written by the
-    attempt that reported it."""
-    writers = writers or {}
+    attempt that reported it. ``firsts``: ``{attempt: its lowest committed update}`` (the
+    ledger's); an attempt that resumed at U and whose lowest update is at or below U renumbered
+    its updates (docs/definitions.md#renumbered-updates: :attr:`Resume.renumbered`)."""
+    out = _resolve(attempts, generations, writers or {})
+    for number, first in (firsts or {}).items():
+        resume = out.get(number)
+        if resume is not None and resume.kind != "fresh" and first is not None \
+                and first <= resume.update:
+            out[number] = replace(resume, renumbered=first - 1)
+    return out
+
+
+def _resolve(attempts: dict, generations: dict, writers: dict) -> dict[int, Resume]:
     out: dict[int, Resume] = {}
     first = min(attempts) if attempts else 0
     for number, record in attempts.items():
@@ -135,9 +170,11 @@ def lineage_of(number: int, resumes: dict[int, Resume], cap: int | None = None) 
     of the attempt that wrote the restored generation restricted to updates at or below U,
     recursively; ``cap`` restricts the whole lineage to updates at or below it."""
     resume = resumes[number]
-    own = Segment(number, resume.update, cap)
+    own = Segment(number, resume.after, cap)
     if resume.kind == "generation":
-        limit = resume.update if cap is None else min(cap, resume.update)
+        # a cap counts in the attempt's own numbering: below U only when it did not renumber
+        limit = resume.update if cap is None or resume.renumbered is not None \
+            else min(cap, resume.update)
         parent = lineage_of(resume.writer, resumes, limit)
         return Lineage((own,) + parent.segments, parent.pretracked, parent.root,
                        parent.unknown_root)
@@ -176,19 +213,21 @@ def lineage_floors(ledger, lineage: Lineage) -> dict:
 
 def _first_keys(ledger, lineage: Lineage, ids: bool) -> dict:
     """``{stratum: (update, {key: smallest position})}``: per stratum of positions (``ids``
-    False) or of sample ids (True), the lineage's first update that consumed it and the keys
-    consumed there."""
+    False) or of sample ids (True), the lineage's first update that consumed it (the oldest
+    segment that consumed it, there the lowest update) and the keys consumed there."""
     first: dict = {}
-    for seg in lineage.segments:
+    for seg in reversed(lineage.segments):  # oldest first: commit order, not update numbers
+        here: dict = {}
         for key, (update, position) in ledger.first_by_key(seg.attempt, seg.after,
                                                            seg.upto).items():
-            if (key[0] in ledger.id_strata) != ids:
+            if (key[0] in ledger.id_strata) != ids or key[0] in first:
                 continue
-            have = first.get(key[0])
+            have = here.get(key[0])
             if have is None or update < have[0]:
-                first[key[0]] = (update, {key: position})
+                here[key[0]] = (update, {key: position})
             elif update == have[0]:
                 have[1][key] = position
+        first.update(here)
     return first
 
 

@@ -425,7 +425,7 @@ class _Restart:
         return cls(view, number, before, view.attempts[number], view.attempts[before], resume,
                    lineage, before_lineage, own_segment,
                    ledger.segment(number, own_segment.after, own_segment.upto),
-                   view.counts(before_lineage), ledger.first_positions(number, resume.update))
+                   view.counts(before_lineage), ledger.first_positions(number, own_segment.after))
 
     def rolled_back(self) -> dict:
         """R: k-1's positions in updates not on k's lineage, per key."""

@@ -67,7 +67,9 @@ class RunView:
         #: (:func:`.lineage.generation_writer`)
         self.writers = {gid: generation_writer(g, self.attempts, ledger)
                         for gid, g in self.generations.items()}
-        self.resumes = resolve_resumes(self.attempts, self.generations, self.writers)
+        firsts = {number: state.updates.min() for number, state in ledger.attempts.items()
+                  if state.updates}
+        self.resumes = resolve_resumes(self.attempts, self.generations, self.writers, firsts)
         self.live = max(self.attempts) if self.attempts else None
         self._lineages: dict = {}
         self._counts: dict = {}

@@ -89,3 +89,53 @@ def test_the_stateless_note_comes_once_when_every_optimizer_object_repeats():
     # both shards saved afresh every time: no repeat, no note
     gens = two_shard_saves([(None, None)] * 3)
     assert [(g.status, g.notes) for g in gens.values()] == [("restorable", [])] * 3
+
+
+def renumbered_run(saves_own: bool) -> RunInput:
+    """torchtitan #571: attempt 0 commits updates 1..50 (64 positions each) and saves g45
+    (cursor 2,880); attempt 1 restores g45 but numbers its updates 27..36, and its data starts
+    40 positions early (2,840): those 40 are trained on twice. ``saves_own``: attempt 1 saves
+    g30 at its own update 30 (cursor 2,840 + 4 x 64 = 3,096)."""
+    records = []
+    for u in range(1, 51):
+        records += strided(0, u, (u - 1) * PER_UPDATE, float(u))
+    for i, u in enumerate(range(27, 37)):
+        records += strided(1, u, 2840 + i * PER_UPDATE, 200.0 + i)
+    attempts = [
+        AttemptRecord(0, started_at=0.0, world_size=W, dataset_version="ds",
+                      micro_batch_size=2, grad_accum_steps=4, ended_at=60.0,
+                      end_reason="failed", end_update=50),
+        AttemptRecord(1, started_at=100.0, world_size=W, dataset_version="ds",
+                      micro_batch_size=2, grad_accum_steps=4,
+                      resumed_from={"generation_id": "g45", "update": 45}),
+    ]
+    gens = [generation("g45", 0, 45, 45 * PER_UPDATE, 46.0)]
+    if saves_own:
+        gens.append(generation("g30", 1, 30, 3096, 205.0))
+    return RunInput("renumbered", attempts, records, [], gens, first_event_at=0.0)
+
+
+def test_updates_renumbered_below_the_restored_update_are_still_the_attempts_own():
+    analysis = analyze(renumbered_run(saves_own=False), now=300.0)
+    (restart,) = analysis.restarts
+    assert (restart.resumed_update, restart.replayed, restart.omitted, restart.verdict) == \
+        (45, 40, 0, "replay")
+    assert restart.lost_updates == 50 - 45
+    assert restart.resume_cursor == [{"stratum": "main", "epoch": 0, "position": 2840}]
+    findings = {f.code: f.detail for f in restart.findings}
+    assert findings["update_mismatch"] == "first committed update 27, expected 46"
+    assert findings["replay"] == "40 positions committed at or below update 45 consumed again"
+    (main,) = analysis.strata
+    assert (main.consumed, main.duplicates, main.omissions) == (55 * PER_UPDATE, 40, 0)
+    assert analysis.last_restorable.generation_id == "g45"
+    assert analysis.updates_at_risk == 10  # attempt 1's updates 27..36, all after g45
+    assert analysis.health == "failing"  # the replay breaks the default contract (0)
+
+
+def test_a_generation_of_the_renumbered_attempt_is_newer_than_the_one_it_restored():
+    analysis = analyze(renumbered_run(saves_own=True), now=300.0)
+    status = {g.generation_id: (g.status, [r.code for r in g.reasons])
+              for g in analysis.generations}
+    assert status == {"g30": ("restorable", []), "g45": ("restorable", [])}
+    assert analysis.last_restorable.generation_id == "g30"  # later by commit, lower by number
+    assert analysis.updates_at_risk == 6  # attempt 1's updates 31..36
