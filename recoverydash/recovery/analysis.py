@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+from .concurrency import mark_concurrent
 from .costs import Costs, cost_basis, costs_at
 from .counting import count_strata
 from .figures import (
@@ -211,6 +212,7 @@ def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None,
     numbers = list(attempts)
     restarts: list[Restart] = [analyse_restart(view, number, before, status.get)
                                for before, number in zip(numbers, numbers[1:])]
+    mark_concurrent(view, restarts)
     live_lineage = view.lineage(live)
     strata = count_strata(view, view.settled(live_lineage))
     on_lineage = restorable_on(verdicts, live_lineage)

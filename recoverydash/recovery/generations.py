@@ -499,7 +499,7 @@ def evaluate_generations(view, required_components, judged: dict | None = None,
     basis = cursor_basis(view) if checks is not None or checks_fill is not None else None
     generations = list(view.generations.values())
     attempts = view.attempts
-    newest_attempt = max(attempts) if attempts else None
+    newest_attempt = view.live  # an attempt older than the live one is over
 
     def when(g: GenerationRecord) -> float:
         for value in (g.started_at, g.commit_time()):

@@ -7,6 +7,7 @@ analysis.
 """
 from __future__ import annotations
 
+from .concurrency import live_attempt
 from .counting import SAMPLES, TOKENS
 from .inputs import AttemptRecord, RunInput
 from .ledger import Ledger
@@ -35,8 +36,9 @@ class RunView:
     AttemptRecord}`` sorted by number, including attempts known only from their reports),
     ``generations`` (``{generation_id: GenerationRecord}``), ``writers`` (``{generation_id:
     attempt}``, :func:`.lineage.generation_writer`), ``resumes`` (``{number: Resume}``,
-    :func:`.lineage.resolve_resumes`), ``live`` (the newest attempt's number, None without
-    attempts), ``id_strata`` (strata reported as sample ids).
+    :func:`.lineage.resolve_resumes`), ``live`` (the live attempt's number, None without
+    attempts: the newest, unless it ended while an older one kept going,
+    :func:`.concurrency.live_attempt`), ``id_strata`` (strata reported as sample ids).
 
     Methods: :meth:`lineage`, :meth:`counts`, :meth:`frontier`, :meth:`floors`,
     :meth:`untracked_ids`, :meth:`epoch_length`, :meth:`global_batch`, :meth:`reaches`,
@@ -70,7 +72,9 @@ class RunView:
         firsts = {number: state.updates.min() for number, state in ledger.attempts.items()
                   if state.updates}
         self.resumes = resolve_resumes(self.attempts, self.generations, self.writers, firsts)
-        self.live = max(self.attempts) if self.attempts else None
+        #: the live attempt (docs/definitions.md#concurrent-attempts): the newest, unless it
+        #: ended while an older attempt kept going
+        self.live = live_attempt(self.attempts, ledger)
         self._lineages: dict = {}
         self._counts: dict = {}
         self._lengths: dict = {}

@@ -7,7 +7,7 @@ import hashlib
 
 from test_definitions import PER_UPDATE, W, generation, generation_run, reasons_of, strided
 
-from recoverydash.recovery import AttemptRecord, RunInput, analyze
+from recoverydash.recovery import AttemptRecord, RunInput, analyze, restore_plan
 from recoverydash.recovery.inputs import same_manifest
 
 
@@ -139,3 +139,60 @@ def test_a_generation_of_the_renumbered_attempt_is_newer_than_the_one_it_restore
     assert status == {"g30": ("restorable", []), "g45": ("restorable", [])}
     assert analysis.last_restorable.generation_id == "g30"  # later by commit, lower by number
     assert analysis.updates_at_risk == 6  # attempt 1's updates 31..36
+
+
+def two_alive(zombie: bool) -> RunInput:
+    """Attempt 0 commits updates 1..60 at 10 s each (update u at u x 10 s) and saves at 20, 40
+    and 60. ``zombie`` False: a requeued duplicate, attempt 1, starts at 250 s from g20 and
+    cancels itself at 251 s while attempt 0 goes on. True: attempt 1 is a real restart from g40
+    at 410 s that commits updates 41..50 from 420 s, while attempt 0, a zombie, goes on too."""
+    records = []
+    for u in range(1, 61):
+        records += strided(0, u, (u - 1) * PER_UPDATE, u * 10.0)
+    gens = [generation(f"g{u}", 0, u, u * PER_UPDATE, u * 10.0 + 5) for u in (20, 40, 60)]
+    first = AttemptRecord(0, started_at=0.0, world_size=W, dataset_version="ds",
+                          last_event_at=600.0)
+    if zombie:
+        for i, u in enumerate(range(41, 51)):
+            records += strided(1, u, (u - 1) * PER_UPDATE, 420.0 + 10 * i)
+        second = AttemptRecord(1, started_at=410.0, world_size=W, dataset_version="ds",
+                               resumed_from={"generation_id": "g40", "update": 40},
+                               last_event_at=510.0)
+    else:
+        second = AttemptRecord(1, started_at=250.0, world_size=W, dataset_version="ds",
+                               resumed_from={"generation_id": "g20", "update": 20},
+                               ended_at=251.0, end_reason="cancelled", last_event_at=251.0)
+    return RunInput("two-alive", [first, second], records, [], gens, first_event_at=0.0)
+
+
+def test_a_cancelled_duplicate_launch_leaves_the_original_attempt_live():
+    analysis = analyze(two_alive(zombie=False), now=610.0)
+    assert (analysis.live_attempt, analysis.health, analysis.ended_at) == (0, "ok", None)
+    assert analysis.last_restorable.generation_id == "g60"
+    assert analysis.updates_at_risk == 0
+    assert restore_plan(analysis).body["generation_id"] == "g60"
+    (restart,) = analysis.restarts
+    codes = [f.code for f in restart.findings]
+    assert "concurrent_attempts" in codes and "clock_skew" not in codes
+    assert (restart.lost_seconds, restart.recovery_seconds, restart.lost_updates,
+            restart.verdict) == (None, None, 0, "unverified")
+    assert dict((f.code, f.detail) for f in restart.findings)["concurrent_attempts"] == (
+        "attempt 0 was still committing after attempt 1 started at 1970-01-01T00:04:10+00:00: "
+        "35 updates (up to update 60), the last at 1970-01-01T00:10:00+00:00 (trainers' "
+        "clocks). Two attempts were alive at once (a duplicate launch, or a zombie); "
+        "attempt 0 had not failed, so no lost or recovery seconds are measured")
+    (main,) = analysis.strata
+    assert (main.consumed, main.duplicates, main.omissions) == (60 * PER_UPDATE, 0, 0)
+
+
+def test_a_zombie_beside_its_restart_is_concurrent_not_clock_skew():
+    analysis = analyze(two_alive(zombie=True), now=610.0)
+    assert analysis.live_attempt == 1 and analysis.health == "ok"
+    assert analysis.last_restorable.generation_id == "g40"
+    assert analysis.updates_at_risk == 10
+    (restart,) = analysis.restarts
+    codes = [f.code for f in restart.findings]
+    assert "concurrent_attempts" in codes and "clock_skew" not in codes
+    assert (restart.lost_seconds, restart.recovery_seconds, restart.lost_updates) == \
+        (None, None, 60 - 40)  # the zombie's updates 41..60 are not in the live lineage
+    assert (restart.replayed, restart.omitted, restart.verdict) == (0, 0, "exact")
