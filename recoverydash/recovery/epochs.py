@@ -98,14 +98,15 @@ def epoch_count(view, lineage, counts: dict, keys: list, moved_on: bool,
     (:func:`.lineage.untracked_id_keys`).
 
     One order: the key's :func:`.counting.omissions`. Several orders, identities ``I_o`` of each
-    known, union ``I``: duplicates ``sum |I_o| - |I|``; omissions, once the lineage moved on and
+    known, union ``I``: duplicates ``sum |I_o| - |I|`` (over the orders whose identities are
+    known, when some are not); omissions, once the lineage moved on and
     the epoch length L is known, ``L - |I & [0, L)|`` minus the newest order's tail when that is
     a drop_last remainder (for integer ids: the tail rule on the whole count, as
     docs/definitions.md#sample-id-strata); while the epoch is in progress (or L is unknown), the
     proven part: of the ``g`` positions the newest order skipped (:meth:`.counting.KeyCount.gaps`)
     at most ``|I - I_newest|`` hold samples consumed under the other orders, so
     ``max(0, g - |I - I_newest|)`` are omitted, ``min(g, |I - I_newest|)`` undetermined. Some
-    identities unknown: no duplicate is proven, and once moved on with L known
+    identities unknown: the duplicates among the known orders, and once moved on with L known
     ``max(0, L - sum of distinct positions - exempt tail)`` omissions are (``known`` False).
     Strata of hashed ids owe nothing."""
     stratum = keys[0][0]
@@ -118,10 +119,13 @@ def epoch_count(view, lineage, counts: dict, keys: list, moved_on: bool,
                                               HASHED_IDS if key in untracked else kind))
     last = newest_key(view, lineage, keys)
     ids = {k: key_identities(view, lineage, k, counts[k]) for k in keys}
-    if any(v is None for v in ids.values()):
-        return _unknown(view, lineage, counts, keys, last, moved_on, kind)
-    union = BitMap64.union(*ids.values())
-    dup = sum(len(v) for v in ids.values()) - len(union)
+    known = [v for v in ids.values() if v is not None]
+    union = BitMap64.union(*known) if known else BitMap64()
+    dup = sum(len(v) for v in known) - len(union)
+    if len(known) < len(ids):
+        unknown = _unknown(view, lineage, counts, keys, last, moved_on, kind)
+        unknown.duplicates = dup
+        return unknown
     if kind == HASHED_IDS or any(k in untracked for k in keys):
         return EpochCount(dup)
     if kind == INTEGER_IDS:

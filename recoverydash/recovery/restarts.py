@@ -117,7 +117,8 @@ def replayed(own: dict, before: dict) -> int:
 
 
 def omitted(own: dict, before: dict, starts: dict, view, lineage,
-            floors: dict | None = None, untracked: set = frozenset()) -> int:
+            floors: dict | None = None, untracked: set = frozenset(),
+            mixed: set = frozenset()) -> int:
     """Positions between the expected cursor and where k actually starts that the lineage never
     consumes, per stratum k consumes (docs/definitions.md#omitted). With k's start
     ``(e1, s1, o1)`` and L_U's highest epoch ``e0`` of the stratum, frontier ``f0`` there:
@@ -128,14 +129,16 @@ def omitted(own: dict, before: dict, starts: dict, view, lineage,
       that restarts the epoch while its trainer ends the epoch by a batch count: Lightning with
       a plain DataLoader feeds the first batches again and never the last ones; refinement of
       docs/definitions.md);
-    * same epoch under another order: 0 (not comparable; finding ``order_changed``);
+    * same epoch under another order: 0 here (by identity: :func:`compare_orders`);
     * later epoch: the abandoned epoch's tail ``epoch_length - f0`` under the tail rule, plus
       ``epoch_length`` for every epoch strictly between ``e0`` and ``e1`` of which K consumes
       nothing (skipped whole: no drop_last exemption; refinement of docs/definitions.md), plus
       ``|[0, s1) - K|`` of the new epoch;
     * earlier epoch: 0;
     * a stratum L_U never consumed: ``|[0, s1) - K|``.
-    Strata of integer sample ids: :func:`omitted_ids`; of hashed ids: none. ``view``
+    An epoch in ``mixed`` (consumed under several orders by k's lineage) counts 0 here: it is
+    compared by identity (:func:`compare_orders`, docs/definitions.md#epochs-under-several-
+    orders). Strata of integer sample ids: :func:`omitted_ids`; of hashed ids: none. ``view``
     (:class:`~.view.RunView`) gives epoch lengths and the global batch that bounds a drop_last
     tail: that of the attempt of ``lineage`` (k's) that left the epoch, here k
     (:meth:`~.view.RunView.leaving_batch`, docs/definitions.md#drop-last-threshold).
@@ -146,51 +149,61 @@ def omitted(own: dict, before: dict, starts: dict, view, lineage,
     (:func:`.lineage.untracked_id_keys`).
     """
     total = 0
-    floors = floors or {}
-    for stratum, (_u, e1, s1, o1) in starts.items():
+    for stratum, start in starts.items():
         kind = stratum_kind(view.ledger, stratum)
         if kind == HASHED_IDS:
             continue
         if kind == INTEGER_IDS:
-            total += omitted_ids(stratum, e1, o1, own, before, view, lineage, untracked)
+            total += omitted_ids(stratum, start[1], start[3], own, before, view, lineage,
+                                 untracked, mixed)
             continue
-        mine = own.get((stratum, e1, o1))
-        floor = floors.get((stratum, e1, o1), 0)
-
-        def gap(lo: int, hi: int, mine=mine, floor=floor) -> int:
-            lo = max(lo, floor)
-            if hi <= lo:
-                return 0
-            return hi - lo - (mine.positions.range_cardinality(lo, hi) if mine else 0)
-
-        keys = [k for k in before if k[0] == stratum]
-        if not keys:
-            total += gap(0, s1)
-            continue
-        e0 = max(k[1] for k in keys)
-        top = [(before[k].frontier(), "" if k[2] is None else k[2], k) for k in keys if k[1] == e0]
-        f0, _, top_key = max(top)
-        if e1 == e0:
-            if any(k[2] == o1 for _, _, k in top):
-                total += gap(f0, s1)
-                key = (stratum, e1, o1)
-                if any(k[0] == stratum and k[1] > e1 for k in own):  # k left the epoch
-                    reached = max(before[key].frontier() if key in before else 0,
-                                  mine.positions.max() + 1 if mine and len(mine.positions) else 0)
-                    total += epoch_tail(reached, view.epoch_length(stratum),
-                                        view.leaving_batch(lineage, stratum, e1))
-        elif e1 > e0:
-            length = view.epoch_length(stratum)
-            total += epoch_tail(f0, length, view.leaving_batch(lineage, stratum, e0))
-            if length and length > 0 and e1 > e0 + 1:
-                later = {k[1] for k in own if k[0] == stratum and e0 < k[1] < e1}
-                total += (e1 - e0 - 1 - len(later)) * length
-            total += gap(0, s1)
+        total += _omitted_positions(stratum, start, own, before, view, lineage,
+                                    (floors or {}).get((stratum, start[1], start[3]), 0), mixed)
     return total
 
 
+def _omitted_positions(stratum: str, start: tuple, own: dict, before: dict, view, lineage,
+                       floor: int, mixed) -> int:
+    """:func:`omitted` for one stratum of positions; ``start`` is k's ``(update, e1, s1, o1)``,
+    ``floor`` that of k's start key."""
+    _u, e1, s1, o1 = start
+    mine = own.get((stratum, e1, o1))
+
+    def gap(lo: int, hi: int) -> int:
+        lo = max(lo, floor)
+        if hi <= lo or (stratum, e1) in mixed:
+            return 0
+        return hi - lo - (mine.positions.range_cardinality(lo, hi) if mine else 0)
+
+    keys = [k for k in before if k[0] == stratum]
+    if not keys:
+        return gap(0, s1)
+    e0 = max(k[1] for k in keys)
+    f0 = max(before[k].frontier() for k in keys if k[1] == e0)
+    length = view.epoch_length(stratum)
+    if e1 == e0:
+        key = (stratum, e1, o1)
+        if key not in before:
+            return 0
+        total = gap(f0, s1)
+        if (stratum, e1) not in mixed and any(k[0] == stratum and k[1] > e1 for k in own):
+            # k left the epoch
+            reached = max(before[key].frontier(),
+                          mine.positions.max() + 1 if mine and len(mine.positions) else 0)
+            total += epoch_tail(reached, length, view.leaving_batch(lineage, stratum, e1))
+        return total
+    if e1 < e0:
+        return 0
+    total = 0 if (stratum, e0) in mixed else \
+        epoch_tail(f0, length, view.leaving_batch(lineage, stratum, e0))
+    if length and length > 0 and e1 > e0 + 1:
+        later = {k[1] for k in own if k[0] == stratum and e0 < k[1] < e1}
+        total += (e1 - e0 - 1 - len(later)) * length
+    return total + gap(0, s1)
+
+
 def omitted_ids(stratum: str, e1: int, o1, own: dict, before: dict, view, lineage,
-                untracked: set = frozenset()) -> int:
+                untracked: set = frozenset(), mixed=frozenset()) -> int:
     """:func:`omitted` for a stratum of integer sample ids (docs/definitions.md#sample-id-strata):
     ids have no order, so what a restart skipped is known only once an epoch is left. With k's
     first epoch ``e1`` (order ``o1``), L_U's highest epoch ``e0`` of the stratum and its
@@ -203,7 +216,8 @@ def omitted_ids(stratum: str, e1: int, o1, own: dict, before: dict, view, lineag
       the tail rule, plus L for every epoch strictly between ``e0`` and ``e1`` of which K
       consumes nothing;
     * otherwise 0 (k is still in the epoch, or went back, or L_U never consumed the stratum,
-      or L is unknown). Keys in ``untracked`` (ids before tracking unknown) owe nothing."""
+      or L is unknown). Keys in ``untracked`` (ids before tracking unknown) owe nothing; epochs
+      in ``mixed`` (several orders) are compared by :func:`compare_orders`."""
     length = view.epoch_length(stratum)
     keys = [k for k in before if k[0] == stratum]
     if not length or length <= 0 or not keys:
@@ -211,7 +225,7 @@ def omitted_ids(stratum: str, e1: int, o1, own: dict, before: dict, view, lineag
     e0 = max(k[1] for k in keys)
     if e1 == e0:
         key = (stratum, e1, o1)
-        if key not in before or key in untracked \
+        if key not in before or key in untracked or (stratum, e1) in mixed \
                 or not any(k[0] == stratum and k[1] > e1 for k in own):
             return 0
         seen = before[key].positions | own[key].positions if key in own \
@@ -220,9 +234,10 @@ def omitted_ids(stratum: str, e1: int, o1, own: dict, before: dict, view, lineag
                           view.leaving_batch(lineage, stratum, e1))
     if e1 < e0:
         return 0
-    total = sum(epoch_tail(before[k].positions.range_cardinality(0, length), length,
-                           view.leaving_batch(lineage, stratum, e0))
-                for k in keys if k[1] == e0 and k not in untracked)
+    total = 0 if (stratum, e0) in mixed else sum(
+        epoch_tail(before[k].positions.range_cardinality(0, length), length,
+                   view.leaving_batch(lineage, stratum, e0))
+        for k in keys if k[1] == e0 and k not in untracked)
     later = {k[1] for k in own if k[0] == stratum and e0 < k[1] < e1}
     return total + max(0, e1 - e0 - 1 - len(later)) * length
 
@@ -349,48 +364,61 @@ def order_changes(own: dict, before: dict) -> list:
 
 @dataclass
 class OrderComparison:
-    """:func:`compare_orders`: replayed and omitted samples of the epochs k consumed under a
-    changed order (by identity), and the epochs where that could not be decided: ``unknown``
-    (identities of an order not recorded) and ``undetermined`` (``{(stratum, epoch): positions}``
-    skipped under the new order whose samples the old order may have consumed)."""
+    """:func:`compare_orders`: replayed and omitted samples of the epochs of k's lineage
+    consumed under several orders (by identity), the epochs where that could not be decided:
+    ``unknown`` (identities of an order not recorded) and ``undetermined`` (``{(stratum, epoch):
+    positions}`` skipped under the newest order whose samples an older order may have consumed),
+    and ``mixed``: those epochs (the positional rules leave them out)."""
 
     replayed: int = 0
     omitted: int = 0
     unknown: list = field(default_factory=list)
     undetermined: dict = field(default_factory=dict)
+    mixed: set = field(default_factory=set)
 
 
-def compare_orders(view, lineage, own: dict, counts_before: dict) -> OrderComparison:
-    """docs/definitions.md#epochs-under-several-orders, for a restart: per (stratum, epoch) that
-    k consumed under an order L_U did not use while L_U consumed it under another
-    (:func:`order_changes`), the difference k made to what the lineage owes in that epoch
-    (:func:`.epochs.epoch_count` on k's lineage, minus on L_U): replayed = the duplicates by
-    identity it added (samples of L_U consumed again under k's order), omitted = the omissions
-    it added (never below 0). ``lineage``: k's; ``own``: K's counts; ``counts_before``: L_U's."""
-    from .epochs import epoch_count, epoch_keys
+def _epoch_sides(view, lineage, counts_before: dict) -> list:
+    """``[(counts, lineage, {(stratum, epoch): keys}, {stratum: top epoch}, untracked)]`` of
+    k's lineage and of L_U, for :func:`compare_orders`."""
+    from .epochs import epoch_keys
 
-    out = OrderComparison()
-    changed = sorted({key[:2] for key in order_changes(own, counts_before)})
-    if not changed:
-        return out
-    before_lineage = lineage.before_own()
-    counts_after = view.counts(lineage)
     sides = []
-    for counts, line in ((counts_after, lineage), (counts_before, before_lineage)):
+    for counts, line in ((view.counts(lineage), lineage),
+                         (counts_before, lineage.before_own())):
         grouped = epoch_keys(counts)
         top: dict = {}
         for (stratum, epoch) in grouped:
             top[stratum] = max(epoch, top.get(stratum, epoch))
         sides.append((counts, line, grouped, top, view.untracked_ids(line)))
-    for stratum, epoch in changed:
-        after, prior = (epoch_count(view, line, counts, grouped[(stratum, epoch)],
-                                    epoch < top[stratum], untracked)
-                        for counts, line, grouped, top, untracked in sides)
-        out.omitted += max(0, after.omissions - prior.omissions)
+    return sides
+
+
+def compare_orders(view, lineage, own: dict, counts_before: dict) -> OrderComparison:
+    """docs/definitions.md#epochs-under-several-orders, for a restart: per (stratum, epoch) that
+    k's lineage consumed under several orders and that k touched (consumed, or left: its
+    lineage moved on from it while L_U had not), the difference k made to what the lineage owes
+    there (:func:`.epochs.epoch_count` on k's lineage, minus on L_U): replayed = the duplicates
+    by identity it added (samples consumed before under another order, consumed again),
+    omitted = the omissions it added (never below 0). ``lineage``: k's; ``own``: K's counts;
+    ``counts_before``: L_U's."""
+    from .epochs import epoch_count
+
+    out = OrderComparison()
+    (after_side, prior_side) = sides = _epoch_sides(view, lineage, counts_before)
+    out.mixed = {e for e, keys in after_side[2].items() if len(keys) > 1}
+    for stratum, epoch in sorted(out.mixed):
+        moved = [epoch < top.get(stratum, epoch) for _c, _l, _g, top, _u in sides]
+        if not any(k[:2] == (stratum, epoch) for k in own) and moved[0] == moved[1]:
+            continue  # k neither consumed the epoch nor left it
+        after, prior = (epoch_count(view, line, counts, grouped[(stratum, epoch)], move, unt)
+                        if (stratum, epoch) in grouped else None
+                        for (counts, line, grouped, _t, unt), move in zip(sides, moved))
+        prior_dup, prior_om = (prior.duplicates, prior.omissions) if prior else (0, 0)
+        out.omitted += max(0, after.omissions - prior_om)
         if not after.known:
             out.unknown.append((stratum, epoch))
             continue
-        out.replayed += max(0, after.duplicates - prior.duplicates)
+        out.replayed += max(0, after.duplicates - prior_dup)
         if after.undetermined:
             out.undetermined[(stratum, epoch)] = after.undetermined
     return out
@@ -416,7 +444,7 @@ class _Restart:
     starts: dict
 
     @classmethod
-    def of(cls, view, number: int, before: int) -> "_Restart":
+    def of(cls, view, number: int, before: int) -> _Restart:
         ledger = view.ledger
         resume = view.resumes[number]
         lineage = view.lineage(number)
@@ -561,8 +589,8 @@ def analyse_restart(view, number: int, before: int, status_of) -> Restart:
     compared = compare_orders(view, r.lineage, r.own, r.counts_before)
     replay_count = replayed(r.own, r.counts_before) + compared.replayed
     omission_count = omitted(r.own, r.counts_before, r.starts, view, r.lineage,
-                             view.floors(r.lineage), view.untracked_ids(r.lineage)) \
-        + compared.omitted
+                             view.floors(r.lineage), view.untracked_ids(r.lineage),
+                             compared.mixed) + compared.omitted
     committed, first_commit, findings, omission_count = _first_update(r, omission_count)
     if replay_count:
         findings.append(Finding("replay", f"{replay_count} positions committed at or below "

@@ -306,13 +306,14 @@ class Model:
         batch = self.leaving_batch(segments, pre, s, e, root) if moved_on else None
         last_tail = (length - (max(counts[last]) + 1)) if length is not None else 0
         exempt = last_tail if moved_on and batch is not None and 0 < last_tail < batch else 0
-        if any(v is None for v in ids.values()):
+        known = [v for v in ids.values() if v is not None]
+        union = set().union(*known)
+        dup = sum(len(v) for v in known) - len(union)  # samples fed twice among known orders
+        if len(known) < len(ids):
             if s in self.hashed_strata or not moved_on or not length or length <= 0:
-                return 0, 0, False, 0
+                return dup, 0, False, 0
             distinct = sum(len(counts[key]) for key in keys)
-            return 0, max(0, length - distinct - exempt), False, 0
-        union = set().union(*ids.values())
-        dup = sum(len(v) for v in ids.values()) - len(union)
+            return dup, max(0, length - distinct - exempt), False, 0
         if s in self.hashed_strata or any(key in untracked for key in keys):
             return dup, 0, True, 0
         if s in self.id_strata:
@@ -434,6 +435,11 @@ class Model:
         replayed = sum(len(K[key] & set(parent[key])) for key in K if key in parent)
         omitted = 0
         untracked = self.untracked_ids(k)
+        # refinement (epochs under several orders): an epoch k's lineage consumed under
+        # several orders is compared by identity, never along positions
+        after_counts = self.multiset(segments, pre)
+        after_grouped, after_top = self.epochs_of(after_counts)
+        mixed = {se for se, keys in after_grouped.items() if len(keys) > 1}
         for s, (_u, e1, s1, _, o1) in starts.items():
             if s in self.id_strata:
                 keys = [key for key in parent if key[0] == s]
@@ -443,14 +449,14 @@ class Model:
                 length = self.epoch_length(s)
                 if e1 == e0:
                     key = (s, e1, o1)
-                    if key in parent and key not in untracked \
+                    if key in parent and key not in untracked and (s, e1) not in mixed \
                             and any(k2[0] == s and k2[1] > e1 for k2 in K):
                         omitted += self.owed_ids(set(parent[key]) | K.get(key, set()), s,
                                                  self.leaving_batch(segments, pre, s, e1,
                                                                     self.root(k)))
                 elif e1 > e0:
                     for key in keys:
-                        if key[1] == e0 and key not in untracked:
+                        if key[1] == e0 and key not in untracked and (s, e0) not in mixed:
                             omitted += self.owed_ids(set(parent[key]), s, self.leaving_batch(
                                 segments, pre, s, e0, self.root(k)))
                     omitted += length * sum(1 for e in range(e0 + 1, e1)
@@ -459,16 +465,16 @@ class Model:
             mine = K.get((s, e1, o1), set())
             floor = floors.get((s, e1, o1), 0)
             keys = [key for key in parent if key[0] == s]
+            new_gap = 0 if (s, e1) in mixed else \
+                sum(1 for p in range(floor, s1) if p not in mine)
             if not keys:
-                omitted += sum(1 for p in range(floor, s1) if p not in mine)
+                omitted += new_gap
                 continue
             e0 = max(key[1] for key in keys)
-            top = max((max(parent[key]) + 1, "" if key[2] is None else key[2], key)
-                      for key in keys if key[1] == e0)
-            f0, _, top_key = top
+            f0 = max(max(parent[key]) + 1 for key in keys if key[1] == e0)
             if e1 == e0:
-                if any(key[2] == o1 for key in keys if key[1] == e0):
-                    omitted += sum(1 for p in range(f0, s1) if p not in mine)
+                if (s, e1, o1) in parent and (s, e1) not in mixed:
+                    omitted += sum(1 for p in range(max(f0, floor), s1) if p not in mine)
                     key = (s, e1, o1)
                     if any(k2[0] == s and k2[1] > e1 for k2 in K):  # k left the epoch
                         reached = max([max(parent[key]) + 1] * bool(parent.get(key))
@@ -476,36 +482,34 @@ class Model:
                         omitted += self.tail(reached, s, self.leaving_batch(
                             segments, pre, s, e1, self.root(k)))
             elif e1 > e0:
-                omitted += self.tail(f0, s, self.leaving_batch(segments, pre, s, e0, self.root(k)))
+                if (s, e0) not in mixed:
+                    omitted += self.tail(f0, s, self.leaving_batch(segments, pre, s, e0,
+                                                                   self.root(k)))
                 length = self.epoch_length(s)
                 if length:
                     omitted += length * sum(1 for e in range(e0 + 1, e1)
                                             if not any(key[0] == s and key[1] == e for key in K))
-                omitted += sum(1 for p in range(floor, s1) if p not in mine)
-        # refinement (epochs under several orders): an epoch k consumed under an order the
-        # restored lineage did not use for it is compared by identity, as the difference k
-        # made to what the lineage owes there
-        orders = {}
-        for (s, e, o) in parent:
-            orders.setdefault((s, e), set()).add(o)
-        changed = sorted({(s, e) for (s, e, o) in K if (s, e) in orders and o not in orders[(s, e)]})
+                omitted += new_gap
         unknown, undetermined = [], False
-        if changed:
-            after_counts = self.multiset(segments, pre)
-            sides = [(segments, after_counts, *self.epochs_of(after_counts),
-                      self.untracked_ids(k, segments)),
-                     (segments[1:], parent, *self.epochs_of(parent),
-                      self.untracked_ids(k, segments[1:]))]
-            for s, e in changed:
-                (dup1, om1, known1, und1), (dup0, om0, _k0, _u0) = (
-                    self.epoch_count(k, segs, pre, counts, grouped[(s, e)], e < top[s], unt)
-                    for segs, counts, grouped, top, unt in sides)
-                omitted += max(0, om1 - om0)
-                if not known1:
-                    unknown.append((s, e))
-                    continue
-                replayed += max(0, dup1 - dup0)
-                undetermined = undetermined or und1 > 0
+        parent_grouped, parent_top = self.epochs_of(parent)
+        for s, e in sorted(mixed):
+            moved = (e < after_top[s], e < parent_top.get(s, e))
+            if not any(key[:2] == (s, e) for key in K) and moved[0] == moved[1]:
+                continue  # k neither consumed the epoch nor left it
+            dup1, om1, known1, und1 = self.epoch_count(
+                k, segments, pre, after_counts, after_grouped[(s, e)], moved[0],
+                self.untracked_ids(k, segments))
+            dup0, om0 = 0, 0
+            if (s, e) in parent_grouped:
+                dup0, om0, _k0, _u0 = self.epoch_count(
+                    k, segments[1:], pre, parent, parent_grouped[(s, e)], moved[1],
+                    self.untracked_ids(k, segments[1:]))
+            omitted += max(0, om1 - om0)
+            if not known1:
+                unknown.append((s, e))
+                continue
+            replayed += max(0, dup1 - dup0)
+            undetermined = undetermined or und1 > 0
         # recomputed
         p_segments = [seg for seg in segments if seg[0] == before]
         rolled = {}
@@ -557,6 +561,9 @@ class Model:
             verdict = "unverified"
         else:
             verdict = "exact"
+        orders = {}
+        for (s, e, o) in parent:
+            orders.setdefault((s, e), set()).add(o)
         order_changed = any((s, e) in orders and o not in orders[(s, e)] for (s, e, o) in K)
         if cursor:
             resume_cursor = [{"stratum": c["stratum"], "epoch": c.get("epoch", 0),
