@@ -96,7 +96,7 @@ def main(argv=None) -> None:
     args = TrainingArguments(
         output_dir=a.output_dir, max_steps=a.max_steps, save_steps=a.save_steps,
         per_device_train_batch_size=a.batch, gradient_accumulation_steps=a.accum,
-        learning_rate=1e-3, seed=0, use_cpu=True, report_to=[], disable_tqdm=True,
+        learning_rate=1e-3, seed=a.seed, use_cpu=True, report_to=[], disable_tqdm=True,
         logging_steps=10**6, ignore_data_skip=a.ignore_data_skip)
     trainer = Trainer(model=model, args=args, train_dataset=Tokens(a.samples, config.vocab_size))
     watcher = watch_trainer(trainer, url=a.url, token=a.token, run_id=a.run_id,  # (2)
@@ -128,6 +128,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--ignore-data-skip", action="store_true",
                    help="Trainer's ignore_data_skip: a resumed epoch starts from its first batch")
     p.add_argument("--samples", type=int, default=96, help="dataset size")
+    p.add_argument("--seed", type=int, default=0,
+                   help="Trainer's seed (the order of the samples; the model starts the same)")
     p.add_argument("--batch", type=int, default=4, help="microbatch size per rank")
     p.add_argument("--accum", type=int, default=2, help="microbatches per optimizer update")
     p.add_argument("--sample-log", default=None,

@@ -68,6 +68,26 @@ def test_a_default_resume_is_exact_and_counts_what_the_model_received(server, tm
         (t.consumed, t.duplicates, t.omitted) == (20 * PER_UPDATE, 0, 0)
 
 
+def test_a_relaunch_with_another_seed_is_compared_by_the_samples_the_model_received(
+        server, tmp_path):
+    """docs/definitions.md#epochs-under-several-orders: relaunched with another seed, Trainer
+    skips the 40 positions already trained under its new order: samples fed twice and samples
+    never fed, counted by identity (the SDK's indices), equal to the truth read from the batches
+    once epoch 0 is left (update 12), never an exact verdict."""
+    _, second, report = crash_and_resume(server, tmp_path, "hf-seed", crash_at=7, max_steps=20,
+                                         resume_args=["--seed", "1"])
+    assert "resuming hf-out/checkpoint-5" in second.stdout
+    (restart,) = report["restarts"]
+    t = truth(tmp_path / "samples.jsonl", 5, SAMPLES, PER_UPDATE)
+    assert t.replayed > 0 and t.omitted > 0
+    assert (restart["replayed"], restart["omitted"]) == (t.replayed, t.omitted), restart
+    assert restart["verdict"] == "replay_and_omission"
+    assert "order_changed" in {f["code"] for f in restart["findings"]}
+    (main,) = report["strata"]
+    assert (main["consumed"], main["duplicates"], main["omissions"]) == \
+        (t.consumed, t.duplicates, t.omitted)
+
+
 def test_ignore_data_skip_is_a_replay_of_exactly_the_samples_fed_again(server, tmp_path):
     # resumes checkpoint-5 (40 samples of epoch 0 trained), but Trainer starts epoch 0 again
     _, second, report = crash_and_resume(server, tmp_path, "hf-replay", crash_at=7,
