@@ -37,7 +37,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpcore
 import httpx
@@ -390,7 +390,7 @@ class StandardWebhookTransport(Transport):
     def headers(self, webhook_id: str, data: str) -> dict[str, str]:
         from standardwebhooks.webhooks import Webhook
 
-        now = datetime.now(timezone.utc).replace(microsecond=0)
+        now = datetime.now(UTC).replace(microsecond=0)
         signature = Webhook(self.endpoint.secret).sign(webhook_id, now, data)
         return {"webhook-id": webhook_id, "webhook-timestamp": str(int(now.timestamp())),
                 "webhook-signature": signature}
@@ -441,5 +441,5 @@ def rfc3339(moment: str | None) -> str | None:
     """An ISO 8601 time as stored (``...+00:00``) in the ``Z`` form receivers print."""
     if not moment:
         return None
-    parsed = datetime.fromisoformat(moment).astimezone(timezone.utc)
+    parsed = datetime.fromisoformat(moment).astimezone(UTC)
     return parsed.isoformat().replace("+00:00", "Z")

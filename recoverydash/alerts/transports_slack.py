@@ -9,9 +9,9 @@ cut to Slack's limits is never cut inside an escape. The only link in a body is 
 Body (https://api.slack.com/messaging/webhooks, https://api.slack.com/reference/block-kit/blocks):
 ``{"text": headline, "blocks": [section (mrkdwn, at most 3,000 characters), context (the run's
 link, health and alert id)]}``; a change of an open alert's subjects is a new message,
-``[FIRING, UPDATED]``, saying which subjects were added and removed above the summary. Slack's formatting rules:
-https://api.slack.com/reference/surfaces/formatting#escaping. The incoming webhook's URL is its
-secret; Slack signs nothing it receives.
+``[FIRING, UPDATED]``, saying which subjects were added and removed above the summary. Slack's
+formatting rules: https://api.slack.com/reference/surfaces/formatting#escaping. The incoming
+webhook's URL is its secret; Slack signs nothing it receives.
 """
 
 from __future__ import annotations

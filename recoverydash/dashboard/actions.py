@@ -14,7 +14,6 @@ from recoverydash.alerts.models import WebhookEndpoint
 from recoverydash.runs.contracts import CONTRACT_FIELDS, save_contract
 from recoverydash.runs.models import ApiToken
 
-
 BULK_ACTIONS = ("acknowledge", "resolve", "silence")
 
 

@@ -16,15 +16,27 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.db.models import (Case, Count, Exists, ExpressionWrapper, F, FloatField,
-                              IntegerField, OuterRef, Q, QuerySet, Subquery, Value, When)
+from django.db.models import (
+    Case,
+    Count,
+    Exists,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
 from django.db.models.functions import Coalesce
 
-from recoverydash.alerts.models import Alert
 from recoverydash.recovery.attention import HEALTH_RANK
 from recoverydash.recovery.contract import DEFAULT_CONTRACT
-from recoverydash.runs.monitoring import not_paused
 from recoverydash.runs.models import Attempt
+from recoverydash.runs.monitoring import not_paused
 
 #: attempt states in the order the ``attempt`` column sorts them (dashboard.queries).
 ATTEMPT_STATES = ("running", "silent", "ended")
@@ -88,9 +100,10 @@ def annotate_attention(runs: QuerySet, now, drill: str | None) -> QuerySet:
 
 #: ``needs_attention`` over the annotations of :func:`annotate_attention`; a run whose monitoring
 #: is paused (``runs.monitoring``) needs none.
-NEEDS_ATTENTION = Q(f_drill=0) & not_paused() & (Q(f_critical__gt=0) | Q(f_warning__gt=0) | Q(f_inf=1)
-                                  | Q(f_ratio__gt=1.0)
-                                  | Q(analysis__health__in=["failing", "at_risk"]))
+NEEDS_ATTENTION = Q(f_drill=0) & not_paused() & (Q(f_critical__gt=0) | Q(f_warning__gt=0)
+                                                 | Q(f_inf=1)
+                                                 | Q(f_ratio__gt=1.0)
+                                                 | Q(analysis__health__in=["failing", "at_risk"]))
 
 
 def annotate_attempt_state(runs: QuerySet, now, silent_s: float) -> QuerySet:

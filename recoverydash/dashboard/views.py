@@ -14,9 +14,17 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from recoverydash.dashboard import actions, charts, queries
-from recoverydash.dashboard.forms import (AlertFilterForm, AlertNoteForm, BulkAlertForm,
-                                          ContractForm, FleetFilterForm, RunbookForm,
-                                          SilenceForm, TokenForm, WebhookForm)
+from recoverydash.dashboard.forms import (
+    AlertFilterForm,
+    AlertNoteForm,
+    BulkAlertForm,
+    ContractForm,
+    FleetFilterForm,
+    RunbookForm,
+    SilenceForm,
+    TokenForm,
+    WebhookForm,
+)
 from recoverydash.storage.confirm import confirm_last_restorable
 
 LIVE = "live"

@@ -1,1 +1,2 @@
-"""The `make demo` package: a real fault-injected PyTorch run watched by recoverydash (see __main__)."""
+"""The `make demo` package: a real fault-injected PyTorch run watched by recoverydash (see
+__main__)."""

@@ -41,26 +41,39 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable, Sequence
+from typing import Any
 
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from recoverydash.recovery.inputs import manifest_identity
-from recoverydash.runs.analysis import request_analysis
-from recoverydash.runs.models import (GLOBAL_RANK, ApiToken, Attempt, AuditWindow, DrillResult,
-                                      CheckpointObject, Event, Generation, Heartbeat, LedgerRow,
-                                      Project, Run, ShardReport)
 from recoverydash.runs import seq as seq_of
-from recoverydash.runs.models import RankSeen, reporter_key
+from recoverydash.runs.analysis import request_analysis
 from recoverydash.runs.folding import fold, foldable, join, unfold
+from recoverydash.runs.models import (
+    GLOBAL_RANK,
+    ApiToken,
+    Attempt,
+    AuditWindow,
+    CheckpointObject,
+    DrillResult,
+    Event,
+    Generation,
+    Heartbeat,
+    LedgerRow,
+    Project,
+    RankSeen,
+    Run,
+    ShardReport,
+    reporter_key,
+)
 from recoverydash.runs.queue import VERIFY_GENERATION, enqueue
 
-from .errors import AttemptConflict, BadRequest, Conflict, ErrorItem, MAX_ERRORS
-from .schemas import (ValidEvent, canonical_json, json_text, manifest_committed_at,
-                      validate_events)
+from .errors import MAX_ERRORS, AttemptConflict, BadRequest, Conflict, ErrorItem
+from .schemas import ValidEvent, canonical_json, json_text, manifest_committed_at, validate_events
 
 log = logging.getLogger(__name__)
 
@@ -819,13 +832,13 @@ class _Projection:
         """Fold across batches: join the batch's rows (:meth:`_folded`) with the stored rows of
         their ``(run, attempt, update)`` that may neighbour them (:func:`_stored_rows`, read FOR
         UPDATE; on PostgreSQL the rows just left and right of each) where ``runs.folding.join``
-        chains them (consecutive ranks, each rank's report the previous one's moved by one shift, same
-        samples and tokens). A chain holding stored rows becomes the first of them (by pk):
-        its rank, ranks, shift, spans (the chain's first rank's), ``time`` the earliest of the
-        chain's, ``first_seq`` the lowest, ``last_seq`` this batch's seq (so the analysis reads
-        it again); the chain's other stored rows are deleted and its batch entries not written
-        (rows locked by a concurrent batch are skipped: they stay as they are).
-        A chain of batch entries only is one entry. Returns the entries left to write.
+        chains them (consecutive ranks, each rank's report the previous one's moved by one shift,
+        same samples and tokens). A chain holding stored rows becomes the first of them (by pk): its
+        rank, ranks, shift, spans (the chain's first rank's), ``time`` the earliest of the chain's,
+        ``first_seq`` the lowest, ``last_seq`` this batch's seq (so the analysis reads it again);
+        the chain's other stored rows are deleted and its batch entries not written (rows locked by
+        a concurrent batch are skipped: they stay as they are). A chain of batch entries only is one
+        entry. Returns the entries left to write.
 
         Exact: every rank's report is given back by ``LedgerRow.parts`` as it was sent (the
         spans of rank ``rank + k`` are the first rank's moved by ``k * shift``, checked before

@@ -4,9 +4,9 @@ may send no events at all (docs/formats.md#adopted-folders-on-the-server).
 
 On discovery's beat schedule (``workers.tasks.discover_manifests``, every 60 s,
 ``recoverydash.ingest.discovery.discover_all``) each enabled adopt location is listed once
-(``recoverydash.checkpoints.formats.store.Tree``, with the location's own credentials), its format's adapter (``StorageLocation.format``, or detected when it is empty or
-``auto``) builds the generations, and those not known yet reach the run through the same ingest
-action as the API:
+(``recoverydash.checkpoints.formats.store.Tree``, with the location's own credentials), its format's
+adapter (``StorageLocation.format``, or detected when it is empty or ``auto``) builds the
+generations, and those not known yet reach the run through the same ingest action as the API:
 
 * a committed generation becomes a ``checkpoint_committed`` event whose manifest is the adapter's
   (``Generation.manifest``: objects with the sizes the structure declares, the ``adopted``

@@ -22,7 +22,7 @@ import threading
 import time
 import zlib
 from datetime import datetime
-from typing import Any, Optional
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, Max
@@ -101,7 +101,7 @@ class Accepted(Schema):
 
 
 class ErrorItemOut(Schema):
-    index: Optional[int] = Field(description="position of the event in the batch, or null")
+    index: int | None = Field(description="position of the event in the batch, or null")
     path: str = Field(description="wire path of the offending field, "
                                   "e.g. events[3].spans[0].ranges[1]")
     message: str = Field(description="what was expected and what came")
@@ -112,7 +112,7 @@ class ErrorOut(Schema):
                                    "event_conflict, attempt_conflict, too_large, "
                                    "unsupported_media_type, rate_limited")
     errors: list[ErrorItemOut] = Field(description="at most 100")
-    index: Optional[int] = Field(None, description="409 only: the conflicting event's index")
+    index: int | None = Field(None, description="409 only: the conflicting event's index")
 
 
 ERROR_RESPONSES = {code: ErrorOut for code in (400, 401, 403, 409, 413, 415, 429)}
@@ -167,7 +167,7 @@ def read_body(request: HttpRequest) -> bytes:
         except zlib.error as exc:
             raise BadRequest("bad gzip", [ErrorItem(None, "", f"expected a gzip body that "
                                                               f"inflates, got a broken stream "
-                                                              f"({exc})")])
+                                                              f"({exc})")]) from exc
         if len(body) > limit or inflater.unconsumed_tail:
             raise PayloadTooLarge(f"expected a body of at most {limit} bytes once inflated, "
                                   "got more")
@@ -222,7 +222,7 @@ def parse_events(body: bytes) -> list[ValidEvent]:
     except ValueError as exc:
         raise BadRequest("bad JSON", [ErrorItem(
             None, "", f"expected a JSON object {{\"events\": [...]}}, got a body that is not "
-                      f"JSON ({str(exc)[:200]})")])
+                      f"JSON ({str(exc)[:200]})")]) from exc
     if not isinstance(doc, dict) or "events" not in doc:
         raise BadRequest("bad body", [ErrorItem(
             None, "events" if isinstance(doc, dict) else "",
@@ -291,7 +291,8 @@ def no_cycle_collection():
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/IngestBody"}}},
+            "content": {"application/json": {
+                "schema": {"$ref": "#/components/schemas/IngestBody"}}},
             "description": "Optionally gzip-compressed (Content-Encoding: gzip). At most 10,000 "
                            "events and 8 MiB decoded (settings). Unknown fields are kept.",
         },
@@ -313,18 +314,18 @@ def post_events(request: HttpRequest):
 class RunOut(Schema):
     run_id: str
     created_at: datetime
-    first_event_at: Optional[datetime] = Field(description="trainer clock")
-    last_event_at: Optional[datetime] = Field(description="trainer clock")
-    last_received_at: Optional[datetime] = Field(description="server clock")
+    first_event_at: datetime | None = Field(description="trainer clock")
+    last_event_at: datetime | None = Field(description="trainer clock")
+    last_received_at: datetime | None = Field(description="server clock")
     event_count: int
     attempts: int = Field(description="number of attempts (launches) seen")
-    latest_attempt: Optional[int] = Field(description="highest attempt number, null if none")
-    health: Optional[str] = Field(description="ok | at_risk | failing | ended from the stored "
+    latest_attempt: int | None = Field(description="highest attempt number, null if none")
+    health: str | None = Field(description="ok | at_risk | failing | ended from the stored "
                                               "analysis; null until the run is analysed")
-    seconds_since_last_restorable: Optional[float] = Field(
+    seconds_since_last_restorable: float | None = Field(
         description="now minus committed_at of the last restorable generation; null when "
                     "unknown")
-    drill_id: Optional[str] = Field(
+    drill_id: str | None = Field(
         None, description="the failure drill this run belongs to (docs/ingest-v1.md#"
                           "drill_result); null for an ordinary run")
 

@@ -32,7 +32,8 @@ import functools
 import logging
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 from django.db.models.signals import post_delete, post_save

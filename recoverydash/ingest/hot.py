@@ -29,7 +29,7 @@ checking about 3 us per event against about 6.5 us for ``json.loads``, the model
 from __future__ import annotations
 
 import re
-from typing import Annotated, ClassVar, Optional, Union
+from typing import Annotated, ClassVar
 
 import msgspec
 import orjson
@@ -54,7 +54,7 @@ _Int31 = Annotated[int, msgspec.Meta(ge=0, le=MAX_I31)]
 _Range = Annotated[list[_Int63], msgspec.Meta(min_length=2, max_length=3)]
 #: A sample id: a string, or a signed 64-bit integer (orjson reads a larger one as a float;
 #: the models take any integer, so one beyond goes the general way, where ``json`` reads it)
-_SampleId = Union[Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)], str]
+_SampleId = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)] | str
 _SampleIds = Annotated[list[_SampleId], msgspec.Meta(max_length=MAX_SPAN_IDS)]
 #: a span's ``indices``: dataset indices, each an index or a range of them
 _Indices = Annotated[list[_Int63 | _Range], msgspec.Meta(max_length=MAX_SPAN_IDS)]
@@ -68,10 +68,10 @@ class HotSpan(msgspec.Struct, forbid_unknown_fields=True):
 
     stratum: str
     epoch: _Int63
-    ranges: Optional[list[_Range]] = None
-    ids: Optional[_SampleIds] = None
-    order: Optional[str] = None
-    padding: Optional[bool] = None
+    ranges: list[_Range] | None = None
+    ids: _SampleIds | None = None
+    order: str | None = None
+    padding: bool | None = None
     indices: _Indices | None = None
 
     @property
@@ -88,7 +88,7 @@ class HotCursor(msgspec.Struct, forbid_unknown_fields=True):
     stratum: str
     epoch: _Int63
     position: _Int63
-    order: Union[str, None, msgspec.UnsetType] = msgspec.UNSET
+    order: str | None | msgspec.UnsetType = msgspec.UNSET
 
 
 class _HotEvent(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, kw_only=True):
@@ -99,7 +99,7 @@ class _HotEvent(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, kw
     run_id: str
     attempt: _Int31
     time: str
-    rank: Optional[_Int31] = None
+    rank: _Int31 | None = None
 
 
 class HotUpdateCommitted(_HotEvent, tag="update_committed"):
@@ -108,9 +108,9 @@ class HotUpdateCommitted(_HotEvent, tag="update_committed"):
     type: ClassVar[str] = "update_committed"
     update: _Pos63
     spans: list[HotSpan]
-    samples: Optional[_Int63] = None
-    tokens: Optional[_Int63] = None
-    ids_digest: Optional[str] = None
+    samples: _Int63 | None = None
+    tokens: _Int63 | None = None
+    ids_digest: str | None = None
 
 
 class HotRankPart(msgspec.Struct, forbid_unknown_fields=True):
@@ -118,9 +118,9 @@ class HotRankPart(msgspec.Struct, forbid_unknown_fields=True):
 
     rank: _Int31
     spans: list[HotSpan]
-    samples: Optional[_Int63] = None
-    tokens: Optional[_Int63] = None
-    ids_digest: Optional[str] = None
+    samples: _Int63 | None = None
+    tokens: _Int63 | None = None
+    ids_digest: str | None = None
 
 
 class HotUpdateAggregate(_HotEvent, tag="update_aggregate"):
@@ -139,11 +139,11 @@ class HotHeartbeat(_HotEvent, tag="heartbeat"):
 
     type: ClassVar[str] = "heartbeat"
     update: _Int63
-    fetched: Optional[list[HotCursor]] = None
-    sdk_dropped: Optional[_Int63] = None
-    sdk_quarantined: Optional[_Int63] = None
-    sdk_lost_updates: Optional[Annotated[list[_Int63],
-                                         msgspec.Meta(min_length=2, max_length=2)]] = None
+    fetched: list[HotCursor] | None = None
+    sdk_dropped: _Int63 | None = None
+    sdk_quarantined: _Int63 | None = None
+    sdk_lost_updates: (Annotated[list[_Int63], msgspec.Meta(min_length=2, max_length=2)]
+                       | None) = None
 
 
 class _Body(msgspec.Struct, forbid_unknown_fields=True):
@@ -152,7 +152,7 @@ class _Body(msgspec.Struct, forbid_unknown_fields=True):
     passed here where ``json`` gives up (400 "JSON nested too deep"). With the structs above,
     what is taken nests at most 7 levels."""
 
-    events: list[Union[HotUpdateCommitted, HotUpdateAggregate, HotHeartbeat]]
+    events: list[HotUpdateCommitted | HotUpdateAggregate | HotHeartbeat]
 
 
 _DECODER = msgspec.json.Decoder(_Body)

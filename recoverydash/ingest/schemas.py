@@ -49,17 +49,27 @@ import functools
 import hashlib
 import json
 import re
-from datetime import datetime, timedelta, timezone
-from typing import Annotated, Any, Literal, Optional, Union, get_args
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal, Union, get_args
 
 import orjson
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, Strict,
-                      TypeAdapter, ValidationError, WithJsonSchema, model_validator)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    Strict,
+    TypeAdapter,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
 
 from recoverydash.recovery.contract import DEFAULT_CONTRACT
 from recoverydash.recovery.drills import CRASH_POINTS
 
-from .errors import MAX_ERRORS, BadRequest, ErrorItem, _MISSING, short
+from .errors import _MISSING, MAX_ERRORS, BadRequest, ErrorItem, short
 
 MAX_U63 = 2**63 - 1
 MAX_I31 = 2**31 - 1
@@ -94,7 +104,7 @@ Text500 = Annotated[str, Strict(), Field(max_length=500)]
 Number = Annotated[float, Strict(), Field(allow_inf_nan=False)]
 NonNegNumber = Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]
 Sha256 = Annotated[str, Strict(), Field(pattern=r"^[0-9a-fA-F]{64}$")]
-SampleId = Union[Annotated[int, Strict()], Str]
+SampleId = Annotated[int, Strict()] | Str
 StrictBool = Annotated[bool, Strict()]
 
 _RFC3339 = re.compile(
@@ -109,8 +119,9 @@ def parse_rfc3339(value: Any) -> datetime:
     """An RFC 3339 timestamp with offset (``Z`` or ``+hh:mm``) -> aware datetime.
 
     Raises ValueError naming what was expected and what came (naive times, dates alone, numbers,
-    impossible dates, offsets beyond ``MAX_UTC_OFFSET`` (15:59:59) are all refused). Runs once per event: the common spelling goes
-    through one regex match and ``datetime.fromisoformat`` (both C)."""
+    impossible dates, offsets beyond ``MAX_UTC_OFFSET`` (15:59:59) are all refused). Runs once per
+    event: the common spelling goes through one regex match and ``datetime.fromisoformat`` (both
+    C)."""
     if type(value) is not str:
         raise ValueError(f"expected an RFC 3339 timestamp string with offset, got {short(value)}")
     if not _RFC3339.match(value):
@@ -132,7 +143,7 @@ def parse_rfc3339(value: Any) -> datetime:
         # It must exist in UTC, where the database keeps it, and come back from the POSIX seconds
         # (a float) the analysis computes with: 9999-12-31T23:59:59.999999Z rounds to year 10000.
         try:
-            datetime.fromtimestamp(parsed.astimezone(timezone.utc).timestamp(), timezone.utc)
+            datetime.fromtimestamp(parsed.astimezone(UTC).timestamp(), UTC)
         except (ValueError, OverflowError, OSError):
             raise ValueError("expected a time between 0001-01-01 and 9999-12-31 in UTC, got "
                              f"{short(value)}") from None
@@ -227,16 +238,15 @@ class Span(_Wire):
 
     stratum: Str
     epoch: Int63
-    ranges: Optional[Annotated[list[Range], FAIL_FAST]] = None
-    ids: Optional[Annotated[list[SampleId], Field(max_length=MAX_SPAN_IDS,
-                                                  fail_fast=True)]] = None
-    order: Optional[Str] = None
-    padding: Optional[StrictBool] = None
+    ranges: Annotated[list[Range], FAIL_FAST] | None = None
+    ids: Annotated[list[SampleId], Field(max_length=MAX_SPAN_IDS, fail_fast=True)] | None = None
+    order: Str | None = None
+    padding: StrictBool | None = None
     indices: Annotated[list[IndexItem], Field(max_length=MAX_SPAN_IDS,
                                               fail_fast=True)] | None = None
 
     @model_validator(mode="after")
-    def _ranges_xor_ids(self) -> "Span":
+    def _ranges_xor_ids(self) -> Span:
         if (self.ranges is None) == (self.ids is None):
             got = "both" if self.ranges is not None else "neither"
             raise ValueError(f"expected exactly one of ranges or ids, got {got}")
@@ -263,11 +273,11 @@ class Object(_Wire):
     verified by the server."""
 
     uri: Annotated[str, Strict(), Field(min_length=1, max_length=2000)]
-    shard: Optional[Ident] = None
+    shard: Ident | None = None
     component: Name200
     size: Int63
-    sha256: Optional[Sha256] = None
-    update: Optional[Int63] = None
+    sha256: Sha256 | None = None
+    update: Int63 | None = None
 
 
 class ManifestObject(Object):
@@ -276,7 +286,7 @@ class ManifestObject(Object):
 
 class DataProgress(_Wire):
     cursor: Annotated[list[Cursor], FAIL_FAST]
-    samples_committed: Optional[Int63] = None
+    samples_committed: Int63 | None = None
 
 
 Text2000 = Annotated[str, Strict(), Field(max_length=2000)]
@@ -299,8 +309,8 @@ class Adopted(_Wire):
     format: Name200
     rule: Text2000 = ""
     folder: Text2000 = ""
-    commit_marker: Optional[Text2000] = None
-    progress: Optional[dict[str, Any]] = None
+    commit_marker: Text2000 | None = None
+    progress: dict[str, Any] | None = None
     reasons: Annotated[list[AdoptedReason], Field(max_length=1000), FAIL_FAST] = []
 
 
@@ -316,9 +326,9 @@ class ManifestV1(_Wire):
     objects: Annotated[list[ManifestObject], FAIL_FAST]
     data_progress: DataProgress
     dataset_version: Text500
-    config_digest: Optional[Text500] = None
+    config_digest: Text500 | None = None
     committed_at: Time
-    adopted: Optional[Adopted] = None  # Extension: docs/ingest-v1.md#adopted
+    adopted: Adopted | None = None  # Extension: docs/ingest-v1.md#adopted
 
 
 class ManifestHead(_Wire):
@@ -348,7 +358,7 @@ class EventBase(_Wire):
     run_id: RunId
     attempt: Int31
     time: Time
-    rank: Optional[Int31] = None
+    rank: Int31 | None = None
 
 
 # --- docs/ingest-v1.md#4-event-types ------------------------------------------------------------
@@ -356,14 +366,14 @@ class Sampler(_Wire):
     """Free-form; the recommended keys the analysis reads are checked when present."""
 
     seed: Any = None
-    shuffle: Optional[StrictBool] = None
-    drop_last: Optional[StrictBool] = None
-    epoch_length: Optional[Annotated[dict[str, Int63], FAIL_FAST]] = None
-    units: Optional[Annotated[dict[str, Literal["samples", "tokens"]], FAIL_FAST]] = None
+    shuffle: StrictBool | None = None
+    drop_last: StrictBool | None = None
+    epoch_length: Annotated[dict[str, Int63], FAIL_FAST] | None = None
+    units: Annotated[dict[str, Literal["samples", "tokens"]], FAIL_FAST] | None = None
 
 
 class ResumedFrom(_Wire):
-    generation_id: Optional[Ident] = None
+    generation_id: Ident | None = None
     update: Int63
     cursor: Annotated[list[Cursor], FAIL_FAST] = []
 
@@ -392,14 +402,14 @@ class AttemptStarted(EventBase):
     type: Literal["attempt_started"]
     world_size: Pos31
     dataset_version: Text500
-    global_batch_size: Optional[Pos31] = None
-    micro_batch_size: Optional[Pos31] = None
-    grad_accum_steps: Optional[Pos31] = None
-    config_digest: Optional[Text500] = None
-    sampler: Optional[Sampler] = None
-    resumed_from: Optional[ResumedFrom] = None
-    contract: Optional[Contract] = None
-    drill: Optional[DrillMark] = None  # extension: a drill's launch
+    global_batch_size: Pos31 | None = None
+    micro_batch_size: Pos31 | None = None
+    grad_accum_steps: Pos31 | None = None
+    config_digest: Text500 | None = None
+    sampler: Sampler | None = None
+    resumed_from: ResumedFrom | None = None
+    contract: Contract | None = None
+    drill: DrillMark | None = None  # extension: a drill's launch
 
 
 class UpdateCommitted(EventBase):
@@ -408,9 +418,9 @@ class UpdateCommitted(EventBase):
     type: Literal["update_committed"]
     update: Pos63
     spans: Annotated[list[Span], FAIL_FAST]
-    samples: Optional[Int63] = None
-    tokens: Optional[Int63] = None
-    ids_digest: Optional[Str] = None
+    samples: Int63 | None = None
+    tokens: Int63 | None = None
+    ids_digest: Str | None = None
 
 
 class RankPart(_Wire):
@@ -419,9 +429,9 @@ class RankPart(_Wire):
 
     rank: Int31
     spans: Annotated[list[Span], FAIL_FAST]
-    samples: Optional[Int63] = None
-    tokens: Optional[Int63] = None
-    ids_digest: Optional[Str] = None
+    samples: Int63 | None = None
+    tokens: Int63 | None = None
+    ids_digest: Str | None = None
 
 
 #: Most rank parts one update_aggregate carries (a node's or a job's data-parallel ranks).
@@ -432,8 +442,8 @@ def _distinct_ranks(parts: list[RankPart]) -> list[RankPart]:
     seen: dict[int, int] = {}
     for k, part in enumerate(parts):
         if part.rank in seen:
-            raise ValueError(f"expected each rank once, got rank {part.rank} at ranks[{seen[part.rank]}] "
-                             f"and ranks[{k}]")
+            raise ValueError(f"expected each rank once, got rank {part.rank} at "
+                             f"ranks[{seen[part.rank]}] and ranks[{k}]")
         seen[part.rank] = k
     return parts
 
@@ -459,12 +469,12 @@ def _update_range(r: list[int]) -> list[int]:
 class Heartbeat(EventBase):
     type: Literal["heartbeat"]
     update: Int63
-    fetched: Optional[Annotated[list[Cursor], FAIL_FAST]] = None
+    fetched: Annotated[list[Cursor], FAIL_FAST] | None = None
     # Extension (docs/ingest-v1.md#heartbeat): what the reporter's SDK could not deliver so far.
-    sdk_dropped: Optional[Int63] = None
-    sdk_quarantined: Optional[Int63] = None
-    sdk_lost_updates: Optional[Annotated[list[Int63], Field(min_length=2, max_length=2),
-                                         AfterValidator(_update_range)]] = None
+    sdk_dropped: Int63 | None = None
+    sdk_quarantined: Int63 | None = None
+    sdk_lost_updates: (Annotated[list[Int63], Field(min_length=2, max_length=2),
+                                 AfterValidator(_update_range)] | None) = None
 
 
 class CheckpointStarted(EventBase):
@@ -502,15 +512,15 @@ class RestoreFailed(EventBase):
     type: Literal["restore_failed"]
     generation_id: Ident
     reason: Literal["object_damaged", "load_error", "nothing_restorable"]
-    message: Optional[Annotated[str, Strict(), Field(max_length=2000)]] = None
+    message: Annotated[str, Strict(), Field(max_length=2000)] | None = None
 
 
 class AttemptEnded(EventBase):
     type: Literal["attempt_ended"]
     reason: Literal["completed", "failed", "preempted", "cancelled"]
     update: Int63
-    fetched: Optional[Annotated[list[Cursor], FAIL_FAST]] = None
-    message: Optional[Annotated[str, Strict(), Field(max_length=2000)]] = None
+    fetched: Annotated[list[Cursor], FAIL_FAST] | None = None
+    message: Annotated[str, Strict(), Field(max_length=2000)] | None = None
 
 
 class AuditWindow(EventBase):
@@ -527,22 +537,22 @@ class DrillDivergence(_Wire):
     update: Int63
     rank: Int31
     index: Int63
-    control: Optional[Annotated[list[Any], Field(max_length=3)]] = None
-    drill: Optional[Annotated[list[Any], Field(max_length=3)]] = None
+    control: Annotated[list[Any], Field(max_length=3)] | None = None
+    drill: Annotated[list[Any], Field(max_length=3)] | None = None
 
 
 class DrillState(_Wire):
     match: StrictBool
-    first_mismatch: Optional[Int63] = None
+    first_mismatch: Int63 | None = None
     updates_compared: Int63 = 0
     compare: Text500 = ""
 
 
 class DrillCost(_Wire):
-    lost_updates: Optional[Int63] = None
-    lost_seconds: Optional[NonNegNumber] = None
-    restore_seconds: Optional[NonNegNumber] = None
-    fast_forward_seconds: Optional[NonNegNumber] = None
+    lost_updates: Int63 | None = None
+    lost_seconds: NonNegNumber | None = None
+    restore_seconds: NonNegNumber | None = None
+    fast_forward_seconds: NonNegNumber | None = None
 
 
 class DrillResult(EventBase):
@@ -554,26 +564,28 @@ class DrillResult(EventBase):
     config_digest: Name200
     point: Literal[CRASH_POINTS]  # type: ignore[valid-type]
     passed: StrictBool
-    expected_generation: Optional[Ident] = None
-    restored_generation: Optional[Ident] = None
-    verdict: Optional[Literal["exact", "replay", "omission", "replay_and_omission",
-                              "unverified"]] = None
-    replayed: Optional[Int63] = None
-    omitted: Optional[Int63] = None
-    recomputed: Optional[Int63] = None
-    first_divergence: Optional[DrillDivergence] = None
+    expected_generation: Ident | None = None
+    restored_generation: Ident | None = None
+    verdict: Literal["exact", "replay", "omission", "replay_and_omission",
+                     "unverified"] | None = None
+    replayed: Int63 | None = None
+    omitted: Int63 | None = None
+    recomputed: Int63 | None = None
+    first_divergence: DrillDivergence | None = None
     state: DrillState
     cost: DrillCost = DrillCost()
     failures: Annotated[list[Text500], Field(max_length=20)] = []
-    control_run_id: Optional[RunId] = None
+    control_run_id: RunId | None = None
 
 
-EVENT_MODELS = (AttemptStarted, UpdateCommitted, UpdateAggregate, Heartbeat, CheckpointStarted, ShardWritten,
-                CheckpointCommitted, RestoreCompleted, RestoreFailed, AttemptEnded, AuditWindow,
-                DrillResult)
+EVENT_MODELS = (AttemptStarted, UpdateCommitted, UpdateAggregate, Heartbeat, CheckpointStarted,
+                ShardWritten, CheckpointCommitted, RestoreCompleted, RestoreFailed, AttemptEnded,
+                AuditWindow, DrillResult)
 EVENT_TYPES = tuple(m.model_fields["type"].annotation.__args__[0] for m in EVENT_MODELS)
 
-AnyEvent = Annotated[Union[EVENT_MODELS], Field(discriminator="type")]  # type: ignore[valid-type]
+# A Union over the tuple itself: ``|`` cannot take a tuple (ruff's UP007 fix drops the Union).
+AnyEvent = Annotated[Union[EVENT_MODELS],  # type: ignore[valid-type]  # noqa: UP007
+                     Field(discriminator="type")]
 
 
 class IngestBody(BaseModel):
@@ -604,7 +616,7 @@ class ValidEvent:
 
     @classmethod
     def of(cls, index: int, model: Any, body: dict, encoded: bytes,
-           manifest: ManifestV1 | None = None) -> "ValidEvent":
+           manifest: ManifestV1 | None = None) -> ValidEvent:
         """The accepted event ``index`` from its canonical JSON ``encoded`` (UTF-8 bytes of
         :func:`canonical_bytes`): ``content_hash`` is their sha256, in hex."""
         return cls(index, model, body, encoded.decode("utf-8"),

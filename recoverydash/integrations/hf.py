@@ -26,13 +26,14 @@ What it does, on every rank:
   ``optimizer``: ``optimizer.pt``; ``scheduler``: ``scheduler.pt``; ``rng``: ``rng_state*.pth``,
   one per rank; ``data_progress``: ``trainer_state.json``; also ``config`` (``config.json``,
   index and layout files: the same in every save, so not compared for ``stale_state``),
-  ``scaler``, ``training_args``, ``tokenizer``, ``other``). Each rank describes the files it wrote (its ``rng_state_<r>.pth``;
-  rank 0 the rest), rank 0 publishes the manifest under ``<output_dir>/u<N>-a<attempt>/`` (the
-  folder Trainer never touches), with the ledger's committed cursor (the maximum over ranks)
-  as ``data_progress.cursor``. When Trainer's ``save_total_limit`` deletes a checkpoint folder,
-  its manifest folder goes too; when a relaunch reaches update N again and Trainer rewrites
-  ``checkpoint-N/`` in place, the earlier manifest of that folder is retired first. ``checkpoint_started`` is sent when Trainer decides to save (a drill's
-  ``before_shards`` crash point fires there: ``recoverydash.sdk.faults``).
+  ``scaler``, ``training_args``, ``tokenizer``, ``other``). Each rank describes the files it wrote
+  (its ``rng_state_<r>.pth``; rank 0 the rest), rank 0 publishes the manifest under
+  ``<output_dir>/u<N>-a<attempt>/`` (the folder Trainer never touches), with the ledger's committed
+  cursor (the maximum over ranks) as ``data_progress.cursor``. When Trainer's ``save_total_limit``
+  deletes a checkpoint folder, its manifest folder goes too; when a relaunch reaches update N again
+  and Trainer rewrites ``checkpoint-N/`` in place, the earlier manifest of that folder is retired
+  first. ``checkpoint_started`` is sent when Trainer decides to save (a drill's ``before_shards``
+  crash point fires there: ``recoverydash.sdk.faults``).
 - **Attempts.** Numbered by the SDK's rule (``resolve_attempt``: manifests of ``output_dir``, the
   restored one, this host's state file, the server); rank 0 decides under torch.distributed.
 - **Resume.** ``resume_checkpoint(output_dir)`` returns the newest *restorable* checkpoint folder

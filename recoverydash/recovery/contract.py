@@ -17,7 +17,8 @@ Fields (docs/definitions.md#health, #seconds-since-last-restorable):
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 #: Components every generation must hold when the contract names none.
 DEFAULT_REQUIRED_COMPONENTS: tuple[str, ...] = ("model", "optimizer", "scheduler", "rng",

@@ -51,7 +51,7 @@ class HeartbeatFold:
     def __init__(self) -> None:
         self.attempts: dict[int, _AttemptBeats] = {}
 
-    def copy(self) -> "HeartbeatFold":
+    def copy(self) -> HeartbeatFold:
         """An independent copy (absorbing into it leaves this fold unchanged)."""
         return HeartbeatFold.from_doc(self.to_doc())
 
@@ -127,7 +127,7 @@ class HeartbeatFold:
             for number, state in self.attempts.items()}
 
     @classmethod
-    def from_doc(cls, doc: dict) -> "HeartbeatFold":
+    def from_doc(cls, doc: dict) -> HeartbeatFold:
         """The fold :meth:`to_doc` wrote."""
         fold = cls()
         for number, item in doc.items():

@@ -14,7 +14,7 @@ is a group whose starts are W consecutive integers, and its union is one contigu
 from __future__ import annotations
 
 import hashlib
-from typing import Iterable
+from collections.abc import Iterable
 
 from pyroaring import BitMap64
 
@@ -41,7 +41,7 @@ def identity_position(identity: int | str) -> int:
     if isinstance(identity, int):
         if 0 <= identity < POSITION_LIMIT:
             return identity
-        data = ("int:%d" % identity).encode()
+        data = f"int:{identity:d}".encode()
     elif isinstance(identity, str):
         data = identity.encode("utf-8")
     else:

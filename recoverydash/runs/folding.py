@@ -20,7 +20,8 @@ Pure functions (no Django); ``runs.models`` and ``ingest.actions`` use them.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 #: Rank under which a report with a null rank (a coordinator's global view) is stored; never
 #: folded (the same value as ``runs.models.GLOBAL_RANK``).
@@ -133,19 +134,18 @@ def _first_start(spans: list) -> int:
 
 
 def join(segments: list[dict]) -> list[tuple[list[int], int]]:
-    """Chains of ``segments`` that together are one folded row, as ``(indices, shift)``: a segment is a dict with
-    ``rank``, ``ranks``, ``shift`` (0 for one rank), ``spans`` (its first rank's), ``samples``
-    and ``tokens`` (a stored row or a batch's entry of one ``(attempt, update)``), and optionally
-    ``ok`` (whether it may fold at all: not the global rank and :func:`foldable` spans, as
-    :func:`fold` answers it; computed here when absent). Returns lists
-    of indices into ``segments``, each in rank order, that cover consecutive ranks without
-    overlap and whose reports are each the previous rank's moved by one shift: the chain's
-    first segment's spans moved by ``k * shift`` are rank ``rank + k``'s report, exactly as each
-    segment gives it (same samples and tokens, foldable spans, never the global rank; times are
-    not compared: a row keeps the earliest, see ``ingest.actions``). Every segment is in exactly
-    one chain (a chain of one when it continues nothing). Greedy in rank order; a rank in two
-    segments (a rank's own later report beside a folded row) is two chains' business, never
-    united here."""
+    """Chains of ``segments`` that together are one folded row, as ``(indices, shift)``: a segment
+    is a dict with ``rank``, ``ranks``, ``shift`` (0 for one rank), ``spans`` (its first rank's),
+    ``samples`` and ``tokens`` (a stored row or a batch's entry of one ``(attempt, update)``), and
+    optionally ``ok`` (whether it may fold at all: not the global rank and :func:`foldable` spans,
+    as :func:`fold` answers it; computed here when absent). Returns lists of indices into
+    ``segments``, each in rank order, that cover consecutive ranks without overlap and whose reports
+    are each the previous rank's moved by one shift: the chain's first segment's spans moved by
+    ``k * shift`` are rank ``rank + k``'s report, exactly as each segment gives it (same samples and
+    tokens, foldable spans, never the global rank; times are not compared: a row keeps the earliest,
+    see ``ingest.actions``). Every segment is in exactly one chain (a chain of one when it continues
+    nothing). Greedy in rank order; a rank in two segments (a rank's own later report beside a
+    folded row) is two chains' business, never united here."""
     order = sorted(range(len(segments)), key=lambda i: (segments[i]["rank"],
                                                         segments[i]["ranks"]))
     chains: list[dict] = []

@@ -28,10 +28,9 @@ batches, raised under the writer's lock.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from django.db import connection, transaction
-
 from django.db.models import F
 from django.db.models.functions import Greatest
 

@@ -81,7 +81,7 @@ def state_path(run_id: str, spool_dir: str | None = None) -> str:
     return os.path.join(run_folder(spool_dir, run_id), STATE_NAME)
 
 
-# --- the four sources ------------------------------------------------------------------------------
+# --- the four sources -----------------------------------------------------------------------------
 
 def attempt_of_restored(restored: Any) -> int | None:
     """(a) The attempt recorded with a restored generation: ``restored`` is a manifest dict, a
@@ -174,7 +174,7 @@ def latest_on_server(url: str | None, token: str | None, run_id: str, *,
     return None
 
 
-# --- the decision ----------------------------------------------------------------------------------
+# --- the decision ---------------------------------------------------------------------------------
 
 def _launch_key() -> str:
     """What the processes of one launch on one host share: parent process (the torchrun agent,

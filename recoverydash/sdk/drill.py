@@ -94,8 +94,8 @@ from recoverydash.recovery.drills import (
     expected_generation,
     first_divergence,
 )
-from recoverydash.sdk.restore import WAIT_UNDECIDED_ENV
 from recoverydash.sdk.faults import FAULT_ENV, TRACE_ENV
+from recoverydash.sdk.restore import WAIT_UNDECIDED_ENV
 
 REPORT_FORMAT = 1
 #: Seconds a drill's launches let ``restore_plan`` wait for newer generations the server has not

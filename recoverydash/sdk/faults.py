@@ -51,16 +51,16 @@ written): ``update`` (attempt, rank, update, the ``[stratum, epoch, position]`` 
 recorded order, ``digest``: sha256 of the parameters of every optimizer after its last step,
 ``fingerprint``: per parameter tensor its sum and L2 norm, for comparisons within a tolerance),
 ``plan`` (what ``restore_plan`` answered: source, generation id, the generations a server
-refused with their status), ``restore`` (generation id, seconds of ``load_generation``; for the HF and Lightning
-integrations the seconds ``resume_checkpoint`` took to choose and verify the checkpoint, the
-framework's own load is not timed), ``resume`` (the loader restored
-at a cursor), ``first_batch`` (the first batch recorded by the attempt) and ``fault`` (the crash
-point reached). The digest is taken by a global optimizer step post-hook
-(``torch.optim.optimizer.register_optimizer_step_post_hook``): the
-user's script is not changed. It fires on every ``torch.optim.Optimizer`` subclass's step,
-also when a framework owns and wraps the optimizer: accelerate's ``AcceleratedOptimizer``
-(HF Trainer) and Lightning's ``LightningOptimizer`` call the wrapped torch optimizer's ``step``,
-whose hook runs (tests/drills/test_drill_hf.py, test_drill_lightning.py: exact digests).
+refused with their status), ``restore`` (generation id, seconds of ``load_generation``; for the HF
+and Lightning integrations the seconds ``resume_checkpoint`` took to choose and verify the
+checkpoint, the framework's own load is not timed), ``resume`` (the loader restored at a cursor),
+``first_batch`` (the first batch recorded by the attempt) and ``fault`` (the crash point reached).
+The digest is taken by a global optimizer step post-hook
+(``torch.optim.optimizer.register_optimizer_step_post_hook``): the user's script is not changed. It
+fires on every ``torch.optim.Optimizer`` subclass's step, also when a framework owns and wraps the
+optimizer: accelerate's ``AcceleratedOptimizer`` (HF Trainer) and Lightning's ``LightningOptimizer``
+call the wrapped torch optimizer's ``step``, whose hook runs (tests/drills/test_drill_hf.py,
+test_drill_lightning.py: exact digests).
 """
 
 from __future__ import annotations

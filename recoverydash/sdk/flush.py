@@ -1,4 +1,5 @@
-"""When the sender thread sends: the flush policy (README "SDK", docs/ingest-v1.md#sdk-flush-policy).
+"""When the sender thread sends: the flush policy (README "SDK",
+docs/ingest-v1.md#sdk-flush-policy).
 
 Every process of a job runs its own sender, so the job's request rate is the sum of theirs. A
 fixed one-second timer makes a 16,384-rank job send 16,384 requests a second, each costing the
@@ -11,9 +12,9 @@ requests that carry one event each. The default policy therefore spreads the job
   ``job_requests_per_s`` (:data:`JOB_REQUESTS_PER_S`, 40: under the server's default per-token
   rate limit of 50) requests a second until ``max_interval`` (:data:`MAX_INTERVAL_S`, 60 s)
   caps the wait, from 2,400 ranks on: at 16,384 ranks the interval is 60 s and the job sends
-  16,384 / 60 = 273 requests a second (the server's rate limit must allow them), each with the
-  ~60 updates and heartbeats its rank gathered meanwhile. The cap keeps every rank's events reaching the server
-  well within the rank silence limit (``RECOVERYDASH_RANK_SILENT_FLOOR_S``, 120 s,
+  16,384 / 60 = 273 requests a second (the server's rate limit must allow them), each with the ~60
+  updates and heartbeats its rank gathered meanwhile. The cap keeps every rank's events reaching the
+  server well within the rank silence limit (``RECOVERYDASH_RANK_SILENT_FLOOR_S``, 120 s,
   docs/definitions.md#silence-limits): 1.2 x 60 s = 72 s at the latest;
 - a *prompt* event (:data:`PROMPT_TYPES`: checkpoint_committed and restore_failed from any
   rank; :data:`LEAD_PROMPT_TYPES`: attempt_started, attempt_ended and restore_completed from the
@@ -78,7 +79,8 @@ class FlushPolicy:
     def interval(self) -> float:
         """Seconds between this process's periodic sends, before jitter:
         ``min(max(max_interval, base_interval), max(base_interval, world_size /
-        job_requests_per_s))``. E.g. 1 s up to 40 ranks, 25.6 s at 1,024, 60 s from 2,400 ranks on."""
+        job_requests_per_s))``. E.g. 1 s up to 40 ranks, 25.6 s at 1,024, 60 s from 2,400 ranks
+        on."""
         spread = (self.world_size or 1) / self.job_requests_per_s if \
             self.job_requests_per_s > 0 else 0.0
         return min(max(self.max_interval, self.base_interval), max(self.base_interval, spread))

@@ -13,13 +13,13 @@ Two recorders send it (``update_committed``, docs/ingest-v1.md#update_committed)
 This module also holds what both share: ``order_digest``, ``padded_length``, ``resume_skip``,
 ``resumed_from`` and ``SkipFirst``.
 
-Positions (docs/ingest-v1.md#3-positions-spans-and-cursors) index the global sample order of one epoch of one stratum. For
-``torch.utils.data.DistributedSampler`` that order is the padded, permuted index list *before* it is
-sliced by rank: rank ``r`` of ``W`` owns positions ``r, r+W, r+2W, ...``, so this rank's k-th sample
-of the epoch is position ``r + k*W``, and a microbatch of ``b`` samples is one strided range
-``[r + k*W, r + (k+b)*W, W]``. With ``drop_last=False`` the sampler pads the list to a multiple of
-``W`` by repeating its head: positions ``>= len(dataset)`` are those repeats and are reported in a
-separate span marked ``"padding": true`` (they are never duplicates).
+Positions (docs/ingest-v1.md#3-positions-spans-and-cursors) index the global sample order of one
+epoch of one stratum. For ``torch.utils.data.DistributedSampler`` that order is the padded, permuted
+index list *before* it is sliced by rank: rank ``r`` of ``W`` owns positions ``r, r+W, r+2W, ...``,
+so this rank's k-th sample of the epoch is position ``r + k*W``, and a microbatch of ``b`` samples
+is one strided range ``[r + k*W, r + (k+b)*W, W]``. With ``drop_last=False`` the sampler pads the
+list to a multiple of ``W`` by repeating its head: positions ``>= len(dataset)`` are those repeats
+and are reported in a separate span marked ``"padding": true`` (they are never duplicates).
 
 Usage, with gradient accumulation (a microbatch is never a "step")::
 
@@ -97,7 +97,8 @@ def batch_length(batch: Any) -> int:
         shape = getattr(batch, "shape", None)
         if shape is not None and len(shape) > 0:
             return int(shape[0])
-        if isinstance(batch, (tuple, list)) and batch and not isinstance(batch[0], (int, float, str)):
+        if isinstance(batch, (tuple, list)) and batch \
+                and not isinstance(batch[0], (int, float, str)):
             batch = batch[0]
             continue
         if isinstance(batch, dict) and batch:

@@ -125,7 +125,8 @@ class Iteration:
     batch of draws).
 
     stratum, epoch, order: the span key (epoch None: the recorder's epoch). ids: the draws'
-    indices are sample identities (an ``ids`` span), not positions. rank, world_size: positions are ``rank + k*world_size``.
+    indices are sample identities (an ``ids`` span), not positions. rank, world_size: positions are
+    ``rank + k*world_size``.
     length: samples of the epoch's order (``epoch_length``: the dataset length for a
     DistributedSampler). padding_from: positions at or past it are DistributedSampler padding
     (None: no padding). info: the sampler's settings for ``attempt_started.sampler``."""
@@ -357,7 +358,7 @@ def strip_in_place(batch: Any) -> BatchTag | None:
     return None
 
 
-# --- the dataset, collate and sampler wrappers ------------------------------------------------------
+# --- the dataset, collate and sampler wrappers ----------------------------------------------------
 
 class ObservedDataset:
     """A map-style dataset whose samples carry their draw: ``self[draw]`` is
@@ -399,9 +400,9 @@ class ObservedIterableDataset:
     """An iterable dataset whose samples say where they come from: ``key(sample)`` returns an
     offset (int, stratum ``stratum``), a ``(partition, offset)`` pair (the partition is the
     stratum, docs/ingest-v1.md#3-positions-spans-and-cursors) or, with ``ids=True``, the sample's
-    identity. Yields ``Tagged`` samples for :class:`ObservedCollate`. The epoch is the recorder's (``ObservedRecorder.set_epoch``).
-    ``set_epoch``, ``state_dict`` / ``load_state_dict`` and other attributes are forwarded to
-    the wrapped dataset."""
+    identity. Yields ``Tagged`` samples for :class:`ObservedCollate`. The epoch is the recorder's
+    (``ObservedRecorder.set_epoch``). ``set_epoch``, ``state_dict`` / ``load_state_dict`` and other
+    attributes are forwarded to the wrapped dataset."""
 
     def __new__(cls, *args, **kwargs):
         # a torch IterableDataset (DataLoader tells the kinds apart by class), built when first
@@ -820,7 +821,7 @@ def _stateful(obj: Any) -> bool:
         callable(getattr(obj, "load_state_dict", None))
 
 
-# --- the recorder -----------------------------------------------------------------------------------
+# --- the recorder ---------------------------------------------------------------------------------
 
 class ObservedRecorder(Reporter):
     """The data ledger of one data-parallel rank, from observed positions (module doc: the
@@ -1086,7 +1087,8 @@ class ObservedRecorder(Reporter):
         the state's cursor; pass the manifest's ``data_progress.cursor`` when the world size
         changed). A state written by another rank or world size (``load_generation`` falls back
         to rank 0's file when the world grew) restores no loader: another rank's loader state
-        would replay that rank's share. Never raises (a state it cannot read restores nothing and is logged)."""
+        would replay that rank's share. Never raises (a state it cannot read restores nothing and
+        is logged)."""
         try:
             state = state or {}
             self.update = int(state.get("update") or 0)

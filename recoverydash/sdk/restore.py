@@ -21,7 +21,6 @@ from recoverydash.sdk import faults, fetch
 from recoverydash.sdk.guard import log
 from recoverydash.sdk.transport import api_url
 
-
 #: Seconds ``restore_plan`` waits for undecided newer generations when the call gives no
 #: ``wait_undecided_s`` (unset: 0, no wait). A failure drill sets it for its launches
 #: (``recoverydash.sdk.drill``, ``--wait-undecided``), the way a careful trainer would wait.

@@ -179,8 +179,8 @@ class Locations:
         generation folder that relative URIs are joined to; ``base_is_server``: it is already a
         server-side URI (where discovery found the manifest), so no trainer mapping applies to
         what is joined to it; ``uri_is_server``: an absolute ``uri`` is the server's own (a
-        listing's), not a trainer's. Never touches storage except to resolve symbolic links of a path
-        that lies under a location as written."""
+        listing's), not a trainer's. Never touches storage except to resolve symbolic links of a
+        path that lies under a location as written."""
         try:
             absolute = paths.resolve(uri, base)
         except paths.UnsafeURI as exc:

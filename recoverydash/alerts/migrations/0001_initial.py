@@ -2,8 +2,9 @@
 
 import django.db.models.deletion
 import django.utils.timezone
-import recoverydash.alerts.models
 from django.db import migrations, models
+
+import recoverydash.alerts.models
 
 
 class Migration(migrations.Migration):

@@ -3,7 +3,8 @@ carry a word and a symbol (never colour alone)."""
 
 from __future__ import annotations
 
-from functools import lru_cache
+from datetime import UTC
+from functools import cache
 
 from django import template
 from django.utils.html import format_html
@@ -41,7 +42,8 @@ def badge(status, label: str = ""):
     word = label or WORDS.get(status, status.replace("_", " "))
     if status in HEALTH_WORDS and not label:
         word = HEALTH_WORDS[status]
-    return format_html('<span class="badge {}" data-status="{}"><span aria-hidden="true">{}</span> {}</span>',
+    return format_html('<span class="badge {}" data-status="{}">'
+                       '<span aria-hidden="true">{}</span> {}</span>',
                        css, status, symbol, word)
 
 
@@ -172,9 +174,8 @@ def ts(moment, fmt: str = "Y-m-d H:i:s"):
     moment = as_datetime(moment)
     if moment is None:
         return "—"
-    from datetime import timezone as tz
 
-    utc = moment.astimezone(tz.utc)
+    utc = moment.astimezone(UTC)
     return format_html('<time class="ts" datetime="{}" data-date="{}">{} UTC</time>',
                        utc.isoformat(), "1" if "Y" in fmt or "d" in fmt else "0",
                        date_format(utc, fmt))
@@ -182,7 +183,7 @@ def ts(moment, fmt: str = "Y-m-d H:i:s"):
 ICONS = ("info", "bell-off", "copy", "hourglass")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _icon_svg(name: str) -> str:
     from django.contrib.staticfiles import finders
 

@@ -19,8 +19,9 @@ def definition(anchor: str, label: str = ""):
     """``<a class="def" href="/docs/definitions/#anchor" ...>?</a>``; ``label`` names the figure
     for screen readers and the tooltip (default: the anchor in words)."""
     words = label or anchor.replace("-", " ")
-    return format_html('<a class="def" href="{}" title="Definition: {}" aria-label="Definition of {}">'
-                       '?</a>', page_url(DEFINITIONS, anchor), words, words)
+    return format_html('<a class="def" href="{}" title="Definition: {}" '
+                       'aria-label="Definition of {}">?</a>',
+                       page_url(DEFINITIONS, anchor), words, words)
 
 
 @register.simple_tag

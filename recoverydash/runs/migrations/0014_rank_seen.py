@@ -1,7 +1,7 @@
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from django.db import migrations, models
 import django.db.models.deletion
+from django.db import migrations, models
 
 
 def copy_maps(apps, schema_editor):
@@ -18,7 +18,7 @@ def copy_maps(apps, schema_editor):
             except ValueError:
                 continue
             if at.tzinfo is None:
-                at = at.replace(tzinfo=timezone.utc)
+                at = at.replace(tzinfo=UTC)
             rows.append(RankSeen(attempt_id=pk, reporter=str(reporter)[:16], seen_at=at))
         if len(rows) >= 5000:
             RankSeen.objects.bulk_create(rows, batch_size=500)
