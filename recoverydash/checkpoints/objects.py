@@ -877,7 +877,7 @@ PART_BYTES = 64 * 1024 * 1024
 """Part size of a multipart upload (raised for files over 10,000 parts)."""
 
 
-class Uploaded(tuple):
+class Uploaded(tuple[int, str]):
     """``(size in bytes, sha256 hex)`` of an upload, with ``checksums``: the full-object
     checksums it declared, ``{"sha256" | "crc32": base64}`` as the manifest's ``checksums``
     records them (docs/ingest-v1.md#shard_written); empty for a ``file://`` copy."""

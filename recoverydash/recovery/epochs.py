@@ -13,7 +13,9 @@ so (``known`` False): a restart over it is ``unverified``.
 """
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from typing import cast
 
 from pyroaring import BitMap64
 
@@ -91,7 +93,7 @@ def exempt_tail(view, lineage, key: tuple, count, moved_on: bool) -> int:
 
 
 def epoch_count(view, lineage, counts: dict, keys: list, moved_on: bool,
-                untracked: set = frozenset()) -> EpochCount:
+                untracked: AbstractSet = frozenset()) -> EpochCount:
     """docs/definitions.md#epochs-under-several-orders: what ``lineage`` (its ``counts``) owes in
     the epoch of ``keys`` (one stratum and epoch, :func:`epoch_keys`); ``moved_on``: the lineage
     consumed a later epoch of the stratum; ``untracked``: id keys whose earlier ids are unknown
@@ -137,7 +139,7 @@ def epoch_count(view, lineage, counts: dict, keys: list, moved_on: bool,
         missing = length - union.range_cardinality(0, length)
         exempt = exempt_tail(view, lineage, last, counts[last], moved_on)
         return EpochCount(dup, max(0, missing - exempt))
-    gaps, others = counts[last].gaps(), len(union - ids[last])
+    gaps, others = counts[last].gaps(), len(union - cast(BitMap64, ids[last]))  # all known here
     return EpochCount(dup, max(0, gaps - others), True, min(gaps, others))
 
 

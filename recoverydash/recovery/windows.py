@@ -31,7 +31,7 @@ Pure Python; the dashboard's restart page draws the result.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 REPLAYED, EXPECTED, OTHER = "replayed", "expected", "other"
 SEEN, MOVED, SKIPPED = "seen", "moved", "skipped"
@@ -46,8 +46,8 @@ def _index(windows: Iterable[Mapping]) -> dict:
     out: dict = {}
     for w in windows:
         ids, epoch = out.get(_key(w), ([], w.get("epoch")))
-        out[_key(w)] = (ids + list(w.get("ids") if "ids" in w else w.get("sample_ids") or []),
-                        epoch)
+        given = w.get("ids") if "ids" in w else w.get("sample_ids")
+        out[_key(w)] = (ids + list(given or []), epoch)
     return out
 
 
@@ -72,8 +72,9 @@ def first_window_comparison(resumed_update: int, before: Iterable[Mapping],
     a window for, and those k-1 sent one for when k sent any); ``rows``, one per compared
     ``(update, rank, slot)`` in that order, each ``{"update", "rank", "slot", "expected"
     (list or None: unknown), "observed" (list or None: not sent), "observed_marks" (replayed,
-    expected, moved, other), "expected_marks" (seen, moved, skipped; lists parallel to the ids), "same" (True when both are known and equal in order, False when
-    both are known and differ, None otherwise)}``; totals ``observed_ids``, ``expected_ids``,
+    expected, moved, other), "expected_marks" (seen, moved, skipped; lists parallel to the
+    ids), "same" (True when both are known and equal in order, False when both are known and
+    differ, None otherwise)}``; totals ``observed_ids``, ``expected_ids``,
     ``replayed_ids``, ``skipped_ids``, ``moved_ids``, ``in_place_ids`` (expected ids seen in place);
     ``expected_known`` (any expected window); ``world_size_changed``; ``digests``: one per
     ``(update, rank)`` both sides sent, ``{"update", "rank", "expected", "observed", "same"}``.
