@@ -40,7 +40,7 @@ def demo(tmp_path_factory):
     env.pop("DATABASE_URL", None)
     env.pop("CELERY_BROKER_URL", None)
     proc = subprocess.run([sys.executable, "-m", "recoverydash.demo"], cwd=str(REPO), env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
+                          capture_output=True, text=True, timeout=900, check=False)
     results = json.loads((base / "demo" / "results.json").read_text())
     return proc, results
 
