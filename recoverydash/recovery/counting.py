@@ -37,6 +37,10 @@ class KeyCount:
     #: positions below ``floor`` are unknown (a lineage with an unknown root started this key
     #: there): neither consumed nor omitted (see :func:`lineage_floors`)
     floor: int = 0
+    #: the key is known only from an unknown root's cursor, no tracked update consumed it: what
+    #: lies above the cursor was before the resume too, unknown
+    #: (docs/definitions.md#unknown-lineage-root)
+    pretracked_only: bool = False
 
     @property
     def distinct(self) -> int:
@@ -163,6 +167,8 @@ def omissions(key: tuple, count: KeyCount, moved_on: bool, epoch_length: int | N
         return epoch_tail(count.positions.range_cardinality(0, epoch_length), epoch_length,
                           global_batch)
     gap = count.gaps()
+    if count.pretracked_only:  # positions before the resume of an unknown root: never owed
+        return gap
     return gap + (epoch_tail(count.frontier(), epoch_length, global_batch) if moved_on else 0)
 
 
@@ -208,6 +214,7 @@ def count_strata(view, lineage) -> list[StratumCount]:
     for stratum in out:
         length = view.epoch_length(stratum)
         if length and length > 0 and kinds[stratum] != HASHED_IDS:
-            seen = {epoch for (s, epoch) in grouped if s == stratum}
+            seen = {epoch for (s, epoch), keys in grouped.items() if s == stratum
+                    and not all(counts[k].pretracked_only for k in keys)}  # before the resume
             out[stratum].omissions += skipped_epochs(seen) * length
     return [out[s] for s in sorted(out)]

@@ -245,7 +245,10 @@ def untracked_id_keys(ledger, lineage: Lineage) -> set:
 
 def lineage_counts(ledger, lineage: Lineage) -> dict:
     """``{key: KeyCount}`` of a lineage: every segment's positions, plus the pre-tracking
-    positions ``[0, cursor.position)`` of its root, counted once (docs/definitions.md#lineage)."""
+    positions ``[0, cursor.position)`` of its root, counted once (docs/definitions.md#lineage).
+    A key no segment consumed, known only from the root's cursor, is ``pretracked_only``: what
+    lies above the cursor is before the resume too, unknown, never omitted
+    (docs/definitions.md#unknown-lineage-root)."""
     out: dict = {}
     for seg in lineage.segments:
         for key, count in ledger.segment(seg.attempt, seg.after, seg.upto).items():
@@ -257,7 +260,9 @@ def lineage_counts(ledger, lineage: Lineage) -> dict:
     for stratum, epoch, position, order in lineage.pretracked:
         if stratum in ledger.id_strata or position <= 0:
             continue
-        mine = out.setdefault((stratum, epoch, order), KeyCount(0, BitMap64()))
+        mine = out.get((stratum, epoch, order))
+        if mine is None:  # reached only through the unknown root's cursor
+            mine = out[(stratum, epoch, order)] = KeyCount(0, BitMap64(), pretracked_only=True)
         mine.consumed += position
         mine.prefix = max(mine.prefix, position)   # an interval: never a bitmap of [0, position)
     for key, floor in lineage_floors(ledger, lineage).items():

@@ -296,8 +296,10 @@ class Model:
             om = 0
             if s not in self.id_strata:
                 om = self.holes(counter, floors.get(key, 0))
-                if moved_on:
-                    om += self.tail(max(counter) + 1, s, self.leaving_batch(segments, pre, s, e, root))
+                # refinement (unknown root): no tail for a key reached only through the cursor
+                if moved_on and key in set(self.multiset(segments, [])):
+                    om += self.tail(max(counter) + 1, s,
+                                    self.leaving_batch(segments, pre, s, e, root))
             elif s not in self.hashed_strata and moved_on and length and key not in untracked:
                 om = self.owed_ids(set(counter), s, self.leaving_batch(segments, pre, s, e, root))
             return 0, om, True, 0
@@ -348,6 +350,9 @@ class Model:
             capped.append((a, after, upto))
         segments = capped
         counts = self.multiset(segments, pre)
+        # refinement (unknown root): a key reached only through the root's cursor was before the
+        # resume: neither its tail nor a whole epoch skipped after it is owed
+        tracked = set(self.multiset(segments, []))
         untracked = self.untracked_ids(k)
         grouped, top = self.epochs_of(counts)
         rows = {}
@@ -370,7 +375,9 @@ class Model:
         for s in rows:
             length = self.epoch_length(s)
             if length and (s not in self.id_strata or s not in self.hashed_strata):
-                seen = {e for (s2, e, o) in counts if s2 == s}
+                seen = {e for (s2, e, o) in counts if s2 == s and (s2, e, o) in tracked}
+                if not seen:
+                    continue
                 missing = [e for e in range(min(seen), max(seen) + 1) if e not in seen]
                 rows[s]["omissions"] += len(missing) * length
         out = []

@@ -7,7 +7,7 @@ import hashlib
 
 from test_definitions import PER_UPDATE, W, generation, generation_run, reasons_of, strided
 
-from recoverydash.recovery import AttemptRecord, RunInput, analyze, restore_plan
+from recoverydash.recovery import AttemptRecord, LedgerRecord, RunInput, analyze, restore_plan
 from recoverydash.recovery.inputs import same_manifest
 
 
@@ -196,3 +196,35 @@ def test_a_zombie_beside_its_restart_is_concurrent_not_clock_skew():
     assert (restart.lost_seconds, restart.recovery_seconds, restart.lost_updates) == \
         (None, None, 60 - 40)  # the zombie's updates 41..60 are not in the live lineage
     assert (restart.replayed, restart.omitted, restart.verdict) == (0, 0, "exact")
+
+
+def resumed_unknown(cursor: list, first_epoch: int) -> RunInput:
+    """The only attempt the server heard of, attempt 1 (attempt 0 was killed within a second,
+    nothing of it arrived), resumes from generation gX, which the server never saw, at update 3
+    with ``cursor``; it commits updates 4..6 of 20 positions each from ``first_epoch``, position
+    0, of a 120-position epoch."""
+    records = [LedgerRecord(1, u, None, 100.0 + u, [{"stratum": "main", "epoch": first_epoch,
+                                                     "ranges": [[(u - 4) * 20, (u - 3) * 20]]}])
+               for u in range(4, 7)]
+    attempt = AttemptRecord(1, started_at=50.0, world_size=1, global_batch_size=20,
+                            sampler={"epoch_length": {"main": 120}},
+                            resumed_from={"generation_id": "gX", "update": 3, "cursor": cursor})
+    return RunInput("unknown-root", [attempt], records, [], [], first_event_at=50.0)
+
+
+def test_positions_before_the_resume_of_an_unknown_root_are_never_omissions():
+    # the cursor names epoch 0 at 60; tracking starts at epoch 1: epoch 0's tail came before the
+    # resume, unknown (it was 60 omissions); positions behind the cursor count as consumed
+    (main,) = analyze(resumed_unknown([{"stratum": "main", "epoch": 0, "position": 60}], 1),
+                      now=200.0).strata
+    assert (main.consumed, main.duplicates, main.omissions) == (60 + 60, 0, 0)
+    # nor is an epoch between the cursor's and the first tracked one skipped whole
+    (main,) = analyze(resumed_unknown([{"stratum": "main", "epoch": 0, "position": 60}], 2),
+                      now=200.0).strata
+    assert (main.consumed, main.omissions) == (60 + 60, 0)
+    # once tracked, an epoch left early still owes its tail: epoch 1 at 60 of 120, then epoch 2
+    run = resumed_unknown([{"stratum": "main", "epoch": 0, "position": 60}], 1)
+    run.ledger.append(LedgerRecord(1, 7, None, 107.0, [{"stratum": "main", "epoch": 2,
+                                                        "ranges": [[0, 20]]}]))
+    (main,) = analyze(run, now=200.0).strata
+    assert main.omissions == 120 - 60
