@@ -123,7 +123,8 @@ def awaited(undecided: Sequence[Mapping[str, Any]], now,
     others (also those whose commit time is unknown). A rule that would read an undecided
     generation as absent or bad waits for it while it is waiting, never once it is overdue."""
     end = parse_time(now)
-    waiting, overdue = [], []
+    waiting: list[Mapping] = []
+    overdue: list[Mapping] = []
     for g in undecided:
         at = parse_time(g.get("committed_at"))
         (waiting if at is not None and end - at < bound_s else overdue).append(g)
@@ -463,7 +464,7 @@ def committed_frontier(ledger, attempts, resumes) -> list:
             continue
         low, high = state.updates.min(), state.updates.max()
         stride = max(1, (high - low) // (CHART_POINTS - 1))
-        points = []
+        points: list[dict] = []
         for update in list(range(low, high + 1, stride))[:CHART_POINTS - 1] + [high]:
             if update not in state.updates or (points and points[-1]["update"] == update):
                 continue

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .counting import epoch_tail
@@ -194,7 +195,7 @@ def cursors_agree(declared: list, expected: list, complete: set) -> list[str]:
     out = []
     for stratum in sorted(set(mine) | set(ledger)):
         got, want = mine.get(stratum), ledger.get(stratum)
-        if got == want or (want is None and got[1] == 0):
+        if got == want or (want is None and got is not None and got[1] == 0):
             continue
         if got is not None and want is not None and got == (want[0] + 1, 0) \
                 and stratum in complete:
@@ -203,7 +204,7 @@ def cursors_agree(declared: list, expected: list, complete: set) -> list[str]:
     return out
 
 
-def expected_cursor_at(view, lineage, declared: list = ()) -> tuple[list, set]:
+def expected_cursor_at(view, lineage, declared: Sequence = ()) -> tuple[list, set]:
     """The ledger's frontier of ``lineage`` as cursors (:func:`.lineage.cursor_of`), and the
     strata whose epoch there is complete under the tail rule (an epoch length is known and the
     unconsumed tail is 0 or shorter than the global batch of the attempt that consumed it,
@@ -245,7 +246,7 @@ def adopted_notes(manifest: dict | None) -> list[Reason]:
     restart from it can be neither confirmed exact nor shown to replay or omit samples), and
     ``dataset_version_unknown`` when it names no dataset version. Empty for our own manifests
     and for adopted ones that carry both."""
-    if not is_adopted(manifest):
+    if manifest is None or not is_adopted(manifest):
         return []
     out = []
     fmt = manifest["adopted"].get("format") or "another tool"
@@ -300,7 +301,7 @@ def repeat_row(gen: GenerationRecord) -> tuple | None:
         return None
     return (update, gen.generation_id,
             [(o.get("component"), o["sha256"], o.get("uri"))
-             for o in gen.manifest().get("objects") or []
+             for o in (gen.manifest() or {}).get("objects") or []
              if o.get("component") in STATE_COMPONENTS and o.get("sha256")])
 
 
@@ -422,6 +423,7 @@ def local_judgement(gen: GenerationRecord, required_components) -> dict:
     it is only used for committed ones."""
     manifest = gen.manifest() or {}
     notes = adopted_notes(manifest) if manifest else []
+    structural: Sequence[Reason | None]
     if is_adopted(manifest):
         structural = adopted_reasons(manifest)
     else:
@@ -554,12 +556,13 @@ def evaluate_generations(view, required_components, judged: dict | None = None,
             if view.reaches(lineage, update):
                 key = None if basis is None else [basis, by, _lineage_key(lineage)]
                 kept = checks.get(gen.generation_id) if checks is not None else None
-                if kept is not None and kept["key"] == key and all(
+                if kept is not None and absorbed is not None and kept["key"] == key and all(
                         absorbed.get(seg.attempt, update + 1) > update
                         for seg in lineage.segments):
                     problems = kept["problems"]
                 else:
-                    declared = [c for c in (manifest.get("data_progress") or {}).get("cursor")
+                    progress = (manifest or {}).get("data_progress") or {}
+                    declared = [c for c in progress.get("cursor")
                                 or [] if c.get("stratum") not in view.id_strata]
                     expected, complete = expected_cursor_at(view, lineage, declared)
                     problems = cursors_agree(declared, expected, complete)

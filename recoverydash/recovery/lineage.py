@@ -10,6 +10,7 @@ from the :class:`~.ledger.Ledger` (runs and bitmaps, never position by position)
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import cast
 
 from pyroaring import BitMap64
 
@@ -175,7 +176,7 @@ def lineage_of(number: int, resumes: dict[int, Resume], cap: int | None = None) 
         # a cap counts in the attempt's own numbering: below U only when it did not renumber
         limit = resume.update if cap is None or resume.renumbered is not None \
             else min(cap, resume.update)
-        parent = lineage_of(resume.writer, resumes, limit)
+        parent = lineage_of(cast(int, resume.writer), resumes, limit)  # a generation's writer
         return Lineage((own,) + parent.segments, parent.pretracked, parent.root,
                        parent.unknown_root)
     if resume.kind != "untracked":

@@ -18,7 +18,9 @@ All counts are positions (samples or tokens, per ``sampler.units``), compared pe
 """
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 from pyroaring import BitMap64
 
@@ -35,8 +37,12 @@ from .counting import (
 )
 from .generations import Reason
 from .ledger import COORDINATOR_RANK
-from .lineage import Resume, cursor_of
+from .lineage import Lineage, Resume, Segment, cursor_of
 from .result import RestartEntry
+
+if TYPE_CHECKING:  # view imports this module
+    from .inputs import AttemptRecord
+    from .view import RunView
 
 Finding = Reason
 
@@ -117,8 +123,8 @@ def replayed(own: dict, before: dict) -> int:
 
 
 def omitted(own: dict, before: dict, starts: dict, view, lineage,
-            floors: dict | None = None, untracked: set = frozenset(),
-            mixed: set = frozenset()) -> int:
+            floors: dict | None = None, untracked: AbstractSet = frozenset(),
+            mixed: AbstractSet = frozenset()) -> int:
     """Positions between the expected cursor and where k actually starts that the lineage never
     consumes, per stratum k consumes (docs/definitions.md#omitted). With k's start
     ``(e1, s1, o1)`` and L_U's highest epoch ``e0`` of the stratum, frontier ``f0`` there:
@@ -203,7 +209,7 @@ def _omitted_positions(stratum: str, start: tuple, own: dict, before: dict, view
 
 
 def omitted_ids(stratum: str, e1: int, o1, own: dict, before: dict, view, lineage,
-                untracked: set = frozenset(), mixed=frozenset()) -> int:
+                untracked: AbstractSet = frozenset(), mixed=frozenset()) -> int:
     """:func:`omitted` for a stratum of integer sample ids (docs/definitions.md#sample-id-strata):
     ids have no order, so what a restart skipped is known only once an epoch is left. With k's
     first epoch ``e1`` (order ``o1``), L_U's highest epoch ``e0`` of the stratum and its
@@ -401,7 +407,7 @@ def compare_orders(view, lineage, own: dict, counts_before: dict) -> OrderCompar
     by identity it added (samples consumed before under another order, consumed again),
     omitted = the omissions it added (never below 0). ``lineage``: k's; ``own``: K's counts;
     ``counts_before``: L_U's."""
-    from .epochs import epoch_count
+    from .epochs import EpochCount, epoch_count
 
     out = OrderComparison()
     (after_side, prior_side) = sides = _epoch_sides(view, lineage, counts_before)
@@ -414,6 +420,7 @@ def compare_orders(view, lineage, own: dict, counts_before: dict) -> OrderCompar
                         if (stratum, epoch) in grouped else None
                         for (counts, line, grouped, _t, unt), move in zip(sides, moved))
         prior_dup, prior_om = (prior.duplicates, prior.omissions) if prior else (0, 0)
+        after = cast(EpochCount, after)  # k's side: the epoch is k's or k moved past it
         out.omitted += max(0, after.omissions - prior_om)
         if not after.known:
             out.unknown.append((stratum, epoch))
@@ -430,15 +437,15 @@ class _Restart:
     records, k's resume and lineage, L_U, K's counts (``own``), L_U's (``counts_before``) and
     k's first positions per stratum (``starts``)."""
 
-    view: object
+    view: RunView
     number: int
     before: int
-    record: object
-    before_record: object
+    record: AttemptRecord
+    before_record: AttemptRecord
     resume: Resume
-    lineage: object
-    before_lineage: object
-    own_segment: object
+    lineage: Lineage
+    before_lineage: Lineage
+    own_segment: Segment
     own: dict
     counts_before: dict
     starts: dict
@@ -476,17 +483,18 @@ def _first_update(r: _Restart, omission_count: int) -> tuple:
     room a missing rank's part may hold."""
     view, k, record = r.view, r.number, r.record
     ledger = view.ledger
-    state = ledger.attempts.get(k)
     findings: list = []
     if not ledger.updates_in(k, r.own_segment.after, None) > 0:
         return False, None, findings, omission_count
+    state = ledger.attempts[k]  # k has absorbed updates
     first_update = next(iter(state.updates.iter_equal_or_larger(r.own_segment.after + 1)))
     first_commit = ledger.update_time(k, first_update)
     if first_update_complete(state, first_update, record.world_size):
         return True, first_commit, findings, omission_count
     if not view.is_settled(k, first_update):
         return False, first_commit, findings, omission_count
-    missing, room = incomplete_first_update(ledger, k, first_update, record.world_size)
+    # complete whatever reported when the world size is unknown (first_update_complete)
+    missing, room = incomplete_first_update(ledger, k, first_update, cast(int, record.world_size))
     findings.append(Finding("incomplete_first_update", (
         f"rank {_short_ranks(missing)} of {record.world_size} never reported "
         f"update {first_update}, k's first; decided from the reports that are in "

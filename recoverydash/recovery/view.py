@@ -224,7 +224,12 @@ class RunView:
         for seg in lineage.segments:
             if self.ledger.consumed_key(seg.attempt, key, seg.after, seg.upto):
                 return self.attempts[seg.attempt].global_batch()
-        root = self.attempts.get(lineage.root)
+        return self.root_batch(lineage)
+
+    def root_batch(self, lineage: Lineage) -> int | None:
+        """The global batch (samples) the root attempt of ``lineage`` declares, None when the
+        root is unknown or declares none."""
+        root = self.attempts.get(lineage.root) if lineage.root is not None else None
         return root.global_batch() if root is not None else None
 
     def leaving_batch(self, lineage: Lineage, stratum: str, epoch: int) -> int | None:
@@ -235,8 +240,7 @@ class RunView:
         already stands in a later epoch). None when that attempt declares no batch (no tail is
         dropped), or when the lineage never left the epoch."""
         if any(s == stratum and e > epoch for s, e, _p, _o in lineage.pretracked):
-            root = self.attempts.get(lineage.root)
-            return root.global_batch() if root is not None else None
+            return self.root_batch(lineage)
         ledger = self.ledger
         for seg in reversed(lineage.segments):  # oldest first: segments are ordered by update
             state = ledger.attempts.get(seg.attempt)
