@@ -50,8 +50,8 @@ updates every earlier measurement ingested, so its level is read from it (``Atte
 printed) and the next 1,000 follow it. When its stored state was written in another format than
 the code's ``ledger.STATE_FORMAT``, it is first stored again in that format (or, older than
 ``ledger.CONTINUED_FORMAT``, rebuilt by the core from the same synthetic history, as
-:func:`bulk_history` built it: :func:`rebuild_state`), then analysed once by the worker. Drop one with
-``dropdb name_<level>``.
+:func:`bulk_history` built it: :func:`rebuild_state`), then analysed once by the worker. Drop one
+with ``dropdb name_<level>``.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -76,7 +76,6 @@ import django  # noqa: E402
 
 django.setup()
 
-from django.conf import settings  # noqa: E402
 from django.db import connection  # noqa: E402
 
 WORLD = 64
@@ -95,7 +94,7 @@ INGESTED = int(os.environ.get("BENCH_INGESTED", "1000"))
 #: reads the events table; its size is reported from the ingested updates)
 EVENTS_UPTO = int(os.environ.get("BENCH_EVENTS_UPTO", "10000"))
 CHECKPOINTS = int(os.environ.get("BENCH_CHECKPOINTS", "20"))
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 RUN_ID = "scale"
 
 
@@ -153,11 +152,10 @@ def bulk_history(run, first: int, last: int, ledger) -> int:
     chunks of 1,000 updates, as a worker following the run would have). Event rows (the audit
     log, never read by the analysis) are written for updates up to :data:`EVENTS_UPTO` only.
     Returns the last seq taken."""
-    from recoverydash import recovery
     from recoverydash.runs.models import Attempt, Event, Heartbeat, LedgerRow, Run
     from recoverydash.runs.seq import SEQUENCE
 
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     t0 = T0.timestamp()
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT nextval('{SEQUENCE}')")
@@ -249,7 +247,7 @@ def checkpoints(project, run, level: int) -> int:
         with transaction.atomic():
             mark_changed(run.pk, gen.pk)
             CheckpointObject.objects.filter(generation=gen, in_manifest=True).update(
-                check_status="ok", checked_at=datetime.now(timezone.utc))
+                check_status="ok", checked_at=datetime.now(UTC))
     return len(updates)
 
 
@@ -282,7 +280,6 @@ def store_state(run, ledger) -> None:
 
 def build(level: int) -> dict:
     """A fresh run with ``level`` absorbed updates; returns what was measured while building."""
-    from recoverydash import recovery
     from recoverydash.runs import analysis as bridge
     from recoverydash.runs.models import Analysis, Project, Run
 
@@ -312,13 +309,15 @@ def build(level: int) -> dict:
 
 
 def profiled(fn, *args) -> None:
-    """Run ``fn`` under cProfile, the costliest calls on stderr (BENCH_PROFILE=none|new; BENCH_PROFILE_LINES, default 30)."""
+    """Run ``fn`` under cProfile, the costliest calls on stderr (BENCH_PROFILE=none|new;
+    BENCH_PROFILE_LINES, default 30)."""
     import cProfile
     import pstats
 
     profile = cProfile.Profile()
     profile.runcall(fn, *args)
-    pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(int(os.environ.get("BENCH_PROFILE_LINES", "30")))
+    lines = int(os.environ.get("BENCH_PROFILE_LINES", "30"))
+    pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(lines)
 
 
 def measure(run_pk: int, project_pk: int, level: int) -> dict:
@@ -334,7 +333,7 @@ def measure(run_pk: int, project_pk: int, level: int) -> dict:
 
     # the URLconf, loaded once per worker process (an alert flip's payload reverses URLs): not
     # part of any analysis after a worker's first
-    get_resolver().reverse_dict
+    _ = get_resolver().reverse_dict
 
     none = []
     for _ in range(3):
@@ -355,7 +354,8 @@ def measure(run_pk: int, project_pk: int, level: int) -> dict:
     t0 = time.perf_counter()
     bridge.analyze(run)
     none_after = time.perf_counter() - t0
-    return {"none_s": statistics.median(none), "none_queries": len(queries.captured_queries), "new_s": new, "none_after_s": none_after,
+    return {"none_s": statistics.median(none), "none_queries": len(queries.captured_queries),
+            "new_s": new, "none_after_s": none_after,
             "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "events": events, "cpu": cpu}
 
@@ -460,8 +460,8 @@ WIDE_SHAPES = [x for x in os.environ.get("BENCH_WIDE_SHAPES", "per-rank,aggregat
 #: joined ones would); the web side's cost per request is bench/ingest_one_run.py's
 WIDE_CALL_EVENTS = 2000
 #: the width whose WIDE_NEW updates go through ingest for the bytes per rank-update (every
-#: report of the SDK's shape through the real path; the bytes do not grow with the width: 318.6 and 316.2 per
-#: rank-update at 256 and 1,024 ranks; 16,384 ranks would take this machine ~30 min)
+#: report of the SDK's shape through the real path; the bytes do not grow with the width: 318.6
+#: and 316.2 per rank-update at 256 and 1,024 ranks; 16,384 ranks would take this machine ~30 min)
 WIDE_INGEST_RANKS = int(os.environ.get("BENCH_WIDE_INGEST_RANKS", "256"))
 #: measure the restart (its first updates and windows go through ingest: ~1 min)
 WIDE_RESTART = os.environ.get("BENCH_WIDE_RESTART", "1") == "1"
@@ -968,8 +968,10 @@ def main() -> None:
             measured = json.loads(out.stdout.strip().splitlines()[-1])
             rows.append((level, built, measured))
             print(f"{level:>9,} absorbed updates (built in {build_s:.0f} s): analysis of 1,000 new "
-                  f"updates {measured['new_s']:.3f} s, nothing new {measured['none_s'] * 1e3:.1f} ms"
-                  f" (after: {measured['none_after_s'] * 1e3:.1f} ms; {measured['none_queries']} queries), "
+                  f"updates {measured['new_s']:.3f} s, "
+                  f"nothing new {measured['none_s'] * 1e3:.1f} ms"
+                  f" (after: {measured['none_after_s'] * 1e3:.1f} ms; "
+                  f"{measured['none_queries']} queries), "
                   f"worker peak RSS "
                   f"{measured['rss_mb']:.0f} MB; {built['checkpoints']} checkpoints of "
                   f"{WORLD} shards ({built['statuses']})", flush=True)

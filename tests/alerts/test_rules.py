@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -10,7 +10,7 @@ from recoverydash.alerts.models import Alert, AlertFlip
 from recoverydash.alerts.rules import DEFAULT_CONTRACT, conditions, evaluate_run
 from recoverydash.runs.models import Analysis, Run
 
-T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def result(**overrides):

@@ -5,15 +5,25 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
-
 from ingest_support import batch_order, event, post, update
-from recoverydash.ingest.actions import stored_body
-from recoverydash.runs.models import (GLOBAL_RANK, Attempt, AuditWindow, CheckpointObject, Event,
-                                      Generation, Heartbeat, LedgerRow, Run, ShardReport)
 from scenarios import NAMES as SCENARIOS
+
+from recoverydash.ingest.actions import stored_body
+from recoverydash.runs.models import (
+    GLOBAL_RANK,
+    Attempt,
+    AuditWindow,
+    CheckpointObject,
+    Event,
+    Generation,
+    Heartbeat,
+    LedgerRow,
+    Run,
+    ShardReport,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -105,7 +115,7 @@ def test_it_creates_an_attempt_before_its_start_event_arrives(client, ingest_tok
                                       dataset_version="v1", time="2026-11-01T00:00:00Z",
                                       contract={"max_replay_samples": 10})])
     att.refresh_from_db()
-    assert att.started_at == datetime(2026, 11, 1, tzinfo=timezone.utc)
+    assert att.started_at == datetime(2026, 11, 1, tzinfo=UTC)
     assert att.world_size == 4 and att.last_update == 5
 
 
@@ -147,7 +157,7 @@ def test_it_starts_an_attempt_at_the_earliest_of_its_ranks_attempt_started(clien
                                       time="2026-11-01T00:00:04Z", **start)])
     post(client, ingest_token, [event("attempt_started", "r2", rank=2,
                                       time="2026-11-01T00:00:07Z", **start)])
-    assert Attempt.objects.get().started_at == datetime(2026, 11, 1, 0, 0, 4, tzinfo=timezone.utc)
+    assert Attempt.objects.get().started_at == datetime(2026, 11, 1, 0, 0, 4, tzinfo=UTC)
 
 
 def test_it_keeps_the_furthest_fetched_cursor_per_stratum_and_epoch(client, ingest_token):
@@ -193,7 +203,7 @@ def test_it_projects_a_checkpoint_from_start_to_commit(client, ingest_token):
     post(client, ingest_token, [event("checkpoint_committed", "m", manifest=manifest())])
     gen.refresh_from_db()
     assert gen.status == "committed" and gen.manifest == manifest()
-    assert gen.committed_at == datetime(2026, 11, 1, 0, 1, tzinfo=timezone.utc)
+    assert gen.committed_at == datetime(2026, 11, 1, 0, 1, tzinfo=UTC)
     o.refresh_from_db()
     assert (o.in_manifest, o.size, o.sha256, o.check_status) == (True, 4, "a" * 64, "pending")
     assert not CheckpointObject.objects.get(uri="s3://b/g1/extra").in_manifest
@@ -219,7 +229,7 @@ def test_a_manifest_published_again_with_a_new_committed_at_is_the_same(client, 
     assert r.status_code == 202, r.content
     gen.refresh_from_db()
     assert (gen.manifest_conflict, gen.conflicting_manifest, gen.seq) == (False, None, seq)
-    assert gen.committed_at == datetime(2026, 11, 1, 0, 1, tzinfo=timezone.utc)
+    assert gen.committed_at == datetime(2026, 11, 1, 0, 1, tzinfo=UTC)
     assert gen.manifest["committed_at"] == "2026-11-01T02:01:00+02:00"
     post(client, ingest_token, [event("checkpoint_committed", "m3",
                                       manifest=manifest(committed_at="2026-11-01T02:07:00+02:00",
@@ -278,8 +288,8 @@ def test_it_updates_run_times_and_counts(client, ingest_token):
                                 update("b", 2, time="2026-11-01T01:00:00+01:00")])
     post(client, ingest_token, [update("c", 3, time="2026-11-01T00:00:20Z")])
     run = Run.objects.get()
-    assert run.first_event_at == datetime(2026, 11, 1, 0, 0, 0, tzinfo=timezone.utc)
-    assert run.last_event_at == datetime(2026, 11, 1, 0, 0, 20, tzinfo=timezone.utc)
+    assert run.first_event_at == datetime(2026, 11, 1, 0, 0, 0, tzinfo=UTC)
+    assert run.last_event_at == datetime(2026, 11, 1, 0, 0, 20, tzinfo=UTC)
     seqs = list(Event.objects.order_by("pk").values_list("batch_seq", flat=True))
     assert run.event_count == 3 and run.ingest_seq == seqs[2] and run.strata == {"main": "ranges"}
     assert batch_order(seqs) == [1, 1, 2]

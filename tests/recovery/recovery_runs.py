@@ -93,7 +93,7 @@ def runs(draw, max_attempts=6, max_updates=8):
                 stream[s][0] += draw(st.integers(1, 2))
                 stream[s][1] = 0
             elif move == "order":
-                stream[s][2] = "x%d" % k
+                stream[s][2] = f"x{k:d}"
             declared = draw(st.sampled_from([U, U, U, U + 1]))
             cursor = [] if draw(st.integers(0, 4)) == 0 else \
                 [{"stratum": s2, "epoch": v[0], "position": v[1]} for s2, v in stream.items()
@@ -123,7 +123,7 @@ def runs(draw, max_attempts=6, max_updates=8):
                 e, pos, order = stream[s]
                 if s in lengths and pos + B > lengths[s]:
                     e, pos = e + 1, 0
-                    order = None if order is None else "o%d" % e
+                    order = None if order is None else f"o{e:d}"
                 base = {"stratum": s, "epoch": e}
                 if order is not None:
                     base["order"] = order

@@ -12,7 +12,8 @@ from recovery_runs import runs
 from recoverydash.recovery import Ledger, RunInput, analyze
 
 NOW = 10_000.0
-SETTINGS = settings(max_examples=int(__import__("os").environ.get("RECOVERY_EXAMPLES", "300")), deadline=None,
+SETTINGS = settings(max_examples=int(__import__("os").environ.get("RECOVERY_EXAMPLES", "300")),
+                    deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -64,7 +65,8 @@ def test_it_agrees_with_the_brute_force_model_field_by_field(run, settle):
             assert (code in codes) == (code in want["codes"]), (code, mine, want)
     live_segments, _ = model.lineage(max(model.attempts))
     on_lineage = [g for g in run.generations if statuses[g.generation_id] == "restorable"
-                  and any(a == g.attempt and after <= g.update and (upto is None or g.update <= upto)
+                  and any(a == g.attempt and after <= g.update
+                          and (upto is None or g.update <= upto)
                           for a, after, upto in live_segments)]
     newest = max(on_lineage, key=lambda g: (g.update, g.committed_at), default=None)
     assert (got["last_restorable"] or {}).get("generation_id") == \
