@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.cache import cache
@@ -148,9 +148,8 @@ def _iso(value) -> str | None:
 def _isos(values: list) -> list:
     """Times as RFC 3339 strings; POSIX seconds converted in one pass."""
     if values and isinstance(values[0], (int, float)):
-        from datetime import timezone as tz
 
-        return [datetime.fromtimestamp(v, tz=tz.utc).isoformat() for v in values]
+        return [datetime.fromtimestamp(v, tz=UTC).isoformat() for v in values]
     return list(values)
 
 
@@ -474,9 +473,10 @@ def restart_positions_figure(restarts: list[RestartEntry]) -> dict:
 
 
 def restart_seconds_figure(restarts: list[RestartEntry]) -> dict:
-    """Per restart (docs/definitions.md#lost-seconds, #recovery-seconds): ``lost_seconds`` (from the commit of
-    the restored update to the failure) and ``recovery_seconds`` (from the failure to the first
-    committed update of the new attempt). A value not known yet is drawn as no bar and labelled."""
+    """Per restart (docs/definitions.md#lost-seconds, #recovery-seconds): ``lost_seconds`` (from the
+    commit of the restored update to the failure) and ``recovery_seconds`` (from the failure to the
+    first committed update of the new attempt). A value not known yet is drawn as no bar and
+    labelled."""
     if not restarts:
         return empty_figure("Lost and recovery time per restart", "No restart yet.")
     x = [f"attempt {r['attempt']}" for r in restarts]

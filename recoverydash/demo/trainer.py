@@ -145,7 +145,8 @@ def rank_main(cfg: dict, rank: int, world: int) -> int:
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(cfg["master_port"])})
     torch.set_num_threads(1)
-    if cfg.get("fault") and cfg.get("quiet_crash"):  # one short line per rank instead of the SDK's warnings
+    # one short line per rank instead of the SDK's warnings
+    if cfg.get("fault") and cfg.get("quiet_crash"):
         import logging
 
         logging.getLogger("recoverydash.sdk").setLevel(logging.ERROR)

@@ -45,8 +45,8 @@ Inputs (``inputs.py``; times are float POSIX seconds, UTC)
 * ``GenerationRecord(generation_id, attempt, update, started_at, required_shards, components,
   shards: {shard: ShardRecord(update, objects, time)}, manifests: [manifest dict],
   committed_at, object_checks: {uri: "ok"|"object_missing"|"size_mismatch"|
-  "digest_mismatch"|"storage_unverified"|"object_outside_locations"})``: a uri missing from ``object_checks`` is not
-  checked yet.
+  "digest_mismatch"|"storage_unverified"|"object_outside_locations"})``: a uri missing from
+  ``object_checks`` is not checked yet.
 * ``RestoreRecord(attempt, generation_id, seconds, time)``
 * ``RunInput(run_id, attempts, ledger, heartbeats, generations, restores, contract,
   first_event_at)``
@@ -82,22 +82,23 @@ Choices where the documents are silent
 * The drop_last threshold of an epoch tail is the global batch of the newest lineage attempt that
   consumed that key (the root's for pre-tracking positions); an unknown batch drops no tail.
   ``epoch_length`` comes from the newest attempt's sampler that names the stratum.
-* Refinement of the epoch tail rule (docs/definitions.md#refinements): an epoch of a stratum that the lineage skipped
-  entirely (nothing of that (stratum, epoch) under any order, while an earlier and a later epoch
-  were consumed) counts ``epoch_length`` omissions when the length is known, in the strata and,
-  when the skip happens at a restart (between L_U's epoch and k's first epoch), in ``omitted``.
-  The drop_last exemption is for a tail shorter than a global batch, not for a whole epoch.
-  Epochs below the lineage's lowest consumed epoch are not counted (numbering may start at 1).
+* Refinement of the epoch tail rule (docs/definitions.md#refinements): an epoch of a stratum that
+  the lineage skipped entirely (nothing of that (stratum, epoch) under any order, while an earlier
+  and a later epoch were consumed) counts ``epoch_length`` omissions when the length is known, in
+  the strata and, when the skip happens at a restart (between L_U's epoch and k's first epoch), in
+  ``omitted``. The drop_last exemption is for a tail shorter than a global batch, not for a whole
+  epoch. Epochs below the lineage's lowest consumed epoch are not counted (numbering may start
+  at 1).
 * ``storage_unverified`` keeps a generation ``committed`` (not proven, not disproven).
 * An attempt with no ``attempt_started`` is fresh if it is the first, else resumed from unknown.
 * A lineage whose root is unknown (resumed from unknown, from a generation the core does not
   know, or untracked) is tracked only from where it starts: positions behind an explicit cursor
-  count as consumed (docs/definitions.md#lineage); without a cursor for the stratum, positions below the lineage's
-  first position in each key (stratum, epoch, order) consumed at its first update of the stratum
-  are unknown, neither consumed nor omitted, so no omission and no replay rests on them
-  (``lineage.lineage_floors``). What the lineage skips once tracked still counts. Such a restart
-  is ``unverified``, and its ``lost_updates`` is 0 (``lost_seconds`` None): it cannot be tied to
-  its predecessor's updates, and the finding ``resumed_from_unknown`` says so.
+  count as consumed (docs/definitions.md#lineage); without a cursor for the stratum, positions below
+  the lineage's first position in each key (stratum, epoch, order) consumed at its first update of
+  the stratum are unknown, neither consumed nor omitted, so no omission and no replay rests on them
+  (``lineage.lineage_floors``). What the lineage skips once tracked still counts. Such a restart is
+  ``unverified``, and its ``lost_updates`` is 0 (``lost_seconds`` None): it cannot be tied to its
+  predecessor's updates, and the finding ``resumed_from_unknown`` says so.
 * ``world_size_before``, ``global_batch`` and ``dataset_version`` changes compare attempt k with
   its predecessor k-1.
 
@@ -141,7 +142,8 @@ _EXPORTS = {
     "AttemptRecord": "inputs", "GenerationRecord": "inputs", "HeartbeatRecord": "inputs",
     "LedgerRecord": "inputs", "RestoreRecord": "inputs", "RunInput": "inputs",
     "ShardRecord": "inputs", "format_time": "inputs", "parse_time": "inputs",
-    "Ledger": "ledger", "HeartbeatFold": "heartbeats", "Lineage": "lineage", "Segment": "lineage", "StratumCount": "counting",
+    "Ledger": "ledger", "HeartbeatFold": "heartbeats", "Lineage": "lineage", "Segment": "lineage",
+    "StratumCount": "counting",
     "RunView": "view",
     "identity_position": "positions",
     "Restart": "restarts",

@@ -1,4 +1,5 @@
-"""Input dataclasses of the recovery core, close to the wire contract (docs/ingest-v1.md, section 4).
+"""Input dataclasses of the recovery core, close to the wire contract (docs/ingest-v1.md,
+section 4).
 
 Times inside the core are float POSIX seconds (UTC). Spans and cursors stay wire dicts
 (``{"stratum", "epoch", "ranges" | "ids", "order"?, "padding"?}`` and
@@ -9,8 +10,9 @@ and the scenarios use; the server maps its typed tables onto the same dataclasse
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable, overload
+from typing import overload
 
 from .contract import DEFAULT_CONTRACT, effective_contract
 
@@ -54,7 +56,7 @@ def format_time(seconds: float | None) -> str | None:
     """POSIX seconds -> RFC 3339 string with offset, UTC (``2026-11-01T00:21:01+00:00``)."""
     if seconds is None:
         return None
-    return _dt.datetime.fromtimestamp(seconds, tz=_dt.timezone.utc).isoformat()
+    return _dt.datetime.fromtimestamp(seconds, tz=_dt.UTC).isoformat()
 
 
 @dataclass
@@ -274,7 +276,7 @@ class RunInput:
 
     @classmethod
     def from_events(cls, events: Iterable[dict], object_checks: dict | None = None,
-                    run_id: str | None = None) -> "RunInput":
+                    run_id: str | None = None) -> RunInput:
         """Build a RunInput from wire events (docs/ingest-v1.md#4-event-types), in any order.
 
         ``object_checks`` ({uri: status}) is attached to every generation whose objects it names.

@@ -20,7 +20,7 @@ import re
 import time
 import zlib
 from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -33,9 +33,20 @@ from recoverydash import recovery
 from recoverydash.recovery.ledger import CONTINUED_FORMAT, STATE_FORMAT
 from recoverydash.recovery.result import AnalysisResult
 from recoverydash.runs.folding import unfold
-from recoverydash.runs.models import (GLOBAL_RANK, Analysis, Attempt, CheckpointObject,
-                                      Generation, Heartbeat, InputChunk, InputDigest,
-                                      LedgerRow, Run, ShardReport, StateBlock)
+from recoverydash.runs.models import (
+    GLOBAL_RANK,
+    Analysis,
+    Attempt,
+    CheckpointObject,
+    Generation,
+    Heartbeat,
+    InputChunk,
+    InputDigest,
+    LedgerRow,
+    Run,
+    ShardReport,
+    StateBlock,
+)
 from recoverydash.runs.queue import ANALYZE_RUN, enqueue
 from recoverydash.runs.seq import committed_seq
 
@@ -131,7 +142,7 @@ def _generation_entries(run: Run, since: int = -1, statuses: dict | None = None)
     return out
 
 
-def _generation_record(entry: dict) -> "recovery.GenerationRecord":
+def _generation_record(entry: dict) -> recovery.GenerationRecord:
     fields = dict(entry)
     fields["shards"] = {name: recovery.ShardRecord(**shard)
                         for name, shard in entry["shards"].items()}
@@ -144,7 +155,7 @@ def load_generations(run: Run) -> list:
     return [_generation_record(e) for e in _generation_entries(run).values()]
 
 
-def load_input(run: Run) -> "recovery.RunInput":
+def load_input(run: Run) -> recovery.RunInput:
     """The core's ``RunInput`` for a run, read from its typed tables, without the ledger and the
     heartbeats: both reach the core through the incremental ``Ledger`` state
     (``analyze_with_result``, ``absorb_new``)."""
@@ -206,7 +217,7 @@ class StoredGeneration(recovery.GenerationRecord):
         self.committed_at = light["committed_at"]
         self._light, self._load, self._record = light, load, None
 
-    def _full(self) -> "recovery.GenerationRecord":
+    def _full(self) -> recovery.GenerationRecord:
         if self._record is None:
             self._record = _generation_record(self._load())
         return self._record
@@ -320,7 +331,7 @@ class StoredInputs:
         return self.light
 
     @classmethod
-    def from_bytes(cls, blob, analysis_pk: int | None = None) -> "StoredInputs | None":
+    def from_bytes(cls, blob, analysis_pk: int | None = None) -> StoredInputs | None:
         """The stored copy of Analysis ``analysis_pk``, or None when ``blob`` is empty,
         unreadable or of a format other than 3 and :data:`INPUTS_FORMAT` (then every row is
         read again)."""
@@ -354,7 +365,7 @@ class StoredInputs:
         return out
 
     @classmethod
-    def _from_format3(cls, blob: bytes, analysis_pk) -> "StoredInputs | None":
+    def _from_format3(cls, blob: bytes, analysis_pk) -> StoredInputs | None:
         """A format 3 copy: every entry decoded, the light entries made from them; its first
         write stores every chunk row and compares every generation's state digests."""
         size = int.from_bytes(blob[4:8], "big")
@@ -420,7 +431,7 @@ class StoredInputs:
             self._load_chunks([pk // GENERATION_CHUNK])
         return self.entries[pk]
 
-    def _record(self, pk: int) -> "recovery.GenerationRecord":
+    def _record(self, pk: int) -> recovery.GenerationRecord:
         if pk in self.entries:
             return _generation_record(self.entries[pk])
         return StoredGeneration(self.light[pk], lambda: self.entry(pk))
@@ -583,7 +594,7 @@ class StoredInputs:
             seen[(component, sha256)] = (update, row[1])
         return seen
 
-    def run_input(self, run: Run) -> "recovery.RunInput":
+    def run_input(self, run: Run) -> recovery.RunInput:
         """The core's ``RunInput`` (as :func:`load_input` reads it: attempts by number,
         generations by pk; a generation whose entry was not read is a
         :class:`StoredGeneration`)."""
@@ -771,7 +782,7 @@ def _new_beats(run: Run, since: int, upto: int):
            for attempt, rank, when, update, fetched in rows]
 
 
-def absorb_new(run: Run, ledger: "recovery.Ledger", since: int, upto: int,
+def absorb_new(run: Run, ledger: recovery.Ledger, since: int, upto: int,
                lowest: dict | None = None) -> tuple[int, int]:
     """Fold into ``ledger`` the run's ledger rows whose ``last_seq`` and heartbeats whose ``seq``
     lie in ``(since, upto]`` (``since`` -1: every row), read by seq through their ``(run, seq)``
@@ -864,7 +875,7 @@ def _merged(result: dict, timed: dict) -> dict:
     return merged
 
 
-def load_state(analysis_pk: int, head) -> "recovery.Ledger":
+def load_state(analysis_pk: int, head) -> recovery.Ledger:
     """The stored ledger state of Analysis ``analysis_pk`` whose ``state`` is ``head``: a
     format 6 head with the run's time blocks (``StateBlock``, one query), or a state of an
     older format whole (``recovery.Ledger.from_parts``). Raises ValueError when it cannot be
@@ -915,7 +926,7 @@ def _store_parts(analysis: Analysis, parts: tuple, replace: bool) -> None:
     analysis.state_format = STATE_FORMAT
 
 
-def store_state(run: Run, ledger: "recovery.Ledger", seq: int) -> None:
+def store_state(run: Run, ledger: recovery.Ledger, seq: int) -> None:
     """Store ``ledger`` as the run's incremental state reflecting every row up to ingest seq
     ``seq`` (a benchmark's or a migration's write: the next analysis continues it, absorbing
     rows above ``seq``), replacing the stored one. Creates the Analysis row if needed."""
@@ -949,7 +960,8 @@ _INPUT_ERRORS = (ValueError, OverflowError, TypeError, KeyError, IndexError, Ari
                  MemoryError, RecursionError)
 
 
-def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "recovery.RunAnalysis"]:
+def analyze_with_result(run: Run,
+                        now: float | None = None) -> tuple[Analysis, recovery.RunAnalysis]:
     """Bring the run's stored analysis up to date; returns the row and the core's RunAnalysis
     (always a full analysis: :func:`analyze` may take the clock-only path instead).
 
@@ -958,13 +970,14 @@ def analyze_with_result(run: Run, now: float | None = None) -> tuple[Analysis, "
     (:func:`absorb_new`; a row that gained a piece is absorbed again; the core unites reports of
     one rank for one update). A state of a format older than ``ledger.CONTINUED_FORMAT`` is
     rebuilt from every row; one of that format or newer is continued (and written in
-    ``ledger.STATE_FORMAT``). Attempts, restores and generations (with their shard reports and storage
-    results) come from the copy kept in ``Analysis.inputs`` (:class:`StoredInputs`), of which
-    only the rows whose ``seq`` is above the stored one are read again; with the run's ingest
+    ``ledger.STATE_FORMAT``). Attempts, restores and generations (with their shard reports and
+    storage results) come from the copy kept in ``Analysis.inputs`` (:class:`StoredInputs`), of
+    which only the rows whose ``seq`` is above the stored one are read again; with the run's ingest
     seq unchanged since the stored analysis (nothing ingested, no storage result or contract
-    changed: ``runs.seq.mark_changed``) no row of the run's tables is read at all. The work runs outside any
-    transaction (readers and ingest are never blocked by it); the result is written in a short transaction that locks the row and
-    keeps whichever of two concurrent analyses reflects more events.
+    changed: ``runs.seq.mark_changed``) no row of the run's tables is read at all. The work runs
+    outside any transaction (readers and ingest are never blocked by it); the result is written in a
+    short transaction that locks the row and keeps whichever of two concurrent analyses reflects
+    more events.
 
     Raises AnalysisFailed (after storing the error) when the core refuses the inputs.
     """
@@ -1005,11 +1018,12 @@ def _clock_only(run: Run, analysis: Analysis, target_seq: int, now: float,
         locked.duration_s = time.monotonic() - started
         locked.save(update_fields=["health", "computed_at", "duration_s"])
         analysis_stored.send(sender=Analysis, run=run, analysis=locked,
-                             now=datetime.fromtimestamp(now, tz=dt_timezone.utc))
+                             now=datetime.fromtimestamp(now, tz=UTC))
     return locked
 
 
-def _analyze(run: Run, now: float | None, outcome: bool) -> tuple[Analysis, "recovery.RunAnalysis | None"]:
+def _analyze(run: Run, now: float | None,
+             outcome: bool) -> tuple[Analysis, recovery.RunAnalysis | None]:
     """:func:`analyze_with_result`, or with ``outcome`` False :func:`analyze` (the clock-only
     path allowed; the RunAnalysis is None when it was taken). In named steps: the stored
     ledger state continued (:func:`_continued_ledger`), the rows written since absorbed, the
@@ -1207,7 +1221,7 @@ def _store_pass(run: Run, p: _Pass) -> tuple[Analysis, recovery.RunAnalysis]:
         # transaction, under the Analysis row's lock: readers see the new ingest_seq (and
         # ``pending_analysis`` false) only together with the alerts of this analysis.
         analysis_stored.send(sender=Analysis, run=run, analysis=analysis,
-                             now=datetime.fromtimestamp(p.now, tz=dt_timezone.utc))
+                             now=datetime.fromtimestamp(p.now, tz=UTC))
     return analysis, p.found
 
 
@@ -1283,7 +1297,7 @@ def sweep(limit: int = 500) -> int:
 
 
 def plan_restore(run: Run, world_size: int | None = None, dataset_version: str | None = None,
-                 config_digest: str | None = None) -> "recovery.RestorePlan":
+                 config_digest: str | None = None) -> recovery.RestorePlan:
     """docs/ingest-v1.md#restore-plan: analyse the run up to its newest events, then choose.
 
     A restarting trainer asks this once; it must see every generation committed so far, so the

@@ -152,7 +152,7 @@ def _when(moment) -> str:
 
 def restore_plan_confirmed(run: Run, world_size: int | None = None,
                            dataset_version: str | None = None, config_digest: str | None = None,
-                           *, budget_s: float | None = None) -> "recovery.RestorePlan":
+                           *, budget_s: float | None = None) -> recovery.RestorePlan:
     """docs/ingest-v1.md#restore-plan, true when it is asked: the run analysed up to its newest
     events and ``recovery.restore_plan`` of it (``runs.analysis.plan_restore``; a 200 lists
     ``newer_undecided``: ``recovery.figures.newer_undecided``), then the sizes of the generation
