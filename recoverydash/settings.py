@@ -82,7 +82,8 @@ if not _secret:
             _key_file.chmod(0o600)
         _secret = _key_file.read_text().strip()
     except OSError as exc:
-        raise ImproperlyConfigured(f"SECRET_KEY is not set and {_key_file} is not writable: {exc}")
+        raise ImproperlyConfigured(
+            f"SECRET_KEY is not set and {_key_file} is not writable: {exc}") from exc
 # Placeholders of .env.example and the docs: a production process refuses to start with them.
 EXAMPLE_PREFIX = "change-me"
 if not DEBUG and _secret.lower().startswith(EXAMPLE_PREFIX):
@@ -285,7 +286,7 @@ WHITENOISE_KEEP_ONLY_HASHED_FILES = True
 
 # --- Celery -------------------------------------------------------------------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
-if not CELERY_BROKER_URL.split("://", 1)[0] in ("filesystem", "redis", "rediss", "amqp", "memory"):
+if CELERY_BROKER_URL.split("://", 1)[0] not in ("filesystem", "redis", "rediss", "amqp", "memory"):
     raise ImproperlyConfigured(
         f"CELERY_BROKER_URL must be redis://, amqp:// or filesystem://, got {CELERY_BROKER_URL!r}"
     )
@@ -293,7 +294,8 @@ CELERY_BROKER_DIR = Path(os.environ.get("CELERY_BROKER_DIR", VAR_DIR / "broker")
 CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
 # A task a dead worker held is handed to another after this many seconds (Redis broker); longer
 # than the longest verification or analysis.
-RECOVERYDASH_BROKER_VISIBILITY_TIMEOUT_S = envint("RECOVERYDASH_BROKER_VISIBILITY_TIMEOUT_S", 3600, 1)
+RECOVERYDASH_BROKER_VISIBILITY_TIMEOUT_S = envint("RECOVERYDASH_BROKER_VISIBILITY_TIMEOUT_S",
+                                                  3600, 1)
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "celery")
 # Every task: SoftTimeLimitExceeded is raised inside it after the soft limit, the pool process is
 # killed after the hard one (a read blocked in the kernel). Verification keeps within 80 % of
@@ -324,7 +326,8 @@ RECOVERYDASH_REDIS_URL = os.environ.get(
 # --- Analysis, storage, alerts -------------------------------------------------------------------
 RECOVERYDASH_ANALYSIS_DEBOUNCE_S = envfloat("RECOVERYDASH_ANALYSIS_DEBOUNCE_S", 1.0)
 # An update some rank's part of which never arrived counts (and decides a restart whose first
-# update it is) once its first report is this old (docs/definitions.md#updates-counted-once-complete)
+# update it is) once its first report is this old
+# (docs/definitions.md#updates-counted-once-complete)
 RECOVERYDASH_SETTLE_S = envfloat("RECOVERYDASH_SETTLE_S", 300.0)
 # Every object's sha256 is read in full, whatever its size (a full-object checksum S3 stores
 # with it decides without reading). An object whose digest needs more than this many bytes read

@@ -13,8 +13,8 @@ pages that do not draw them: page queries pick the small keys with JSON key look
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import cast
-from datetime import datetime, timezone as dt_timezone
 
 from django.db.models import Count, Q, Sum
 from django.db.models.fields.json import KeyTransform
@@ -24,14 +24,32 @@ from django.utils import timezone
 from recoverydash.alerts.models import Alert, Delivery, WebhookEndpoint
 from recoverydash.alerts.rules import contract_of, silence_of
 from recoverydash.checkpoints.objects import verification_progress
-from recoverydash.recovery.figures import (checkpoint_stale, logger_rewind_update,
-                                           seconds_since_last_restorable)
+from recoverydash.recovery.figures import (
+    checkpoint_stale,
+    logger_rewind_update,
+    seconds_since_last_restorable,
+)
 from recoverydash.recovery.restarts import cursor_gaps
-from recoverydash.recovery.result import (AnalysisResult, CostsEntry, GenerationEntry,
-                                          LastRestorableEntry, RestartEntry, StratumEntry)
+from recoverydash.recovery.result import (
+    AnalysisResult,
+    CostsEntry,
+    GenerationEntry,
+    LastRestorableEntry,
+    RestartEntry,
+    StratumEntry,
+)
 from recoverydash.recovery.windows import first_window_comparison
-from recoverydash.runs.models import (Analysis, ApiToken, AuditWindow, Attempt, Event,
-                                      Generation, LedgerRow, Project, Run)
+from recoverydash.runs.models import (
+    Analysis,
+    ApiToken,
+    Attempt,
+    AuditWindow,
+    Event,
+    Generation,
+    LedgerRow,
+    Project,
+    Run,
+)
 
 HEALTH_ORDER = {"failing": 0, "at_risk": 1, "ok": 2, "ended": 3}
 HEALTH_WORDS = {"failing": "Failing", "at_risk": "At risk", "ok": "OK", "ended": "Ended",
@@ -109,9 +127,9 @@ def as_datetime(value) -> datetime | None:
     if isinstance(value, datetime):
         return value
     if isinstance(value, (int, float)):
-        return datetime.fromtimestamp(value, tz=dt_timezone.utc)
+        return datetime.fromtimestamp(value, tz=UTC)
     moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    return moment if moment.tzinfo else moment.replace(tzinfo=dt_timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _limit_of(run) -> float:
@@ -267,9 +285,13 @@ def fleet(user, *, project: int | None = None, health: str = "", q: str = "",
     """
     from django.conf import settings
 
-    from recoverydash.dashboard.fleet_order import (NEEDS_ATTENTION, annotate_attempt_state,
-                                                    annotate_attention, fleet_ordering,
-                                                    never_heard)
+    from recoverydash.dashboard.fleet_order import (
+        NEEDS_ATTENTION,
+        annotate_attempt_state,
+        annotate_attention,
+        fleet_ordering,
+        never_heard,
+    )
     from recoverydash.recovery.attention import at_risk_ratio
     from recoverydash.recovery.contract import DEFAULT_CONTRACT
 
@@ -330,7 +352,7 @@ def fleet(user, *, project: int | None = None, health: str = "", q: str = "",
         item[9] = full[item[0]].last_received_at
     latest = _attempt_states(chosen, now)
     rows = []
-    for (pk, run_id, word, seconds, limit_s, ratio, crit, warn, n_open, last_received_at,
+    for (pk, _run_id, word, seconds, limit_s, ratio, crit, warn, n_open, last_received_at,
          state, is_drill) in chosen:
         run, a = full[pk], analyses.get(pk)
         restarts = (a or {}).get("restarts") or []
@@ -743,7 +765,8 @@ REPLAY_WINDOW_UPDATES = 64
 def first_windows(run, item: dict, lineage_attempt: int | None, failed: int | None,
                   attempt: int, before_updates: list, after_updates: list) -> dict:
     """The expected first window after the resume beside the observed one
-    (``recovery.windows.first_window_comparison``, docs/definitions.md#first-window-after-a-restart):
+    (``recovery.windows.first_window_comparison``,
+    docs/definitions.md#first-window-after-a-restart):
     the lineage's windows at or below U (attempt ``lineage_attempt``, the one that wrote the
     restored generation: every window it sent for its last ``REPLAY_WINDOW_UPDATES`` updates
     with windows at or below U, so an id trained long before the checkpoint and delivered again

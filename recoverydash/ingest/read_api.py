@@ -12,7 +12,7 @@ committed so far. Both need scope ``read``; another project's run is a 404. Moun
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from django.http import HttpRequest
 from django.utils import timezone
@@ -45,7 +45,7 @@ class CodeOut(Schema):
 class LastRestorableOut(Schema):
     generation_id: str
     update: int
-    committed_at: Optional[str]
+    committed_at: str | None
 
 
 class VerifyingOut(Schema):
@@ -60,7 +60,7 @@ class VerifyingOut(Schema):
 class GenerationOut(Schema):
     generation_id: str
     attempt: int
-    update: Optional[int]
+    update: int | None
     status: Literal["pending", "committed", "restorable", "rejected", "abandoned"]
     reasons: list[CodeOut]
     verifying: VerifyingOut | None = Field(
@@ -71,18 +71,18 @@ class GenerationOut(Schema):
 
 class RestartOut(Schema):
     attempt: int
-    resumed_from: Optional[str]
+    resumed_from: str | None
     resumed_update: int
-    world_size_before: Optional[int]
-    world_size_after: Optional[int]
+    world_size_before: int | None
+    world_size_after: int | None
     expected_cursor: list[CursorOut]
     resume_cursor: list[CursorOut]
     replayed: int
     omitted: int
     recomputed: int
     lost_updates: int
-    lost_seconds: Optional[float]
-    recovery_seconds: Optional[float]
+    lost_seconds: float | None
+    recovery_seconds: float | None
     verdict: Literal["exact", "replay", "omission", "replay_and_omission", "unverified"]
     findings: list[CodeOut]
     units: Literal["samples", "tokens", "mixed"] = Field(
@@ -107,7 +107,7 @@ class AlertOut(Schema):
     severity: Literal["info", "warning", "critical"]
     state: Literal["firing", "acknowledged", "resolved"]
     opened_at: str
-    resolved_at: Optional[str]
+    resolved_at: str | None
     summary: str
 
 
@@ -115,11 +115,11 @@ class RecoveryOut(Schema):
     run_id: str
     pending_analysis: bool = Field(description="true while ingested events are not yet "
                                                "reflected below")
-    analysis_computed_at: Optional[str] = Field(None, description="when the analysis ran")
+    analysis_computed_at: str | None = Field(None, description="when the analysis ran")
     health: Literal["ok", "at_risk", "failing", "ended", "unknown"] = Field(
         description="docs/definitions.md#health; unknown while no analysis of the run exists")
-    last_restorable: Optional[LastRestorableOut]
-    seconds_since_last_restorable: Optional[float] = Field(
+    last_restorable: LastRestorableOut | None
+    seconds_since_last_restorable: float | None = Field(
         description="now minus committed_at of the newest restorable generation of the live "
                     "lineage; with none yet, since the run's first event")
     updates_at_risk: int
@@ -129,18 +129,18 @@ class RecoveryOut(Schema):
     alerts: list[AlertOut]
     costs: dict = Field(default_factory=dict, description="per-incident lost and recovery "
                         "seconds, goodput, MTBF, median save cost, Young interval")
-    analysis_error: Optional[str] = Field(None, description="why the newest events could not "
+    analysis_error: str | None = Field(None, description="why the newest events could not "
                                           "be analysed (the figures above predate them); null "
                                           "when the last analysis succeeded")
 
 
 class ObjectOut(Schema):
     uri: str
-    shard: Optional[str] = None
-    component: Optional[str] = None
+    shard: str | None = None
+    component: str | None = None
     size: int
-    sha256: Optional[str] = None
-    update: Optional[int] = None
+    sha256: str | None = None
+    update: int | None = None
 
 
 class NewerUndecidedOut(Schema):
@@ -156,7 +156,7 @@ class RestorePlanOut(Schema):
         description="the update to rewind loggers to: the restored generation's update "
                     "(W&B resume_from / fork_from f\"{run_id}?_step={update}\", TensorBoard "
                     "purge_step=update + 1); docs/definitions.md#logger-rewind-update")
-    committed_at: Optional[str]
+    committed_at: str | None
     objects: list[ObjectOut]
     cursor: list[CursorOut]
     warnings: list[CodeOut]
@@ -179,9 +179,9 @@ class NoRestorableOut(Schema):
 
 
 class RestorePlanQuery(Schema):
-    world_size: Optional[int] = Field(None, ge=1, description="ranks of the restarting attempt")
-    dataset_version: Optional[str] = Field(None, max_length=500)
-    config_digest: Optional[str] = Field(None, max_length=500)
+    world_size: int | None = Field(None, ge=1, description="ranks of the restarting attempt")
+    dataset_version: str | None = Field(None, max_length=500)
+    config_digest: str | None = Field(None, max_length=500)
 
 
 def with_verification_progress(run: Run, generations: list) -> list:

@@ -35,7 +35,8 @@ TOKEN_PREFIX = "rdt_"
 
 
 class Project(models.Model):
-    """A team's space: runs, tokens, members, storage locations and alert endpoints belong to one."""
+    """A team's space: runs, tokens, members, storage locations and alert endpoints belong to
+    one."""
 
     name = models.CharField(max_length=100, unique=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -80,7 +81,7 @@ class ApiToken(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     @classmethod
-    def issue(cls, project: Project, scopes: list[str], name: str = "") -> tuple["ApiToken", str]:
+    def issue(cls, project: Project, scopes: list[str], name: str = "") -> tuple[ApiToken, str]:
         """Create a token; returns ``(row, raw_token)``. Raises ValueError on an unknown scope."""
         unknown = sorted(set(scopes) - set(SCOPES))
         if unknown or not scopes:
@@ -91,7 +92,7 @@ class ApiToken(models.Model):
         return row, raw
 
     @classmethod
-    def authenticate(cls, raw: str) -> "ApiToken | None":
+    def authenticate(cls, raw: str) -> ApiToken | None:
         """The live (not revoked) token for a raw bearer value, or None."""
         if not raw or len(raw) > 200:
             return None
@@ -347,7 +348,8 @@ class Attempt(models.Model):
         entry = {"generation_id": generation_id, "reason": reason, "message": message,
                  "time": time.isoformat(), "rank": rank}
         same = [f for f in self.restore_failures or []
-                if (f["generation_id"], f["reason"], f.get("rank")) == (generation_id, reason, rank)]
+                if (f["generation_id"], f["reason"], f.get("rank"))
+                == (generation_id, reason, rank)]
         if not same:
             self.restore_failures = [*(self.restore_failures or []), entry]
 
@@ -603,7 +605,8 @@ class Generation(models.Model):
     written by the analysis (docs/definitions.md#generation-status).
     """
 
-    STATUS_CHOICES = [(s, s) for s in ("pending", "committed", "restorable", "rejected", "abandoned")]
+    STATUS_CHOICES = [(s, s) for s in ("pending", "committed", "restorable", "rejected",
+                                       "abandoned")]
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="generations")
     generation_id = models.CharField(max_length=200)
@@ -705,7 +708,8 @@ class CheckpointObject(models.Model):
                                       "digest_mismatch", "storage_unverified",
                                       "object_outside_locations", "error")]
 
-    generation = models.ForeignKey(Generation, on_delete=models.CASCADE, related_name="checkpoint_objects")
+    generation = models.ForeignKey(Generation, on_delete=models.CASCADE,
+                                   related_name="checkpoint_objects")
     uri = models.CharField(max_length=2000)
     shard = models.CharField(max_length=200, blank=True, default="")
     component = models.CharField(max_length=200, blank=True, default="")

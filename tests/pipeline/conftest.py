@@ -58,7 +58,8 @@ class Worker:
     def __init__(self, broker_url: str, queue: str, visibility_s: int = 3600):
         db = connection.settings_dict
         self.env = dict(os.environ,
-                        DATABASE_URL=f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}"
+                        DATABASE_URL=f"postgres://{db['USER'] or 'postgres'}"
+                                     f"@{db['HOST'] or '127.0.0.1'}"
                                      f":{db['PORT'] or 5432}/{db['NAME']}",
                         CELERY_BROKER_URL=broker_url, CELERY_TASK_DEFAULT_QUEUE=queue,
                         RECOVERYDASH_BROKER_VISIBILITY_TIMEOUT_S=str(visibility_s),
