@@ -1,4 +1,5 @@
-"""The whole analysis of a run: :func:`analyze` and :func:`restore_plan` (docs/ingest-v1.md#5-reading-the-analysis).
+"""The whole analysis of a run: :func:`analyze` and :func:`restore_plan`
+(docs/ingest-v1.md#5-reading-the-analysis).
 
 Every figure is computed by a function named after it (:mod:`.figures`, :mod:`.costs`,
 :mod:`.restarts`, :mod:`.counting`, :mod:`.generations`), each reading the run through one
@@ -197,10 +198,11 @@ def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None,
     live = view.live  # the newest attempt; None when there are none
     if live is None:
         empty = RunAnalysis(run.run_id, now, "ok", None, None, 0, first_event_at=first_event)
-        basis: dict[str, Any] = {"format": CLOCK_BASIS_FORMAT, "now": now, "settle_seconds": settle_seconds,
-                 "earliest_unsettled": None, "first_event_at": first_event,
-                 "last_committed_at": None, "ended_at": None, "health": None, "costs": None,
-                 "restorable": []}
+        basis: dict[str, Any] = {
+            "format": CLOCK_BASIS_FORMAT, "now": now, "settle_seconds": settle_seconds,
+            "earliest_unsettled": None, "first_event_at": first_event,
+            "last_committed_at": None, "ended_at": None, "health": None, "costs": None,
+            "restorable": []}
         empty.clock_basis = basis if run.first_event_at is not None else None
         empty.seconds_since_last_restorable = seconds_since_last_restorable(empty, now)
         empty.charts = {"committed_cursor": [], "fetched": [],
@@ -218,7 +220,8 @@ def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None,
     on_lineage = restorable_on(verdicts, live_lineage)
     last = last_restorable(verdicts, live_lineage)
     live_ids = {v.generation_id for v in on_lineage}
-    elsewhere = [v for v in verdicts if v.status == "restorable" and v.generation_id not in live_ids]
+    elsewhere = [v for v in verdicts
+                 if v.status == "restorable" and v.generation_id not in live_ids]
     why = _why_not_live(attempts, view.resumes, live, live_lineage)
     reasons = {v.generation_id: Reason("not_in_live_lineage", (
         f"{why}; {v.generation_id} (attempt {v.attempt}) is restorable in attempt {v.attempt}'s "

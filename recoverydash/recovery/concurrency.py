@@ -3,10 +3,11 @@ launch, a zombie that kept running after its restart.
 
 Times are the trainers' clocks (POSIX seconds), as every duration of the core: attempt a is
 alive beside a newer attempt b when a committed an update after b started (an ``attempt_ended``
-or a heartbeat stamped a little late is no such evidence: clocks of two hosts may disagree). The live attempt is
-the newest one, unless it ended while an older one kept going (:func:`live_attempt`); a restart
-whose predecessor was still alive has no failure to measure from (no lost or recovery seconds,
-no ``clock_skew`` for them), and says so with the finding ``concurrent_attempts``.
+or a heartbeat stamped a little late is no such evidence: clocks of two hosts may disagree). The
+live attempt is the newest one, unless it ended while an older one kept going
+(:func:`live_attempt`); a restart whose predecessor was still alive has no failure to measure from
+(no lost or recovery seconds, no ``clock_skew`` for them), and says so with the finding
+``concurrent_attempts``.
 """
 from __future__ import annotations
 
