@@ -13,7 +13,7 @@ from collections import Counter
 def position_of(identity):
     if isinstance(identity, int) and 0 <= identity < 2 ** 63:
         return identity
-    data = ("int:%d" % identity).encode() if isinstance(identity, int) else identity.encode()
+    data = f"int:{identity:d}".encode() if isinstance(identity, int) else identity.encode()
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
 
 
