@@ -15,7 +15,7 @@ from typing import Any
 
 from .concurrency import mark_concurrent
 from .costs import Costs, cost_basis, costs_at
-from .counting import count_strata
+from .epochs import count_strata
 from .figures import (
     committed_frontier,
     fetched_cursor,

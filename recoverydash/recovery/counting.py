@@ -3,8 +3,8 @@ lineage, count(p) is the number of (update, data-parallel rank) pairs that consu
 consumed, duplicates, omissions and their rates per stratum.
 
 :class:`KeyCount` holds one key's positions of a lineage (built by :mod:`.lineage` from the
-ledger's runs and bitmaps, never position by position); :func:`count_strata` sums them per
-stratum through the run's :class:`~.view.RunView`.
+ledger's runs and bitmaps, never position by position); :func:`.epochs.count_strata` sums
+them per stratum through the run's :class:`~.view.RunView`.
 """
 from __future__ import annotations
 
@@ -170,51 +170,3 @@ def omissions(key: tuple, count: KeyCount, moved_on: bool, epoch_length: int | N
     if count.pretracked_only:  # positions before the resume of an unknown root: never owed
         return gap
     return gap + (epoch_tail(count.frontier(), epoch_length, global_batch) if moved_on else 0)
-
-
-def count_strata(view, lineage) -> list[StratumCount]:
-    """Per stratum figures of ``lineage`` (docs/definitions.md#counting), read through ``view``
-    (:class:`~.view.RunView`: the lineage's counts, each stratum's epoch length, and the global
-    batch that bounds the drop_last remainder of an epoch: that of the attempt that left it,
-    :meth:`~.view.RunView.leaving_batch`). Sorted by stratum.
-
-    Each (stratum, epoch) owes what :func:`.epochs.epoch_count` says: along its order when one
-    order consumed it (:func:`omissions`), by sample identity when several did
-    (docs/definitions.md#epochs-under-several-orders; samples consumed under two orders are
-    duplicates then). Refinement of the tail rule: an epoch the lineage skipped entirely (no
-    position of that (stratum, epoch) under any order, while an earlier and a later epoch of the
-    stratum were consumed) counts ``epoch_length`` omissions when the epoch length is known; the
-    drop_last exemption is for a tail, not for a whole epoch. Epochs are compared per stratum,
-    not per order, as for the tail (an order may be named per epoch). Strata of integer sample
-    ids count omissions by :func:`omissions`' id rule (not for a key joined mid-way by a lineage
-    whose root is unknown: :func:`.lineage.untracked_id_keys`) and skipped epochs the same way;
-    strata of hashed ids count none."""
-    from .epochs import epoch_count, epoch_keys
-
-    counts = view.counts(lineage)
-    kinds = {stratum: stratum_kind(view.ledger, stratum) for (stratum, _e, _o) in counts}
-    untracked = view.untracked_ids(lineage) if INTEGER_IDS in kinds.values() else set()
-    grouped = epoch_keys(counts)
-    top_epoch: dict = {}
-    for (stratum, epoch) in grouped:
-        top_epoch[stratum] = max(epoch, top_epoch.get(stratum, epoch))
-    out: dict = {}
-    for (stratum, epoch), keys in grouped.items():
-        row = out.get(stratum)
-        if row is None:
-            row = out[stratum] = StratumCount(stratum, units=view.units(stratum))
-        for key in keys:
-            row.consumed += counts[key].consumed
-            row.distinct += counts[key].distinct
-            row.duplicates += duplicates(counts[key])
-        owed = epoch_count(view, lineage, counts, keys, epoch < top_epoch[stratum], untracked)
-        row.duplicates += owed.duplicates
-        row.distinct -= owed.duplicates
-        row.omissions += owed.omissions
-    for stratum in out:
-        length = view.epoch_length(stratum)
-        if length and length > 0 and kinds[stratum] != HASHED_IDS:
-            seen = {epoch for (s, epoch), keys in grouped.items() if s == stratum
-                    and not all(counts[k].pretracked_only for k in keys)}  # before the resume
-            out[stratum].omissions += skipped_epochs(seen) * length
-    return [out[s] for s in sorted(out)]

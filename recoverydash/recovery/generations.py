@@ -465,6 +465,23 @@ def _lineage_key(lineage) -> list:
             [list(p) for p in lineage.pretracked], lineage.root, lineage.unknown_root]
 
 
+def _cursor_problems(view, manifest: dict, lineage, update: int, key, kept: dict | None,
+                     absorbed: dict | None) -> list:
+    """The data-cursor disagreements of a generation at ``update`` whose lineage the ledger
+    reaches (:func:`cursors_agree` of its declared cursor and :func:`expected_cursor_at`): the
+    ``kept`` comparison's when its ``key`` is this one and the ledger absorbed no update at or
+    below ``update`` in the lineage since (``absorbed``: the lowest absorbed update per
+    attempt; None: unknown, so compared again), else compared now."""
+    if kept is not None and absorbed is not None and kept["key"] == key and all(
+            absorbed.get(seg.attempt, update + 1) > update for seg in lineage.segments):
+        return kept["problems"]
+    progress = manifest.get("data_progress") or {}
+    declared = [c for c in progress.get("cursor") or []
+                if c.get("stratum") not in view.id_strata]
+    expected, complete = expected_cursor_at(view, lineage, declared)
+    return cursors_agree(declared, expected, complete)
+
+
 def evaluate_generations(view, required_components, judged: dict | None = None,
                          fill: dict | None = None, repeats: dict | None = None,
                          checks: dict | None = None, checks_fill: dict | None = None,
@@ -556,18 +573,9 @@ def evaluate_generations(view, required_components, judged: dict | None = None,
             if view.reaches(lineage, update):
                 key = None if basis is None else [basis, by, _lineage_key(lineage)]
                 kept = checks.get(gen.generation_id) if checks is not None else None
-                if kept is not None and absorbed is not None and kept["key"] == key and all(
-                        absorbed.get(seg.attempt, update + 1) > update
-                        for seg in lineage.segments):
-                    problems = kept["problems"]
-                else:
-                    progress = (manifest or {}).get("data_progress") or {}
-                    declared = [c for c in progress.get("cursor")
-                                or [] if c.get("stratum") not in view.id_strata]
-                    expected, complete = expected_cursor_at(view, lineage, declared)
-                    problems = cursors_agree(declared, expected, complete)
-                    if checks_fill is not None:
-                        checks_fill[gen.generation_id] = {"key": key, "problems": problems}
+                problems = _cursor_problems(view, manifest, lineage, update, key, kept, absorbed)
+                if checks_fill is not None and problems is not (kept or {}).get("problems"):
+                    checks_fill[gen.generation_id] = {"key": key, "problems": problems}
                 if problems:
                     hard.append(Reason("data_cursor_mismatch", "; ".join(problems)))
             else:
