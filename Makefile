@@ -5,6 +5,9 @@ PY := $(VENV)/bin/python
 PORT ?= 8000
 # The machine's PostgreSQL (trust auth); `make test` uses it when it answers, else SQLite.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
+# Test processes (pytest-xdist; each has its own test database, test_<name>_gw<N>). 1 runs in one.
+TEST_PROCESSES ?= 2
+PYTEST_PROCESSES := $(if $(filter 1,$(TEST_PROCESSES)),,-n $(TEST_PROCESSES))
 # PyTorch is pinned to its CPU build (torch==2.13.0 in pyproject.toml, 2.13.0+cpu). It comes from
 # PyTorch's CPU wheel index (PyPI's Linux wheel is the CUDA build, several GB); a local folder of
 # wheels that holds torch (TORCH_WHEELS) replaces that index, for machines without a route to it.
@@ -16,7 +19,7 @@ CHROMIUM := /usr/bin/chromium
 # frameworks extra's pins); the modules it imports for local shards are in that extra.
 STREAMING := mosaicml-streaming==0.13.0
 
-.PHONY: install alertmanager test test-sqlite test-fast serve demo bench browser migrate lint docs clean
+.PHONY: install alertmanager test test-sqlite test-fast serve demo bench browser migrate lint typecheck docs clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -64,14 +67,14 @@ migrate: $(VENV)/.installed
 test: $(VENV)/.installed  ## the whole suite on PostgreSQL (SQLite when PostgreSQL does not answer)
 	@if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then \
 	  echo "tests on PostgreSQL: $(TEST_DATABASE_URL)"; \
-	  DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest; \
+	  DATABASE_URL=$(TEST_DATABASE_URL) $(PY) -m pytest $(PYTEST_PROCESSES); \
 	else \
 	  echo "PostgreSQL does not answer on 127.0.0.1:5432: tests on SQLite"; \
-	  DATABASE_URL= $(PY) -m pytest; \
+	  DATABASE_URL= $(PY) -m pytest $(PYTEST_PROCESSES); \
 	fi
 
 test-sqlite: $(VENV)/.installed  ## the API and model tests on SQLite (the embedded default)
-	DATABASE_URL= $(PY) -m pytest -m "not slow"
+	DATABASE_URL= $(PY) -m pytest $(PYTEST_PROCESSES) -m "not slow"
 
 serve: $(VENV)/.installed  ## web + Celery workers + beat in the foreground (PORT; ROLES="web worker" for some)
 	PORT=$(PORT) $(PY) -m recoverydash.serve $(ROLES)
@@ -82,8 +85,13 @@ demo: $(VENV)/.installed  ## a real fault-injected PyTorch run, watched by recov
 bench: $(VENV)/.installed  ## every benchmark in bench/, each prints its ratio last
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
-lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check recoverydash workers tests bench
+lint: $(VENV)/.installed  ## ruff, pinned, with the rule set of pyproject.toml
+	$(VENV)/bin/ruff check recoverydash workers tests bench examples
+
+# The typed packages: the recovery core, the checkpoints layer, the SDK and the integrations
+# (pyproject.toml's [tool.mypy]; the checkpoints layer under mypy's strict flags).
+typecheck: $(VENV)/.installed  ## mypy on recovery/, checkpoints/, sdk/ and integrations/
+	$(VENV)/bin/mypy recoverydash/recovery recoverydash/checkpoints recoverydash/sdk recoverydash/integrations
 
 # The documentation site (mkdocs.yml, docs/*.md) into site/; --strict fails on a link to a page
 # or heading that does not exist. The dashboard serves the same files at /docs/.

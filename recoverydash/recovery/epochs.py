@@ -177,9 +177,9 @@ def count_strata(view, lineage) -> list[StratumCount]:
     stratum were consumed) counts ``epoch_length`` omissions when the epoch length is known; the
     drop_last exemption is for a tail, not for a whole epoch. Epochs are compared per stratum,
     not per order, as for the tail (an order may be named per epoch). Strata of integer sample
-    ids count omissions by :func:`.counting.omissions`' id rule (not for a key joined mid-way by a lineage
-    whose root is unknown: :func:`.lineage.untracked_id_keys`) and skipped epochs the same way;
-    strata of hashed ids count none."""
+    ids count omissions by :func:`.counting.omissions`' id rule (not for a key joined mid-way by
+    a lineage whose root is unknown: :func:`.lineage.untracked_id_keys`) and skipped epochs the
+    same way; strata of hashed ids count none."""
     counts = view.counts(lineage)
     kinds = {stratum: stratum_kind(view.ledger, stratum) for (stratum, _e, _o) in counts}
     untracked = view.untracked_ids(lineage) if INTEGER_IDS in kinds.values() else set()

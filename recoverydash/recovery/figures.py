@@ -15,7 +15,8 @@ Per-restart figures are in :mod:`.restarts`, per-stratum counts in :mod:`.counti
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .heartbeats import CHART_POINTS
 from .inputs import AttemptRecord, format_time, parse_time

@@ -544,9 +544,8 @@ def evaluate_generations(view, required_components, judged: dict | None = None,
                 or (newest_attempt is not None and newest_attempt > by)
             if superseded or over:
                 verdict.status = "abandoned"
-                verdict.reasons.append(Reason(
-                    "never_committed", "no manifest; " + ("superseded by a later generation"
-                                                          if superseded else "its attempt is over")))
+                why = "superseded by a later generation" if superseded else "its attempt is over"
+                verdict.reasons.append(Reason("never_committed", "no manifest; " + why))
             else:
                 verdict.status = "pending"
             continue

@@ -92,7 +92,7 @@ class Lineage:
                 return (last - i, update)
         return None
 
-    def before_own(self) -> "Lineage":
+    def before_own(self) -> Lineage:
         """The lineage without its newest segment (the restored state's lineage, at or below U)."""
         return Lineage(self.segments[1:], self.pretracked, self.root, self.unknown_root)
 
@@ -128,11 +128,11 @@ def generation_writer(gen: GenerationRecord, attempts, ledger=None) -> int:
 def resolve_resumes(attempts: dict[int, AttemptRecord],
                     generations: dict[str, GenerationRecord],
                     writers: dict | None = None, firsts: dict | None = None) -> dict[int, Resume]:
-    """How every attempt started (docs/definitions.md#lineage). An attempt with no AttemptRecord is fresh
-    when it is the first one, else untracked (its start is unknown). ``writers``: ``{generation_id:
-    attempt}`` (:func:`generation_writer`); a generation absent from it was written by the
-    attempt that reported it. ``firsts``: ``{attempt: its lowest committed update}`` (the
-    ledger's); an attempt that resumed at U and whose lowest update is at or below U renumbered
+    """How every attempt started (docs/definitions.md#lineage). An attempt with no AttemptRecord is
+    fresh when it is the first one, else untracked (its start is unknown). ``writers``:
+    ``{generation_id: attempt}`` (:func:`generation_writer`); a generation absent from it was
+    written by the attempt that reported it. ``firsts``: ``{attempt: its lowest committed update}``
+    (the ledger's); an attempt that resumed at U and whose lowest update is at or below U renumbered
     its updates (docs/definitions.md#renumbered-updates: :attr:`Resume.renumbered`)."""
     out = _resolve(attempts, generations, writers or {})
     for number, first in (firsts or {}).items():
@@ -167,8 +167,8 @@ def _resolve(attempts: dict, generations: dict, writers: dict) -> dict[int, Resu
 
 
 def lineage_of(number: int, resumes: dict[int, Resume], cap: int | None = None) -> Lineage:
-    """docs/definitions.md#lineage: attempt ``number``'s own committed updates above U, plus the lineage
-    of the attempt that wrote the restored generation restricted to updates at or below U,
+    """docs/definitions.md#lineage: attempt ``number``'s own committed updates above U, plus the
+    lineage of the attempt that wrote the restored generation restricted to updates at or below U,
     recursively; ``cap`` restricts the whole lineage to updates at or below it."""
     resume = resumes[number]
     own = Segment(number, resume.after, cap)
@@ -188,15 +188,15 @@ def lineage_of(number: int, resumes: dict[int, Resume], cap: int | None = None) 
 def lineage_floors(ledger, lineage: Lineage) -> dict:
     """``{key: floor}``: where a lineage whose root is unknown started tracking each key.
 
-    docs/definitions.md#lineage: positions behind where an untracked root starts were consumed (or not)
-    before tracking began. With a cursor naming the stratum they count as consumed (``pretracked``);
-    without one nothing is known about them, so they count neither as consumed nor as omitted
-    (no replay or omission can rest on them). The start of a stratum is the lineage's first update
-    that consumed it (the lineage's segments are disjoint and ordered by update); every key
-    (stratum, epoch, order) consumed at that update gets its smallest position there as floor,
-    when no cursor names the stratum, or when a cursor names the (stratum, epoch) but not that
-    order (a cursor without ``order`` applies to order None). Empty for a fresh root: a lineage
-    tracked from update 0 owes every position below its frontier."""
+    docs/definitions.md#lineage: positions behind where an untracked root starts were consumed (or
+    not) before tracking began. With a cursor naming the stratum they count as consumed
+    (``pretracked``); without one nothing is known about them, so they count neither as consumed nor
+    as omitted (no replay or omission can rest on them). The start of a stratum is the lineage's
+    first update that consumed it (the lineage's segments are disjoint and ordered by update); every
+    key (stratum, epoch, order) consumed at that update gets its smallest position there as floor,
+    when no cursor names the stratum, or when a cursor names the (stratum, epoch) but not that order
+    (a cursor without ``order`` applies to order None). Empty for a fresh root: a lineage tracked
+    from update 0 owes every position below its frontier."""
     if not lineage.unknown_root:
         return {}
     named: dict = {}
