@@ -465,6 +465,65 @@ def _lineage_key(lineage) -> list:
             [list(p) for p in lineage.pretracked], lineage.root, lineage.unknown_root]
 
 
+def _when(g: GenerationRecord) -> float:
+    """When ``g`` began: its start, else its commit time, else -inf (POSIX seconds)."""
+    for value in (g.started_at, g.commit_time()):
+        if value is not None:
+            return value
+    return float("-inf")
+
+
+def _without_manifest(verdict: GenerationVerdict, gen: GenerationRecord, generations: list,
+                      writer, newest_attempt: int | None) -> None:
+    """Status of a generation with no committed manifest: ``abandoned`` (``never_committed``)
+    when a later generation began or its attempt is over, else ``pending``."""
+    superseded = any(_when(o) > _when(gen) for o in generations if o is not gen)
+    over = writer is not None and writer.ended_at is not None \
+        or (newest_attempt is not None and newest_attempt > verdict.attempt)
+    if superseded or over:
+        verdict.status = "abandoned"
+        why = "superseded by a later generation" if superseded else "its attempt is over"
+        verdict.reasons.append(Reason("never_committed", "no manifest; " + why))
+    else:
+        verdict.status = "pending"
+
+
+def _judgement(gen: GenerationRecord, required_components, judged: dict | None,
+               fill: dict | None) -> dict:
+    """``gen``'s :func:`local_judgement`: the one in ``judged`` when there is one, else made
+    now and put in ``fill`` (when given)."""
+    mine = judged.get(gen.generation_id) if judged is not None else None
+    if mine is None:
+        mine = local_judgement(gen, required_components)
+        if fill is not None:
+            fill[gen.generation_id] = mine
+    return mine
+
+
+def _stale_reason(stale: list) -> Reason:
+    """The ``stale_state`` reason naming at most three of the ``stale`` objects' sentences."""
+    more = f"; and {len(stale) - 3} more objects" if len(stale) > 3 else ""
+    return Reason("stale_state", "; ".join(stale[:3]) + more)
+
+
+def _data_cursor(view, gen: GenerationRecord, manifest: dict, by: int, update: int,
+                 key_of: tuple | None, checks: dict | None, checks_fill: dict | None,
+                 absorbed: dict | None) -> list | None:
+    """The data-cursor disagreements of ``gen`` (written by attempt ``by`` at ``update``), or
+    None while the ledger does not reach ``update`` on the writer's lineage (undecided). A
+    comparison made here is put in ``checks_fill`` under its key (``key_of``: the cursor basis
+    and writer, None: no key) with the capped lineage."""
+    lineage = view.lineage(by, update)
+    if not view.reaches(lineage, update):
+        return None
+    key = None if key_of is None else [key_of[0], key_of[1], _lineage_key(lineage)]
+    kept = checks.get(gen.generation_id) if checks is not None else None
+    problems = _cursor_problems(view, manifest, lineage, update, key, kept, absorbed)
+    if checks_fill is not None and problems is not (kept or {}).get("problems"):
+        checks_fill[gen.generation_id] = {"key": key, "problems": problems}
+    return problems
+
+
 def _cursor_problems(view, manifest: dict, lineage, update: int, key, kept: dict | None,
                      absorbed: dict | None) -> list:
     """The data-cursor disagreements of a generation at ``update`` whose lineage the ledger
@@ -519,13 +578,6 @@ def evaluate_generations(view, required_components, judged: dict | None = None,
     generations = list(view.generations.values())
     attempts = view.attempts
     newest_attempt = view.live  # an attempt older than the live one is over
-
-    def when(g: GenerationRecord) -> float:
-        for value in (g.started_at, g.commit_time()):
-            if value is not None:
-                return value
-        return float("-inf")
-
     if repeats is None:
         repeats = state_repeats(generations)
 
@@ -539,26 +591,14 @@ def evaluate_generations(view, required_components, judged: dict | None = None,
                                     record=gen)
         out.append(verdict)
         if manifest is None:
-            superseded = any(when(o) > when(gen) for o in generations if o is not gen)
-            over = writer is not None and writer.ended_at is not None \
-                or (newest_attempt is not None and newest_attempt > by)
-            if superseded or over:
-                verdict.status = "abandoned"
-                why = "superseded by a later generation" if superseded else "its attempt is over"
-                verdict.reasons.append(Reason("never_committed", "no manifest; " + why))
-            else:
-                verdict.status = "pending"
+            _without_manifest(verdict, gen, generations, writer, newest_attempt)
             continue
         if gen.conflicting() > 1:
             verdict.status = "rejected"
             verdict.reasons.append(Reason("manifest_conflict",
                                           f"{gen.conflicting()} different committed manifests"))
             continue
-        mine = judged.get(gen.generation_id) if judged is not None else None
-        if mine is None:
-            mine = local_judgement(gen, required_components)
-            if fill is not None:
-                fill[gen.generation_id] = mine
+        mine = _judgement(gen, required_components, judged, fill)
         verdict.notes = [Reason(**n) for n in mine["notes"]]
         unknown = {n.code for n in verdict.notes}
         hard = [Reason(**r) for r in mine["before"]]
@@ -568,33 +608,23 @@ def evaluate_generations(view, required_components, judged: dict | None = None,
         waiting = False
         update = manifest.get("update")
         if isinstance(update, int) and "data_position_unknown" not in unknown:
-            lineage = view.lineage(by, update)
-            if view.reaches(lineage, update):
-                key = None if basis is None else [basis, by, _lineage_key(lineage)]
-                kept = checks.get(gen.generation_id) if checks is not None else None
-                problems = _cursor_problems(view, manifest, lineage, update, key, kept, absorbed)
-                if checks_fill is not None and problems is not (kept or {}).get("problems"):
-                    checks_fill[gen.generation_id] = {"key": key, "problems": problems}
-                if problems:
-                    hard.append(Reason("data_cursor_mismatch", "; ".join(problems)))
-            else:
+            key_of = None if basis is None else (basis, by)
+            problems = _data_cursor(view, gen, manifest, by, update, key_of,
+                                    checks, checks_fill, absorbed)
+            if problems is None:
                 waiting = True
+            elif problems:
+                hard.append(Reason("data_cursor_mismatch", "; ".join(problems)))
         stale, stateless = repeats.get(gen.generation_id, ([], None))
         if stale:
-            hard.append(Reason("stale_state", "; ".join(stale[:3]) + (
-                f"; and {len(stale) - 3} more objects" if len(stale) > 3 else "")))
+            hard.append(_stale_reason(stale))
         if stateless is not None:
             verdict.notes.append(stateless)
         hard += [Reason(**r) for r in mine["storage"]]
         soft = [Reason(**r) for r in mine["soft"]]
-        unchecked = mine["unchecked"]
         verdict.reasons = hard + soft
-        if hard:
-            verdict.status = "rejected"
-        elif soft or unchecked or waiting:
-            verdict.status = "committed"
-        else:
-            verdict.status = "restorable"
+        verdict.status = ("rejected" if hard else
+                          "committed" if soft or mine["unchecked"] or waiting else "restorable")
     out.sort(key=lambda v: (v.update if v.update is not None else -1,
                             v.started_at if v.started_at is not None else float("-inf"),
                             v.generation_id))
