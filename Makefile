@@ -8,6 +8,9 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 # Test processes (pytest-xdist; each has its own test database, test_<name>_gw<N>). 1 runs in one.
 TEST_PROCESSES ?= 2
 PYTEST_PROCESSES := $(if $(filter 1,$(TEST_PROCESSES)),,-n $(TEST_PROCESSES))
+# make test-sqlite leaves out the tests that open no database (the pure core and the checkpoints
+# layer): make test ran them, and the database changes nothing for them.
+SQLITE_SKIP := --ignore=tests/recovery --ignore=tests/checkpoints
 # PyTorch is pinned to its CPU build (torch==2.13.0 in pyproject.toml, 2.13.0+cpu). It comes from
 # PyTorch's CPU wheel index (PyPI's Linux wheel is the CUDA build, several GB); a local folder of
 # wheels that holds torch (TORCH_WHEELS) replaces that index, for machines without a route to it.
@@ -74,7 +77,7 @@ test: $(VENV)/.installed  ## the whole suite on PostgreSQL (SQLite when PostgreS
 	fi
 
 test-sqlite: $(VENV)/.installed  ## the API and model tests on SQLite (the embedded default)
-	DATABASE_URL= $(PY) -m pytest $(PYTEST_PROCESSES) -m "not slow"
+	DATABASE_URL= $(PY) -m pytest $(PYTEST_PROCESSES) -m "not slow" $(SQLITE_SKIP)
 
 serve: $(VENV)/.installed  ## web + Celery workers + beat in the foreground (PORT; ROLES="web worker" for some)
 	PORT=$(PORT) $(PY) -m recoverydash.serve $(ROLES)
