@@ -1339,22 +1339,30 @@ def _position_spans(keyed: dict[tuple, list], indexed: dict[tuple, list]
     spans: list[dict] = []
     repeated = 0
     for key, ps in keyed.items():
-        stratum, e, order, padding = key
+        padding = key[3]
         indices = indexed.get(key)
         if indices is not None and len(indices) != len(ps):  # pragma: no cover
             indices = None
         for part, part_indices in _index_parts(ps, indices):
             ranges, rep = compress(part)
             repeated += 0 if padding else rep
-            span = {"stratum": stratum, "epoch": e, "ranges": ranges}
-            if order is not None:
-                span["order"] = order
-            if padding:
-                span["padding"] = True
+            span = _span(key, ranges)
             if part_indices is not None:
                 span["indices"] = part_indices
             spans.append(span)
     return spans, repeated
+
+
+def _span(key: tuple, ranges: list) -> dict:
+    """A wire span of ``ranges`` for ``key`` ``(stratum, epoch, order, padding)``: ``order``
+    only when named, ``padding`` only when true."""
+    stratum, epoch, order, padding = key
+    span: dict = {"stratum": stratum, "epoch": epoch, "ranges": ranges}
+    if order is not None:
+        span["order"] = order
+    if padding:
+        span["padding"] = True
+    return span
 
 
 def _token_spans(tokened: dict[tuple, list], tindexed: dict[tuple, list]
@@ -1364,14 +1372,10 @@ def _token_spans(tokened: dict[tuple, list], tindexed: dict[tuple, list]
     spans: list[dict] = []
     repeated = 0
     for key, rs in tokened.items():
-        stratum, e, order, padding = key
+        padding = key[3]
         ranges, rep = merge(rs)
         repeated += 0 if padding else rep
-        span = {"stratum": stratum, "epoch": e, "ranges": ranges}
-        if order is not None:
-            span["order"] = order
-        if padding:
-            span["padding"] = True
+        span = _span(key, ranges)
         identities = tindexed.get(key)
         if identities:
             items = merge(identities)[0]
