@@ -6,11 +6,16 @@ PORT ?= 8000
 # The machine's PostgreSQL (trust auth); `make test` uses it when it answers, else SQLite.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 # Test processes (pytest-xdist; each has its own test database, test_<name>_gw<N>). 1 runs in one.
+# Whole files go to one process (--dist loadfile): a module-scoped fixture (a whole demo, a real
+# distributed job) then runs once, not once per process.
 TEST_PROCESSES ?= 2
-PYTEST_PROCESSES := $(if $(filter 1,$(TEST_PROCESSES)),,-n $(TEST_PROCESSES))
-# make test-sqlite leaves out the tests that open no database (the pure core and the checkpoints
-# layer): make test ran them, and the database changes nothing for them.
-SQLITE_SKIP := --ignore=tests/recovery --ignore=tests/checkpoints
+PYTEST_PROCESSES := $(if $(filter 1,$(TEST_PROCESSES)),,-n $(TEST_PROCESSES) --dist loadfile)
+# make test-sqlite: the tests of the code that speaks SQL differently per database (ingest's
+# locks and sequences, the run models and analysis state, alert rules, storage locations, metrics,
+# health, the migrations) on the embedded SQLite. `make test` already runs the whole demo, whose
+# server is on SQLite, end to end.
+SQLITE_TESTS := tests/ingest tests/runs tests/alerts tests/storage tests/metrics \
+  tests/security/test_deployment.py tests/test_migrations.py
 # PyTorch is pinned to its CPU build (torch==2.13.0 in pyproject.toml, 2.13.0+cpu). It comes from
 # PyTorch's CPU wheel index (PyPI's Linux wheel is the CUDA build, several GB); a local folder of
 # wheels that holds torch (TORCH_WHEELS) replaces that index, for machines without a route to it.
@@ -76,8 +81,8 @@ test: $(VENV)/.installed  ## the whole suite on PostgreSQL (SQLite when PostgreS
 	  DATABASE_URL= $(PY) -m pytest $(PYTEST_PROCESSES); \
 	fi
 
-test-sqlite: $(VENV)/.installed  ## the API and model tests on SQLite (the embedded default)
-	DATABASE_URL= $(PY) -m pytest $(PYTEST_PROCESSES) -m "not slow" $(SQLITE_SKIP)
+test-sqlite: $(VENV)/.installed  ## the SQL-speaking code's tests on SQLite (the embedded default)
+	DATABASE_URL= $(PY) -m pytest $(PYTEST_PROCESSES) -m "not slow" $(SQLITE_TESTS)
 
 serve: $(VENV)/.installed  ## web + Celery workers + beat in the foreground (PORT; ROLES="web worker" for some)
 	PORT=$(PORT) $(PY) -m recoverydash.serve $(ROLES)
