@@ -140,7 +140,8 @@ def clock_changes(pks: list[int], now) -> tuple[list[int], list[tuple], int]:
     """Which of runs ``pks`` (not ended) the clock-driven rules (``rules.CLOCK_RULES``) would
     change now, from a few bulk reads of stored columns: per run its open alerts (read first),
     its ``Analysis.clock`` (``runs.models.clock_of``), contract, first and last event times, its
-    newest attempt's ``ended_at`` and its reporters' RankSeen rows in aggregate
+    live attempt's ``ended_at`` (``runs.live.pick_live``: docs/definitions.md#concurrent-attempts)
+    and its reporters' RankSeen rows in aggregate
     (``rules.silences_of``: per attempt a count, the newest and oldest time, and the rows of
     silent ranks only). For each run the same ``rules.clock_conditions`` as the full evaluation
     gives the (rule, subject, severity) that hold now; the run changes when that set differs
@@ -158,7 +159,7 @@ def clock_changes(pks: list[int], now) -> tuple[list[int], list[tuple], int]:
     Returns ``(changed run pks, holding, runs read)``; ``holding`` lists per open alert that
     still holds ``(pk, last_seen_at, subjects, summary)`` as read and ``(subjects, summary)``
     it should have now (the same when unchanged)."""
-    from django.db.models import OuterRef, Subquery
+    from typing import cast
 
     from recoverydash.alerts.models import Alert
     from recoverydash.alerts.rules import (
@@ -171,6 +172,7 @@ def clock_changes(pks: list[int], now) -> tuple[list[int], list[tuple], int]:
         silences_of,
     )
     from recoverydash.recovery.contract import effective_contract
+    from recoverydash.runs.live import pick_live
     from recoverydash.runs.models import Attempt
 
     alerts: dict[int, list] = {}  # read before the clocks (see _keep_holding)
@@ -184,12 +186,15 @@ def clock_changes(pks: list[int], now) -> tuple[list[int], list[tuple], int]:
                 .filter(not_paused("run__"))  # a paused run pages nobody (runs.monitoring)
                 .values_list("run_id", "clock", "run__run_id", "run__contract",
                              "run__first_event_at", "run__last_received_at"))
-    newest = Attempt.objects.filter(run_id=OuterRef("run_id")).order_by("-attempt")
-    attempts = {run_id: (pk, attempt, ended_at) for run_id, pk, attempt, ended_at in
-                Attempt.objects.filter(run_id__in=pks,
-                                       attempt=Subquery(newest.values("attempt")[:1]))
-                .values_list("run_id", "pk", "attempt", "ended_at")}
     clocks = {row[0]: row[1] or {} for row in rows}
+    rows_of: dict[int, list] = {}
+    for run_id, pk, attempt, ended_at in (Attempt.objects.filter(run_id__in=list(clocks))
+                                          .order_by("run_id", "attempt")
+                                          .values_list("run_id", "pk", "attempt", "ended_at")):
+        rows_of.setdefault(run_id, []).append((pk, attempt, ended_at))
+    # the live attempt (docs/definitions.md#concurrent-attempts), from the stored clock
+    attempts = {run_id: cast(tuple, pick_live(mine, clocks.get(run_id)))
+                for run_id, mine in rows_of.items()}
     silences = silences_of({r: a for r, a in attempts.items() if r in clocks}, clocks, now)
 
     def judge(run_id, clock, name, contract, first_event_at, last_received_at):

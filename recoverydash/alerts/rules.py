@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.db import transaction
@@ -115,7 +115,7 @@ RULES: dict[str, Rule] = {
                                "{n} restarts changed the world size (attempts {subjects})"),
     # subjects "attempt:generation" (docs/ingest-v1.md#restore_failed)
     "restore_failed": Rule(True, "restore", "{n} restores failed{details} ({subjects})"),
-    # subjects the reporters ("<rank>", "c") of the newest attempt (docs/definitions.md#silence)
+    # subjects the reporters ("<rank>", "c") of the live attempt (docs/definitions.md#silence)
     "rank_silent": Rule(subject="rank",
                         many="{n} ranks stopped reporting while the others keep going "
                              "(ranks {subjects})"),
@@ -217,7 +217,7 @@ def restore_failed_conditions(failures: list[dict]) -> list[Condition]:
 
 
 def silence_conditions(silence: dict | None) -> list[Condition]:
-    """``run_silent`` and ``rank_silent`` of the newest attempt (docs/definitions.md#silence).
+    """``run_silent`` and ``rank_silent`` of the live attempt (docs/definitions.md#silence).
 
     ``silence``: ``{"attempt": int | None, "ended": bool (the attempt sent attempt_ended),
     "median": the core's median_update_interval of the attempt (seconds) or None, "ages": the
@@ -484,7 +484,7 @@ def stored_median(result: AnalysisResult | ClockFields | None, attempt: int) -> 
 def silence_from(attempt: int, ended_at, seen_at: dict,
                  result: AnalysisResult | ClockFields | None,
                  now: datetime) -> dict | None:
-    """``silence_conditions``' input for the newest attempt ``attempt`` (its ``ended_at`` and
+    """``silence_conditions``' input for the live attempt ``attempt`` (its ``ended_at`` and
     ``seen_at``, ``{reporter: time}`` of its RankSeen rows, ``Attempt.ranks_seen``) and the
     stored analysis ``result`` (or clock): the reporters' ages (the core's ``reporter_ages`` at
     ``now``) and :func:`stored_median`. None when no reporter of the attempt reported."""
@@ -497,26 +497,31 @@ def silence_from(attempt: int, ended_at, seen_at: dict,
 
 def silence_of(run, now: datetime,
               result: AnalysisResult | None = None) -> dict | None:
-    """What ``silence_conditions`` needs of the run's newest attempt (docs/definitions.md#silence),
-    read from stored state only: its RankSeen rows (when the server last received an event of
+    """What ``silence_conditions`` needs of the run's live attempt (docs/definitions.md#silence;
+    the newest attempt unless it ended while an older one keeps committing:
+    ``runs.live.live_attempts``, docs/definitions.md#concurrent-attempts), read from stored
+    state only: its RankSeen rows (when the server last received an event of
     each reporter) and the median update interval the stored analysis ``result`` (default: the
     run's) observed (:func:`silence_from`). No raw row is read, so a run whose raw rows were
-    compacted is watched as before. None without an attempt that reported. One query (the
-    newest attempt's rows, joined to it)."""
-    from django.db.models import Subquery
-
+    compacted is watched as before. None without an attempt that reported. A few queries (the
+    attempts, the stored result's two keys, the live attempt's rows)."""
+    from recoverydash.runs.live import live_attempts, pick_live
     from recoverydash.runs.models import RankSeen, seen_map
 
-    newest = run.attempts.order_by("-attempt").values("pk")[:1]
-    rows = list(RankSeen.objects.filter(attempt_id=Subquery(newest))
-                .values_list("reporter", "seen_at", "attempt__attempt", "attempt__ended_at"))
-    if not rows:  # no attempt, or its reporters never reported: silence_from's None
+    if result is None:
+        live = live_attempts([run.pk]).get(run.pk)
+    else:
+        live = pick_live(list(run.attempts.order_by("attempt")
+                              .values_list("pk", "attempt", "ended_at")), result)
+    if live is None:
+        return None
+    rows = list(RankSeen.objects.filter(attempt_id=live[0]).values_list("reporter", "seen_at"))
+    if not rows:  # its reporters never reported: silence_from's None
         return None
     if result is None:
         analysis = getattr(run, "analysis", None)
         result = analysis.result if analysis is not None else None
-    _, _, attempt, ended_at = rows[0]
-    return silence_from(attempt, ended_at, seen_map((k, t) for k, t, _, _ in rows), result, now)
+    return silence_from(live[1], live[2], seen_map(rows), result, now)
 
 
 #: Seconds below the ``rank_silent`` limit from which :func:`silences_of` reads a reporter's row
@@ -527,7 +532,7 @@ _CUTOFF_MARGIN = timedelta(milliseconds=1)
 def silences_of(newest: dict, clocks: dict, now: datetime) -> dict:
     """:func:`silence_of` for many runs in at most two queries (the beat's bulk path,
     ``alerts.evaluation.clock_changes``). ``newest``: ``{run pk: (attempt pk, attempt,
-    ended_at)}`` of each run's newest attempt; ``clocks``: ``{run pk: Analysis.clock}``.
+    ended_at)}`` of each run's live attempt; ``clocks``: ``{run pk: Analysis.clock}``.
 
     One aggregate over the attempts' RankSeen rows gives per attempt how many reporters it has
     and its newest and oldest time; only an attempt not ended whose oldest reporter is past the
@@ -602,7 +607,8 @@ def evaluate_runs(runs, now: datetime | None = None) -> list[AlertFlip]:
     the runs' Analysis rows locked in run order (``select_for_update``: concurrent
     evaluations and analyses of a run are serialised as with one run, and two chunks lock in
     the same order), then in bulk their stored results, attempts (restore failures and the
-    newest attempt), the newest attempts' RankSeen rows (``silence_from``, every reporter as
+    live attempt, ``runs.live.pick_live``: docs/definitions.md#concurrent-attempts), the live
+    attempts' RankSeen rows (``silence_from``, every reporter as
     :func:`silence_of` reads them), their open alerts (locked) and event-rule alerts; the
     writes are an UPDATE of ``last_seen_at`` and a ``bulk_update`` of the alerts kept (those
     whose words moved), a ``bulk_create`` of the alerts opened, one UPDATE of those resolved
@@ -611,6 +617,7 @@ def evaluate_runs(runs, now: datetime | None = None) -> list[AlertFlip]:
     alerts and flips are exactly what :func:`evaluate_run` alone makes of it. Returns the new
     flips (saved, ``alert`` set). Raises whatever a run's evaluation raises (nothing is then
     written: the caller evaluates run by run to isolate it, ``alerts.evaluation``)."""
+    from recoverydash.runs.live import pick_live
     from recoverydash.runs.models import Attempt, RankSeen, seen_map
     from recoverydash.runs.monitoring import resume_on_events
 
@@ -626,15 +633,18 @@ def evaluate_runs(runs, now: datetime | None = None) -> list[AlertFlip]:
         if not results:
             return []
         failures: dict[int, list[dict]] = {}
-        newest: dict[int, tuple] = {}  # run pk -> (attempt pk, attempt, ended_at)
+        rows_of: dict[int, list] = {}  # run pk -> [(attempt pk, attempt, ended_at)]
         for run_id, attempt_pk, attempt, ended_at, restore_failures, restored in (
                 Attempt.objects.filter(run_id__in=results).order_by("run_id", "attempt")
                 .values_list("run_id", "pk", "attempt", "ended_at", "restore_failures",
                              "restore_generation_id")):
-            newest[run_id] = (attempt_pk, attempt, ended_at)
+            rows_of.setdefault(run_id, []).append((attempt_pk, attempt, ended_at))
             if restore_failures:  # restore_failures_of, in bulk
                 failures.setdefault(run_id, []).extend(
                     failures_of_attempt(attempt, restore_failures, restored))
+        # the live attempt (runs.live.pick_live: not a cancelled duplicate) is the one watched
+        newest: dict[int, tuple] = {r: cast(tuple, pick_live(rows, results[r]))
+                                    for r, rows in rows_of.items()}
         seen: dict[int, list] = {}
         by_attempt = {a[0]: r for r, a in newest.items()}
         for attempt_pk, reporter, seen_at in (RankSeen.objects.filter(attempt_id__in=by_attempt)

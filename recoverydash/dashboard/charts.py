@@ -189,12 +189,18 @@ def empty_figure(title: str, message: str) -> dict:
 
 # --- figure data from the tables ------------------------------------------------------------------
 
-def run_window(run, attempts: list, now: datetime) -> tuple[datetime | None, datetime | None]:
-    """Start (first event) and end of the run for time axes: now while the newest attempt is
+def run_window(run, attempts: list, now: datetime, stored=None) \
+        -> tuple[datetime | None, datetime | None]:
+    """Start (first event) and end of the run for time axes: now while the live attempt is
     open, else the last event (an earlier attempt that never reported its end was superseded by
-    the newest one: it keeps no ended run's axis running to now)."""
+    the newest one: it keeps no ended run's axis running to now). The live attempt is the
+    core's (``runs.live.pick_live`` of the stored result ``stored``): a cancelled duplicate
+    does not end the axis of a run still training (docs/definitions.md#concurrent-attempts)."""
+    from recoverydash.runs.live import pick_live
+
     start = run.first_event_at or (attempts[0].started_at if attempts else None)
-    open_attempt = not attempts or attempts[-1].ended_at is None
+    live = pick_live([(a.pk, a.attempt, a.ended_at) for a in attempts], stored)
+    open_attempt = live is None or live[2] is None
     end = now if open_attempt else (run.last_event_at or now)
     return start, end
 
@@ -622,7 +628,7 @@ def build_run_figures(run, now: datetime | None = None) -> dict:
     stored = Analysis.objects.filter(run=run).values_list("result", flat=True).first()
     result: AnalysisResult = stored if stored else {}
     attempts = list(Attempt.objects.filter(run=run).order_by("attempt"))
-    window = run_window(run, attempts, now)
+    window = run_window(run, attempts, now, result)
     gen_rows = []
     rows = list(Generation.objects.filter(run=run).order_by("update", "pk").values_list(
         "generation_id", "update", "status", "committed_at", "started_at",

@@ -31,7 +31,8 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.functions import Coalesce
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast, Coalesce
 
 from recoverydash.recovery.attention import HEALTH_RANK
 from recoverydash.recovery.contract import DEFAULT_CONTRACT
@@ -107,17 +108,33 @@ NEEDS_ATTENTION = Q(f_drill=0) & not_paused() & (Q(f_critical__gt=0) | Q(f_warni
 
 
 def annotate_attempt_state(runs: QuerySet, now, silent_s: float) -> QuerySet:
-    """``runs`` with ``f_attempt``: the index in ``ATTEMPT_STATES`` of the newest attempt's
+    """``runs`` with ``f_attempt``: the index in ``ATTEMPT_STATES`` of the live attempt's
     state (``dashboard.queries._attempt_state``): ended when it sent attempt_ended, silent when
     nothing was received for more than ``silent_s`` seconds or the run has no attempt, else
-    running."""
+    running. The live attempt is the core's (``recovery.concurrency.stored_live_attempt`` of the
+    stored result, here in SQL): the newest attempt, unless it ended and the stored analysis,
+    which saw it, names an older attempt (still not ended) live: a cancelled duplicate never
+    makes a running run ``ended`` (docs/definitions.md#concurrent-attempts)."""
     attempts = Attempt.objects.filter(run=OuterRef("pk"))
-    newest_end = attempts.order_by("-attempt").values("ended_at")[:1]
+    newest = attempts.order_by("-attempt")
     return runs.annotate(
-        f_has_attempt=Exists(attempts), f_newest_end=Subquery(newest_end),
+        f_has_attempt=Exists(attempts), f_newest_end=Subquery(newest.values("ended_at")[:1]),
+        f_newest_no=Subquery(newest.values("attempt")[:1]),
+        f_stored_live=Cast(KeyTextTransform("live_attempt", "analysis__result"),
+                           IntegerField()),
+        f_stored_newest=Cast(KeyTextTransform("newest_attempt", "analysis__result"),
+                             IntegerField()),
+    ).annotate(
+        f_live_open=Exists(Attempt.objects.filter(run=OuterRef("pk"),
+                                                  attempt=OuterRef("f_stored_live"),
+                                                  ended_at__isnull=True)),
+    ).annotate(f_older_live=Case(  # recovery.concurrency.stored_live_attempt names an older one
+        When(Q(f_stored_newest=F("f_newest_no")) & Q(f_stored_live__gte=0)
+             & Q(f_stored_live__lt=F("f_newest_no")) & Q(f_live_open=True), then=Value(1)),
+        default=Value(0), output_field=IntegerField()),
     ).annotate(f_attempt=Case(
         When(f_has_attempt=False, then=Value(1)),
-        When(f_newest_end__isnull=False, then=Value(2)),
+        When(Q(f_newest_end__isnull=False) & Q(f_older_live=0), then=Value(2)),
         When(last_received_at__isnull=True, then=Value(1)),
         When(last_received_at__lt=now - timedelta(seconds=silent_s), then=Value(1)),
         default=Value(0), output_field=IntegerField()))

@@ -167,7 +167,7 @@ class FleetRow:
     critical_alerts: int = 0
     warning_alerts: int = 0
     last_event_at: datetime | None = None   # the last event received (server clock)
-    attempt: int | None = None              # the newest attempt number
+    attempt: int | None = None              # the live attempt number (runs.live)
     attempt_state: str = "running"          # running / silent / ended (``_attempt_state``)
     ratio: float = 0.0                      # docs/definitions.md#at-risk-ratio
     drill: bool = False
@@ -236,7 +236,7 @@ class FleetPage:
 
 
 def _attempt_state(ended_at, last_received_at, now) -> str:
-    """``ended`` when the newest attempt sent attempt_ended, ``silent`` when nothing was received
+    """``ended`` when the live attempt sent attempt_ended, ``silent`` when nothing was received
     for ``RECOVERYDASH_RUN_SILENT_S`` (the ``run_silent`` rule's limit), else ``running``."""
     from django.conf import settings
 
@@ -250,14 +250,13 @@ def _attempt_state(ended_at, last_received_at, now) -> str:
 
 def _attempt_states(items: list, now) -> dict:
     """Set item[10] of each fleet item (``[pk, ..., last_received_at at 9, state at 10, ...]``)
-    to its newest attempt's state (``_attempt_state``; ``silent`` for a run with no attempt);
-    returns pk -> newest attempt number. One query for all of them."""
-    from django.db.models import OuterRef, Subquery
+    to its live attempt's state (``_attempt_state``; ``silent`` for a run with no attempt);
+    returns pk -> live attempt number (``runs.live.live_attempts``: the newest attempt, unless it
+    ended while an older one keeps committing, docs/definitions.md#concurrent-attempts: a
+    cancelled duplicate never makes a running run ``ended``). Two queries for all of them."""
+    from recoverydash.runs.live import live_attempts
 
-    newest = Attempt.objects.filter(run=OuterRef("pk")).order_by("-attempt")
-    found = {pk: (n, ended) for pk, n, ended in Run.objects.filter(pk__in=[i[0] for i in items])
-             .values_list("pk", Subquery(newest.values("attempt")[:1]),
-                          Subquery(newest.values("ended_at")[:1]))}
+    found = {pk: (n, ended) for pk, (_, n, ended) in live_attempts([i[0] for i in items]).items()}
     for item in items:
         n, ended = found.get(item[0], (None, None))
         item[10] = _attempt_state(ended, item[9], now) if n is not None else "silent"
@@ -396,7 +395,7 @@ class RunSummary:
     adopted: list = field(default_factory=list)     # adopt locations feeding this run
     attempts: list = field(default_factory=list)
     alerts: list = field(default_factory=list)
-    silence: dict | None = None   # alerts.rules.silence_of the newest attempt at the page's now
+    silence: dict | None = None   # alerts.rules.silence_of the live attempt at the page's now
 
     @property
     def ended_at(self):
@@ -406,7 +405,7 @@ class RunSummary:
 
     @property
     def reporters(self) -> list:
-        """Per reporter of the newest attempt while it runs: ``{"name": "rank 3" | "no rank",
+        """Per reporter of the live attempt while it runs: ``{"name": "rank 3" | "no rank",
         "age": seconds since its last event (the core's reporter_ages), "silent": bool (the
         core's silent_reporters / attempt_silent, the rank_silent and run_silent rules' own
         test)}``, ranks in order. Empty once the attempt ended."""

@@ -65,6 +65,10 @@ class RunAnalysis:
     charts: Charts = field(default_factory=lambda: Charts(committed_cursor=[], fetched=[],
                                                           tslrc={"time": [], "seconds": []}))
     live_attempt: int | None = None
+    #: the newest attempt number the analysis saw (None: no attempt); with ``live_attempt``
+    #: what readers of stored state take the live attempt from
+    #: (:func:`.concurrency.stored_live_attempt`)
+    newest_attempt: int | None = None
     #: restorable generations outside the live lineage (ids, by update), and per id the reason
     #: ``not_in_live_lineage`` the restore plan's 409 gives for it
     restorable_elsewhere: list = field(default_factory=list)
@@ -108,6 +112,8 @@ class RunAnalysis:
             "first_event_at": format_time(self.first_event_at),
             "ended_at": format_time(self.ended_at),
             "update_interval": self.update_interval,
+            "live_attempt": self.live_attempt,
+            "newest_attempt": self.newest_attempt,
             "undecided": [UndecidedEntry(
                 generation_id=g["generation_id"], update=g["update"],
                 committed_at=format_time(g["committed_at"]), live=g["live"],
@@ -228,7 +234,7 @@ def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None,
         f"lineage")) for v in elsewhere}
     analysis = RunAnalysis(run.run_id, now, "", last, None,
                            updates_at_risk(view.ledger, live_lineage, last), verdicts, restarts,
-                           strata, live_attempt=live,
+                           strata, live_attempt=live, newest_attempt=max(attempts),
                            restorable_elsewhere=[v.generation_id for v in elsewhere],
                            elsewhere_reasons=reasons, first_event_at=first_event,
                            ended_at=run_ended_at(attempts[live]))

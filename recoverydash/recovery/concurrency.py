@@ -61,6 +61,27 @@ def live_attempt(attempts: dict, ledger) -> int | None:
     return max(alive) if alive else newest
 
 
+def stored_live_attempt(stored, newest: int | None, newest_ended: bool) -> int | None:
+    """docs/definitions.md#concurrent-attempts: the live attempt (:func:`live_attempt`) as the
+    stored analysis found it, for readers of stored state (silence rules, attempt state, the
+    fleet), never recomputed outside the core. ``stored``: a stored result or clock (a dict with
+    ``live_attempt`` and ``newest_attempt``, the newest attempt that analysis saw), or None;
+    ``newest``: the newest attempt number stored now (None: no attempt); ``newest_ended``:
+    whether it sent ``attempt_ended``.
+
+    The newest attempt while it has not ended (the core's rule: an attempt not ended is live).
+    Once it ended, the stored ``live_attempt`` when that analysis saw this same newest attempt
+    (an older analysis knew nothing of it); else the newest. A requeued duplicate that
+    cancelled itself while the original keeps committing is therefore never the live attempt
+    once the analysis has seen both."""
+    if newest is None or not newest_ended or not isinstance(stored, dict):
+        return newest
+    live, seen = stored.get("live_attempt"), stored.get("newest_attempt")
+    if type(live) is int and type(seen) is int and seen == newest and 0 <= live <= newest:
+        return live
+    return newest
+
+
 def concurrency(attempts: dict, ledger, before: int, number: int) -> str | None:
     """The detail of the finding ``concurrent_attempts`` for the restart of attempt ``number``
     after ``before`` (docs/definitions.md#concurrent-attempts), None when ``before`` committed no

@@ -212,6 +212,10 @@ class AnalysisResult(TypedDict, total=False):
     ended_at: str | None
     update_interval: UpdateInterval | None
     undecided: list[UndecidedEntry]
+    #: docs/definitions.md#concurrent-attempts: the live attempt (the one still committing) and
+    #: the newest attempt the analysis saw; None without attempts
+    live_attempt: NotRequired[int | None]
+    newest_attempt: NotRequired[int | None]
 
 
 class ClockLastRestorable(TypedDict):
@@ -241,3 +245,5 @@ class ClockFields(TypedDict, total=False):
     ended_at: float | str | None
     update_interval: UpdateInterval
     undecided: list[ClockUndecided]
+    live_attempt: int | None
+    newest_attempt: int | None

@@ -763,8 +763,9 @@ def clock_of(result: AnalysisResult | None, first_event_at=None) -> ClockFields:
     attempt's median update interval, which the silence rules read; absent from a result stored
     before the core wrote it), and the result's ``undecided`` generations of the live lineage
     (``recovery.figures.undecided_generations``, their commit times as POSIX seconds; absent when
-    there are none), so the periodic alert evaluation reads these few bytes per run
-    (``alerts.evaluation.evaluate_chunk``)."""
+    there are none), ``live_attempt`` and ``newest_attempt`` as the result has them (the core's
+    ``concurrency.stored_live_attempt`` reads them), so the periodic alert evaluation reads
+    these few bytes per run (``alerts.evaluation.evaluate_chunk``)."""
     from recoverydash.recovery.inputs import parse_time
 
     def seconds(value):
@@ -783,6 +784,9 @@ def clock_of(result: AnalysisResult | None, first_event_at=None) -> ClockFields:
     interval = result.get("update_interval")
     if isinstance(interval, dict):
         clock["update_interval"] = interval
+    for key in ("live_attempt", "newest_attempt"):  # concurrency.stored_live_attempt reads them
+        if type(result.get(key)) is int:
+            clock[key] = result[key]
     live = [g for g in result.get("undecided") or [] if isinstance(g, dict) and g.get("live")]
     if live:  # what checkpoint_stale waits for (docs/definitions.md#settled-evidence)
         clock["undecided"] = [{**g, "committed_at": seconds(g.get("committed_at"))}

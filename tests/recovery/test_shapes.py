@@ -8,6 +8,7 @@ import hashlib
 from test_definitions import PER_UPDATE, W, generation, generation_run, reasons_of, strided
 
 from recoverydash.recovery import AttemptRecord, LedgerRecord, RunInput, analyze, restore_plan
+from recoverydash.recovery.concurrency import stored_live_attempt
 from recoverydash.recovery.inputs import same_manifest
 
 
@@ -228,3 +229,20 @@ def test_positions_before_the_resume_of_an_unknown_root_are_never_omissions():
                                                         "ranges": [[0, 20]]}]))
     (main,) = analyze(run, now=200.0).strata
     assert main.omissions == 120 - 60
+
+
+def test_readers_of_stored_state_take_the_live_attempt_from_the_analysis():
+    stored = analyze(two_alive(zombie=False), now=610.0).to_dict()
+    assert (stored["live_attempt"], stored["newest_attempt"]) == (0, 1)
+    # the duplicate (newest) ended: the stored live attempt, seen by that analysis
+    assert stored_live_attempt(stored, 1, True) == 0
+    # the newest attempt has not ended: it is live, whatever was stored
+    assert stored_live_attempt(stored, 1, False) == 1
+    # an attempt 2 the analysis never saw ended: nothing says an older one is live
+    assert stored_live_attempt(stored, 2, True) == 2
+    # no analysis, or one stored before the figure
+    assert stored_live_attempt(None, 1, True) == 1
+    assert stored_live_attempt({"health": "ok"}, 1, True) == 1
+    assert stored_live_attempt(None, None, False) is None
+    zombie = analyze(two_alive(zombie=True), now=610.0).to_dict()
+    assert (zombie["live_attempt"], zombie["newest_attempt"]) == (1, 1)
