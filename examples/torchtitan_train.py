@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 import recoverydash.sdk as rd
-from recoverydash.integrations.torchtitan import REQUIRED, resume_step, watch_torchtitan
+from recoverydash.integrations.torchtitan import resume_torchtitan, watch_torchtitan
 
 DATASET = "synthetic-text-v1"
 
@@ -153,25 +153,15 @@ def train(args: argparse.Namespace) -> None:
         write_corpus(args.corpus)
     dist.barrier()
     loader, model, opt, sched, manager, state = build(args, rank, world)
-    folder = manager.folder
-    step = resume_step(folder, url=args.url, token=args.token, run_id=args.run_id,  # recoverydash
-                       world_size=world, dataset_version=DATASET)
-    client = rd.init(args.url, args.token, args.run_id, location=folder)
+    client = rd.init(args.url, args.token, args.run_id, location=manager.folder)
     rec = rd.ObservedRecorder(client, dataset_version=DATASET)
     watch_torchtitan(manager, loader, rec)                                          # recoverydash
-    resumed = None
-    if step >= 0:
-        manager.load(step=step)                                                     # recoverydash
-        from recoverydash.integrations._checkpoints import manifest_naming
-
-        m = manifest_naming(folder, os.path.join(folder, f"step-{step}"), step)  # recoverydash
-        resumed = {"generation_id": (m or {}).get("generation_id"), "update": step}  # recoverydash
-    elif args.torchtitan_load:  # torchtitan's own choice: the highest step with a .metadata
+    resumed = resume_torchtitan(manager, rec)  # recoverydash: the newest restorable step, loaded
+    if resumed is None and args.torchtitan_load:  # torchtitan's own choice: its newest .metadata
         if manager.load(step=-1):
             resumed = {"generation_id": None, "update": state.step}
     rec.start(resumed_from=resumed, global_batch_size=args.micro * args.accum * world * args.seq,
-              micro_batch_size=args.micro, grad_accum_steps=args.accum,
-              contract={"required_components": REQUIRED})  # recoverydash: torchtitan saves no RNG
+              micro_batch_size=args.micro, grad_accum_steps=args.accum)
     if rank == 0:
         print(f"attempt {client.attempt}: " + (f"resumed step {state.step}" if resumed
                                                else "fresh start"), flush=True)

@@ -1,11 +1,12 @@
 """torchtitan's ``CheckpointManager`` and ``ParallelAwareDataloader`` watched by recoverydash.
-Its lines (eight in the complete loop ``examples/torchtitan_train.py``, marked ``# recoverydash``:
+Its lines (four in the complete loop ``examples/torchtitan_train.py``, marked ``# recoverydash``:
 docs/integrations/torchtitan.md)::
 
-    watch = watch_torchtitan(checkpointer, dataloader, recorder)   # after both are built
-    step = resume_step(checkpointer.folder, url=URL, token=TOKEN, run_id=RUN)
-    if step >= 0: checkpointer.load(step=step)                      # instead of load(step=-1)
+    watch_torchtitan(checkpointer, dataloader, rec)        # after both are built, before loading
+    resumed = resume_torchtitan(checkpointer, rec)          # instead of checkpointer.load(step=-1)
     ... input_dict = rec.observe(input_dict) before the model; rec.commit(step) after the update ...
+
+with ``rec.start(resumed_from=resumed, ...)`` as in any recorded loop.
 
 **Generations.** Every ``step-N/`` folder the manager writes is published as a generation once
 its ``.metadata`` is there: DCP's coordinator writes it last, after every rank's data files, so
@@ -40,6 +41,11 @@ loader state not restored starts the shard over (a replay). A relaunch on anothe
 re-shards the documents: the new strata start from zero; torchtitan itself refuses to load a
 ``dataloader`` state of another world size (use ``exclude_from_loading=["dataloader"]`` to
 resume anyway), and without token identities across shards such a restart is not compared.
+
+**Loading.** :func:`resume_torchtitan` calls the manager's own ``load(step=N)`` for the step
+:func:`resume_step` names and returns the ``resumed_from`` of that generation; when nothing is
+restorable it loads nothing and returns None (a fresh start). torchtitan's ``load`` itself is
+not changed: ``load(step=-1)`` still takes its newest folder.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ from recoverydash.integrations._checkpoints import (
     free_generation_id,
     generation_name,
     local_folder,
+    manifest_naming,
     remove_manifest,
     resume_path,
 )
@@ -383,10 +390,17 @@ def watch_torchtitan(checkpointer: Any, dataloader: Any, recorder: Any, *,
                      required_components: list[str] | None = None) -> TorchtitanWatch:
     """Watch a torchtitan ``CheckpointManager`` and its ``ParallelAwareDataloader`` (module doc):
     the loader's sequences carry token positions (:func:`observe_dataloader`), every save is
-    published as a generation, sync or async. recorder: the rank's ``ObservedRecorder`` (its
-    client sends). required_components: default :data:`REQUIRED`. Call it on every rank, after
-    both are built and before the first iteration."""
+    published as a generation, sync or async, and ``required_components`` (default
+    :data:`REQUIRED`: torchtitan saves no RNG state) becomes the contract the recorder's
+    ``attempt_started`` declares unless ``rec.start`` names one (``start_defaults``).
+    recorder: the rank's ``ObservedRecorder`` (its client sends). Call it on every rank, after
+    both are built and before the manager loads (the dataloader state a load restores is read
+    by the wrapper) and the first iteration."""
     observe_dataloader(dataloader, dataset_version=recorder.dataset_version)
+    defaults = getattr(recorder, "start_defaults", None)
+    if isinstance(defaults, dict):
+        defaults.setdefault("contract",
+                            {"required_components": list(required_components or REQUIRED)})
     return TorchtitanWatch(checkpointer, dataloader, recorder,
                            required_components=required_components)
 
@@ -406,6 +420,34 @@ def resume_step(folder: str | os.PathLike, *, url: str | None = None, token: str
     return int(m.group(1)) if m else -1
 
 
+def resume_torchtitan(checkpointer: Any, recorder: Any) -> dict | None:
+    """Load the newest restorable step into a torchtitan ``CheckpointManager`` and name it.
+
+    The step is :func:`resume_step`'s for ``checkpointer.folder``, asked of the server the
+    recorder's client sends to (its url, token and run id; the recorder's world size and dataset
+    version), else of storage. When there is one, the manager's own ``load(step=N)`` runs
+    (restoring the model, optimizer, scheduler, ``train_state`` and the dataloader, as
+    torchtitan does) and the result is ``{"generation_id": <the generation of step-N/>,
+    "update": N}``, the ``resumed_from`` of ``rec.start``. None when nothing is restorable (or
+    the manager is disabled, or its ``load`` returns False): nothing is loaded, a fresh start.
+    Call it on every rank after :func:`watch_torchtitan` (every rank gets the same step). The
+    manager's own errors while loading (a folder that does not load) propagate, as with
+    ``load``; choosing never raises."""
+    if not getattr(checkpointer, "enable", True):
+        return None
+    client = recorder.client
+    folder = checkpointer.folder
+    step = resume_step(folder, url=getattr(client, "url", None) or None,
+                       token=getattr(client, "token", None) or None,
+                       run_id=getattr(client, "run_id", None),
+                       world_size=getattr(recorder, "world_size", None),
+                       dataset_version=getattr(recorder, "dataset_version", None))
+    if step < 0 or not checkpointer.load(step=step):
+        return None
+    m = manifest_naming(folder, os.path.join(folder, f"step-{step}"), step)
+    return {"generation_id": (m or {}).get("generation_id"), "update": step}
+
+
 def step_folder(manifest: dict, location: str) -> str | None:
     """The ``step-N`` folder under ``location`` holding every object of ``manifest``."""
     paths = []
@@ -421,4 +463,5 @@ def step_folder(manifest: dict, location: str) -> str | None:
 
 
 __all__ = ["ObservedPackedText", "PackedCollate", "TorchtitanWatch", "data_cursor",
-           "observe_dataloader", "resume_step", "step_folder", "watch_torchtitan"]
+           "observe_dataloader", "resume_step", "resume_torchtitan", "step_folder",
+           "watch_torchtitan"]

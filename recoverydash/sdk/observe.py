@@ -835,6 +835,9 @@ class ObservedRecorder(Reporter):
     start_timeout: seconds ``attempt_started`` waits for the first observed batch.
     id_stratum: the stratum of samples that arrive with a bare dataset index (an
     ObservedDataset behind a sampler that is not a PositionSampler): their indices are ids.
+
+    ``start_defaults``: ``attempt_started`` fields an integration declares for the trainer (e.g.
+    the ``contract`` of what its framework's checkpoints hold); a field given to ``start`` wins.
     """
 
     mode = LEDGER_MODE
@@ -860,6 +863,7 @@ class ObservedRecorder(Reporter):
         self._loaders: dict[str, Any] = {}
         self._frontier: dict[str, tuple[int, int]] = {}   # stratum -> (epoch, position)
         self._observed: dict[tuple, int] = {}              # (stratum, epoch, order) -> max + 1
+        self.start_defaults: dict[str, Any] = {}
         self._start_fields: dict | None = None
         self._start_timer: threading.Timer | None = None
         self._start_lock = threading.Lock()
@@ -1149,17 +1153,18 @@ class ObservedRecorder(Reporter):
     def start(self, *, resumed_from: dict | None = None, **fields) -> bool:
         """Prepare ``attempt_started`` (world size, dataset version, sampler, ``fields``:
         ``global_batch_size``, ``micro_batch_size``, ``grad_accum_steps``, ``config_digest``,
-        ``contract``...). It is sent with the first observed batch, whose positions become
-        ``resumed_from.cursor`` (what the loader delivered, per stratum), or after
-        ``start_timeout`` seconds / at ``heartbeat`` / ``end`` with the cursor left empty (the
-        server then takes the first positions of the ledger). ``resumed_from``: the restored
-        generation (``resumed_from(plan)``) or None for a fresh start; its ``update`` becomes
-        this recorder's update. Never raises."""
+        ``contract``...; over ``start_defaults``). It is sent with the first observed batch,
+        whose positions become ``resumed_from.cursor`` (what the loader delivered, per
+        stratum), or after ``start_timeout`` seconds / at ``heartbeat`` / ``end`` with the
+        cursor left empty (the server then takes the first positions of the ledger).
+        ``resumed_from``: the restored generation (``resumed_from(plan)``) or None for a fresh
+        start; its ``update`` becomes this recorder's update. Never raises."""
         try:
             if resumed_from:
                 self.update = max(self.update, int(resumed_from.get("update") or 0))
             with self._start_lock:
-                self._start_fields = {"resumed_from": resumed_from, **fields}
+                self._start_fields = {**self.start_defaults, "resumed_from": resumed_from,
+                                      **fields}
             if self.start_timeout and self.start_timeout > 0:
                 t = threading.Timer(self.start_timeout, self._send_start, args=(None,))
                 t.daemon = True

@@ -321,13 +321,14 @@ example.write_corpus(args.corpus)
 dataloader, model, opt, sched, checkpointer, train_state = example.build(args, 0, 1)
 rec = rd.ObservedRecorder(rd.init(URL, TOKEN, RUN, location=checkpointer.folder),
                           dataset_version="text-v1")
-resumed = None
 """, """
+from recoverydash.integrations.torchtitan import REQUIRED
+
 input_dict, labels = next(iter(dataloader))  # attempt_started goes with the first batch
 input_dict = rec.observe(input_dict)
 rec.commit(1)
 rec.client.flush(10)
-print(json.dumps({"step": step, "required": list(REQUIRED)}))
+print(json.dumps({"resumed": resumed, "required": list(REQUIRED)}))
 checkpointer.close()
 dist.destroy_process_group()
 """),
@@ -468,7 +469,7 @@ def check_python(label: str, facts: list, run_id: str, cwd: Path, token: str) ->
         assert sum(s["duplicates"] + s["omissions"] for s in strata) == 0
     elif label == "torchtitan-watch":
         (f,) = facts
-        assert f["step"] == -1 and "rng" not in f["required"]  # nothing saved yet: fresh
+        assert f["resumed"] is None and "rng" not in f["required"]  # nothing saved: fresh
         (started,) = stored(run_id, "attempt_started")
         assert started["contract"]["required_components"] == f["required"]
         (main,) = recovery(run_id, token)["strata"]
