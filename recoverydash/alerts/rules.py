@@ -54,6 +54,7 @@ from recoverydash.alerts.models import Alert, AlertFlip
 
 # The contract defaults and every figure a rule compares are defined once, in the core.
 from recoverydash.recovery.contract import DEFAULT_CONTRACT, effective_contract
+from recoverydash.recovery.counting import unit_word
 from recoverydash.recovery.figures import (
     RANK_SILENT_INTERVALS,
     RUN_SILENT_INTERVALS,
@@ -369,7 +370,7 @@ def restart_conditions(r: RestartEntry, contract: dict) -> list[Condition]:
     attempt = str(r["attempt"])
     codes = {f["code"] for f in r.get("findings", [])}
     if r.get("verdict") != "unverified":
-        unit = "tokens" if r.get("units") == "tokens" else "positions"
+        unit = unit_word(r.get("units"))  # docs/definitions.md#units
         if r["replayed"] > int(contract["max_replay_samples"]):
             found.append(Condition(
                 "restart_replay", attempt, "critical",

@@ -35,7 +35,8 @@ from django.utils import timezone
 from django.utils.safestring import mark_safe
 
 from recoverydash.alerts.rules import contract_of
-from recoverydash.dashboard.queries import as_datetime, freshness
+from recoverydash.dashboard.queries import as_datetime, freshness, restarts_units
+from recoverydash.recovery.counting import unit_word
 from recoverydash.recovery.figures import seconds_since_last_restorable
 from recoverydash.recovery.result import (
     AnalysisResult,
@@ -461,9 +462,12 @@ def restart_positions_figure(restarts: list[RestartEntry]) -> dict:
     """Per restart (docs/definitions.md#replayed, #omitted, #recomputed):
     positions ``replayed`` (consumed again within the
     lineage), ``omitted`` (skipped, never consumed) and ``recomputed`` (redone after a rollback:
-    the price of the restart, never a defect), as grouped bars labelled with their values."""
+    the price of the restart, never a defect), as grouped bars labelled with their values; the
+    title and axis say the restarts' unit (``tokens`` for token strata,
+    docs/definitions.md#units)."""
     if not restarts:
         return empty_figure("Positions per restart", "No restart yet: the run has one attempt.")
+    words = unit_word(restarts_units(restarts))
     x = [f"attempt {r['attempt']}" for r in restarts]
     series = [("replayed", "#cf222e", ""), ("omitted", "#9a6700", "/"),
               ("recomputed", "#6e7781", ".")]
@@ -472,8 +476,8 @@ def restart_positions_figure(restarts: list[RestartEntry]) -> dict:
              "text": [f"{r.get(name) or 0:,}" for r in restarts], "textposition": "outside",
              "cliponaxis": False}
             for name, colour, pattern in series]
-    layout = base_layout("Positions per restart", barmode="group")
-    layout["yaxis"]["title"] = {"text": "positions"}
+    layout = base_layout(f"{words[0].upper()}{words[1:]} per restart", barmode="group")
+    layout["yaxis"]["title"] = {"text": words}
     layout["yaxis"]["rangemode"] = "tozero"
     return {"data": data, "layout": layout}
 

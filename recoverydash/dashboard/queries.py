@@ -24,6 +24,7 @@ from django.utils import timezone
 from recoverydash.alerts.models import Alert, Delivery, WebhookEndpoint
 from recoverydash.alerts.rules import contract_of, silence_of
 from recoverydash.checkpoints.objects import verification_progress
+from recoverydash.recovery.counting import SAMPLES, TOKENS, unit_word, units_of
 from recoverydash.recovery.figures import (
     checkpoint_stale,
     logger_rewind_update,
@@ -429,6 +430,12 @@ class RunSummary:
         return self.restarts[-1] if self.restarts else None
 
     @property
+    def restart_units(self) -> str:
+        """The unit of the restarts' counts together (docs/definitions.md#units, the core's
+        ``units_of``): the run page's restart chart says it."""
+        return restarts_units(self.restarts)
+
+    @property
     def failed_restore(self):
         """The newest attempt whose restore failed with nothing restored after it
         (docs/ingest-v1.md#restore_failed) when it is newer than the last restart analysed (an
@@ -643,18 +650,29 @@ class RestartDetail:
     failed_attempt: int | None = None               # k-1, whose windows past U are expected
 
 
-def cursor_comparison(expected: list, resume: list) -> list[dict]:
+def restarts_units(restarts: list) -> str:
+    """The unit of the counts of several restarts (docs/definitions.md#units): ``units_of``
+    their ``units`` (samples for a restart stored before units existed)."""
+    return units_of([r.get("units") or SAMPLES for r in restarts or []])
+
+
+def cursor_comparison(expected: list, resume: list, units: dict | None = None,
+                      default_units: str = SAMPLES) -> list[dict]:
     """Expected against actual resume cursor per stratum, as the core compares them
     (``recovery.restarts.cursor_gaps``: docs/definitions.md#expected-cursor is the lineage's
     frontier at U, #resume-cursor where the attempt starts, ``gap`` resume minus expected
-    position within one epoch), with a sentence saying what the gap means."""
+    position within one epoch), with a sentence saying what the gap means in the stratum's unit
+    (``units``: ``{stratum: "samples" | "tokens"}``, else ``default_units``;
+    docs/definitions.md#units): each row's ``units`` too."""
     rows = cursor_gaps(expected, resume)
     for row in rows:
         e, r, gap = row["expected"], row["resume"], row["gap"]
+        row["units"] = (units or {}).get(row["stratum"]) or default_units
+        words = unit_word(row["units"])
         if gap is not None:
             row["meaning"] = ("same position" if gap == 0 else
-                              f"{gap:,} positions ahead: skipped" if gap > 0 else
-                              f"{-gap:,} positions behind: read again")
+                              f"{gap:,} {words} ahead: skipped" if gap > 0 else
+                              f"{-gap:,} {words} behind: read again")
         elif e and r:
             row["meaning"] = f"epoch {e.get('epoch')} expected, epoch {r.get('epoch')} resumed"
         else:
@@ -686,13 +704,17 @@ def restart_detail(run, attempt: int, summary_restarts: list | None = None) -> R
     predecessor just before the restored update U (its last two updates at or below U) and of the
     resumed attempt just after (its first two updates above U). Http404 when the run has no
     restart for that attempt."""
-    restarts = summary_restarts
+    restarts, strata = summary_restarts, []
     if restarts is None:
         a = load_small_analysis(run)
         restarts = (a or {}).get("r_restarts") or []
+        strata = (a or {}).get("r_strata") or []
     item = next((r for r in restarts if int(r.get("attempt", -1)) == attempt), None)
     if item is None:
         raise Http404("no such restart")
+    units = {s.get("stratum"): s.get("units") for s in strata if isinstance(s, dict)}
+    # a restart's own unit names its strata's when it is one unit (not "mixed")
+    default_units = item.get("units") if item.get("units") in (SAMPLES, TOKENS) else SAMPLES
     u = int(item.get("resumed_update") or 0)
     predecessor = None
     if item.get("resumed_from"):
@@ -709,7 +731,8 @@ def restart_detail(run, attempt: int, summary_restarts: list | None = None) -> R
                             after["updates"])
     return RestartDetail(restart=item,
                          cursors=cursor_comparison(item.get("expected_cursor"),
-                                                   item.get("resume_cursor")),
+                                                   item.get("resume_cursor"), units,
+                                                   default_units),
                          before=before, after=after, predecessor=predecessor,
                          windows=windows, failed_attempt=failed)
 

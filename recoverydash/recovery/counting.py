@@ -107,6 +107,17 @@ def units_of(units: list[str]) -> str:
     return found.pop() if found else SAMPLES
 
 
+def unit_word(units: str | None) -> str:
+    """docs/definitions.md#units: what a count in ``units`` is called in words (findings, pages,
+    alerts): ``"tokens"`` for ``TOKENS``, ``"positions (samples and tokens)"`` for ``MIXED``,
+    ``"positions"`` for samples and for a result stored before units existed (None)."""
+    if units == TOKENS:
+        return "tokens"
+    if units == MIXED:
+        return "positions (samples and tokens)"
+    return "positions"
+
+
 def duplicates(count: KeyCount) -> int:
     """docs/definitions.md#duplicates: sum max(count(p) - 1, 0) = consumed - distinct."""
     return count.consumed - count.distinct

@@ -33,6 +33,7 @@ from .counting import (
     below,
     epoch_tail,
     stratum_kind,
+    unit_word,
     units_of,
 )
 from .generations import Reason
@@ -477,10 +478,10 @@ class _Restart:
         return rolled
 
 
-def _first_update(r: _Restart, omission_count: int) -> tuple:
+def _first_update(r: _Restart, omission_count: int, words: str) -> tuple:
     """``(committed, first commit time, findings, omission_count)``: whether k's first update
     is decided (docs/definitions.md#incomplete-first-update), and the omitted count less the
-    room a missing rank's part may hold."""
+    room a missing rank's part may hold (``words``: the restart's unit, :func:`unit_word`)."""
     view, k, record = r.view, r.number, r.record
     ledger = view.ledger
     findings: list = []
@@ -499,7 +500,7 @@ def _first_update(r: _Restart, omission_count: int) -> tuple:
         f"rank {_short_ranks(missing)} of {record.world_size} never reported "
         f"update {first_update}, k's first; decided from the reports that are in "
         f"(later updates complete, or the first reports {view.settle_seconds:g} s "
-        f"old): up to {room} positions their part may hold are not counted as "
+        f"old): up to {room} {words} their part may hold are not counted as "
         f"omitted")))
     return True, first_commit, findings, max(0, omission_count - room)
 
@@ -556,7 +557,7 @@ def _order_findings(r: _Restart, compared: OrderComparison, committed: bool) -> 
         findings.append(Finding("samples_unknown", "order changed and sample ids were not "
                                 f"recorded: replay and omission unknown ({where})"))
     if compared.undetermined:
-        where = ", ".join(f"{n} positions of {s} epoch {e}"
+        where = ", ".join(f"{n} {unit_word(r.view.units(s))} of {s} epoch {e}"
                           for (s, e), n in sorted(compared.undetermined.items()))
         findings.append(Finding("samples_undetermined", "order changed: the samples at "
                                 f"{where} skipped under the new order may have been trained "
@@ -599,12 +600,14 @@ def analyse_restart(view, number: int, before: int, status_of) -> Restart:
     omission_count = omitted(r.own, r.counts_before, r.starts, view, r.lineage,
                              view.floors(r.lineage), view.untracked_ids(r.lineage),
                              compared.mixed) + compared.omitted
-    committed, first_commit, findings, omission_count = _first_update(r, omission_count)
+    units = units_of([view.units(s) for s in sorted({key[0] for key in r.own})])
+    words = unit_word(units)
+    committed, first_commit, findings, omission_count = _first_update(r, omission_count, words)
     if replay_count:
-        findings.append(Finding("replay", f"{replay_count} positions committed at or below "
+        findings.append(Finding("replay", f"{replay_count} {words} committed at or below "
                                           f"update {update} consumed again"))
     if omission_count:
-        findings.append(Finding("omission", f"{omission_count} positions skipped at the resume"))
+        findings.append(Finding("omission", f"{omission_count} {words} skipped at the resume"))
     findings += _declared_findings(r, status_of)
     findings += _order_findings(r, compared, committed)
     lost_count, lost, recovery, skews = _times(r, first_commit)
@@ -620,5 +623,4 @@ def analyse_restart(view, number: int, before: int, status_of) -> Restart:
         verdict=verdict(replay_count, omission_count, committed,
                         r.resume.kind != "untracked" and not compared.unknown,
                         bool(compared.undetermined)),
-        findings=findings,
-        units=units_of([view.units(s) for s in sorted({key[0] for key in r.own})]))
+        findings=findings, units=units)

@@ -86,6 +86,24 @@ def test_it_fires_replay_and_omission_above_the_contract_bounds():
     assert rules_of(res) == [("restart_omission", "1", "critical")]
 
 
+@pytest.mark.parametrize("units, word", [
+    ("tokens", "tokens"), ("samples", "positions"), (None, "positions"),
+    ("mixed", "positions (samples and tokens)")])
+def test_the_replay_and_omission_alerts_say_the_restarts_unit(units, word):
+    """docs/definitions.md#units: a restart over a token stratum counts tokens, and its alerts
+    say so."""
+    extra = {"units": units} if units else {}
+    res = result(restarts=[restart(replayed=512, omitted=212, verdict="replay", **extra)])
+    strict = dict(DEFAULT_CONTRACT, max_replay_samples=0, max_omission_samples=0)
+    found = conditions(res, strict, now=T0 + timedelta(minutes=5),
+                       first_event_at=T0, last_received_at=T0 + timedelta(minutes=5),
+                       ended=False)
+    assert {c.rule: c.summary for c in found} == {
+        "restart_replay": f"Attempt 1 replayed 512 committed {word} (contract allows 0).",
+        "restart_omission": f"Attempt 1 skipped 212 {word} that were never trained on "
+                            "(contract allows 0)."}
+
+
 def test_it_ignores_unverified_restarts_for_replay_and_omission():
     res = result(restarts=[restart(replayed=64, verdict="unverified")])
     assert rules_of(res) == []

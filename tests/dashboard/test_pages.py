@@ -263,3 +263,13 @@ def test_the_run_and_restart_pages_say_tokens_for_a_token_stratum(owner_client, 
         .content.decode())
     assert "omitted tokens" in page and "replayed tokens" in page
     assert "omitted positions" not in page
+    # the cursors of a token stratum, their difference and the words around them
+    assert "epoch 0 · token 80,000" in page and "epoch 0 · token 80,048" in page
+    assert "48 tokens ahead: skipped" in page and "48 positions ahead" not in page
+    assert "else the first tokens it consumed." in page
+    assert "counts the whole resume from the ledger's tokens:" in page
+    assert "replayed and omitted tokens (defects) and recomputed tokens (the price" in html
+    figure = json.loads(owner_client.get(reverse("run_charts", args=args)).content)
+    restarts = figure["figures"]["restart_positions"]["layout"]
+    assert (restarts["title"]["text"], restarts["yaxis"]["title"]["text"]) == (
+        "Tokens per restart", "tokens")

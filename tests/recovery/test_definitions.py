@@ -184,6 +184,30 @@ def test_a_token_stratum_counts_tokens_and_says_so(resume_at, replayed, omitted)
     assert text.to_dict()["units"] == "tokens"
 
 
+@pytest.mark.parametrize("resume_at, finding", [
+    (512, ("replay", "512 tokens committed at or below update 2 consumed again")),
+    (1236, ("omission", "212 tokens skipped at the resume")),
+])
+def test_a_token_restarts_findings_count_tokens_in_words(resume_at, finding):
+    """docs/definitions.md#units: the findings of a restart over a token stratum say "tokens"."""
+    restart = analyze(token_run(resume_at), now=200.0).restarts[0]
+    assert [(f.code, f.detail) for f in restart.findings] == [finding]
+
+
+def test_a_mixed_restarts_findings_name_both_units():
+    restart = analyze(token_run(512, with_samples_stratum=True), now=200.0).restarts[0]
+    assert [(f.code, f.detail) for f in restart.findings] == [
+        ("replay", "512 positions (samples and tokens) committed at or below update 2 consumed "
+                   "again")]
+
+
+def test_the_words_of_each_unit():
+    from recoverydash.recovery.counting import unit_word
+
+    assert [unit_word(u) for u in ("tokens", "samples", "mixed", None)] == [
+        "tokens", "positions", "positions (samples and tokens)", "positions"]
+
+
 def test_a_restart_over_strata_of_both_units_says_mixed():
     analysis = analyze(token_run(512, with_samples_stratum=True), now=200.0)
     assert (analysis.restarts[0].replayed, analysis.restarts[0].units) == (512, "mixed")

@@ -12,6 +12,8 @@ from django.utils.safestring import mark_safe
 
 from recoverydash.alerts.rules import duration as _duration
 from recoverydash.dashboard.queries import HEALTH_WORDS
+from recoverydash.recovery.counting import TOKENS
+from recoverydash.recovery.counting import unit_word as _unit_word
 
 register = template.Library()
 
@@ -76,14 +78,11 @@ def num(value):
 
 @register.filter
 def unit_word(units) -> str:
-    """What a count of ``units`` (docs/definitions.md#units) is called on a page: ``tokens`` for a
-    token stratum, ``positions`` for samples (and for an analysis stored before units existed),
-    ``positions (samples and tokens)`` for a sum over strata of both."""
-    if units == "tokens":
-        return "tokens"
-    if units == "mixed":
-        return "positions (samples and tokens)"
-    return "positions"
+    """What a count of ``units`` (docs/definitions.md#units) is called on a page: the core's
+    ``recovery.counting.unit_word`` (``tokens`` for a token stratum, ``positions`` for samples and
+    for an analysis stored before units existed, ``positions (samples and tokens)`` for a sum
+    over strata of both)."""
+    return _unit_word(units)
 
 
 @register.filter
@@ -113,11 +112,13 @@ def raw(value):
 
 
 @register.filter
-def cursor_text(cursor):
-    """A wire cursor as ``epoch 0 · position 80,048``."""
+def cursor_text(cursor, units=None):
+    """A wire cursor as ``epoch 0 · position 80,048``, or ``epoch 0 · token 80,048`` in a token
+    stratum (``units``: the stratum's, docs/definitions.md#units)."""
     if not cursor:
         return "—"
-    return f"epoch {cursor.get('epoch', 0)} · position {int(cursor.get('position', 0)):,}"
+    word = "token" if units == TOKENS else "position"
+    return f"epoch {cursor.get('epoch', 0)} · {word} {int(cursor.get('position', 0)):,}"
 
 
 @register.filter
