@@ -7,7 +7,8 @@ An epoch consumed under one order is counted along that order, position by posit
 (:func:`.counting.omissions`). An epoch consumed under several orders (a restart that changed the
 seed, the world size, the sampler or the dataset length) cannot be compared by position; it is
 compared by **sample identity**: the dataset indices each order's positions held (a span's
-``indices``, docs/ingest-v1.md section 3; for strata of sample ids, the ids themselves). When some
+``indices``, docs/ingest-v1.md section 3; for strata of sample ids, the ids themselves; for a
+``DistributedSampler`` order, re-created from its settings: :mod:`.samplers`). When some
 order's identities are unknown, only what is proven without them is counted, and the epoch says
 so (``known`` False): a restart over it is ``unverified``.
 """
@@ -59,12 +60,24 @@ def epoch_keys(counts: dict) -> dict:
 def key_identities(view, lineage, key: tuple, count) -> BitMap64 | None:
     """The sample identities ``lineage`` consumed at position key ``key`` (``count`` its
     :class:`~.counting.KeyCount`): the positions themselves for a stratum of sample ids, else the
-    dataset indices the lineage's reports named (:meth:`.ledger.Ledger.identities`). None when
-    unknown: some report named none, or positions behind a pre-tracking cursor."""
+    dataset indices the lineage's reports named (:meth:`.ledger.Ledger.identities`), else, when
+    the key's order is one the server re-creates (a ``DistributedSampler`` order,
+    :meth:`.view.RunView.recreated_order`), the dataset indices its positions and pre-tracking
+    cursor hold in that order (docs/definitions.md#re-created-orders). None when unknown: some
+    report named none, or positions behind a pre-tracking cursor, and the order is not
+    re-created."""
     if key[0] in view.id_strata:
         return count.positions
-    if count.prefix:
-        return None
+    found = None if count.prefix else _reported_identities(view, lineage, key)
+    if found is None:
+        order = view.recreated_order(key)
+        if order is not None:
+            return order.identities(count.positions, count.prefix)
+    return found
+
+
+def _reported_identities(view, lineage, key: tuple) -> BitMap64 | None:
+    """The dataset indices ``lineage``'s reports of ``key`` named, None when one named none."""
     ledger = view.ledger
     out = BitMap64()
     for seg in lineage.segments:

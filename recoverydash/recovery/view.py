@@ -22,6 +22,7 @@ from .lineage import (
     resolve_resumes,
     untracked_id_keys,
 )
+from .samplers import RecreatedOrder, recreated_order
 
 #: Seconds after its first report at which an update counts as settled even though some
 #: rank's part of it never arrived (docs/definitions.md#updates-counted-once-complete); the
@@ -41,8 +42,8 @@ class RunView:
     :func:`.concurrency.live_attempt`), ``id_strata`` (strata reported as sample ids).
 
     Methods: :meth:`lineage`, :meth:`counts`, :meth:`frontier`, :meth:`floors`,
-    :meth:`untracked_ids`, :meth:`epoch_length`, :meth:`global_batch`, :meth:`reaches`,
-    :meth:`fetched`."""
+    :meth:`untracked_ids`, :meth:`epoch_length`, :meth:`recreated_order`, :meth:`global_batch`,
+    :meth:`reaches`, :meth:`fetched`."""
 
     def __init__(self, run: RunInput, ledger: Ledger, now: float | None = None,
                  settle_seconds: float = DEFAULT_SETTLE_SECONDS) -> None:
@@ -79,6 +80,7 @@ class RunView:
         self._counts: dict = {}
         self._lengths: dict = {}
         self._units: dict = {}
+        self._recreated: dict = {}
 
     @property
     def id_strata(self) -> set:
@@ -200,6 +202,16 @@ class RunView:
                     break
             self._lengths[stratum] = length
         return self._lengths[stratum]
+
+    def recreated_order(self, key: tuple) -> RecreatedOrder | None:
+        """The order of position key ``key`` ``(stratum, epoch, order)`` as the server re-creates
+        it (docs/definitions.md#re-created-orders, :func:`.samplers.recreated_order`): a
+        ``DistributedSampler`` order that the settings an attempt declared name, newest attempt
+        first; None when none does (its samples are known only from the reports). Cached."""
+        if key not in self._recreated:
+            self._recreated[key] = recreated_order(key[2], key[0], key[1],
+                                                   reversed(self.attempts.values()))
+        return self._recreated[key]
 
     def units(self, stratum: str) -> str:
         """The unit of ``stratum``'s positions (docs/definitions.md#units): ``"tokens"`` or
