@@ -1,13 +1,42 @@
 """A brute-force model of docs/definitions.md, written plainly on Python sets and Counters.
 
 It shares no code with recoverydash.recovery: it reads wire-shaped records (the dataclasses are
-only containers) and recomputes every position figure by enumerating positions one by one. Use it
-on small runs only.
+only containers) and recomputes every position figure by enumerating positions one by one (a
+DistributedSampler order's permutation too, from MT19937 written out: ``torch_randperm``). Use
+it on small runs only.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import Counter
+
+DISTRIBUTED_SAMPLER = "torch.utils.data.DistributedSampler"
+
+
+def mt19937(seed):
+    """MT19937 seeded by init_genrand(seed mod 2**32): an endless iterator of 32-bit words."""
+    mt = [seed % 2 ** 32]
+    for i in range(1, 624):
+        mt.append((1812433253 * (mt[-1] ^ (mt[-1] >> 30)) + i) % 2 ** 32)
+    while True:
+        for i in range(624):
+            y = (mt[i] & 0x80000000) + (mt[(i + 1) % 624] & 0x7FFFFFFF)
+            mt[i] = mt[(i + 397) % 624] ^ (y >> 1) ^ (0x9908B0DF * (y % 2))
+        for y in mt:
+            y ^= y >> 11
+            y ^= (y << 7) & 0x9D2C5680
+            y ^= (y << 15) & 0xEFC60000
+            yield y ^ (y >> 18)
+
+
+def torch_randperm(n, seed):
+    """torch.randperm(n) of a CPU generator seeded with ``seed`` (n below 2**32 // 20)."""
+    out, words = list(range(n)), mt19937(seed)
+    for i in range(n - 1):
+        z = i + next(words) % (n - i)
+        out[i], out[z] = out[z], out[i]
+    return out
 
 
 def position_of(identity):
@@ -256,17 +285,47 @@ class Model:
         s, e, o = key
         if s in self.id_strata:
             return set(counter)
+        out = set()
         if any(c["stratum"] == s and c.get("epoch", 0) == e and c.get("order") == o
                and c.get("position", 0) > 0 for c in pre):
-            return None
-        out = set()
+            out = None
         for (a, u, r), keyed in self.reports.items():
-            if keyed.get(key) and any(self.holds(seg, a, u) for seg in segments):
+            if out is not None and keyed.get(key) and any(self.holds(seg, a, u)
+                                                          for seg in segments):
                 named = self.indices[(a, u, r)].get(key)
-                if named is None:
-                    return None
-                out |= named
+                out = None if named is None else out | named
+        if out is None:
+            return self.recreated_ids(key, counter)
         return out
+
+    def recreated_ids(self, key, counter):
+        """Refinement (re-created orders): under a DistributedSampler order that an attempt's
+        declared settings name (sha256 of their canonical JSON), the indices
+        ``torch.randperm(n, seed + epoch)`` puts at the consumed positions; None for any other
+        order, or a position at or past n."""
+        s, e, o = key
+        for a in sorted(self.attempts, reverse=True):
+            record = self.attempts[a]
+            sampler = (record.sampler if record else None) or {}
+            lengths = sampler.get("epoch_length")
+            n = lengths.get(s) if isinstance(lengths, dict) else None
+            seed, shuffle = sampler.get("seed"), sampler.get("shuffle")
+            if sampler.get("algorithm") != DISTRIBUTED_SAMPLER or type(seed) is not int \
+                    or type(shuffle) is not bool or type(n) is not int:
+                continue
+            for version in (record.dataset_version, None):
+                doc = {"algorithm": DISTRIBUTED_SAMPLER, "dataset_length": n,
+                       "dataset_version": version, "epoch": e, "seed": seed,
+                       "shuffle": shuffle}
+                text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+                if hashlib.sha256(text.encode()).hexdigest()[:32] != o:
+                    continue
+                held = [p for p, c in counter.items() if c > 0]
+                if any(p >= n for p in held):
+                    return None
+                perm = torch_randperm(n, seed + e) if shuffle else list(range(n))
+                return {perm[p] for p in held}
+        return None
 
     def newest_key(self, segments, keys):
         for seg in segments:  # newest first

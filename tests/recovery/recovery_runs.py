@@ -5,6 +5,9 @@ saves generations whose manifest declares the stream's cursor (sometimes off by 
 attempt resumes a random older generation with an offset before, at or after the right cursor, an
 epoch jump or an order change; or starts fresh, or from an unknown generation. Padding, re-sent
 reports, tensor-parallel peers, coordinator reports and cross-rank duplicates are sprinkled in.
+The attempts name the samples of their positions (a span's ``indices``), some or none do, or
+none does and the orders are DistributedSampler orders the server re-creates (named by their
+``order_digest``, the attempts declaring the seeds: docs/definitions.md#re-created-orders).
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from recoverydash.recovery import (
     LedgerRecord,
     RunInput,
 )
+from recoverydash.recovery.samplers import SAMPLER_ALGORITHM, order_digest
 
 COMPONENTS = ["model", "optimizer", "scheduler", "rng", "data_progress"]
 
@@ -51,6 +55,29 @@ def with_indices(span: dict, length: int | None) -> dict:
                                       for item in span["ranges"] for p in range(*item)}))
 
 
+def seed_of(label: str) -> int:
+    """The seed of a simulated order label: ``o<e>`` (the run's first order of each epoch) is
+    seed 0, ``x<k>`` (attempt k changed the order) seed k + 1."""
+    return 0 if label.startswith("o") else int(label[1:]) + 1
+
+
+def recreated_name(label: str | None, stratum: str, epoch: int,
+                   lengths: dict) -> str | None:
+    """The name a DistributedSampler order of ``label`` gets (docs/definitions.md#re-created-
+    orders): its ``order_digest``; the label itself when the stratum's length is not declared
+    (then it cannot be re-created)."""
+    if label is None or stratum not in lengths:
+        return label
+    return order_digest(seed=seed_of(label), epoch=epoch, dataset_length=lengths[stratum],
+                        shuffle=True, dataset_version="ds")
+
+
+def declared_sampler(lengths: dict, seed: int) -> dict:
+    """``attempt_started.sampler`` of a DistributedSampler with ``seed``, as the SDK sends it."""
+    return {"algorithm": SAMPLER_ALGORITHM, "seed": seed, "shuffle": True,
+            "drop_last": False, "epoch_length": lengths, "ledger": "observed"}
+
+
 @st.composite
 def runs(draw, max_attempts=6, max_updates=8):
     strata = draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3, unique=True))
@@ -58,8 +85,13 @@ def runs(draw, max_attempts=6, max_updates=8):
     int_ids = draw(st.booleans())  # ids that are dataset indices, or some hashed strings
     lengths = {s: draw(st.integers(6, 40)) for s in strata if draw(st.booleans())}
     ordered = draw(st.sampled_from([True, True, False]))
-    # whether the attempts name the samples of their positions (a span's indices)
-    indexing = draw(st.sampled_from(["all", "all", "all", "none", "some"]))
+    # whether the attempts name the samples of their positions (a span's indices), or none
+    # and the orders are DistributedSampler orders the server re-creates
+    indexing = draw(st.sampled_from(["all", "all", "all", "none", "some", "recreated"]))
+    recreate = indexing == "recreated"
+
+    def name(label, stratum, epoch):
+        return recreated_name(label, stratum, epoch, lengths) if recreate else label
     attempts, ledger, beats, generations = [], [], [], {}
     t = 1000.0
     saved = []  # (gid, attempt, update, stream copy)
@@ -76,7 +108,7 @@ def runs(draw, max_attempts=6, max_updates=8):
                 return with_indices(span, lengths.get(span["stratum"]))
             return span
         stream = {s: [0, 0, "o0" if ordered else None] for s in strata}
-        resumed_from, U = None, 0
+        resumed_from, U, seed = None, 0, 0
         how = draw(st.sampled_from(["fresh", "untracked"] if k == 0 or not saved else
                                    ["generation"] * 5 + ["fresh", "untracked"]))
         if how == "generation":
@@ -94,6 +126,7 @@ def runs(draw, max_attempts=6, max_updates=8):
                 stream[s][1] = 0
             elif move == "order":
                 stream[s][2] = f"x{k:d}"
+                seed = k + 1
             declared = draw(st.sampled_from([U, U, U, U + 1]))
             cursor = [] if draw(st.integers(0, 4)) == 0 else \
                 [{"stratum": s2, "epoch": v[0], "position": v[1]} for s2, v in stream.items()
@@ -109,7 +142,8 @@ def runs(draw, max_attempts=6, max_updates=8):
                                 for s, v in stream.items() if s != id_stratum]}
         attempt = AttemptRecord(attempt=k, started_at=t, world_size=W, dataset_version="ds",
                                 global_batch_size=draw(st.sampled_from([B, None])),
-                                sampler={"epoch_length": lengths}, resumed_from=resumed_from)
+                                sampler=declared_sampler(lengths, seed) if recreate
+                                else {"epoch_length": lengths}, resumed_from=resumed_from)
         attempts.append(attempt)
         t += 1.0
         last = U
@@ -126,7 +160,7 @@ def runs(draw, max_attempts=6, max_updates=8):
                     order = None if order is None else f"o{e:d}"
                 base = {"stratum": s, "epoch": e}
                 if order is not None:
-                    base["order"] = order
+                    base["order"] = name(order, s, e)
                 for r in range(W):
                     share = range(pos + r, pos + B, W) if strided else \
                         range(pos + r * m, pos + (r + 1) * m)
@@ -159,7 +193,7 @@ def runs(draw, max_attempts=6, max_updates=8):
                     e = stream[s][0]
                     span = {"stratum": s, "epoch": e, "ranges": [[0, 2]]}
                     if stream[s][2] is not None:
-                        span["order"] = stream[s][2]
+                        span["order"] = name(stream[s][2], s, e)
                     ledger.append(LedgerRecord(k, update, None, t, [named(span)]))
             last = update
             if draw(st.integers(0, 2)) == 0:

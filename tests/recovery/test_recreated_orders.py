@@ -65,6 +65,16 @@ def test_randperm_refuses_what_torch_refuses_or_what_it_does_not_recreate():
         randperm(5, True)
 
 
+def test_the_brute_force_models_randperm_is_torchs_too():
+    """tests/recovery/recovery_oracle.py writes the permutation out on its own (the property
+    tests compare the core with it on re-created orders)."""
+    from recovery_oracle import torch_randperm as model_randperm
+
+    for n in (0, 1, 2, 17, 40, 700):
+        for seed in (0, 3, 2**32 + 9):
+            assert model_randperm(n, seed) == torch_randperm(n, seed)
+
+
 def test_the_standard_librarys_generator_is_the_reference_mt19937():
     """The MT19937 words drawn through ``random.Random`` equal the reference algorithm written
     out (across several regenerations of the state), and the published check values."""
