@@ -34,7 +34,12 @@ from recoverydash.recovery import (  # noqa: E402
     RunInput,
     analyze,
 )
-from recoverydash.recovery.samplers import SAMPLER_ALGORITHM, order_digest, randperm  # noqa: E402
+from recoverydash.recovery.samplers import (  # noqa: E402
+    SAMPLER_ALGORITHM,
+    clear_cache,
+    order_digest,
+    randperm,
+)
 
 SIZES = [int(x) for x in os.environ.get("BENCH_ORDER_SIZES", "100000,1000000").split(",")]
 BATCH = 1000
@@ -118,7 +123,7 @@ def main() -> None:
         t_base = best(base)
 
         def cold(n=n):
-            randperm.cache_clear()
+            clear_cache()
             randperm(n, 7)
         t_cold = best(cold)
         t_hot = best(lambda n=n: randperm(n, 7), repeat=5)
@@ -129,7 +134,7 @@ def main() -> None:
         assert answer == restart_of(reported), (answer, restart_of(reported))
 
         def analyse_cold(run=derived):
-            randperm.cache_clear()
+            clear_cache()
             restart_of(run)
         t_derived = best(analyse_cold)
         t_reported = best(lambda run=reported: restart_of(run))

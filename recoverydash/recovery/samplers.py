@@ -27,7 +27,8 @@ generator, its state set to ``init_genrand(s)``), checked against the reference 
 a pure-Python generator stands in when the check fails. Pure Python, standard library only.
 
 Cost (``bench/recreated_orders.py``): one permutation of 10**6 is 0.36 s, memoized per
-``(n, seed)`` (:func:`randperm`, the last 8).
+``(n, seed)`` (:func:`randperm`, up to ``CACHE_ELEMENTS`` indices in all); an epoch longer than
+``RECREATED_LENGTH_LIMIT`` is not re-created (its samples stay unknown).
 """
 from __future__ import annotations
 
@@ -36,9 +37,10 @@ import json
 import random
 import sys
 from array import array
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
+from threading import Lock
 
 from pyroaring import BitMap64
 
@@ -49,7 +51,17 @@ RANDPERM_LIMIT = 0xFFFFFFFF // 20
 """``torch.randperm`` on CPU draws ``random() % (n - i)`` for ``n`` below this (214,748,364):
 the branch :func:`randperm` re-creates."""
 
+RECREATED_LENGTH_LIMIT = 2 ** 24
+"""The longest epoch (16,777,216 samples) whose order the core re-creates
+(:meth:`RecreatedOrder.identities`): about 7 s and 134 MB once per ``(n, seed)``; a longer one's
+samples stay unknown."""
+
+CACHE_ELEMENTS = 2 ** 24
+"""Memoized permutations hold at most this many indices in all (8 bytes each), newest kept."""
+
 _MT_N = 624
+_CACHE: OrderedDict = OrderedDict()
+_CACHE_LOCK = Lock()
 
 
 def order_digest(*, seed: int, epoch: int, dataset_length: int, shuffle: bool,
@@ -137,11 +149,11 @@ def _pick_words():
 _WORDS = _pick_words()
 
 
-@lru_cache(maxsize=8)
 def randperm(n: int, seed: int) -> array:
     """``torch.randperm(n, generator=torch.Generator().manual_seed(seed))`` on CPU, as an
     ``array('Q')`` of the ``n`` dataset indices (module doc: the algorithm). Memoized per
-    ``(n, seed)`` (the last 8); callers must not mutate the result. Raises ValueError for
+    ``(n, seed mod 2**32)``, the newest first, up to ``CACHE_ELEMENTS`` indices in all
+    (:func:`clear_cache` empties it); callers must not mutate the result. Raises ValueError for
     ``n < 0``, for ``n >= RANDPERM_LIMIT`` (torch's 64-bit branch, not re-created) and for a
     seed torch refuses (:func:`torch_seed`)."""
     if n < 0:
@@ -150,16 +162,33 @@ def randperm(n: int, seed: int) -> array:
         raise ValueError(f"randperm of {n} >= {RANDPERM_LIMIT} takes torch's 64-bit branch, "
                          "which is not re-created")
     seed32 = torch_seed(seed)
+    key = (n, seed32)
+    with _CACHE_LOCK:
+        found = _CACHE.get(key)
+        if found is not None:
+            _CACHE.move_to_end(key)
+            return found
     out = array("Q", range(n))
-    if n < 2:
-        return out
-    words = mt19937_words(seed32, n - 1)
-    for i, m, x in zip(range(n - 1), range(n, 1, -1), words, strict=True):
-        z = x % m + i
-        t = out[z]
-        out[z] = out[i]
-        out[i] = t
+    if n >= 2:
+        words = mt19937_words(seed32, n - 1)
+        for i, m, x in zip(range(n - 1), range(n, 1, -1), words, strict=True):
+            z = x % m + i
+            t = out[z]
+            out[z] = out[i]
+            out[i] = t
+    if n <= CACHE_ELEMENTS:
+        with _CACHE_LOCK:
+            _CACHE[key] = out
+            held = sum(len(v) for v in _CACHE.values())
+            while held > CACHE_ELEMENTS:
+                held -= len(_CACHE.popitem(last=False)[1])
     return out
+
+
+def clear_cache() -> None:
+    """Forget every memoized permutation (:func:`randperm`)."""
+    with _CACHE_LOCK:
+        _CACHE.clear()
 
 
 def padded_length(dataset_length: int, num_replicas: int, drop_last: bool) -> int:
@@ -206,8 +235,8 @@ class RecreatedOrder:
     def identities(self, positions: Iterable[int], prefix: int = 0) -> BitMap64 | None:
         """The dataset indices held by ``positions`` (ints) and by ``[0, prefix)`` (a
         pre-tracking cursor's interval), a BitMap64; None when a position is ``>= n`` (not a
-        position of the permutation: an overrun) or the permutation is not re-created
-        (:func:`randperm` refuses)."""
+        position of the permutation: an overrun), when ``n`` is above
+        ``RECREATED_LENGTH_LIMIT`` (shuffled), or when :func:`randperm` refuses."""
         n = self.dataset_length
         bitmap = positions if isinstance(positions, BitMap64) else BitMap64(positions)
         if prefix > n or (bitmap and bitmap.max() >= n):
@@ -216,6 +245,8 @@ class RecreatedOrder:
             out = BitMap64(bitmap)
             out.add_range(0, prefix)
             return out
+        if n > RECREATED_LENGTH_LIMIT:
+            return None
         try:
             perm = randperm(n, self.seed + self.epoch)
         except ValueError:

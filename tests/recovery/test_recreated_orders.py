@@ -9,9 +9,17 @@ from collections import Counter
 import pytest
 from pyroaring import BitMap64
 
-from recoverydash.recovery import AttemptRecord, GenerationRecord, LedgerRecord, RunInput, analyze
+from recoverydash.recovery import (
+    AttemptRecord,
+    GenerationRecord,
+    LedgerRecord,
+    RunInput,
+    analyze,
+    samplers,
+)
 from recoverydash.recovery.samplers import (
     RANDPERM_LIMIT,
+    RECREATED_LENGTH_LIMIT,
     SAMPLER_ALGORITHM,
     RecreatedOrder,
     _words_python,
@@ -149,6 +157,26 @@ def test_a_recreated_order_names_the_samples_of_its_positions_and_of_a_cursor():
     assert order.identities(BitMap64([30])) is None            # not a position of the list
     assert order.identities(BitMap64(), prefix=31) is None
     assert RecreatedOrder(30, 7, 1, False).identities(BitMap64([4]), 2) == BitMap64([0, 1, 4])
+
+
+def test_memoized_permutations_hold_at_most_the_cache_bound(monkeypatch):
+    monkeypatch.setattr(samplers, "CACHE_ELEMENTS", 10)
+    samplers.clear_cache()
+    first = randperm(6, 1)
+    assert randperm(6, 1) is first and randperm(6, 2**32 + 1) is first  # one MT19937 seed
+    second = randperm(6, 2)                                              # 12 > 10: first goes
+    assert randperm(6, 2) is second and randperm(6, 1) is not first
+    assert list(randperm(6, 1)) == list(first) and randperm(11, 0) is not randperm(11, 0)
+    samplers.clear_cache()
+
+
+def test_an_epoch_longer_than_the_limit_is_not_recreated():
+    """Its samples stay unknown (no permutation of 16,777,217 is made); unshuffled, the index
+    is the position at any length."""
+    assert RECREATED_LENGTH_LIMIT == 2**24
+    assert RecreatedOrder(2**24 + 1, 7, 0, True).identities(BitMap64([0, 5])) is None
+    assert RecreatedOrder(2**40, 7, 0, False).identities(BitMap64([2**39]), 2) == \
+        BitMap64([0, 1, 2**39])
 
 
 # --- restarts compared by re-created identities, truth from torch's samplers ------------------
