@@ -42,12 +42,15 @@ from __future__ import annotations
 
 import logging
 import os
+from operator import itemgetter
 from typing import Any
 
 from recoverydash.sdk.observe import BatchTag, Iteration, TaggedList
 from recoverydash.sdk.tokens import TOKENS, DeferredIdentities, TokenRanges, register_identities
 
 log = logging.getLogger("recoverydash.integrations")
+
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 SAMPLES = "samples"
 
@@ -140,7 +143,7 @@ class ObservedMegatronDataset:
             sources = numpy.asarray(ds.dataset_index[at], dtype=numpy.int64).tolist()
             samples = numpy.asarray(ds.dataset_sample_index[at], dtype=numpy.int64).tolist()
         else:  # one source: one group, no grouping
-            return BatchTag([self._group(0, [int(i) for i in indices], list(indices))])
+            return BatchTag([self._group(0, list(map(int, indices)), list(indices))])
         order: list[int] = []  # the sources in order of first appearance, as _tag_each groups
         picked: dict[int, list[int]] = {}
         for k, source in enumerate(sources):
@@ -160,8 +163,9 @@ class ObservedMegatronDataset:
         if self.units != TOKENS:
             return it, samples, ids
         seq = int(it.info["sequence_length"])
+        # the identities' (source, sample) items are made on the sender thread, when needed
         return it, TokenRanges([(p * seq, p * seq + seq) for p in samples],
-                               DeferredIdentities(self._key, [(source, p) for p in samples])), ids
+                               DeferredIdentities(self._key, source=source, samples=samples)), ids
 
     def _tag_each(self, indices: list) -> BatchTag:
         """:meth:`tag`, sample by sample (a batch holding padding)."""
@@ -192,6 +196,9 @@ class ObservedMegatronDataset:
         thread; None when one cannot be named (logged once)."""
         try:
             out: list[tuple[int, int]] = []
+            sources = set(map(_FIRST, items))
+            if len(sources) == 1:  # one source (always without a blend): no grouping
+                return self._pieces(sources.pop(), list(map(_SECOND, items)))
             by_source: dict[int, list[int]] = {}
             for source, sample in items:
                 by_source.setdefault(source, []).append(sample)

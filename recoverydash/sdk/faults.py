@@ -80,6 +80,8 @@ log = logging.getLogger("recoverydash.sdk")
 
 FAULT_ENV = "RECOVERYDASH_DRILL_FAULT"
 TRACE_ENV = "RECOVERYDASH_DRILL_TRACE"
+_encode = getattr(os.environ, "encodekey", None)
+_TRACE_KEY = _encode(TRACE_ENV) if _encode is not None else None
 SAVE_POINTS = ("before_shards", "during_shard", "before_commit", "after_commit")
 POINTS = SAVE_POINTS + ("kill",)
 ALL_RANKS_WAIT_S = 15.0
@@ -142,7 +144,14 @@ def active_fault() -> Fault | None:
 
 
 def tracing() -> bool:
-    """Whether ``RECOVERYDASH_DRILL_TRACE`` is set."""
+    """Whether ``RECOVERYDASH_DRILL_TRACE`` is set (now: read at every call, so a variable set
+    while the process runs counts). Asked at every ``record`` and ``commit``: ``os.environ.get``
+    of a missing name raises and catches a KeyError inside (about 1 us), so the environment's
+    own dict is asked when it has one (CPython's ``os.environ._data``, keyed by the encoded
+    name)."""
+    data = getattr(os.environ, "_data", None)
+    if type(data) is dict and _TRACE_KEY is not None:
+        return bool(data.get(_TRACE_KEY))
     return bool(os.environ.get(TRACE_ENV))
 
 

@@ -107,7 +107,7 @@ from recoverydash.sdk.ledger import (
     padded_length,
     resume_skip,
 )
-from recoverydash.sdk.tokens import TokenRanges, identities_of, merge
+from recoverydash.sdk.tokens import TokenRanges, identities_of_all, merge
 
 log = logging.getLogger("recoverydash.sdk")
 
@@ -1234,8 +1234,7 @@ class ObservedRecorder(Reporter):
         indexed: dict[tuple, list] = {}
         id_keyed: dict[tuple, list] = {}
         tokened: dict[tuple, list] = {}  # token ranges (docs/definitions.md#units)
-        tindexed: dict[tuple, list] = {}  # their identities: the source's token offsets
-        unnamed: set = set()  # token keys with a group that carried no identities
+        tnamed: dict[tuple, list] = {}  # each group's identities: the source's token offsets
         samples = 0
         ordered_ids: list = []
         for tag in pending:
@@ -1252,12 +1251,7 @@ class ObservedRecorder(Reporter):
                 if type(positions) is TokenRanges:  # a token iteration's padding: the whole group
                     key = (it.stratum, e, it.order, pad is not None)
                     tokened.setdefault(key, []).extend(positions)
-                    idents = identities_of(positions)
-                    if idents is None or key in unnamed:
-                        unnamed.add(key)
-                        tindexed.pop(key, None)
-                    elif pad is None and it.order is not None:
-                        tindexed.setdefault(key, []).extend(idents)
+                    tnamed.setdefault(key, []).append(positions.identities)
                     continue
                 named = it.order is not None and it.info.get("algorithm") != SAMPLER_ALGORITHM
                 if pad is None:
@@ -1272,6 +1266,11 @@ class ObservedRecorder(Reporter):
                         if named and p < pad:
                             indexed.setdefault(key, []).append(i)
         spans, repeated = _position_spans(keyed, indexed)
+        # a key's identities when every group named them (resolved per key, not per group)
+        # (padding and unnamed orders send no indices)
+        tindexed = {key: found for key, found in
+                    ((key, identities_of_all(groups)) for key, groups in tnamed.items()
+                     if not key[3] and key[2] is not None) if found is not None}
         more, rep = _token_spans(tokened, tindexed)
         spans += more
         repeated += rep

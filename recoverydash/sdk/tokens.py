@@ -16,7 +16,11 @@ sent as a ``padding`` span and never counted.
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 TOKENS = "tokens"
+
+_START, _STOP = itemgetter(0), itemgetter(1)
 
 
 class TokenRanges(list):
@@ -38,17 +42,20 @@ class TokenRanges(list):
     def __reduce__(self):
         return (TokenRanges, (list(self), self.identities))
 
+    # sums and extremes over itemgetter maps: C loops, no Python frame per range (the commit of
+    # every update reads ``highest``; bench/sdk_overhead.py, packing)
+
     def tokens(self) -> int:
         """How many tokens the ranges hold, counted with repeats."""
-        return sum(stop - start for start, stop in self)
+        return sum(map(_STOP, self)) - sum(map(_START, self))
 
     def highest(self) -> int:
         """The highest token position held (the ranges are not empty)."""
-        return max(stop for _start, stop in self) - 1
+        return max(map(_STOP, self)) - 1
 
     def lowest(self) -> int:
         """The lowest token position held (the ranges are not empty)."""
-        return min(start for start, _stop in self)
+        return min(map(_START, self))
 
     def below(self, bound: int) -> TokenRanges:
         """The parts of the ranges below ``bound``."""
@@ -60,13 +67,32 @@ class DeferredIdentities:
     where the batch is made: ``items`` (e.g. ``(source, sample)`` pairs) resolved by the function
     registered under ``key`` (:func:`register_identities`) into half-open ``(start, stop)``
     ranges. Pickled as the key and the items, so a worker process's tag resolves in the trainer's
-    process; an unknown key resolves to None (no ``indices`` sent)."""
+    process; an unknown key resolves to None (no ``indices`` sent).
 
-    __slots__ = ("items", "key")
+    ``DeferredIdentities(key, source=s, samples=[p, ...])`` holds the items ``[(s, p), ...]`` of
+    one source without building them: ``items`` makes that list on first use (on the sender
+    thread, when the update is sent), not on the training thread where the batch is tagged.
+    ``samples`` is kept, not copied: it must not change afterwards."""
 
-    def __init__(self, key: str, items: list | None = None):
+    __slots__ = ("_items", "_source", "_samples", "key")
+
+    def __init__(self, key: str, items: list | None = None, *, source: object = None,
+                 samples: list | None = None):
         self.key = key
-        self.items = items if items is not None else []
+        self._source, self._samples = source, samples
+        self._items = items if items is not None or samples is not None else []
+
+    @property
+    def items(self) -> list:
+        """The ``(source, sample)`` items (or whatever the resolver of ``key`` takes)."""
+        found = self._items
+        if found is None:
+            found = self._items = [(self._source, p) for p in self._samples or ()]
+        return found
+
+    @items.setter
+    def items(self, value: list) -> None:
+        self._items = value
 
     def __reduce__(self):
         return (DeferredIdentities, (self.key, self.items))
@@ -99,6 +125,30 @@ def identities_of(ranges: TokenRanges) -> list | None:
     return found
 
 
+def identities_of_all(identities: list) -> list | None:
+    """The identities of several groups of token ranges (each group's ``identities``: a list of
+    ranges, a :class:`DeferredIdentities`, or None) as one list of ``(start, stop)`` ranges, in
+    no particular order (a span sends their union, :func:`merge`); None when one group's are
+    unknown. The deferred ones of one key are resolved in one call over all their items, so a
+    resolver (``register_identities``) must name each item on its own: resolving a list is
+    resolving each item and concatenating."""
+    out: list = []
+    deferred: dict[str, list] = {}
+    for found in identities:
+        if found is None:
+            return None
+        if isinstance(found, DeferredIdentities):
+            deferred.setdefault(found.key, []).extend(found.items)
+        else:
+            out.extend(found)
+    for key, items in deferred.items():
+        got = DeferredIdentities(key, items).resolve()
+        if got is None:
+            return None
+        out.extend(got)
+    return out
+
+
 def merge(ranges: list) -> tuple[list[list[int]], int]:
     """``(ranges, repeated)``: the union of half-open ``(start, stop)`` ranges as sorted,
     disjoint ``[start, stop]`` pairs (touching ranges joined), and how many token positions the
@@ -106,14 +156,17 @@ def merge(ranges: list) -> tuple[list[list[int]], int]:
     ``sum(stop - start)`` of the union plus ``repeated`` equals the input's token count."""
     out: list[list[int]] = []
     total = 0
+    last: list[int] = []
+    end = None  # the stop of ``last``, the range appended last
     for start, stop in sorted(ranges):
         if stop <= start:
             continue
         total += stop - start
-        if out and start <= out[-1][1]:
-            if stop > out[-1][1]:
-                out[-1][1] = stop
+        if end is not None and start <= end:
+            if stop > end:
+                last[1] = end = stop
         else:
-            out.append([start, stop])
-    union = sum(stop - start for start, stop in out)
+            last, end = [start, stop], stop
+            out.append(last)
+    union = sum(map(_STOP, out)) - sum(map(_START, out))
     return out, total - union

@@ -83,3 +83,50 @@ def test_deferred_identities_are_resolved_where_the_update_is_sent():
         "test:nobody", [1])), [0])]))
     unknown.commit(1)
     assert "indices" not in unknown.client.of("update_committed")[0]["spans"][0]
+
+
+def test_the_deferred_identities_of_one_key_are_resolved_in_one_call_per_update():
+    """bench/sdk_overhead.py, packing: the sender resolves an update's deferred identities per
+    key, not per group; what is sent is the same union."""
+    from recoverydash.sdk.tokens import DeferredIdentities, register_identities
+
+    calls = []
+    register_identities("test:counted", lambda items: calls.append(list(items)) or [
+        (10 * i, 10 * i + 10) for i in items])
+    rec = recorder()
+    for k in range(4):
+        rec.record(BatchTag([(TEXT, TokenRanges([(10 * k, 10 * k + 10)], identities=(
+            DeferredIdentities("test:counted", [k]))), [k])]))
+    rec.record(BatchTag([(TEXT, TokenRanges([(40, 50)], identities=[(40, 50)]), [4])]))
+    rec.commit(1)
+    (ev,) = rec.client.of("update_committed")
+    assert ev["spans"] == [{"stratum": "text", "epoch": 0, "order": "o1", "ranges": [[0, 50]],
+                            "indices": [[0, 50]]}]
+    assert calls == [[0, 1, 2, 3]]
+
+
+def test_identities_are_unknown_when_one_group_of_the_key_has_none():
+    from recoverydash.sdk.tokens import DeferredIdentities, identities_of_all, register_identities
+
+    register_identities("test:tens", lambda items: [(10 * i, 10 * i + 10) for i in items])
+    assert identities_of_all([[(5, 6)], DeferredIdentities("test:tens", [1, 2])]) == [
+        (5, 6), (10, 20), (20, 30)]
+    assert identities_of_all([[(5, 6)], None, DeferredIdentities("test:tens", [1])]) is None
+    assert identities_of_all([DeferredIdentities("test:nobody", [1])]) is None
+    assert identities_of_all([]) == []
+
+
+def test_identities_of_one_source_are_made_when_first_read_and_pickle_as_items():
+    import pickle
+
+    from recoverydash.sdk.tokens import DeferredIdentities
+
+    lazy = DeferredIdentities("k", source=2, samples=[7, 9])
+    assert lazy.items == [(2, 7), (2, 9)]
+    again = pickle.loads(pickle.dumps(DeferredIdentities("k", source=2, samples=[7, 9])))
+    assert (type(again), again.key, again.items) == (DeferredIdentities, "k", [(2, 7), (2, 9)])
+    assert DeferredIdentities("k").items == [] and DeferredIdentities("k", [(1, 2)]).items == [
+        (1, 2)]
+    assert TokenRanges([(3, 9), (20, 22), (0, 1)]).tokens() == 9
+    assert (TokenRanges([(3, 9), (20, 22)]).highest(), TokenRanges([(3, 9), (0, 1)]).lowest()) \
+        == (21, 0)
