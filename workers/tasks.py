@@ -44,9 +44,15 @@ RETRY = {"autoretry_for": TRANSIENT, "retry_backoff": 2, "retry_backoff_max": 12
 
 @shared_task(name="workers.tasks.analyze_run", **RETRY)
 def analyze_run(run_pk: int) -> None:
-    """Bring the run's stored analysis up to date, then evaluate its alerts."""
+    """Bring the run's stored analysis up to date, then evaluate its alerts. First, the
+    manifests of generations its attempts resumed that the server does not hold are looked for
+    in the run's storage locations (``ingest.discovery.look_up_resumed``,
+    docs/definitions.md#resume-from-a-generation-the-server-had-not-seen); a lookup that fails
+    never stops the analysis."""
     from recoverydash.alerts.evaluation import analyze_and_alert
+    from recoverydash.ingest.discovery import look_up_resumed
 
+    look_up_resumed(run_pk)
     analyze_and_alert(run_pk)
 
 

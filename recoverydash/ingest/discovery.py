@@ -30,7 +30,7 @@ from recoverydash.checkpoints.objects import (
 )
 from recoverydash.ingest.actions import ingest_batch
 from recoverydash.recovery.inputs import same_manifest
-from recoverydash.runs.models import CheckpointObject, Generation
+from recoverydash.runs.models import Attempt, CheckpointObject, Generation
 from recoverydash.storage.locations import Locations, location_client
 from recoverydash.storage.models import KIND_ADOPT, KIND_MANIFESTS, SeenManifest, StorageLocation
 
@@ -211,6 +211,114 @@ def committed_in_storage(run) -> int:
                 discovered=True, found_at=where.uri.rsplit("/", 1)[0])
             found += 1
     return found
+
+
+#: Seconds before the manifest of a resumed generation that was not found is looked for again
+#: (docs/definitions.md#resume-from-a-generation-the-server-had-not-seen).
+RESUMED_LOOKUP_RETRY_S = 600.0
+
+
+def _resumed_unknown(run) -> list[str]:
+    """Generation ids that attempts of ``run`` declared in ``resumed_from`` and whose manifest
+    the server does not hold, in attempt order, each once; ids that cannot name a folder are
+    left out."""
+    known = set(Generation.objects.filter(run=run, manifest__isnull=False)
+                .values_list("generation_id", flat=True))
+    out: list[str] = []
+    for resumed in (Attempt.objects.filter(run=run, resumed_from__isnull=False)
+                    .order_by("attempt").values_list("resumed_from", flat=True)):
+        gid = resumed.get("generation_id") if isinstance(resumed, dict) else None
+        if isinstance(gid, str) and gid and "/" not in gid and gid not in (".", "..") \
+                and gid not in known and gid not in out:
+            out.append(gid)
+    return out
+
+
+def _resumed_candidates(location: StorageLocation, run_id: str, generation_id: str) -> list:
+    """Where a location may hold the manifest of ``generation_id``: the SDK's layout directly
+    under it, then under the run's folder in it."""
+    base = location.url.rstrip("/")
+    folders = [base] + ([f"{base}/{run_id}"] if run_id and "/" not in run_id else [])
+    return [f"{folder}/{generation_id}/{MANIFEST_NAME}" for folder in folders]
+
+
+def _read_resumed(confine: Locations, location: StorageLocation, uri: str, run_id: str,
+                  generation_id: str) -> dict | None:
+    """The manifest at ``uri`` when it is readable under ``location`` and names
+    ``generation_id`` (and ``run_id``, when it names a run); else None."""
+    where = confine.resolve(uri, uri_is_server=True)
+    if where.refused or where.unverifiable or where.location is None:
+        return None
+    try:
+        manifest = read_manifest(where.uri, s3_client=location_client(location))
+    except StorageError:
+        return None
+    named = manifest.get("run_id")
+    if manifest.get("generation_id") != generation_id or (isinstance(named, str) and named
+                                                          and named != run_id):
+        return None
+    return manifest
+
+
+def resumed_in_storage(run) -> int:
+    """docs/definitions.md#resume-from-a-generation-the-server-had-not-seen: look for the
+    manifest of each generation an attempt of ``run`` resumed and the server does not hold, in
+    the run's storage locations (enabled ``manifests`` locations of its project whose ``run_id``
+    is the run's or empty, listed by discovery or not): ``<location>/<generation_id>/`` and
+    ``<location>/<run_id>/<generation_id>/`` (:func:`_resumed_candidates`), read with the
+    location's own credentials. One found (naming the generation, and the run when it names
+    one) is ingested as discovery does (:func:`manifest_event`), so the generation is listed;
+    each generation is looked up at most once per ``RESUMED_LOOKUP_RETRY_S`` (a miss is not
+    read again on every analysis). At most ``PENDING_LOOKUPS`` generations per call. Returns
+    how many were found. Storage errors count as not found."""
+    from django.core.cache import cache
+    from django.db.models import Q
+
+    wanted = _resumed_unknown(run)
+    if not wanted:
+        return 0
+    locations = list(StorageLocation.objects.filter(
+        project_id=run.project_id, enabled=True, kind=KIND_MANIFESTS)
+        .filter(Q(run_id="") | Q(run_id=run.run_id)).order_by("pk"))
+    confine = Locations(run.project_id, locations)
+    found = 0
+    for gid in wanted[:PENDING_LOOKUPS]:
+        if not cache.add(f"recoverydash:resumed-lookup:{run.pk}:{gid}", 1,
+                         RESUMED_LOOKUP_RETRY_S):
+            continue
+        hit = next(((uri, m) for loc in locations for uri in _resumed_candidates(loc, run.run_id,
+                                                                                 gid)
+                    for m in [_read_resumed(confine, loc, uri, run.run_id, gid)]
+                    if m is not None), None)
+        if hit is None:
+            continue
+        uri, manifest = hit
+        try:
+            result = ingest_batch(run.project, [manifest_event(manifest, run.run_id, uri)])
+        except Exception as exc:  # noqa: BLE001 - an invalid manifest is no generation
+            log.warning("manifest %s not ingested: %s", uri, exc)
+            continue
+        if result.accepted:
+            Generation.objects.filter(run=run, generation_id=gid).update(
+                discovered=True, found_at=uri.rsplit("/", 1)[0])
+            found += 1
+    return found
+
+
+def look_up_resumed(run_pk: int) -> int:
+    """:func:`resumed_in_storage` of run ``run_pk`` before the worker analyses it; 0 when the
+    run is gone or the lookup fails (logged: the analysis from what is known beats none)."""
+    from recoverydash.runs.models import Run
+
+    run = Run.objects.filter(pk=run_pk).select_related("project").first()
+    if run is None:
+        return 0
+    try:
+        return resumed_in_storage(run)
+    except Exception:  # noqa: BLE001 - never stops the analysis
+        log.warning("run %s: looking up resumed generations in storage failed", run.run_id,
+                    exc_info=True)
+        return 0
 
 
 def restore_plan_discovered(run, world_size: int | None = None,

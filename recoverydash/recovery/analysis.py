@@ -36,7 +36,7 @@ from .generations import GenerationVerdict, Reason, evaluate_generations
 from .inputs import RunInput, format_time
 from .ledger import Ledger
 from .lineage import Lineage
-from .restarts import Restart, analyse_restart
+from .restarts import Restart, analyse_restart, first_restart
 from .result import AnalysisResult, Charts, GenerationsSummary, UndecidedEntry, UpdateInterval
 from .view import DEFAULT_SETTLE_SECONDS, RunView
 
@@ -220,6 +220,9 @@ def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None,
     numbers = list(attempts)
     restarts: list[Restart] = [analyse_restart(view, number, before, status.get)
                                for before, number in zip(numbers, numbers[1:])]
+    first = first_restart(view, numbers[0])  # it resumed what the server never saw
+    if first is not None:
+        restarts.insert(0, first)
     mark_concurrent(view, restarts)
     live_lineage = view.lineage(live)
     strata = count_strata(view, view.settled(live_lineage))

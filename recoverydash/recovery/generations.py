@@ -541,6 +541,32 @@ def _cursor_problems(view, manifest: dict, lineage, update: int, key, kept: dict
     return cursors_agree(declared, expected, complete)
 
 
+def _cursor_step(view, gen: GenerationRecord, verdict, unknown: set, basis, checks,
+                 checks_fill, absorbed) -> tuple:
+    """The data-cursor step of :func:`evaluate_generations` for ``gen`` (its ``verdict`` being
+    built; ``unknown``: the codes of its notes): ``(waiting, data_cursor_mismatch Reason or
+    None)``. A generation whose writer never reached the server
+    (docs/definitions.md#resume-from-a-generation-the-server-had-not-seen) is not compared:
+    the note ``data_cursor_unchecked`` says so."""
+    by = verdict.attempt
+    resume = view.resumes.get(by)
+    if resume is not None and resume.unseen:
+        verdict.notes.append(Reason("data_cursor_unchecked", (
+            f"nothing of attempt {by}, which wrote it, reached the server: its data cursor "
+            f"could not be compared with what the model received")))
+        return False, None
+    manifest = gen.manifest_head() or {}
+    update = manifest.get("update")
+    if not isinstance(update, int) or "data_position_unknown" in unknown:
+        return False, None
+    key_of = None if basis is None else (basis, by)
+    problems = _data_cursor(view, gen, manifest, by, update, key_of, checks, checks_fill,
+                            absorbed)
+    if problems is None:
+        return True, None
+    return False, Reason("data_cursor_mismatch", "; ".join(problems)) if problems else None
+
+
 def evaluate_generations(view, required_components, judged: dict | None = None,
                          fill: dict | None = None, repeats: dict | None = None,
                          checks: dict | None = None, checks_fill: dict | None = None,
@@ -605,16 +631,10 @@ def evaluate_generations(view, required_components, judged: dict | None = None,
         hard += [r for r in (world_size_mismatch(manifest, writer),
                              None if "dataset_version_unknown" in unknown
                              else dataset_version_mismatch(manifest, writer)) if r is not None]
-        waiting = False
-        update = manifest.get("update")
-        if isinstance(update, int) and "data_position_unknown" not in unknown:
-            key_of = None if basis is None else (basis, by)
-            problems = _data_cursor(view, gen, manifest, by, update, key_of,
-                                    checks, checks_fill, absorbed)
-            if problems is None:
-                waiting = True
-            elif problems:
-                hard.append(Reason("data_cursor_mismatch", "; ".join(problems)))
+        waiting, mismatch = _cursor_step(view, gen, verdict, unknown, basis, checks,
+                                         checks_fill, absorbed)
+        if mismatch is not None:
+            hard.append(mismatch)
         stale, stateless = repeats.get(gen.generation_id, ([], None))
         if stale:
             hard.append(_stale_reason(stale))

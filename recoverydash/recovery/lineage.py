@@ -48,6 +48,13 @@ class Resume:
     #: below U (docs/definitions.md#renumbered-updates): its first committed update - 1; None
     #: when it numbers them above U
     renumbered: int | None = None
+    #: ``untracked`` only: nothing of the attempt arrived (no ``attempt_started``, no committed
+    #: update), it is known only by a generation it wrote, e.g. a manifest found in storage
+    #: (docs/definitions.md#resume-from-a-generation-the-server-had-not-seen)
+    unseen: bool = False
+    #: ``generation`` only: the resumed generation's data cursor (its manifest's
+    #: ``data_progress.cursor``), what a lineage through an unseen writer consumed before U
+    generation_cursor: tuple = ()
 
     @property
     def after(self) -> int:
@@ -134,7 +141,7 @@ def resolve_resumes(attempts: dict[int, AttemptRecord],
     written by the attempt that reported it. ``firsts``: ``{attempt: its lowest committed update}``
     (the ledger's); an attempt that resumed at U and whose lowest update is at or below U renumbered
     its updates (docs/definitions.md#renumbered-updates: :attr:`Resume.renumbered`)."""
-    out = _resolve(attempts, generations, writers or {})
+    out = _resolve(attempts, generations, writers or {}, set(firsts or {}))
     for number, first in (firsts or {}).items():
         resume = out.get(number)
         if resume is not None and resume.kind != "fresh" and first is not None \
@@ -143,14 +150,33 @@ def resolve_resumes(attempts: dict[int, AttemptRecord],
     return out
 
 
-def _resolve(attempts: dict, generations: dict, writers: dict) -> dict[int, Resume]:
+def data_cursor(gen: GenerationRecord) -> tuple:
+    """The generation's data cursor (its manifest's ``data_progress.cursor``), () when it has
+    none or no manifest is in."""
+    manifest = gen.manifest_head() or {}
+    progress = manifest.get("data_progress")
+    cursor = progress.get("cursor") if isinstance(progress, dict) else None
+    return tuple(c for c in cursor if isinstance(c, dict) and "stratum" in c) \
+        if isinstance(cursor, list) else ()
+
+
+def _resolve(attempts: dict, generations: dict, writers: dict,
+             committing: set) -> dict[int, Resume]:
     out: dict[int, Resume] = {}
     first = min(attempts) if attempts else 0
+    wrote = set(writers.values()) | {g.attempt for gid, g in generations.items()
+                                     if gid not in writers}
     for number, record in attempts.items():
         source = record.resumed_from
         if source is None:
-            kind = "fresh" if record.started_at is not None or number == first else "untracked"
-            out[number] = Resume(number, kind, 0)
+            if record.started_at is None and number not in committing and number in wrote:
+                # docs/definitions.md#resume-from-a-generation-the-server-had-not-seen
+                out[number] = Resume(number, "untracked", 0, unseen=True)
+                continue
+            # the first attempt heard of is fresh when it says so (attempt_started) or is
+            # attempt 0; numbered above 0 without a word, attempts before it ran unseen
+            fresh = record.started_at is not None or number == first == 0
+            out[number] = Resume(number, "fresh" if fresh else "untracked", 0)
             continue
         declared = int(source.get("update") or 0)
         cursor = tuple(source.get("cursor") or ())
@@ -160,7 +186,8 @@ def _resolve(attempts: dict, generations: dict, writers: dict) -> dict[int, Resu
         if gen is not None and writer < number:
             update = gen.state_update()
             out[number] = Resume(number, "generation", declared if update is None else update,
-                                 gid, writer, declared, cursor)
+                                 gid, writer, declared, cursor,
+                                 generation_cursor=data_cursor(gen))
         else:
             out[number] = Resume(number, "untracked", declared, gid, None, declared, cursor)
     return out
@@ -177,12 +204,21 @@ def lineage_of(number: int, resumes: dict[int, Resume], cap: int | None = None) 
         limit = resume.update if cap is None or resume.renumbered is not None \
             else min(cap, resume.update)
         parent = lineage_of(cast(int, resume.writer), resumes, limit)  # a generation's writer
-        return Lineage((own,) + parent.segments, parent.pretracked, parent.root,
-                       parent.unknown_root)
+        pretracked = parent.pretracked
+        if resumes[cast(int, resume.writer)].unseen:
+            # nothing of the writer arrived: what it consumed before U is the generation's
+            # data cursor (docs/definitions.md#resume-from-a-generation-the-server-had-not-seen)
+            pretracked = _pretracked(resume.generation_cursor)
+        return Lineage((own,) + parent.segments, pretracked, parent.root, parent.unknown_root)
     if resume.kind != "untracked":
         return Lineage((own,), (), number)
-    return Lineage((own,), tuple((c["stratum"], int(c.get("epoch", 0)), int(c.get("position", 0)),
-                                  c.get("order")) for c in resume.cursor), number, True)
+    return Lineage((own,), _pretracked(resume.cursor), number, True)
+
+
+def _pretracked(cursor) -> tuple:
+    """A wire cursor as a lineage's ``pretracked`` ``(stratum, epoch, position, order)``."""
+    return tuple((c["stratum"], int(c.get("epoch", 0)), int(c.get("position", 0)),
+                  c.get("order")) for c in cursor)
 
 
 def lineage_floors(ledger, lineage: Lineage) -> dict:

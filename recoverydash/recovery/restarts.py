@@ -540,6 +540,62 @@ def _declared_findings(r: _Restart, status_of) -> list:
     return findings
 
 
+def unseen_writer(r: _Restart) -> str | None:
+    """docs/definitions.md#resume-from-a-generation-the-server-had-not-seen: the detail of the
+    finding ``predecessor_unknown`` when k resumed a generation whose writer never reached the
+    server (:attr:`.lineage.Resume.unseen`) and the generation's data cursor names no position
+    for some stratum k consumes: what was consumed there before U is unknown, so the restart
+    is unverified. None otherwise: the cursor is the evidence the restart is compared with."""
+    resume = r.resume
+    if resume.kind != "generation" or not r.view.resumes[cast(int, resume.writer)].unseen:
+        return None
+    named = {c["stratum"] for c in resume.generation_cursor}
+    missing = sorted({key[0] for key in r.own} - named)
+    if not missing:
+        return None
+    return (f"nothing of attempt {resume.writer}, which wrote {resume.generation_id}, reached "
+            f"the server, and the generation's data cursor names no position of "
+            f"{', '.join(missing)}: what was consumed before update {resume.update} is "
+            f"unknown, so replay and omission are unknown")
+
+
+def first_restart(view, number: int) -> Restart | None:
+    """docs/definitions.md#resume-from-a-generation-the-server-had-not-seen: the restart row of
+    the first attempt the server heard of (``number``) when it already resumed: it declared a
+    ``resumed_from``, or it is numbered above 0 and sent no ``attempt_started``, while nothing
+    of the attempts before it arrived. Unverified (nothing to compare with), replayed and
+    omitted 0 (positions before the resume are unknown, never omissions), lost updates 0, lost
+    and recovery seconds null; the finding ``predecessor_unknown`` says why in words, with
+    ``resumed_from_unknown`` when the generation is unknown. None when the attempt started
+    fresh (or resumed a known generation, which has a writer before it)."""
+    resume = view.resumes[number]
+    record = view.attempts[number]
+    if resume.kind != "untracked" or resume.unseen \
+            or (number == 0 and record.resumed_from is None):
+        return None
+    starts = view.ledger.first_positions(number, resume.after)
+    own = view.ledger.segment(number, resume.after, None)
+    what = (f"resumed from {resume.generation_id!r} at update {resume.update}"
+            if resume.generation_id is not None else
+            f"resumed at update {resume.update}" if record.resumed_from is not None else
+            "is numbered above 0 and declared no resume")
+    findings = [Finding("predecessor_unknown", (
+        f"attempt {number} is the first attempt the server heard of, and it {what}: nothing "
+        f"of the attempts before it arrived, so what they consumed is unknown: replay and "
+        f"omission unknown; positions before the resume are not counted as omissions"))]
+    if record.resumed_from is not None:
+        findings.append(Finding("resumed_from_unknown",
+                                f"generation {resume.generation_id!r} is not known"
+                                if resume.generation_id is not None else "no generation named"))
+    return Restart(
+        attempt=number, resumed_from=resume.generation_id, resumed_update=resume.update,
+        world_size_before=None, world_size_after=record.world_size, expected_cursor=[],
+        resume_cursor=resume_cursor(resume, starts), replayed=0, omitted=0, recomputed=0,
+        lost_updates=0, lost_seconds=None, recovery_seconds=None, verdict="unverified",
+        findings=findings,
+        units=units_of([view.units(s) for s in sorted({key[0] for key in own})]))
+
+
 def _order_findings(r: _Restart, compared: OrderComparison, committed: bool) -> list:
     """``order_changed`` (k consumes an epoch under an order L_U did not use), and, once k's
     first update is decided, ``samples_unknown`` (an order's sample ids were not recorded: the
@@ -612,6 +668,9 @@ def analyse_restart(view, number: int, before: int, status_of) -> Restart:
     findings += _order_findings(r, compared, committed)
     lost_count, lost, recovery, skews = _times(r, first_commit)
     findings += skews
+    unproven = unseen_writer(r)
+    if unproven is not None:
+        findings.append(Finding("predecessor_unknown", unproven))
     return Restart(
         attempt=number, resumed_from=r.resume.generation_id, resumed_update=update,
         world_size_before=r.before_record.world_size, world_size_after=r.record.world_size,
@@ -621,6 +680,7 @@ def analyse_restart(view, number: int, before: int, status_of) -> Restart:
         recomputed=recomputed(r.own, r.counts_before, r.rolled_back(), view.fetched(before)),
         lost_updates=lost_count, lost_seconds=lost, recovery_seconds=recovery,
         verdict=verdict(replay_count, omission_count, committed,
-                        r.resume.kind != "untracked" and not compared.unknown,
+                        r.resume.kind != "untracked" and not compared.unknown
+                        and unproven is None,
                         bool(compared.undetermined)),
         findings=findings, units=units)

@@ -93,7 +93,8 @@ class Model:
         record = self.attempts.get(k)
         first = min(self.attempts)
         if record is None or record.resumed_from is None:
-            if k == first or (record is not None and record.started_at is not None):
+            if (k == first == 0 and not self.unseen(k)) \
+                    or (record is not None and record.started_at is not None):
                 return ("fresh", 0, None, None, [], None)
             return ("untracked", 0, None, None, [], None)
         source = record.resumed_from
@@ -106,6 +107,21 @@ class Model:
             return ("generation", declared if u is None else u, writer, declared,
                     source.get("cursor") or [], gid)
         return ("untracked", declared, None, declared, source.get("cursor") or [], gid)
+
+    def unseen(self, k):
+        """Refinement (resume from a generation the server had not seen): nothing of attempt k
+        arrived (no attempt_started, no resume, no committed update) but it wrote a
+        generation."""
+        record = self.attempts.get(k)
+        started = record is not None and (record.started_at is not None
+                                          or record.resumed_from is not None)
+        return not started and not self.updates.get(k) \
+            and any(self.writer(g) == k for g in self.generations.values())
+
+    @staticmethod
+    def data_cursor(gen):
+        return list((gen.manifests[0].get("data_progress") or {}).get("cursor") or []) \
+            if gen.manifests else []
 
     def complete(self, a, u):
         """Refinement (updates counted once complete): a coordinator's report or world_size
@@ -151,6 +167,8 @@ class Model:
         own = (k, u, cap)
         if kind == "generation":
             segments, pre = self.lineage(writer, u if cap is None else min(cap, u))
+            if self.unseen(writer):  # what it consumed before U: the generation's cursor
+                pre = self.data_cursor(self.generations[self.resume(k)[5]])
             return [own] + segments, pre
         return [own], (cursor if kind == "untracked" else [])
 
@@ -615,7 +633,10 @@ class Model:
                                    if a == k and u == first for p in keyed.values())
                     share = -(-consumed // len(present)) if present else 0
                     omitted = max(0, omitted - missing * share)
-        if not committed or kind == "untracked" or unknown:
+        unproven = kind == "generation" and self.unseen(writer) and bool(
+            {key[0] for key in K} - {c["stratum"] for c in self.data_cursor(
+                self.generations[gid])})
+        if not committed or kind == "untracked" or unknown or unproven:
             verdict = "unverified"
         elif replayed and omitted:
             verdict = "replay_and_omission"
@@ -658,7 +679,26 @@ class Model:
 
     def restarts(self):
         numbers = sorted(self.attempts)
-        return [self.restart(b, k) for b, k in zip(numbers, numbers[1:], strict=False)]
+        out = [self.restart(b, k) for b, k in zip(numbers, numbers[1:], strict=False)]
+        first = self.first_restart(numbers[0]) if numbers else None
+        return ([first] if first else []) + out
+
+    def first_restart(self, k):
+        """Refinement: the first attempt heard of already resumed (a resume declared, or
+        numbered above 0 without attempt_started): unverified, nothing counted."""
+        kind, U, _w, _d, cursor, gid = self.resume(k)
+        record = self.attempts[k]
+        if kind != "untracked" or self.unseen(k) or (k == 0 and record.resumed_from is None):
+            return None
+        starts = self.starts(k, U)
+        resume_cursor = [{"stratum": c["stratum"], "epoch": c.get("epoch", 0),
+                          "position": c.get("position", 0)} for c in cursor] if cursor else [
+            {"stratum": s, "epoch": e, "position": p}
+            for s, (u, e, p, _, o) in sorted(starts.items())]
+        return {"attempt": k, "resumed_from": gid, "resumed_update": U, "expected_cursor": [],
+                "resume_cursor": resume_cursor, "replayed": 0, "omitted": 0, "recomputed": 0,
+                "lost_updates": 0, "verdict": "unverified",
+                "codes": {"resumed_from_unknown"} if record.resumed_from is not None else set()}
 
     def expected_cursor_at(self, attempt, update):
         segments, pre = self.lineage(attempt, update)

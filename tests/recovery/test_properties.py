@@ -24,6 +24,9 @@ def oracle_statuses(model, run):
     out = {}
     for gen in run.generations:
         manifest = gen.manifests[0]
+        if model.unseen(model.writer(gen)):  # its cursor is never compared: data_cursor_unchecked
+            out[gen.generation_id] = "restorable"
+            continue
         if not model.settled(model.writer(gen), manifest["update"]):
             out[gen.generation_id] = "committed"
             continue

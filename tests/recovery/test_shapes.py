@@ -5,9 +5,24 @@ from __future__ import annotations
 
 import hashlib
 
-from test_definitions import PER_UPDATE, W, generation, generation_run, reasons_of, strided
+from test_definitions import (
+    COMPONENTS,
+    PER_UPDATE,
+    W,
+    generation,
+    generation_run,
+    reasons_of,
+    strided,
+)
 
-from recoverydash.recovery import AttemptRecord, LedgerRecord, RunInput, analyze, restore_plan
+from recoverydash.recovery import (
+    AttemptRecord,
+    GenerationRecord,
+    LedgerRecord,
+    RunInput,
+    analyze,
+    restore_plan,
+)
 from recoverydash.recovery.concurrency import stored_live_attempt
 from recoverydash.recovery.inputs import same_manifest
 
@@ -246,3 +261,81 @@ def test_readers_of_stored_state_take_the_live_attempt_from_the_analysis():
     assert stored_live_attempt(None, None, False) is None
     zombie = analyze(two_alive(zombie=True), now=610.0).to_dict()
     assert (zombie["live_attempt"], zombie["newest_attempt"]) == (1, 1)
+
+
+CURSOR_60 = [{"stratum": "main", "epoch": 0, "position": 60}]
+
+
+def unseen_writer(found: bool, start: int = 60, cursor=CURSOR_60) -> RunInput:
+    """docs/definitions.md#resume-from-a-generation-the-server-had-not-seen. Attempt 0 was
+    killed within a second of its first event: nothing of it arrived. Attempt 1 resumes gX (its
+    update 3, data cursor epoch 0 at 60 of a 120-position epoch) and commits updates 4..6 of 20
+    positions each from ``start``. ``found``: gX's manifest (attempt 0's, ``cursor``) was found
+    in the run's storage location and reported (a ``checkpoint_committed`` under attempt 0, as
+    discovery reports it); else the server never saw gX."""
+    records = [LedgerRecord(1, u, None, 100.0 + u, [{"stratum": "main", "epoch": 0, "ranges": [
+        [start + (u - 4) * 20, start + (u - 3) * 20]]}]) for u in range(4, 7)]
+    attempt = AttemptRecord(1, started_at=50.0, world_size=1, global_batch_size=20,
+                            sampler={"epoch_length": {"main": 120}},
+                            resumed_from={"generation_id": "gX", "update": 3,
+                                          "cursor": CURSOR_60})
+    gens = []
+    if found:
+        objects = [{"uri": f"file:///c/gX/{c}", "shard": "rank0", "component": c, "size": 1,
+                    "sha256": hashlib.sha256(c.encode()).hexdigest()} for c in COMPONENTS]
+        manifest = {"schema_revision": 1, "generation_id": "gX", "update": 3, "world_size": 1,
+                    "required_shards": ["rank0"], "components": COMPONENTS, "objects": objects,
+                    "attempt": 0, "data_progress": {"cursor": cursor}, "committed_at": None}
+        gens.append(GenerationRecord("gX", 0, None, manifests=[manifest], committed_at=40.0,
+                                     object_checks={o["uri"]: "ok" for o in objects}))
+    return RunInput("unseen", [attempt], records, [], gens, first_event_at=50.0)
+
+
+def test_the_first_attempt_heard_of_resuming_an_unknown_generation_has_a_restart_row():
+    analysis = analyze(unseen_writer(found=False), now=200.0)
+    (restart,) = analysis.restarts
+    assert (restart.attempt, restart.resumed_from, restart.resumed_update, restart.verdict,
+            restart.replayed, restart.omitted, restart.lost_updates, restart.lost_seconds,
+            restart.recovery_seconds) == (1, "gX", 3, "unverified", 0, 0, 0, None, None)
+    assert restart.resume_cursor == CURSOR_60 and restart.expected_cursor == []
+    assert [(f.code, f.detail) for f in restart.findings] == [
+        ("predecessor_unknown",
+         "attempt 1 is the first attempt the server heard of, and it resumed from 'gX' at "
+         "update 3: nothing of the attempts before it arrived, so what they consumed is "
+         "unknown: replay and omission unknown; positions before the resume are not counted "
+         "as omissions"),
+        ("resumed_from_unknown", "generation 'gX' is not known")]
+    (main,) = analysis.strata  # truth: 0 omitted; [0, 60) behind the cursor, then [60, 120)
+    assert (main.consumed, main.duplicates, main.omissions) == (120, 0, 0)
+    assert analysis.generations == []
+
+
+def test_a_found_manifest_of_an_unseen_writer_is_listed_and_its_cursor_decides():
+    analysis = analyze(unseen_writer(found=True), now=200.0)
+    (gen,) = analysis.generations
+    assert (gen.generation_id, gen.status, [(n.code, n.detail) for n in gen.notes]) == (
+        "gX", "restorable", [("data_cursor_unchecked",
+                              "nothing of attempt 0, which wrote it, reached the server: its "
+                              "data cursor could not be compared with what the model received")])
+    assert analysis.last_restorable.generation_id == "gX"
+    (restart,) = analysis.restarts
+    assert (restart.attempt, restart.resumed_from, restart.verdict, restart.replayed,
+            restart.omitted, restart.lost_updates, restart.lost_seconds) == \
+        (1, "gX", "exact", 0, 0, 0, None)
+    assert restart.expected_cursor == CURSOR_60 == restart.resume_cursor
+    assert {f.code for f in restart.findings} == set()
+    (main,) = analysis.strata
+    assert (main.consumed, main.duplicates, main.omissions) == (120, 0, 0)
+    # attempt 1 starting at 40: 20 positions below the manifest's cursor fed again
+    (restart,) = analyze(unseen_writer(found=True, start=40), now=200.0).restarts
+    assert (restart.verdict, restart.replayed, restart.omitted) == ("replay", 20, 0)
+
+
+def test_a_found_manifest_without_a_data_cursor_proves_nothing():
+    (restart,) = analyze(unseen_writer(found=True, cursor=[]), now=200.0).restarts
+    assert (restart.verdict, restart.replayed, restart.omitted) == ("unverified", 0, 0)
+    assert [(f.code, f.detail) for f in restart.findings] == [(
+        "predecessor_unknown",
+        "nothing of attempt 0, which wrote gX, reached the server, and the generation's data "
+        "cursor names no position of main: what was consumed before update 3 is unknown, so "
+        "replay and omission are unknown")]
