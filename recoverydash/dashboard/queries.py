@@ -704,7 +704,8 @@ def restart_detail(run, attempt: int, summary_restarts: list | None = None) -> R
     predecessor just before the restored update U (its last two updates at or below U) and of the
     resumed attempt just after (its first two updates above U). Http404 when the run has no
     restart for that attempt."""
-    restarts, strata = summary_restarts, []
+    restarts = summary_restarts
+    strata: list = []
     if restarts is None:
         a = load_small_analysis(run)
         restarts = (a or {}).get("r_restarts") or []
