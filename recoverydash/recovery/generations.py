@@ -265,10 +265,11 @@ def state_repeats(generations) -> dict:
     """docs/definitions.md#stale-state-and-stateless-optimizers: per generation id, ``(stale,
     stateless)``: the sentences of its ``stale_state`` reason (empty: none), and the finding
     ``optimizer_stateless`` (or None), from the sha256 of its ``model`` and ``optimizer``
-    objects compared with those of generations at lower updates (single-manifest generations
-    with an int update; others are not compared).
+    objects compared with those of the generations committed before it, in the order of commit
+    (:func:`repeat_order`: by writer attempt, then update; single-manifest generations with an
+    int update; others are not compared).
 
-    * a model object repeating a digest of a lower update's generation: the save wrote old
+    * a model object repeating a digest of an earlier generation: the save wrote old
       model state (``stale_state``);
     * an optimizer object repeating one, while the generations below had not all written the
       same optimizer bytes (the optimizer's state had changed between them), or while another
@@ -280,8 +281,8 @@ def state_repeats(generations) -> dict:
       every time): no rejection; the finding ``optimizer_stateless`` on the first such
       generation only (reported once). See :func:`judge_repeats`.
 
-    One pass in update order (generations of one update are compared with lower updates
-    only)."""
+    One pass in that order (generations of one attempt and update are compared with earlier
+    ones only)."""
     rows = [row for row in map(repeat_row, generations) if row is not None]
     return continue_repeats(rows)[0]
 
@@ -292,17 +293,29 @@ EMPTY_REPEATS = {"top": None, "told": False, "optimizer": None, "changed": False
 
 def repeat_row(gen: GenerationRecord) -> tuple | None:
     """What :func:`state_repeats` compares of ``gen``: ``(update, generation_id, [(component,
-    sha256, uri)])`` of its ``model`` and ``optimizer`` objects with a sha256, or None when it
-    is not compared (no manifest, a manifest conflict, or an update that is not an int). Reads
-    the manifest's objects (:meth:`.inputs.GenerationRecord.manifest`) only when compared."""
+    sha256, uri)], attempt)`` of its ``model`` and ``optimizer`` objects with a sha256, or None
+    when it is not compared (no manifest, a manifest conflict, or an update that is not an
+    int). ``attempt``: the writer the manifest names, else the reporting attempt; with the
+    update it gives the order of commit (:func:`repeat_order`). Reads the manifest's objects
+    (:meth:`.inputs.GenerationRecord.manifest`) only when compared."""
     head = gen.manifest_head()
     update = head.get("update") if head is not None else None
     if head is None or gen.conflicting() > 1 or type(update) is not int:
         return None
+    named = head.get("attempt")
     return (update, gen.generation_id,
             [(o.get("component"), o["sha256"], o.get("uri"))
              for o in (gen.manifest() or {}).get("objects") or []
-             if o.get("component") in STATE_COMPONENTS and o.get("sha256")])
+             if o.get("component") in STATE_COMPONENTS and o.get("sha256")],
+            named if type(named) is int else gen.attempt)
+
+
+def repeat_order(row: tuple) -> tuple:
+    """docs/definitions.md#stale-state-and-stateless-optimizers: where a :func:`repeat_row`
+    stands in the order of commit: ``(attempt, update)``. An attempt that numbers its updates
+    below the update it restored (docs/definitions.md#renumbered-updates) saves after every
+    generation of the attempts before it, whatever its update numbers."""
+    return (row[3], row[0])
 
 
 def judge_repeats(update: int, objects: list, first_seen: dict, changed: bool) -> tuple:
@@ -350,22 +363,27 @@ def judge_repeats(update: int, objects: list, first_seen: dict, changed: bool) -
 def continue_repeats(rows, basis: dict | None = None, seen: dict | None = None) -> tuple:
     """The pass of :func:`state_repeats` over ``rows`` (:func:`repeat_row`, any order),
     continued from the generations judged before: ``basis`` (:data:`EMPTY_REPEATS` when None)
-    says what those were (``top``: their highest update; ``told``: whether one got the
+    says what those were (``top``: the last of them, ``[attempt, update]`` of
+    :func:`repeat_order`; ``told``: whether one got the
     ``optimizer_stateless`` finding; ``optimizer``: the sorted sha256 of the first optimizer
-    set seen, ``changed``: whether a different one was seen since), ``seen`` gives ``{(component,
-    sha256): (update, generation_id)}``, the first (lowest update, then id) generation of every
-    digest of ``rows`` that occurs among them (digests absent from it occur in none).
+    set seen, ``changed``: whether a different one was seen since), ``seen`` gives
+    ``{(component, sha256): (update, generation_id)}``, the first (in :func:`repeat_order`,
+    then id) generation of every digest of ``rows`` that occurs among them (digests absent
+    from it occur in none).
 
     Returns ``(out, first, basis)``: ``out`` as :func:`state_repeats` for ``rows``' generations
     (equal to the pass over every generation, the earlier ones included), ``first`` the digests
     first seen in ``rows`` (``{(component, sha256): (update, generation_id)}``, none of
-    ``seen``), and the basis after ``rows``. Raises ValueError when a row's update is not above
-    ``basis["top"]`` (the earlier generations' results could change: judge all of them)."""
+    ``seen``), and the basis after ``rows``. Raises ValueError when a row is not after
+    ``basis["top"]`` in :func:`repeat_order`, or the basis predates that order (the earlier
+    generations' results could change: judge all of them)."""
     basis = dict(EMPTY_REPEATS if basis is None else basis)
-    rows = sorted(rows, key=lambda r: (r[0], r[1]))
-    if rows and basis["top"] is not None and rows[0][0] <= basis["top"]:
+    rows = sorted(rows, key=lambda r: (repeat_order(r), r[1]))
+    top = basis["top"]
+    if rows and top is not None and (not isinstance(top, list)
+                                     or repeat_order(rows[0]) <= tuple(top)):
         raise ValueError(f"generation {rows[0][1]} at update {rows[0][0]} is not above the "
-                         f"judged ones (update {basis['top']})")
+                         f"judged ones ({top})")
     first_seen: dict = dict(seen or {})
     first: dict = {}
     optimizer = frozenset(basis["optimizer"]) if basis["optimizer"] is not None else None
@@ -375,17 +393,17 @@ def continue_repeats(rows, basis: dict | None = None, seen: dict | None = None) 
     i = 0
     while i < len(rows):
         j = i
-        while j < len(rows) and rows[j][0] == rows[i][0]:
+        while j < len(rows) and repeat_order(rows[j]) == repeat_order(rows[i]):
             j += 1
         group = rows[i:j]
-        for update, gid, objects in group:
+        for update, gid, objects, _attempt in group:
             stale, stateless = judge_repeats(update, objects, first_seen, changed_any)
             if stateless is not None and told:
                 stateless = None  # reported once
             if stateless is not None:
                 told = True
             out[gid] = (stale, stateless)
-        for update, gid, objects in group:
+        for update, gid, objects, _attempt in group:
             for component, sha256, _uri in objects:
                 key = (component, sha256)
                 if key not in first_seen:
@@ -396,7 +414,7 @@ def continue_repeats(rows, basis: dict | None = None, seen: dict | None = None) 
                     optimizer = found
                 elif found != optimizer:
                     changed_any = True
-        basis["top"] = group[0][0]
+        basis["top"] = list(repeat_order(group[0]))
         i = j
     basis.update(told=told, changed=changed_any,
                  optimizer=sorted(optimizer) if optimizer is not None else None)

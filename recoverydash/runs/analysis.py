@@ -539,9 +539,10 @@ class StoredInputs:
         the generations ``view`` (pks): ``(rows, compared, seen)``, the repeat rows read (the
         generations not compared before), those with a row, and the first occurrences of
         their digests (:meth:`_seen`). None when every generation is to be compared again: no
-        comparison stored, a compared generation left or its row changed, a new one not above
-        every compared update, or a digest hit that cannot be confirmed."""
-        from recoverydash.recovery.generations import repeat_row
+        comparison stored, a compared generation left or its row changed, a new one not after
+        every compared one in the order of commit (``recovery.generations.repeat_order``), or
+        a digest hit that cannot be confirmed."""
+        from recoverydash.recovery.generations import repeat_order, repeat_row
 
         if basis is None or any(pk not in view for pk in sigs):
             return None
@@ -556,8 +557,10 @@ class StoredInputs:
                 continue
             rows[pk] = row
         compared = {pk: row for pk, row in rows.items() if row is not None}
-        if compared and basis["top"] is not None \
-                and min(row[0] for row in compared.values()) <= basis["top"]:
+        top = basis["top"]
+        if compared and top is not None and (
+                not isinstance(top, list)  # stored before the order of commit
+                or min(repeat_order(row) for row in compared.values()) <= tuple(top)):
             return None
         seen = self._seen(compared, sigs) if compared else {}
         return None if seen is None else (rows, compared, seen)

@@ -157,6 +157,28 @@ def test_a_generation_of_the_renumbered_attempt_is_newer_than_the_one_it_restore
     assert analysis.updates_at_risk == 6  # attempt 1's updates 31..36
 
 
+def test_stale_state_compares_a_renumbered_attempts_save_in_the_order_of_commit():
+    """attempt 1's g30 (its own update 30, after it restored g45) writes g45's model bytes
+    again: g30 wrote old state; g45, saved before it, is not stale though its update is higher."""
+    run = renumbered_run(saves_own=True)
+    g45, g30 = run.generations
+    objects = [dict(o, uri=o["uri"].replace("g45", "g30"), sha256=o["sha256"]
+                    if o["component"] == "model" else hashlib.sha256(
+                        o["uri"].replace("g45", "g30").encode()).hexdigest())
+               for o in g45.manifests[0]["objects"]]
+    run.generations[1] = generation("g30", 1, 30, 3096, 205.0, objects=objects)
+    analysis = analyze(run, now=300.0)
+    status = {g.generation_id: (g.status, [r.code for r in g.reasons])
+              for g in analysis.generations}
+    assert status == {"g30": ("rejected", ["stale_state"]), "g45": ("restorable", [])}
+    (stale,) = [g for g in analysis.generations if g.generation_id == "g30"][0].reasons
+    assert stale.detail.startswith(
+        "model object file:///c/g30/rank0/model repeats the sha256 of generation g45 "
+        "(update 45): this save wrote the model state of update 45 again, not that of "
+        "update 30")
+    assert analysis.last_restorable.generation_id == "g45"
+
+
 def two_alive(zombie: bool) -> RunInput:
     """Attempt 0 commits updates 1..60 at 10 s each (update u at u x 10 s) and saves at 20, 40
     and 60. ``zombie`` False: a requeued duplicate, attempt 1, starts at 250 s from g20 and
