@@ -25,7 +25,7 @@ from typing import Any
 
 from django.conf import settings
 
-from recoverydash.recovery.figures import awaited
+from recoverydash.recovery.figures import RESUMED_FROM_NOT_SEEN, awaited
 from recoverydash.recovery.inputs import format_time, parse_time
 from recoverydash.recovery.result import AnalysisResult
 
@@ -46,6 +46,14 @@ def _names(entries: Sequence[Mapping[str, Any]], limit: int = 3) -> str:
 def overdue_words(overdue: Sequence[Mapping[str, Any]], now, duration) -> str:
     """``u4, u6 committed 12m 00s ago and still undecided (storage_unverified)``: the undecided
     generations a rule stopped waiting for, the oldest's age, and why they are undecided."""
+    unseen = [g for g in overdue if RESUMED_FROM_NOT_SEEN in (g.get("reasons") or [])]
+    if unseen:  # the live attempt resumed from it: its start is the time waited from
+        since = min((float(parse_time(g["committed_at"])) for g in unseen
+                     if g.get("committed_at") is not None), default=None)
+        ago = f" {duration(parse_time(now) - since)} ago" if since is not None else ""
+        return (f"{_names(unseen)}, which the live attempt resumed from{ago}, never reached "
+                f"the server nor was found in storage within the {duration(bound_s())} the "
+                "rules wait")
     oldest = min((float(parse_time(g["committed_at"])) for g in overdue
                   if g.get("committed_at") is not None), default=None)
     codes = sorted({c for g in overdue for c in g.get("reasons") or []})

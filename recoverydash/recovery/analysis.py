@@ -29,6 +29,7 @@ from .figures import (
     seconds_since_last_restorable,
     tslrc_sawtooth,
     undecided_generations,
+    unseen_resume_entry,
     update_interval,
     updates_at_risk,
 )
@@ -244,6 +245,10 @@ def analyze(run: RunInput | RunView, now: float, ledger: Ledger | None = None,
     analysis.update_interval = update_interval(view.ledger, live)
     analysis.newer_undecided = newer_undecided(verdicts, live_lineage, last)
     analysis.undecided = undecided_generations(verdicts, live_lineage, last)
+    unseen = unseen_resume_entry(view.resumes.get(live), attempts[live].started_at,
+                                 set(view.generations))
+    if unseen is not None:
+        analysis.undecided.insert(0, unseen)
     try:
         basis_costs = cost_basis(view.ledger, attempts, live_lineage, restarts, verdicts,
                                  on_lineage, first_event)

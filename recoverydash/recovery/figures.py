@@ -107,6 +107,26 @@ def undecided_generations(verdicts: list, lineage, last) -> list[dict]:
              "reasons": [r.code for r in v.reasons]} for v in out[:UNDECIDED_SHOWN]]
 
 
+#: the reason code of :func:`unseen_resume_entry`
+RESUMED_FROM_NOT_SEEN = "resumed_from_not_seen"
+
+
+def unseen_resume_entry(resume, started_at: float | None, known: set) -> dict | None:
+    """docs/definitions.md#undecided-generations: the generation the live attempt says it
+    resumed from (``resume``: its :class:`.lineage.Resume`) when the server has not seen it
+    (``resume.generation_id`` not in ``known``, the generation ids of the run), as an undecided
+    entry of the live lineage: its manifest may still arrive or be discovered in storage, and
+    the lineage before the resume is unknown until then, so rules that would read the live
+    lineage as holding no restorable generation wait for it (from ``started_at``, the attempt's
+    start, POSIX seconds) like for any undecided generation. ``update``: the declared update.
+    None when the attempt resumed from nothing or from a generation the server has."""
+    gid = getattr(resume, "generation_id", None)
+    if resume is None or resume.kind != "untracked" or gid is None or gid in known:
+        return None
+    return {"generation_id": gid, "update": resume.declared_update,
+            "committed_at": started_at, "live": True, "reasons": [RESUMED_FROM_NOT_SEEN]}
+
+
 def _later(place, floor, update: int, floor_update: int) -> bool:
     """Whether a state at ``place`` on the live lineage (:meth:`.lineage.Lineage.place`, None:
     off it) comes after ``floor`` (the place of the generation compared with); by update

@@ -219,3 +219,24 @@ def test_the_periodic_evaluation_waits_as_the_full_one_does(project, settings):
     # the bound passes with u4 still undecided: the beat alone opens it
     assert evaluation.evaluate_chunk([run.pk], now=NOW + timedelta(seconds=BOUND)) == 1
     assert rules(run) == [("checkpoint_stale", "firing")]
+
+
+def test_a_live_attempt_resumed_from_a_generation_not_seen_yet_holds_no_restorable_back():
+    # the demo's run c under load: attempt 1 resumed from u4, whose manifest is still on its way
+    # (commit event lost: discovery finds it); u2 is restorable in attempt 0's lineage only
+    elsewhere = [gen(2, "restorable")]
+    unseen = [{"generation_id": "u4", "update": 4, "live": True,
+               "reasons": ["resumed_from_not_seen"],
+               "committed_at": (NOW - timedelta(seconds=2)).isoformat()}]
+    c = found(res(elsewhere, unseen))[("no_restorable_generation", "")]
+    assert c.settled is False
+    assert c.summary == ("No restorable generation in the live lineage: u2 restorable in another "
+                         "attempt's lineage only (the live attempt resumed from a state "
+                         "recoverydash cannot tie to them); u4 not decided yet.")
+    # never found within the bound: the page goes out, saying what it waited for
+    unseen[0]["committed_at"] = (NOW - timedelta(seconds=BOUND + 1)).isoformat()
+    c = found(res(elsewhere, unseen))[("no_restorable_generation", "")]
+    assert c.settled is True
+    assert c.summary.endswith("; u4, which the live attempt resumed from 10m 01s ago, never "
+                              "reached the server nor was found in storage within the 10m 00s "
+                              "the rules wait.")

@@ -361,3 +361,14 @@ def test_a_found_manifest_without_a_data_cursor_proves_nothing():
         "nothing of attempt 0, which wrote gX, reached the server, and the generation's data "
         "cursor names no position of main: what was consumed before update 3 is unknown, so "
         "replay and omission are unknown")]
+
+
+def test_a_resumed_generation_the_server_has_not_seen_is_undecided_on_the_live_lineage():
+    # docs/definitions.md#undecided-generations: gX may still arrive (or be found in storage):
+    # until then the live lineage's root is unknown, and rules wait for it as for any generation
+    # not decided yet, from the attempt's start (50 s)
+    analysis = analyze(unseen_writer(found=False), now=200.0)
+    assert analysis.undecided == [{"generation_id": "gX", "update": 3, "committed_at": 50.0,
+                                   "live": True, "reasons": ["resumed_from_not_seen"]}]
+    # once its manifest is in, it is an ordinary generation (here restorable): no entry
+    assert analyze(unseen_writer(found=True), now=200.0).undecided == []
