@@ -113,7 +113,7 @@ def test_the_window_box_says_what_it_shows_in_the_verdicts_words(owner_client, r
     assert "counts the whole resume from the ledger's positions: <strong>64</strong> " \
            "replayed and <strong>0</strong> omitted" in html
     assert "expected ids not delivered in these updates; the verdict counts no omitted " \
-           "position, so they are not omissions" in html
+           "positions, so they are not omissions" in html
     box = re.search(r'<div class="stat ([^"]*)"><span class="stat-n" data-count="skipped-ids">',
                     html).group(1)
     assert "bad" not in box
