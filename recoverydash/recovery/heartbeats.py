@@ -67,14 +67,7 @@ class HeartbeatFold:
                 state = self.attempts[beat.attempt] = _AttemptBeats()
             cursors = list(beat.fetched or [])
             for c in cursors:
-                order = c.get("order", NO_ORDER)
-                has_order = "order" in c
-                if has_order and not isinstance(order, (str, int, float, bool, type(None))):
-                    continue  # an order no position key can equal
-                key = (c.get("stratum"), int(c.get("epoch", 0)), has_order, order)
-                position = int(c.get("position", 0))
-                if position > state.fetched.get(key, -1):
-                    state.fetched[key] = position
+                _fold_cursor(state.fetched, c)
             last = state.last.get(beat.rank)
             if last is None or beat.time >= last[0]:
                 state.last[beat.rank] = [beat.time, beat.update]
@@ -86,6 +79,63 @@ class HeartbeatFold:
                     state.points = [p for p in state.points if p[0] % state.stride == 0]
                 if index % state.stride == 0:
                     state.points.append([index, beat.time, beat.rank, beat.update, cursors])
+        return count
+
+    def chart_offsets(self, attempt: int, count: int) -> list[int]:
+        """The chart points :meth:`absorb` would keep (and still hold after them) of ``count``
+        more heartbeats of attempt ``attempt``: their offsets among those ``count`` (0 the
+        first), increasing. Depends only on how many were absorbed before and which points are
+        kept, never on the heartbeats themselves; the fold is left as it is."""
+        state = self.attempts.get(attempt) or _AttemptBeats()
+        offsets, stride = _chart_plan(state, count)
+        return [i - state.seen for i in offsets if i % stride == 0]
+
+    def chart_rule(self, attempt: int, count: int) -> tuple[int, int]:
+        """``(seen, stride)``: of ``count`` more heartbeats of attempt ``attempt``, the chart
+        keeps (:meth:`chart_offsets`) exactly those at the offsets ``o`` with ``(seen + o) %
+        stride == 0`` (``seen`` the heartbeats absorbed before them, ``stride`` the chart's
+        stride after them: an index that is a multiple of the last stride was a multiple of
+        every stride before it, so it was kept when it came and never dropped)."""
+        state = self.attempts.get(attempt) or _AttemptBeats()
+        return state.seen, _chart_plan(state, count)[1]
+
+    def absorb_reduced(self, attempt: int, count: int, last, cursors, points) -> int:
+        """Fold ``count`` heartbeats of attempt ``attempt`` given reduced, exactly as
+        :meth:`absorb` of the heartbeats themselves in their order would (what a database
+        computes with an aggregate instead of sending every row):
+
+        * ``last``: ``(rank, time, update)`` per rank among them of its latest heartbeat by time
+          (of equal times the last in the order), ranks in the order of their first heartbeat;
+        * ``cursors``: wire cursor dicts whose fold is that of every heartbeat's ``fetched`` in
+          the order: e.g. the cursors of each distinct ``fetched`` list in the order of the
+          first heartbeat that carried it (a list carried again changes nothing);
+        * ``points``: ``(offset, time, rank, update, fetched)`` of each offset
+          :meth:`chart_offsets` gave for ``count`` (offset: place among the ``count``), in
+          that order.
+
+        Returns ``count``. Raises ValueError when ``points`` are not those offsets, and what
+        :meth:`absorb` raises on a cursor whose epoch or position is not an integer."""
+        if count <= 0:
+            return 0
+        state = self.attempts.get(attempt) or _AttemptBeats()
+        offsets, stride = _chart_plan(state, count)
+        wanted = [i - state.seen for i in offsets if i % stride == 0]
+        points = list(points)
+        if [p[0] for p in points] != wanted:
+            raise ValueError("the chart points given are not those of chart_offsets")
+        self.attempts.setdefault(attempt, state)
+        for c in cursors:
+            _fold_cursor(state.fetched, c)
+        for rank, time, update in last:
+            held = state.last.get(rank)
+            if held is None or time >= held[0]:
+                state.last[rank] = [time, update]
+        if stride != state.stride:
+            state.points = [p for p in state.points if p[0] % stride == 0]
+        state.points += [[state.seen + offset, time, rank, update, list(fetched or [])]
+                         for offset, time, rank, update, fetched in points]
+        state.seen += count
+        state.stride = stride
         return count
 
     # ------------------------------------------------------------------------------- questions
@@ -137,3 +187,39 @@ class HeartbeatFold:
             state.fetched = {(s, e, bool(h), o): p for s, e, h, o, p in item["fetched"]}
             state.last = {r: [t, u] for r, t, u in item["last"]}
         return fold
+
+
+def _fold_cursor(fetched: dict, c) -> None:
+    """Keep wire cursor ``c``'s position in ``fetched`` (``{(stratum, epoch, has_order,
+    order): furthest position}``) when it is further than the one held."""
+    order = c.get("order", NO_ORDER)
+    has_order = "order" in c
+    if has_order and not isinstance(order, (str, int, float, bool, type(None))):
+        return  # an order no position key can equal
+    key = (c.get("stratum"), int(c.get("epoch", 0)), has_order, order)
+    position = int(c.get("position", 0))
+    if position > fetched.get(key, -1):
+        fetched[key] = position
+
+
+def _chart_plan(state: _AttemptBeats, count: int) -> tuple[list[int], int]:
+    """The chart rule of :meth:`HeartbeatFold.absorb` run over the indices of ``count`` more
+    heartbeats of ``state`` alone: ``(indices appended, the stride after them)``; a point
+    (held or appended) is still kept after them when its index is a multiple of that stride.
+    Visits only the multiples of the stride (O(points), not O(count))."""
+    stride, held = state.stride, len(state.points)
+    index, end = state.seen, state.seen + count
+    appended: list[int] = []
+    index += -index % stride
+    while index < end:
+        if held >= 2 * CHART_POINTS:
+            stride *= 2
+            held = sum(1 for p in state.points if p[0] % stride == 0) \
+                + sum(1 for i in appended if i % stride == 0)
+            if index % stride:
+                index += -index % stride
+                continue
+        appended.append(index)
+        held += 1
+        index += stride
+    return appended, stride

@@ -32,6 +32,7 @@ from django.utils import timezone
 from recoverydash import recovery
 from recoverydash.recovery.ledger import CONTINUED_FORMAT, STATE_FORMAT
 from recoverydash.recovery.result import AnalysisResult
+from recoverydash.runs.beats import absorb_reduced as absorb_reduced_beats
 from recoverydash.runs.folding import unfold
 from recoverydash.runs.models import (
     GLOBAL_RANK,
@@ -791,7 +792,9 @@ def absorb_new(run: Run, ledger: recovery.Ledger, since: int, upto: int,
     lie in ``(since, upto]`` (``since`` -1: every row), read by seq through their ``(run, seq)``
     indexes in chunks of :data:`CHUNK`, never the whole table. Ledger rows in ``(attempt,
     update, rank)`` order (the core's fast path), heartbeats in ``(seq, id)`` order (the order
-    the heartbeat fold is defined over, so batches fold like one). Returns ``(rank reports,
+    the heartbeat fold is defined over, so batches fold like one): on PostgreSQL reduced by the
+    database first (``runs.beats``: a row per rank, cursor and chart point, the same fold).
+    Returns ``(rank reports,
     heartbeats)`` absorbed (a folded ledger row counts each rank it holds). ``lowest``, when
     given, receives ``{attempt: the lowest update of a ledger row absorbed}``. Raises what the
     core raises on a malformed value."""
@@ -809,6 +812,9 @@ def absorb_new(run: Run, ledger: recovery.Ledger, since: int, upto: int,
             n_rows += ledger.absorb_folded(chunk)
         else:  # every row has its spans: the batch fast path of absorb
             n_rows += ledger.absorb([record(a, u, r, t, s) for a, u, r, t, s, *_ in chunk])
+    reduced = absorb_reduced_beats(run.pk, since, upto, ledger.beats)
+    if reduced is not None:
+        return n_rows, reduced
     beat = recovery.HeartbeatRecord
     for chunk in _new_beats(run, since, upto):
         n_beats += ledger.beats.absorb([beat(a, r, t, u, f or []) for a, r, t, u, f in chunk])

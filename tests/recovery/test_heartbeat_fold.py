@@ -2,6 +2,7 @@
 with exact values, and that batches fold like one."""
 from __future__ import annotations
 
+import pytest
 from state_formats import format_4
 
 from recoverydash.recovery import HeartbeatFold, HeartbeatRecord, Ledger
@@ -63,6 +64,60 @@ def test_it_folds_batches_stored_and_loaded_between_them_like_one_batch():
     assert state.beats.to_doc() == whole.beats.to_doc()
     assert Ledger.from_bytes(state.to_bytes()).to_bytes() == whole.to_bytes()
     assert state.beats.last_heartbeat(2)[8999 % 64] == (1000.0 + 8999, 8999)
+
+
+def _reduced(fold, beats):
+    """What a database's aggregates give of ``beats`` for ``absorb_reduced`` (the reference,
+    written out in Python): per attempt in order of first sight, the count, per rank its
+    latest by time (ties: the later), per cursor but its position the largest, the points."""
+    out: dict = {}
+    for i, b in enumerate(beats):
+        count, last, cursors, rows = out.setdefault(b.attempt, [0, {}, {}, []])
+        out[b.attempt][0] = count + 1
+        if b.rank not in last or b.time >= last[b.rank][0]:
+            last[b.rank] = (b.time, b.update)
+        for c in b.fetched:
+            key = repr(sorted((k, repr(v)) for k, v in c.items() if k != "position"))
+            held = cursors.get(key)
+            if held is None or c["position"] > held["position"]:
+                cursors[key] = dict(c)
+        rows.append(b)
+    return {a: (n, [(r, t, u) for r, (t, u) in last.items()], list(cursors.values()),
+                [(o, rows[o].time, rows[o].rank, rows[o].update, rows[o].fetched)
+                 for o in fold.chart_offsets(a, n)])
+            for a, (n, last, cursors, rows) in out.items()}
+
+
+def test_reduced_heartbeats_fold_exactly_as_the_heartbeats_one_by_one():
+    """``absorb_reduced`` (a row per rank, per cursor and per chart point: what runs.beats has
+    PostgreSQL compute) after any history equals ``absorb`` of the heartbeats themselves: the
+    same document, key order included, strides doubled across batches."""
+    beats = [beat(i, attempt=(i // 7) % 3, rank=None if i % 11 == 0 else i % 37,
+                  fetched=[{"stratum": "main", "epoch": i // 900, "position": (13 * i) % 4000},
+                           *([{"stratum": "aux", "epoch": 0, "position": i, "order": i % 3}]
+                             if i % 4 == 0 else [])])
+             for i in range(6000)]
+    beats = [b if i % 50 else HeartbeatRecord(b.attempt, b.rank, b.time - 3, b.update, b.fetched)
+             for i, b in enumerate(beats)]  # out of time order, ties
+    whole, reduced = HeartbeatFold(), HeartbeatFold()
+    for lo, hi in ((0, 5), (5, 300), (300, 1301), (1301, 1302), (1302, 6000)):
+        whole.absorb(beats[lo:hi])
+        for attempt, (n, last, cursors, points) in _reduced(reduced, beats[lo:hi]).items():
+            seen, stride = reduced.chart_rule(attempt, n)
+            assert [p[0] for p in points] == [o for o in range(n) if (seen + o) % stride == 0]
+            assert reduced.absorb_reduced(attempt, n, last, cursors, points) == n
+        assert reduced.to_doc() == whole.to_doc()
+        assert list(reduced.to_doc()) == list(whole.to_doc())
+    assert [len(whole.chart_points(a)) for a in range(3)] == [251, 251, 250]
+    assert whole.attempts[0].stride == 8
+
+
+def test_reduced_heartbeats_must_bring_the_chart_points_asked_for():
+    fold = HeartbeatFold()
+    assert fold.chart_offsets(0, 3) == [0, 1, 2]
+    with pytest.raises(ValueError, match="chart points"):
+        fold.absorb_reduced(0, 3, [], [], [(0, 1.0, 0, 0, [])])
+    assert fold.to_doc() == {}
 
 
 def test_a_state_of_format_3_loads_without_heartbeats_and_says_its_format():
