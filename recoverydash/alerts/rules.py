@@ -609,17 +609,17 @@ def evaluate_runs(runs, now: datetime | None = None) -> list[AlertFlip]:
     evaluations and analyses of a run are serialised as with one run, and two chunks lock in
     the same order), then in bulk their stored results, attempts (restore failures and the
     live attempt, ``runs.live.pick_live``: docs/definitions.md#concurrent-attempts), the live
-    attempts' RankSeen rows (``silence_from``, every reporter as
-    :func:`silence_of` reads them), their open alerts (locked) and event-rule alerts; the
-    writes are an UPDATE of ``last_seen_at`` and a ``bulk_update`` of the alerts kept (those
-    whose words moved), a ``bulk_create`` of the alerts opened, one UPDATE of those resolved
-    and a ``bulk_create`` of the flips, in the order the
+    attempts' RankSeen rows in aggregate (:func:`silences_of`: the conditions
+    :func:`silence_of`'s every reporter gives), their open alerts (locked) and event-rule
+    alerts; the writes are an UPDATE of ``last_seen_at`` and a ``bulk_update`` of the alerts
+    kept (those whose words moved), a ``bulk_create`` of the alerts opened, one UPDATE of those
+    resolved and a ``bulk_create`` of the flips, in the order the
     run-by-run evaluation makes them (run by run, rule by rule, then resolutions). Each run's
     alerts and flips are exactly what :func:`evaluate_run` alone makes of it. Returns the new
     flips (saved, ``alert`` set). Raises whatever a run's evaluation raises (nothing is then
     written: the caller evaluates run by run to isolate it, ``alerts.evaluation``)."""
     from recoverydash.runs.live import pick_live
-    from recoverydash.runs.models import Attempt, RankSeen, seen_map
+    from recoverydash.runs.models import Attempt
     from recoverydash.runs.monitoring import resume_on_events
 
     now = now or timezone.now()
@@ -646,11 +646,9 @@ def evaluate_runs(runs, now: datetime | None = None) -> list[AlertFlip]:
         # the live attempt (runs.live.pick_live: not a cancelled duplicate) is the one watched
         newest: dict[int, tuple] = {r: cast(tuple, pick_live(rows, results[r]))
                                     for r, rows in rows_of.items()}
-        seen: dict[int, list] = {}
-        by_attempt = {a[0]: r for r, a in newest.items()}
-        for attempt_pk, reporter, seen_at in (RankSeen.objects.filter(attempt_id__in=by_attempt)
-                                              .values_list("attempt_id", "reporter", "seen_at")):
-            seen.setdefault(by_attempt[attempt_pk], []).append((reporter, seen_at))
+        # its reporters in aggregate, only those past the rank_silent limit read (silences_of:
+        # the conditions of every reporter's row, in at most two queries)
+        silences = silences_of(newest, results, now)
         open_of: dict[int, list[Alert]] = {}
         for a in (Alert.objects.select_for_update().filter(run_id__in=results)
                   .exclude(state="resolved").order_by("run_id", "opened_at", "pk")):
@@ -669,10 +667,7 @@ def evaluate_runs(runs, now: datetime | None = None) -> list[AlertFlip]:
         for run_id in sorted(results):
             run = by_pk[run_id]
             result: AnalysisResult = results[run_id]
-            silence = None
-            if seen.get(run_id):
-                _, attempt, ended_at = newest[run_id]
-                silence = silence_from(attempt, ended_at, seen_map(seen[run_id]), result, now)
+            silence = silences.get(run_id)
             holding = conditions(result, contract_of(run), now=now,
                                  first_event_at=run.first_event_at,
                                  last_received_at=run.last_received_at,
