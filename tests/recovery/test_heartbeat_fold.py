@@ -71,7 +71,7 @@ def _reduced(fold, beats):
     written out in Python): per attempt in order of first sight, the count, per rank its
     latest by time (ties: the later), per cursor but its position the largest, the points."""
     out: dict = {}
-    for i, b in enumerate(beats):
+    for b in beats:
         count, last, cursors, rows = out.setdefault(b.attempt, [0, {}, {}, []])
         out[b.attempt][0] = count + 1
         if b.rank not in last or b.time >= last[b.rank][0]:
