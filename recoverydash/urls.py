@@ -11,6 +11,8 @@ from recoverydash.metrics.views import metrics
 
 # A database that does not answer is a 503 with Retry-After, anything else unexpected a 500.
 handler500 = "recoverydash.dashboard.health.server_error"
+# Under /api/ a path no route matches is a JSON 404 like the API's own errors.
+handler404 = "recoverydash.dashboard.health.not_found"
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),

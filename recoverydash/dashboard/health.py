@@ -152,3 +152,17 @@ def server_error(request):
             {"index": None, "path": "", "message": "internal error; it has been logged"}]},
             status=500)
     return HttpResponse(loader.render_to_string("500.html"), status=500)
+
+
+def not_found(request, exception=None):
+    """handler404: under ``/api/`` a JSON 404 in the API's error shape, naming the path that no
+    route matches (a name with a character a route refuses, e.g. a newline, lands here); else
+    Django's page."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"error": "not_found", "errors": [
+            {"index": None, "path": "", "message": f"no API route matches {request.path!r}: "
+                                                   "see /api/v1/openapi.json for the routes"}]},
+            status=404)
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception)

@@ -311,3 +311,16 @@ def test_it_still_reads_and_deletes_an_endpoint_named_before_names_were_checked(
     status, body = _call(client, "delete", "/webhooks/..%2F..%2Fetc", admin_token)
     assert status == 200 and body["action"] == "delete"
     assert not WebhookEndpoint.objects.filter(project=project).exists()
+
+
+def test_a_name_no_route_takes_is_a_json_404_not_a_page(client, admin_token):
+    # schemathesis found it: a newline in {name} matches no route, and Django answered its page
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {admin_token}"}
+    got = client.delete("/api/v1/webhooks/a%0Ab", **headers)
+    assert got.status_code == 404 and got["Content-Type"] == "application/json"
+    assert got.json() == {"error": "not_found", "errors": [{
+        "index": None, "path": "",
+        "message": "no API route matches '/api/v1/webhooks/a\\nb': see /api/v1/openapi.json "
+                   "for the routes"}]}
+    # outside the API a missing page is still the dashboard's page
+    assert client.get("/no-such-page/")["Content-Type"].startswith("text/html")
