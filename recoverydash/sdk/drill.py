@@ -40,6 +40,14 @@ Per drill run, against the control (``compare``):
 - ``first_divergence``: the first ``(update, rank, index)`` at which the sequence of positions
   consumed by the lineage (each update as last recorded: the resumed launch's updates replace
   the crashed launch's rolled-back ones) differs from the control's, or None;
+- ``ids_recorded`` and ``data_divergence``: whether every update of both sides traced the sample
+  ids each rank received and, when it did, the first ``(update, rank)`` whose multiset of ids
+  differs from the control's (``control_only``, ``drill_only``, ``positions_equal``), or None.
+  With the ids, the data decides: positions that differ over the same samples are a warning
+  (renumbered), other samples at the same positions (an order changed: seed, world size,
+  sampler) a failure named as a divergence of the data, and a state that first differs at or
+  after the data's divergence is not blamed on the restore (``recovery.drills.drill_failures``).
+  Without them the positions decide, as before, and the failure says the ids were not recorded;
 - the state after the resume, update by update for ``--compare-updates`` K updates (default:
   every update up to U): ``exact`` compares the sha256 of the parameters; ``--tolerance T``
   compares each parameter tensor's sum and L2 norm within a relative and absolute tolerance T
@@ -61,7 +69,8 @@ framework wrote itself; ``before_shards`` then fires in the integration, where t
 announced): ``recoverydash.sdk.faults`` says where each one fires.
 
 A drill passes its contract when the crash happened where it was injected, the resume reached U,
-the restored generation is the expected one, the sequence has no divergence, the state matches
+the restored generation is the expected one, the data has no divergence (the samples with the
+ids recorded, else the positions), the state matches
 for the K updates, and (when the server was asked) the verdict is ``exact``. The exit status is
 0 when every drill passes, 1 otherwise, 2 on usage errors; the report is printed as a table and
 written as JSON (``--json``).
@@ -88,11 +97,14 @@ from recoverydash.checkpoints import objects as storage
 from recoverydash.recovery.drills import (
     CRASH_POINTS,
     compare_state,
+    data_divergence,
     drill_failures,
     drill_lineage,
     expected_at_restore,
     expected_generation,
     first_divergence,
+    ids_recorded,
+    reordered,
 )
 from recoverydash.sdk.faults import FAULT_ENV, TRACE_ENV
 from recoverydash.sdk.restore import WAIT_UNDECIDED_ENV
@@ -414,7 +426,16 @@ def run_point(opts: DrillOptions, point: str, drill_id: str, workdir: str,
     resumed = updates_of(second.lines)
     restored_update = (min(u for u, _ in resumed) - 1) if resumed else None
     res["restored_update"] = restored_update
-    res["first_divergence"] = first_divergence(control, lineage(first.lines, second.lines))
+    seq = lineage(first.lines, second.lines)
+    res["first_divergence"] = first_divergence(control, seq)
+    res["ids_recorded"] = ids_recorded(control, seq)
+    res["data_divergence"] = data_divergence(control, seq) if res["ids_recorded"] else None
+    moved = reordered(control, seq)
+    if moved and res["data_divergence"] is None:
+        res["warnings"].append(
+            f"the positions differ from the control's at {len(moved)} update(s) and rank(s) "
+            f"(first u{moved[0][0]} r{moved[0][1]}) but every rank received the same samples "
+            "per update: the order's positions were renumbered, not a divergence of the data")
     res["state"] = _state_of(opts, control, resumed, restored_update)
     res["cost"] = _cost_of(first, second, faults_seen, restored_update)
     res["server"] = server_verdict(opts.url, opts.token, run_id, opts.analysis_timeout)
@@ -494,7 +515,8 @@ def result_event(report: dict, d: dict) -> dict:
           "passed": bool(d["passed"]), "expected_generation": d.get("expected"),
           "restored_generation": d.get("restored"), "verdict": s.get("verdict"),
           "replayed": s.get("replayed"), "omitted": s.get("omitted"),
-          "recomputed": s.get("recomputed"), "first_divergence": d.get("first_divergence"),
+          "recomputed": s.get("recomputed"),
+          "first_divergence": _wire_divergence(d.get("first_divergence")),
           "state": {**d["state"], "compare": report["state_compare"]},
           "cost": {k: d["cost"].get(k) for k in ("lost_updates", "lost_seconds",
                                                   "restore_seconds", "fast_forward_seconds")
@@ -502,6 +524,14 @@ def result_event(report: dict, d: dict) -> dict:
           "failures": [f[:500] for f in d.get("failures", [])][:20],
           "control_run_id": report["control"]["run_id"]}
     return {k: v for k, v in ev.items() if v is not None}
+
+
+def _wire_divergence(d: dict | None) -> dict | None:
+    """``first_divergence`` as docs/ingest-v1.md#drill_result has it (the data divergence is
+    sent in the failures' words)."""
+    if d is None:
+        return None
+    return {k: d.get(k) for k in ("update", "rank", "index", "control", "drill")}
 
 
 def send_report(url: str | None, token: str | None, report: dict, timeout: float = 15.0) -> bool:
@@ -528,11 +558,22 @@ def _pos(p) -> str:
     return "-" if p is None else (f"{p[0]}:e{p[1]}:{p[2]}" if p[1] is not None else str(p[2]))
 
 
-def divergence_text(d: dict | None) -> str:
-    """``none`` or ``u<update> r<rank> #<index>: <control position> vs <drill position>``."""
+def divergence_text(d: dict | None, data: dict | None = None,
+                    ids: bool | None = None) -> str:
+    """The table's divergence column. Positions only (``ids`` None, an older report; or False:
+    ``(ids not recorded)`` added): ``none`` or ``u<update> r<rank> #<index>: <control position>
+    vs <drill position>``. With the sample ids (``ids`` True): ``data`` (a
+    ``data_divergence``) as ``u<update> r<rank> samples: <n> only in control, <m> only here``,
+    ``none`` without one, ``none (positions renumbered)`` when only the positions differ."""
+    if ids:
+        if data is not None:
+            return (f"u{data['update']} r{data['rank']} samples: {len(data['control_only'])} "
+                    f"only in control, {len(data['drill_only'])} only here")
+        return "none" if d is None else "none (positions renumbered)"
     if d is None:
         return "none"
-    return f"u{d['update']} r{d['rank']} #{d['index']}: {_pos(d['control'])} vs {_pos(d['drill'])}"
+    return (f"u{d['update']} r{d['rank']} #{d['index']}: {_pos(d['control'])} vs "
+            f"{_pos(d['drill'])}" + (" (ids not recorded)" if ids is False else ""))
 
 
 def table(report: dict) -> str:
@@ -557,7 +598,8 @@ def table(report: dict) -> str:
         state = (f"match {st['updates_compared']} updates" if st["match"] else
                  f"differs at u{st['first_mismatch']}")
         rs = d["cost"]["restore_seconds"]
-        rows.append([d["point"], restored, verdict, divergence_text(d["first_divergence"]), state,
+        rows.append([d["point"], restored, verdict, divergence_text(
+            d["first_divergence"], d.get("data_divergence"), d.get("ids_recorded")), state,
                      "-" if rs is None else f"{rs:.3f}", "pass" if d["passed"] else "FAIL"])
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]

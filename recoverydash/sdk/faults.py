@@ -48,13 +48,16 @@ Where each point fires, by save path:
 ``RECOVERYDASH_DRILL_TRACE=<folder>``: every process appends JSON lines to
 ``<folder>/trace-<pid>.jsonl`` (one ``write`` per line, so a SIGKILL loses at most the line being
 written): ``update`` (attempt, rank, update, the ``[stratum, epoch, position]`` consumed in the
-recorded order, ``digest``: sha256 of the parameters of every optimizer after its last step,
-``fingerprint``: per parameter tensor its sum and L2 norm, for comparisons within a tolerance),
-``plan`` (what ``restore_plan`` answered: source, generation id, the generations a server
-refused with their status), ``restore`` (generation id, seconds of ``load_generation``; for the HF
-and Lightning integrations the seconds ``resume_checkpoint`` took to choose and verify the
-checkpoint, the framework's own load is not timed), ``resume`` (the loader restored at a cursor),
-``first_batch`` (the first batch recorded by the attempt) and ``fault`` (the crash point reached).
+recorded order, ``ids``: the sample ids (dataset indices, or an iterable's ids) the rank received
+for the update, in the order received, as the batches' tags carry them, compacted by
+``recovery.drills.compact_ids``; ``digest``: sha256 of the parameters of every optimizer after
+its last step, ``fingerprint``: per parameter tensor its sum and L2 norm, for comparisons
+within a tolerance), ``plan`` (what ``restore_plan`` answered: source, generation id, the
+generations a server refused with their status), ``restore`` (generation id, seconds of
+``load_generation``; for the HF and Lightning integrations the seconds ``resume_checkpoint``
+took to choose and verify the checkpoint, the framework's own load is not timed), ``resume``
+(the loader restored at a cursor), ``first_batch`` (the first batch recorded by the attempt)
+and ``fault`` (the crash point reached).
 The digest is taken by a global optimizer step post-hook
 (``torch.optim.optimizer.register_optimizer_step_post_hook``): the user's script is not changed. It
 fires on every ``torch.optim.Optimizer`` subclass's step, also when a framework owns and wraps the
@@ -74,6 +77,7 @@ import threading
 import time
 from typing import Any
 
+from recoverydash.recovery.drills import compact_ids
 from recoverydash.sdk.tokens import TokenRanges
 
 log = logging.getLogger("recoverydash.sdk")
@@ -232,9 +236,11 @@ def on_commit(recorder: Any, update: int, pending: list) -> None:
     if tracing():
         try:
             consumed: list[list[Any]] = []
+            received: list = []  # the sample ids (dataset indices), as the tags carry them
             epoch = getattr(recorder, "_epoch", 0)
             for tag in pending:
                 for it, positions, ids in tag.groups:
+                    received.extend(ids)
                     if it is None or it.ids:
                         consumed.extend([["ids", None, str(i)] for i in ids])
                         continue
@@ -245,7 +251,8 @@ def on_commit(recorder: Any, update: int, pending: list) -> None:
                     consumed.extend([it.stratum, e, int(p)] for p in positions)
             digest, fingerprint = parameter_digest()
             trace("update", attempt=recorder.client.attempt, rank=recorder.rank, update=update,
-                  consumed=consumed, digest=digest, fingerprint=fingerprint)
+                  consumed=consumed, ids=compact_ids(received), digest=digest,
+                  fingerprint=fingerprint)
         except Exception as e:  # pragma: no cover
             log.warning("recoverydash: drill trace of update %s not written: %r", update, e)
     if _fault is not None and _fault.point == "kill" and update == _fault.update \

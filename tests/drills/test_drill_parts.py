@@ -250,3 +250,134 @@ def test_it_looks_up_a_framework_save_s_manifest_beside_the_framework_s_folder()
     assert _manifest_candidates("file:///x/run/epoch=0-step=4.ckpt", "u4")[0] == \
         f"file:///x/run/u4/{m}"
     assert _manifest_candidates(None, "u4") == []
+
+
+# --- sample identities (issue 25: a drill compares the ids each rank received) ----------------
+
+def idline(update, rank, positions, ids, digest="d", attempt=0):
+    return {**line(update, rank, positions, digest, attempt), "ids": core.compact_ids(ids)}
+
+
+def test_the_trace_keeps_the_sample_ids_in_order_compactly():
+    items = core.compact_ids([0, 1, 2, 3, 7, 9, 5, 3, 1, 1, "a", True])
+    assert items == [[0, 4], 7, 9, [5, -1, -2], 1, "a", "True"]
+    assert core.expand_ids(items) == [0, 1, 2, 3, 7, 9, 5, 3, 1, 1, "a", "True"]
+    assert core.compact_ids([4, 4, 4, 10, 20, 30]) == [4, 4, 4, [10, 40, 10]]
+    with pytest.raises(ValueError, match="not a sample id"):
+        core.expand_ids([[1, 2, 3, 4]])
+
+
+def test_the_trace_records_the_ids_the_recorder_already_has(monkeypatch, tmp_path):
+    """A real ObservedRecorder over a shuffled DistributedSampler: the trace's ``ids`` are the
+    dataset indices of the batches committed (the tags' ids, not recomputed)."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DistributedSampler, TensorDataset
+
+    import recoverydash.sdk as rd
+    from recoverydash.integrations.pytorch import observed_loader
+
+    monkeypatch.setenv(faults.TRACE_ENV, str(tmp_path))
+    monkeypatch.setattr(faults, "_trace_fd", None)  # a trace file of this process's own
+    rec = rd.ObservedRecorder(rd.Client(None, None, "x", attempt=0), rank=1, world_size=2)
+    data = TensorDataset(torch.arange(16.0).unsqueeze(1))
+    sampler = DistributedSampler(data, num_replicas=2, rank=1, shuffle=True, seed=3)
+    loader = observed_loader(rec, data, sampler=sampler, batch_size=4)
+    got = []
+    for u, batch in enumerate(loader, start=1):
+        x = rec.observe(batch)[0]
+        got.append([int(v) for v in x.view(-1)])  # the sample values are their indices
+        rec.commit(u)
+    docs = [json.loads(x) for f in tmp_path.iterdir() for x in f.read_text().splitlines()]
+    ups = sorted((d for d in docs if d["kind"] == "update"), key=lambda d: d["update"])
+    assert [core.expand_ids(d["ids"]) for d in ups] == got
+    assert [p[2] for p in ups[0]["consumed"]] == [1, 3, 5, 7]  # rank 1 of 2: positions 1, 3, ..
+    assert sorted(got[0] + got[1]) == sorted(list(sampler))
+
+
+def test_other_samples_at_the_same_positions_are_a_data_divergence_not_a_state_failure():
+    """The resumed launch's sampler drew another order (another seed): the same positions 8..11
+    hold other samples. The drill names the data and does not blame the restored state."""
+    control = drill.updates_of([idline(1, 0, [0, 1], [5, 2]), idline(2, 0, [2, 3], [7, 0]),
+                                idline(3, 0, [4, 5], [3, 6], digest="c3"),
+                                idline(4, 0, [6, 7], [1, 4], digest="c4")])
+    resumed = drill.updates_of([idline(3, 0, [4, 5], [4, 3], digest="r3", attempt=1),
+                                idline(4, 0, [6, 7], [6, 2], digest="r4", attempt=1)])
+    seq = core.drill_lineage(control, resumed)
+    assert core.first_divergence(control, seq) is None  # the positions cannot see it
+    assert core.ids_recorded(control, seq)
+    data = core.data_divergence(control, seq)
+    assert data == {"update": 3, "rank": 0, "control_only": [6], "drill_only": [4],
+                    "positions_equal": True}
+    state = {"match": False, "first_mismatch": 3, "updates_compared": 0}
+    result = {"point": "before_commit", "crash": {"reached": True, "returncode": -9},
+              "resume": {"returncode": 0}, "restored": "g2", "expected": "g2",
+              "first_divergence": None, "ids_recorded": True, "data_divergence": data,
+              "state": state, "server": None}
+    assert core.drill_failures(result) == [
+        "at update 3 rank 0 received samples {4} where the uninterrupted run received {6}: the "
+        "data stream diverged (same positions, other samples: the order changed); the "
+        "parameters differ from update 3 on, which the data explains: whether the model state "
+        "was restored correctly is unverified (no update after the resume came before the "
+        "divergence)"]
+    # the state matched for 2 updates after the resume before the data diverged at update 5
+    later = {**data, "update": 5}
+    assert core.drill_failures({**result, "data_divergence": later, "state": {
+        "match": False, "first_mismatch": 5, "updates_compared": 2}}) == [
+        "at update 5 rank 0 received samples {4} where the uninterrupted run received {6}: the "
+        "data stream diverged (same positions, other samples: the order changed); the model "
+        "state was restored correctly (the parameters matched the control's for 2 update(s) "
+        "after the resume)"]
+    # a state that differs before the data diverged is blamed as before
+    assert core.drill_failures({**result, "data_divergence": later, "state": {
+        "match": False, "first_mismatch": 4, "updates_compared": 1}})[1] == \
+        "the state after the resume differs from the control's"
+    assert drill.divergence_text(None, data, True) == \
+        "u3 r0 samples: 1 only in control, 1 only here"
+
+
+def test_the_same_samples_at_other_positions_are_no_divergence_and_a_replay_is_one():
+    control = drill.updates_of([idline(1, 0, [0, 1], [5, 2]), idline(1, 1, [0, 1], [9, 8]),
+                                idline(2, 0, [2, 3], [7, 0]), idline(2, 1, [2, 3], [1, 3])])
+    renumbered = drill.updates_of([idline(1, 0, [0, 1], [5, 2]), idline(1, 1, [0, 1], [9, 8]),
+                                   idline(2, 0, [12, 13], [0, 7]),
+                                   idline(2, 1, [2, 3], [1, 3])])
+    assert core.first_divergence(control, renumbered)["update"] == 2
+    assert core.data_divergence(control, renumbered) is None
+    assert core.reordered(control, renumbered) == [(2, 0)]
+    assert drill.divergence_text(core.first_divergence(control, renumbered), None, True) == \
+        "none (positions renumbered)"
+    ok = {"point": "before_commit", "crash": {"reached": True, "returncode": -9},
+          "resume": {"returncode": 0}, "restored": "g2", "expected": "g2",
+          "first_divergence": core.first_divergence(control, renumbered), "ids_recorded": True,
+          "data_divergence": None, "state": {"match": True}, "server": None}
+    assert core.drill_failures(ok) == []
+    # rank 1 of update 2 fed sample 9 again instead of 3 (a replay and an omission), and the
+    # resumed launch never reached update 3 that the control has
+    control[(3, 0)] = idline(3, 0, [4, 5], [4, 6])
+    replay = {**renumbered, (2, 1): idline(2, 1, [2, 3], [1, 9])}
+    assert core.data_divergence(control, replay) == {
+        "update": 2, "rank": 1, "control_only": [3], "drill_only": [9],
+        "positions_equal": True}
+    assert core.data_divergence(control, renumbered) == {
+        "update": 3, "rank": 0, "control_only": [4, 6], "drill_only": [],
+        "positions_equal": False}
+
+
+def test_without_ids_the_positions_decide_and_the_failure_says_so():
+    control = drill.updates_of([line(1, 0, [0, 2]), line(2, 0, [4, 6])])
+    drilled = drill.updates_of([line(1, 0, [0, 2]), line(2, 0, [0, 2])])
+    assert not core.ids_recorded(control, drilled)
+    assert core.reordered(control, drilled) == []
+    with pytest.raises(ValueError, match="not recorded"):
+        core.data_divergence(control, drilled)
+    first = core.first_divergence(control, drilled)
+    result = {"point": "before_commit", "crash": {"reached": True, "returncode": -9},
+              "resume": {"returncode": 0}, "restored": "g2", "expected": "g2",
+              "first_divergence": first, "ids_recorded": False, "data_divergence": None,
+              "state": {"match": False, "first_mismatch": 2}, "server": None}
+    assert core.drill_failures(result) == [
+        "the consumed sequence diverges from the control's (sample ids were not recorded: "
+        "whether other samples were received or the same ones at other positions is unknown)",
+        "the state after the resume differs from the control's"]
+    assert drill.divergence_text(first, None, False) == \
+        "u2 r0 #0: main:e0:4 vs main:e0:0 (ids not recorded)"
