@@ -6,7 +6,10 @@ example: ``python tests/drills/broken_ddp.py --broken read_cursor|optimizer ...`
   never consumed (an omission), and the state differs from the first update after the resume;
 - ``optimizer``: the model is restored but the optimizer state is not (AdamW starts its moments
   from zero): the data sequence is right, the parameters differ from the first update after the
-  resume.
+  resume;
+- ``seed``: the resumed launch (the drill's second launch of a crash point, its trace folder
+  ``.../launch2``) shuffles with another sampler seed: the same positions hold other samples
+  (an order changed), the model and optimizer are restored correctly.
 """
 
 from __future__ import annotations
@@ -52,6 +55,19 @@ def _resume_at_read_cursor():
                                                   prefetch_factor=2)
 
 
+def _another_seed_when_resumed():
+    from torch.utils.data import DistributedSampler
+
+    from recoverydash.sdk.faults import TRACE_ENV
+
+    if os.path.basename(os.environ.get(TRACE_ENV, "").rstrip("/")) != "launch2":
+        return
+    def another_seed(*args, **kw):
+        return DistributedSampler(*args, **{**kw, "seed": 1})
+
+    train_ddp.DistributedSampler = another_seed
+
+
 if __name__ == "__main__":
     broken = sys.argv.pop(sys.argv.index("--broken") + 1)
     sys.argv.remove("--broken")
@@ -59,6 +75,8 @@ if __name__ == "__main__":
         _without_optimizer()
     elif broken == "read_cursor":
         _resume_at_read_cursor()
+    elif broken == "seed":
+        _another_seed_when_resumed()
     else:
-        raise SystemExit(f"--broken must be read_cursor or optimizer, got {broken!r}")
+        raise SystemExit(f"--broken must be read_cursor, optimizer or seed, got {broken!r}")
     train_ddp.train(train_ddp.parse())
