@@ -108,6 +108,16 @@ class Model:
                     source.get("cursor") or [], gid)
         return ("untracked", declared, None, declared, source.get("cursor") or [], gid)
 
+    def after(self, k):
+        """Refinement (renumbered updates): where k's own updates start (exclusive): U, or its
+        lowest committed update - 1 when k resumed (not fresh) and numbers its updates from at
+        or below U."""
+        kind, u, *_ = self.resume(k)
+        ups = self.updates.get(k)
+        if kind != "fresh" and ups and min(ups) <= u:
+            return min(ups) - 1
+        return u
+
     def unseen(self, k):
         """Refinement (resume from a generation the server had not seen): nothing of attempt k
         arrived (no attempt_started, no resume, no committed update) but it wrote a
@@ -164,13 +174,26 @@ class Model:
     def lineage(self, k, cap=None):
         """[(attempt, after, upto)] newest first, and the pre-tracking cursors."""
         kind, u, writer, _, cursor, _ = self.resume(k)
-        own = (k, u, cap)
+        own = (k, self.after(k), cap)
         if kind == "generation":
-            segments, pre = self.lineage(writer, u if cap is None else min(cap, u))
+            # a cap is in k's own numbering: the restored state is older than every update
+            # of k when k renumbered its updates
+            renumbered = self.after(k) != u
+            segments, pre = self.lineage(writer, u if cap is None or renumbered
+                                         else min(cap, u))
             if self.unseen(writer):  # what it consumed before U: the generation's cursor
                 pre = self.data_cursor(self.generations[self.resume(k)[5]])
             return [own] + segments, pre
         return [own], (cursor if kind == "untracked" else [])
+
+    @classmethod
+    def commit_order(cls, segments, attempt, update):
+        """Refinement (renumbered updates): where a held update lies in the lineage's order of
+        commit: (its segment from the oldest, its update); None when not held."""
+        for i, seg in enumerate(segments):
+            if cls.holds(seg, attempt, update):
+                return (len(segments) - 1 - i, update)
+        return None
 
     @staticmethod
     def holds(segment, attempt, update):
@@ -228,7 +251,8 @@ class Model:
         named = {}
         for c in pre:
             named.setdefault(c["stratum"], set()).add((c.get("epoch", 0), c.get("order")))
-        held = [(a, u, keyed) for (a, u, r), keyed in self.reports.items()
+        held = [(a, self.commit_order(segments, a, u), keyed)
+                for (a, u, r), keyed in self.reports.items()
                 if any(self.holds(seg, a, u) for seg in segments)]
         first = {}
         for _a, u, keyed in held:
@@ -252,7 +276,8 @@ class Model:
             return set()
         if segments is None:
             segments, _ = self.lineage(k)
-        held = [(u, keyed) for (a, u, r), keyed in self.reports.items()
+        held = [(self.commit_order(segments, a, u), keyed)
+                for (a, u, r), keyed in self.reports.items()
                 if any(self.holds(seg, a, u) for seg in segments)]
         first = {}
         for u, keyed in held:
@@ -281,7 +306,7 @@ class Model:
         stratum (the root's when its pre-tracking cursor stands in a later epoch)."""
         if any(c["stratum"] == stratum and c.get("epoch", 0) > epoch for c in pre):
             return self.batch(root)
-        found = [(u, a) for (a, u, r), keyed in self.reports.items()
+        found = [(self.commit_order(segments, a, u), a) for (a, u, r), keyed in self.reports.items()
                  if any(self.holds(seg, a, u) for seg in segments)
                  and any(s == stratum and e > epoch and ps for (s, e, o), ps in keyed.items())]
         return self.batch(min(found)[1]) if found else None
@@ -513,8 +538,9 @@ class Model:
         kind, U, writer, declared, cursor, gid = self.resume(k)
         segments, pre = self.lineage(k)
         parent = self.multiset(segments[1:], pre)
-        K = self.own_positions(k, U)
-        starts = self.starts(k, U)
+        own_after = self.after(k)
+        K = self.own_positions(k, own_after)
+        starts = self.starts(k, own_after)
         floors = self.floors(k)
         replayed = sum(len(K[key] & set(parent[key])) for key in K if key in parent)
         omitted = 0
@@ -617,9 +643,9 @@ class Model:
                                        record_before.end_update if record_before else None)
                            if x is not None]
         last = max(last_candidates) if last_candidates else U
-        committed = any(u > U for u in self.updates.get(k, ()))
+        committed = any(u > own_after for u in self.updates.get(k, ()))
         if committed:  # the first update counts once every rank's part of it is in
-            first = min(u for u in self.updates[k] if u > U)
+            first = min(u for u in self.updates[k] if u > own_after)
             if not self.complete(k, first):
                 # refinement: decided once settled, omitted beyond the missing part's room
                 committed = self.settled(k, first)
@@ -667,6 +693,9 @@ class Model:
             codes.add("order_changed")
         if kind == "untracked":
             codes.add("resumed_from_unknown")
+        if (kind == "generation" and declared != U) \
+                or (self.updates.get(k) and min(self.updates[k]) != U + 1):
+            codes.add("update_mismatch")
         if committed and unknown:
             codes.add("samples_unknown")
         if committed and undetermined:
@@ -690,7 +719,7 @@ class Model:
         record = self.attempts[k]
         if kind != "untracked" or self.unseen(k) or (k == 0 and record.resumed_from is None):
             return None
-        starts = self.starts(k, U)
+        starts = self.starts(k, self.after(k))
         resume_cursor = [{"stratum": c["stratum"], "epoch": c.get("epoch", 0),
                           "position": c.get("position", 0)} for c in cursor] if cursor else [
             {"stratum": s, "epoch": e, "position": p}
@@ -717,8 +746,27 @@ class Model:
         _e, top, _o, key = max(keys)
         return self.tail(top, stratum, self.batch_of_key(segments, key, self.root(attempt))) == 0
 
-    def updates_at_risk(self, after_update):
+    @staticmethod
+    def place(segments, attempt, update):
+        """Refinement (renumbered updates): a state's place on a lineage, (its segment from the
+        oldest, its update); None off the lineage. Segments newest first."""
+        for i, (a, after, upto) in enumerate(segments):
+            if a == attempt and after <= update and (upto is None or update <= upto):
+                return (len(segments) - 1 - i, update)
+        return None
+
+    def updates_at_risk(self, gen):
+        """Updates of the live lineage committed after the state of ``gen`` (None: all), by
+        place on the lineage: every update of a newer segment, and those of its own segment
+        above its update."""
         segments, _ = self.lineage(max(self.attempts))
-        return sum(1 for a, us in self.updates.items() for u in us
-                   if any(self.holds(seg, a, u) for seg in segments)
-                   and (after_update is None or u > after_update))
+        where = None if gen is None else self.place(segments, gen.attempt, gen.update)
+        out = 0
+        for i, seg in enumerate(segments):
+            number = len(segments) - 1 - i
+            for u in self.updates.get(seg[0], ()):
+                if not self.holds(seg, seg[0], u):
+                    continue
+                if gen is None or number > where[0] or (number == where[0] and u > gen.update):
+                    out += 1
+        return out

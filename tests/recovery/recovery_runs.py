@@ -3,7 +3,9 @@
 Each attempt consumes a global stream per stratum (rank r of W reports strided or blocked shares),
 saves generations whose manifest declares the stream's cursor (sometimes off by one), and the next
 attempt resumes a random older generation with an offset before, at or after the right cursor, an
-epoch jump or an order change; or starts fresh, or from an unknown generation. Padding, re-sent
+epoch jump or an order change; or starts fresh, or from an unknown generation; a resumed attempt
+sometimes numbers its updates from at or below the restored update (docs/definitions.md#
+renumbered-updates). World size and global batch change between attempts. Padding, re-sent
 reports, tensor-parallel peers, coordinator reports and cross-rank duplicates are sprinkled in.
 The attempts name the samples of their positions (a span's ``indices``), some or none do, or
 none does and the orders are DistributedSampler orders the server re-creates (named by their
@@ -148,7 +150,12 @@ def runs(draw, max_attempts=6, max_updates=8):
         t += 1.0
         last = U
         count = draw(st.integers(0, max_updates))
-        for update in range(U + 1, U + 1 + count):
+        # a resumed attempt may number its updates from at or below the update it restored
+        # (docs/definitions.md#renumbered-updates, torchtitan #571)
+        first = U + 1
+        if resumed_from is not None and U >= 1 and draw(st.integers(0, 3)) == 0:
+            first = draw(st.integers(max(1, U - 4), U))
+        for update in range(first, first + count):
             t += 1.0
             reports = {r: [] for r in range(W)}
             for s in strata:
@@ -179,7 +186,7 @@ def runs(draw, max_attempts=6, max_updates=8):
                     reports[victim].append(named(dict(base, ranges=[[pos, pos + 2]])))
             # a rank's part of an attempt's first update, or of its last, that never arrives
             lost = draw(st.integers(0, W - 1)) if W > 1 and (
-                update == U + 1 or update == U + count) \
+                update == first or update == first + count - 1) \
                 and draw(st.integers(0, 4)) == 0 else None
             for r, spans in reports.items():
                 if r == lost:

@@ -3,6 +3,7 @@ with a full analysis (docs/definitions.md)."""
 from __future__ import annotations
 
 import random
+import re
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -64,17 +65,20 @@ def test_it_agrees_with_the_brute_force_model_field_by_field(run, settle):
                       "verdict"):
             assert mine[field] == want[field], (field, mine, want)
         for code in ("replay", "omission", "order_changed", "resumed_from_unknown",
-                     "samples_unknown", "samples_undetermined"):
+                     "samples_unknown", "samples_undetermined", "update_mismatch"):
             assert (code in codes) == (code in want["codes"]), (code, mine, want)
     live_segments, _ = model.lineage(max(model.attempts))
     on_lineage = [g for g in run.generations if statuses[g.generation_id] == "restorable"
                   and any(a == g.attempt and after <= g.update
                           and (upto is None or g.update <= upto)
                           for a, after, upto in live_segments)]
-    newest = max(on_lineage, key=lambda g: (g.update, g.committed_at), default=None)
+    # newest by place on the lineage (attempt and order of commit, then update: renumbered
+    # updates), then committed_at
+    newest = max(on_lineage, key=lambda g: (model.place(live_segments, g.attempt, g.update),
+                                            g.committed_at), default=None)
     assert (got["last_restorable"] or {}).get("generation_id") == \
         (newest.generation_id if newest else None)
-    assert got["updates_at_risk"] == model.updates_at_risk(newest.update if newest else None)
+    assert got["updates_at_risk"] == model.updates_at_risk(newest)
 
 
 @SETTINGS
@@ -129,6 +133,11 @@ def test_the_property_generator_produces_restarts_of_every_kind():
         for r in analyze(run, NOW).restarts:
             seen.add(r.verdict)
             seen.update(f.code for f in r.findings)
+            # docs/definitions.md#renumbered-updates: a first update at or below U
+            firsts = [re.search(r"first committed update (\d+)", f.detail)
+                      for f in r.findings if f.code == "update_mismatch"]
+            seen.update("renumbered" for m in firsts
+                        if m and int(m.group(1)) <= r.resumed_update)
         for g in analyze(run, NOW, settle_seconds=1e9).generations:  # an update not settled
             seen.add(g.status)
 
@@ -136,4 +145,4 @@ def test_the_property_generator_produces_restarts_of_every_kind():
     assert rnd is not None
     assert {"exact", "replay", "omission", "order_changed", "resumed_from_unknown",
             "incomplete_first_update", "committed", "samples_unknown",
-            "samples_undetermined"} <= seen
+            "samples_undetermined", "renumbered"} <= seen

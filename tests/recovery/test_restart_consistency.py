@@ -1,6 +1,7 @@
 """One computation of replay and omission per lineage (docs/definitions.md#epochs-under-several-
 orders, #drop-last-threshold; issue 25 item 3): on random multi-attempt runs whose restarts
-change the batch, the world size, the order (with and without sample ids, or re-created
+change the batch, the world size, the update numbering (renumbered from at or below the
+restored update), the order (with and without sample ids, or re-created
 DistributedSampler orders: docs/definitions.md#re-created-orders), resume behind, ahead
 or in a later epoch, the restarts' replayed and omitted add up to the strata's duplicates and
 omissions: every omission in the strata is owned by exactly one restart (the attempts themselves
@@ -74,6 +75,10 @@ def linear_runs(draw):
                 e, pos, order, order_start, hole = e + 1, 0, f"o{e + 1}", 0, False
             elif move == "order":
                 order, order_start, seed = f"x{k}", pos, k + 1
+            if update >= 1 and draw(st.integers(0, 3)) == 0:
+                # renumbered updates (docs/definitions.md#renumbered-updates): k numbers its
+                # updates from at or below the restored update
+                update = draw(st.integers(max(0, update - 4), update - 1))
         lengths = {"main": length}
         attempts.append(AttemptRecord(k, started_at=t, world_size=W, dataset_version="ds",
                                       global_batch_size=B,
