@@ -325,7 +325,8 @@ def judge_repeats(update: int, objects: list, first_seen: dict, changed: bool) -
     sha256, uri)]``), ``first_seen`` (``{(component, sha256): (update, generation_id)}`` of the
     generations below) and ``changed`` (the optimizer's digests had changed between them).
 
-    A model object repeating an older digest is stale. An optimizer object repeating one is
+    A model object repeating an older digest is stale, unless that digest was first written at
+    this same ``update`` (a later attempt's save of the same state). An optimizer object repeating one is
     stale when ``changed``, or when another optimizer object of this generation is new (in no
     generation below: that shard's optimizer moved on, so this one wrote old state); else the
     optimizer looks stateless: the finding names the first repeating object (the caller reports
@@ -338,6 +339,10 @@ def judge_repeats(update: int, objects: list, first_seen: dict, changed: bool) -
         if older is None:
             continue
         u, og = older
+        if u == update:
+            # the state of the same update written again (a later attempt re-ran the rolled
+            # back updates deterministically, or saved right after restoring it): not stale
+            continue
         if component == "optimizer" and not changed and not fresh:
             if stateless is None:
                 stateless = Reason("optimizer_stateless", (

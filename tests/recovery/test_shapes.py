@@ -372,3 +372,26 @@ def test_a_resumed_generation_the_server_has_not_seen_is_undecided_on_the_live_l
                                    "live": True, "reasons": ["resumed_from_not_seen"]}]
     # once its manifest is in, it is an ordinary generation (here restorable): no entry
     assert analyze(unseen_writer(found=True), now=200.0).undecided == []
+
+
+def test_a_later_attempts_save_of_the_same_update_with_the_same_bytes_is_not_stale():
+    """HF Trainer resumed from update 5 re-runs updates 6..10 deterministically and rewrites
+    checkpoint-10 with the bytes attempt 0 wrote there: the same state of the same update, not
+    old state. A save at update 15 repeating update 10's model bytes is stale."""
+    from recoverydash.recovery.generations import state_repeats
+
+    def same_as(gid, source):
+        return [dict(o, uri=o["uri"].replace(source.generation_id, gid))
+                for o in source.manifests[0]["objects"]]
+
+    g5 = generation("u5-a0", 0, 5, 40, 50.0)
+    g10 = generation("u10-a0", 0, 10, 80, 100.0)
+    again = generation("u10-a1", 1, 10, 80, 200.0, objects=same_as("u10-a1", g10))
+    late = generation("u15-a1", 1, 15, 120, 250.0, objects=same_as("u15-a1", g10))
+    got = state_repeats([g5, g10, again, late])
+    assert {gid: bool(stale) for gid, (stale, _) in got.items()} == {
+        "u5-a0": False, "u10-a0": False, "u10-a1": False, "u15-a1": True}
+    assert got["u15-a1"][0][0] == (
+        "model object file:///c/u15-a1/rank0/model repeats the sha256 of generation u10-a0 "
+        "(update 10): this save wrote the model state of update 10 again, not that of "
+        "update 15")
