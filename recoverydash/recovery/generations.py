@@ -572,6 +572,8 @@ def _cursor_step(view, gen: GenerationRecord, verdict, unknown: set, basis, chec
     (docs/definitions.md#resume-from-a-generation-the-server-had-not-seen) is not compared:
     the note ``data_cursor_unchecked`` says so."""
     by = verdict.attempt
+    if "data_position_unknown" in unknown:
+        return False, None  # that note already says its data position cannot be compared
     resume = view.resumes.get(by)
     if resume is not None and resume.unseen:
         verdict.notes.append(Reason("data_cursor_unchecked", (
