@@ -326,11 +326,11 @@ def judge_repeats(update: int, objects: list, first_seen: dict, changed: bool) -
     generations below) and ``changed`` (the optimizer's digests had changed between them).
 
     A model object repeating an older digest is stale, unless that digest was first written at
-    this same ``update`` (a later attempt's save of the same state). An optimizer object repeating one is
-    stale when ``changed``, or when another optimizer object of this generation is new (in no
-    generation below: that shard's optimizer moved on, so this one wrote old state); else the
-    optimizer looks stateless: the finding names the first repeating object (the caller reports
-    it once per run)."""
+    this same ``update`` (a later attempt's save of the same state). An optimizer object
+    repeating one is stale when ``changed``, or when another optimizer object of this
+    generation is new (in no generation below: that shard's optimizer moved on, so this one
+    wrote old state); else the optimizer looks stateless: the finding names the first
+    repeating object (the caller reports it once per run)."""
     fresh = any(component == "optimizer" and (component, sha256) not in first_seen
                 for component, sha256, _uri in objects)
     stale, stateless = [], None
