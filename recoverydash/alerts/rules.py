@@ -104,8 +104,8 @@ RULES: dict[str, Rule] = {
                              "{n} restarts skipped more than the contract allows "
                              "(attempts {subjects})"),
     "restart_unverified": Rule(True, "restart",
-                               "{n} restarts changed the order without recording sample ids: "
-                               "replay and omission unknown (attempts {subjects})"),
+                               "{n} restarts are unverified: replay and omission unknown "
+                               "(attempts {subjects})"),
     "resumed_from_unrestorable": Rule(True, "restart",
                                       "{n} restarts resumed from a state that is not restorable "
                                       "(attempts {subjects})"),
@@ -364,7 +364,8 @@ def rejected_conditions(generations: list[GenerationEntry], undecided: Sequence[
 def restart_conditions(r: RestartEntry, contract: dict) -> list[Condition]:
     """The conditions one restart ``r`` (a result's) raises: ``restart_replay`` and
     ``restart_omission`` over the contract's limits (not for an ``unverified`` verdict),
-    ``restart_unverified`` (a ``samples_unknown`` finding), ``resumed_from_unrestorable``,
+    ``restart_unverified`` (a ``samples_unknown`` finding, or ``predecessor_unknown`` unless the
+    restart's first update is incomplete), ``resumed_from_unrestorable``,
     ``dataset_version_changed``, ``world_size_changed``."""
     found: list[Condition] = []
     attempt = str(r["attempt"])
@@ -391,6 +392,17 @@ def restart_conditions(r: RestartEntry, contract: dict) -> list[Condition]:
             f"Attempt {attempt}'s restart is unverified: {why}. Record the samples of "
             "every order (a span's indices) to know what it replayed or skipped.",
             detail=why))
+    elif "predecessor_unknown" in codes and "incomplete_first_update" not in codes:
+        # docs/definitions.md#resume-from-a-generation-the-server-had-not-seen: nothing of the
+        # attempts before k (or of the writer of what k resumed) reached the server, so the
+        # restart can never be compared; held back while k's first update is incomplete
+        why = next(f.get("detail") or "" for f in r["findings"]
+                   if f["code"] == "predecessor_unknown")
+        found.append(Condition(
+            "restart_unverified", attempt, "warning",
+            f"Attempt {attempt}'s restart is unverified: {why}. Report every attempt from its "
+            "start and a data cursor for every stratum in the manifest to know what a restart "
+            "replayed or skipped.", detail="predecessor unknown"))
     if "resumed_from_unrestorable" in codes:
         found.append(Condition(
             "resumed_from_unrestorable", attempt, "critical",

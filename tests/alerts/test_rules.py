@@ -156,6 +156,86 @@ def test_a_restart_whose_samples_are_unknown_fires_restart_unverified_not_replay
         {"code": "order_changed", "detail": ""}])])) == []
 
 
+def test_a_restart_whose_predecessor_is_unknown_fires_restart_unverified_with_the_reason():
+    """docs/definitions.md#alert-rules: a restart unverified because nothing of the attempts
+    before it reached the server (finding predecessor_unknown: the first attempt heard of
+    resumed) pages restart_unverified (warning) with the reason in words; not while its first
+    update is incomplete, and no replay or omission rule for it."""
+    why = ("attempt 1 is the first attempt the server heard of, and it resumed from 'gX' at "
+           "update 3: nothing of the attempts before it arrived, so what they consumed is "
+           "unknown: replay and omission unknown; positions before the resume are not counted "
+           "as omissions")
+    findings = [{"code": "predecessor_unknown", "detail": why},
+                {"code": "resumed_from_unknown", "detail": "generation 'gX' is not known"}]
+    res = result(restarts=[restart(verdict="unverified", replayed=0, omitted=0,
+                                   findings=findings)])
+    found = conditions(res, DEFAULT_CONTRACT, now=T0, first_event_at=T0, last_received_at=T0,
+                       ended=False)
+    assert [(c.rule, c.subject, c.severity, c.settled, c.detail) for c in found] == [
+        ("restart_unverified", "1", "warning", True, "predecessor unknown")]
+    assert found[0].summary == (
+        f"Attempt 1's restart is unverified: {why}. Report every attempt from its start and a "
+        "data cursor for every stratum in the manifest to know what a restart replayed or "
+        "skipped.")
+    # k's first update not fully in yet: nothing is told
+    assert rules_of(result(restarts=[restart(verdict="unverified", findings=findings + [
+        {"code": "incomplete_first_update", "detail": ""}])])) == []
+
+
+def test_the_cores_predecessor_unknown_restarts_page_restart_unverified():
+    """End to end from the core: the first attempt heard of resumed an unknown generation
+    (restarts.first_restart), and an unseen writer's manifest found without a data cursor
+    (restarts.unseen_writer): each restart_unverified (warning), no replay or omission rule."""
+    import hashlib
+
+    from recoverydash.recovery import (
+        AttemptRecord,
+        GenerationRecord,
+        LedgerRecord,
+        RunInput,
+        analyze,
+    )
+
+    def unseen_writer(found: bool) -> RunInput:
+        """tests/recovery/test_shapes.py::unseen_writer: attempt 1, the first heard of, resumes
+        gX (update 3) and commits updates 4..6; ``found``: gX's manifest (attempt 0's, no data
+        cursor) was found in storage."""
+        records = [LedgerRecord(1, u, None, 100.0 + u, [{"stratum": "main", "epoch": 0,
+                                                         "ranges": [[u * 20 - 20, u * 20]]}])
+                   for u in range(4, 7)]
+        attempt = AttemptRecord(1, started_at=50.0, world_size=1, global_batch_size=20,
+                                sampler={"epoch_length": {"main": 120}},
+                                resumed_from={"generation_id": "gX", "update": 3,
+                                              "cursor": [{"stratum": "main", "epoch": 0,
+                                                          "position": 60}]})
+        parts = ["model", "optimizer", "scheduler", "rng", "data_progress"]
+        objects = [{"uri": f"file:///c/gX/{c}", "shard": "rank0", "component": c, "size": 1,
+                    "sha256": hashlib.sha256(c.encode()).hexdigest()} for c in parts]
+        manifest = {"schema_revision": 1, "generation_id": "gX", "update": 3, "world_size": 1,
+                    "required_shards": ["rank0"], "components": parts, "objects": objects,
+                    "attempt": 0, "data_progress": {"cursor": []}, "committed_at": None}
+        gens = [GenerationRecord("gX", 0, None, manifests=[manifest], committed_at=40.0,
+                                 object_checks={o["uri"]: "ok" for o in objects})] if found else []
+        return RunInput("unseen", [attempt], records, [], gens, first_event_at=50.0)
+
+    for run in (unseen_writer(found=False), unseen_writer(found=True)):
+        res = analyze(run, now=200.0).to_dict()
+        found = [c for c in conditions(res, DEFAULT_CONTRACT, now=T0, first_event_at=T0,
+                                       last_received_at=T0, ended=True)
+                 if c.rule.startswith("restart")]
+        assert [(c.rule, c.subject, c.severity, c.settled) for c in found] == [
+            ("restart_unverified", "1", "warning", True)]
+        assert found[0].summary.startswith("Attempt 1's restart is unverified: ")
+
+
+def test_restart_unverified_groups_restarts_unverified_for_any_reason():
+    from recoverydash.alerts.rules import group_summary
+    items = [{"subject": "1", "summary": "", "detail": "predecessor unknown"},
+             {"subject": "3", "summary": "", "detail": "predecessor unknown"}]
+    assert group_summary("restart_unverified", items) == (
+        "2 restarts are unverified: replay and omission unknown (attempts 1, 3)")
+
+
 def test_dataset_version_changed_says_which_version_the_restart_changed_to():
     from recoverydash.alerts.rules import group_summary
 
