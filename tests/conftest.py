@@ -15,9 +15,13 @@ def _static_root_of_the_tests(tmp_path_factory):
     (recoverydash.dashboard.staticfiles). Tests of the collected files set their own."""
     from django.conf import settings
     from django.contrib.staticfiles.storage import staticfiles_storage
+    from django.core.files.storage import storages
     from django.utils.functional import empty
 
     settings.STATIC_ROOT = tmp_path_factory.mktemp("static-root")
+    # the storage made before this (a module that loads the WSGI app at collection) is cached in
+    # Django's storages as well as in the lazy object
+    storages._storages.pop("staticfiles", None)
     staticfiles_storage._wrapped = empty
 
 
