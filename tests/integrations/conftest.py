@@ -69,14 +69,15 @@ def trainer_env(tmp_path) -> dict:
 
 
 def launch(script: str, args: list[str], tmp_path, *, nproc: int | None = None,
-           timeout: float = 240) -> subprocess.CompletedProcess:
+           timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``examples/<script>`` with ``args`` in ``tmp_path`` (under torchrun with ``nproc``
-    ranks when given)."""
+    ranks when given; ``env`` added to :func:`trainer_env`)."""
     path = str(REPO / "examples" / script)
     cmd = [sys.executable, path, *args] if nproc is None else \
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
          str(nproc), path, *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=trainer_env(tmp_path),
+    return subprocess.run(cmd, capture_output=True, text=True,
+                          env={**trainer_env(tmp_path), **(env or {})},
                           cwd=tmp_path, timeout=timeout, check=False)
 
 
