@@ -128,8 +128,12 @@ def train(args: argparse.Namespace) -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda u: min(1.0, (u + 1) / 5))  # warmup
 
-    plan = rd.restore_plan(args.url, args.token, args.run_id, location=args.location,
-                           world_size=world, dataset_version=DATASET)
+    # What to restore: rank 0 asks the server (storage when the server is down), all ranks load
+    # the same generation.
+    plan = [rd.restore_plan(args.url, args.token, args.run_id, location=args.location,
+                            world_size=world, dataset_version=DATASET) if rank == 0 else None]
+    dist.broadcast_object_list(plan)
+    plan = plan[0]
     client = rd.init(args.url, args.token, args.run_id, location=args.location, restored=plan)
     rec = rd.ObservedRecorder(client, dataset_version=DATASET)
     update, consumed, resumed = 0, 0, None

@@ -49,8 +49,13 @@ def train(args: argparse.Namespace) -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=20, gamma=0.9)
 
-    plan = rd.restore_plan(args.url, args.token, args.run_id, location=args.location,
-                           world_size=world, dataset_version=DATASET)
+    # What to restore: rank 0 asks the server (storage when the server is down), all ranks load
+    # the same generation.
+    plan = [rd.restore_plan(args.url, args.token, args.run_id, location=args.location,
+                            world_size=world, dataset_version=DATASET) if rank == 0 else None]
+    if distributed:
+        dist.broadcast_object_list(plan)
+    plan = plan[0]
     client = rd.init(args.url, args.token, args.run_id, location=args.location, restored=plan)
     rec = rd.ObservedRecorder(client, dataset_version=DATASET)
     if distributed:
