@@ -108,3 +108,36 @@ def test_resume_checkpoint_skips_a_truncated_ckpt(server, tmp_path):
     rejected = gens["u000000010-a0-epoch=0-step=10"]
     assert (rejected["status"], {r["code"] for r in rejected["reasons"]}) == \
         ("rejected", {"size_mismatch"})
+
+
+
+def test_ddp_on_two_processes_resumed_on_one_is_compared_by_sample(server, tmp_path):
+    # Lightning DDP on 2 CPU processes (the DistributedSampler of seed 0 that Lightning injects,
+    # 8 samples per update), saved at update 3 (24 samples of epoch 0), killed at 5, resumed on
+    # 1 process, whose plain loader draws another order (no DistributedSampler on one device) from
+    # its first batch and ends the epoch after the 13 batches Lightning believes are left. The
+    # server re-creates the first order's samples and compares them, by sample, with what the
+    # resumed attempt fed: the truth of the batches training_step got
+    common = ["--url", server.url, "--token", server.token, "--run-id", "pl-ddp-plain",
+              "--max-steps", "20", "--dirpath", "pl-ckpt", "--samples", str(SAMPLES),
+              "--batch", "4", "--save-every", "3", "--sample-log", "samples.jsonl"]
+    first = launch("lightning_trainer.py", [*common, "--devices", "2", "--crash-at-update", "5"],
+                   tmp_path)
+    assert killed(first), first.stdout + first.stderr[-3000:]
+    assert "fresh start" in first.stdout
+    second = launch("lightning_trainer.py", common, tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr[-3000:]
+    assert "resuming pl-ckpt/epoch=0-step=3.ckpt" in second.stdout, second.stdout
+    # the tail rule at the resumed attempt's batch (4 samples on 1 process, no drop_last)
+    t = truth(tmp_path / "samples.jsonl", 3, SAMPLES, PER_UPDATE)
+    assert (t.replayed, t.omitted, t.consumed) == (18, 6, 92)  # 24 + 13 * 4 + 4 * 4
+    report = server.recovery("pl-ddp-plain")
+    (restart,) = report["restarts"]
+    assert (restart["resumed_from"], restart["resumed_update"]) == \
+        ("u000000003-a0-epoch=0-step=3", 3)
+    assert (restart["verdict"], restart["replayed"], restart["omitted"]) == \
+        ("replay_and_omission", t.replayed, t.omitted), restart
+    assert {"world_size_changed", "order_changed"} <= {f["code"] for f in restart["findings"]}
+    (main,) = report["strata"]
+    assert (main["consumed"], main["duplicates"], main["omissions"]) == \
+        (t.consumed, t.duplicates, t.omitted)
