@@ -501,6 +501,19 @@ def _rng_bytes(state) -> bytes:
         return repr(state).encode()
 
 
+def _is_torchs_distributed_order(sampler: Any) -> bool:
+    """Whether a distributed ``sampler`` (``num_replicas``, ``rank``, ``dataset``) is taken to
+    draw torch's ``DistributedSampler`` order, the one the server re-creates from the declared
+    settings: False for a subclass of torch's that overrides ``__iter__`` (Lightning's
+    ``DistributedSamplerWrapper`` maps the order through the sampler it wraps)."""
+    try:
+        from torch.utils.data import DistributedSampler
+    except ImportError:  # pragma: no cover
+        return True
+    return not isinstance(sampler, DistributedSampler) or \
+        type(sampler).__iter__ is DistributedSampler.__iter__
+
+
 class PositionSampler:
     """Wraps the sampler (or batch sampler) that defines the order; yields :class:`Draw` objects
     (lists of them for a batch sampler) carrying each index's position.
@@ -516,10 +529,13 @@ class PositionSampler:
 
     The order of an epoch is named by a digest (``order``): a DistributedSampler's is
     :func:`recoverydash.sdk.ledger.order_digest` (seed, epoch, dataset length, shuffle, version:
-    the counting recorder's too); another sampler's covers its class, length, epoch, version and
-    the state of its random generator when the iteration starts (``sampler.generator``, else
-    torch's global generator for a ``RandomSampler`` without one), so the same permutation has the
-    same name after a restore and another permutation another name.
+    the counting recorder's too); a subclass of torch's that overrides ``__iter__`` (Lightning's
+    ``DistributedSamplerWrapper``) is declared under its own class and named like another
+    sampler, its spans carrying their indices; another sampler's covers its class, length,
+    epoch, version and the state of its random generator when the iteration starts
+    (``sampler.generator``, else torch's global generator for a ``RandomSampler`` without one,
+    the wrapped sampler's for that wrapper), so the same permutation has the same name after a
+    restore and another permutation another name.
 
     Resuming: the iterator is *stateful* for torchdata's ``StatefulDataLoader`` (``state_dict``:
     epoch, draws made, generator state, the inner iterator's state when it has one); restored, it
@@ -598,10 +614,18 @@ class PositionSampler:
         if self.distributed:
             shuffle, seed = bool(getattr(s, "shuffle", True)), int(getattr(s, "seed", 0))
             drop_last = bool(getattr(s, "drop_last", False))
-            order = order_digest(seed=seed, epoch=epoch, dataset_length=n or 0, shuffle=shuffle,
-                                 dataset_version=self.dataset_version)
             padded = padded_length(n or 0, self.world_size, drop_last)
-            info = {"algorithm": SAMPLER_ALGORITHM, "seed": seed, "shuffle": shuffle,
+            if _is_torchs_distributed_order(s):
+                order = order_digest(seed=seed, epoch=epoch, dataset_length=n or 0,
+                                     shuffle=shuffle, dataset_version=self.dataset_version)
+                algorithm = SAMPLER_ALGORITHM
+            else:  # e.g. Lightning's DistributedSamplerWrapper: its indices go through the
+                # sampler it wraps, so the server cannot re-create them: they are reported
+                algorithm = f"{type(s).__module__}.{type(s).__qualname__}"
+                order = _digest({"algorithm": algorithm, "dataset_length": n,
+                                 "dataset_version": self.dataset_version, "epoch": epoch,
+                                 "rng": rng_digest, "seed": seed, "shuffle": shuffle})
+            info = {"algorithm": algorithm, "seed": seed, "shuffle": shuffle,
                     "drop_last": drop_last, "padded_length": padded}
             return Iteration(self.stratum, epoch, order, self.rank, self.world_size, n,
                              n if padded > (n or 0) else None, info)
@@ -618,6 +642,10 @@ class PositionSampler:
         """(generator to capture or None, whether it is torch's global generator)."""
         s = self._index_sampler
         gen = getattr(s, "generator", None)
+        if gen is None and not _is_torchs_distributed_order(s):
+            # Lightning's DistributedSamplerWrapper draws its dataset from the sampler it wraps
+            wrapped = getattr(getattr(s, "dataset", None), "_sampler", None)
+            gen = getattr(wrapped, "generator", None)
         if gen is not None and hasattr(gen, "get_state"):
             return gen, False
         try:

@@ -111,16 +111,22 @@ def test_resume_checkpoint_skips_a_truncated_ckpt(server, tmp_path):
 
 
 
-def test_ddp_on_two_processes_resumed_on_one_is_compared_by_sample(server, tmp_path):
-    # Lightning DDP on 2 CPU processes (the DistributedSampler of seed 0 that Lightning injects,
-    # 8 samples per update), saved at update 3 (24 samples of epoch 0), killed at 5, resumed on
-    # 1 process, whose plain loader draws another order (no DistributedSampler on one device) from
-    # its first batch and ends the epoch after the 13 batches Lightning believes are left. The
-    # server re-creates the first order's samples and compares them, by sample, with what the
-    # resumed attempt fed: the truth of the batches training_step got
-    common = ["--url", server.url, "--token", server.token, "--run-id", "pl-ddp-plain",
+@pytest.mark.parametrize("stateful", [False, True], ids=["plain", "stateful"])
+def test_ddp_on_two_processes_resumed_on_one_is_compared_by_sample(server, tmp_path, stateful):
+    # Lightning DDP on 2 CPU processes (8 samples per update), saved at update 3 (24 samples of
+    # epoch 0), killed at 5, resumed on 1 process, whose loader draws another order (no
+    # DistributedSampler on one device). plain: Lightning injects torch's DistributedSampler of
+    # seed 0, whose samples the server re-creates; the resumed loader starts the epoch again and
+    # ends it after the 13 batches Lightning believes are left. stateful: a StatefulDataLoader's
+    # torchdata RandomSampler, which Lightning wraps in its DistributedSamplerWrapper (the order
+    # goes through the wrapped sampler: the integration reports its indices); the resumed loader
+    # skips 3 batches of its own order. Both compared by sample with the truth of the batches
+    # training_step got
+    run_id = f"pl-ddp-{'stateful' if stateful else 'plain'}"
+    common = ["--url", server.url, "--token", server.token, "--run-id", run_id,
               "--max-steps", "20", "--dirpath", "pl-ckpt", "--samples", str(SAMPLES),
-              "--batch", "4", "--save-every", "3", "--sample-log", "samples.jsonl"]
+              "--batch", "4", "--save-every", "3", "--sample-log", "samples.jsonl",
+              *(["--stateful"] if stateful else [])]
     first = launch("lightning_trainer.py", [*common, "--devices", "2", "--crash-at-update", "5"],
                    tmp_path)
     assert killed(first), first.stdout + first.stderr[-3000:]
@@ -131,7 +137,7 @@ def test_ddp_on_two_processes_resumed_on_one_is_compared_by_sample(server, tmp_p
     # the tail rule at the resumed attempt's batch (4 samples on 1 process, no drop_last)
     t = truth(tmp_path / "samples.jsonl", 3, SAMPLES, PER_UPDATE)
     assert (t.replayed, t.omitted, t.consumed) == (18, 6, 92)  # 24 + 13 * 4 + 4 * 4
-    report = server.recovery("pl-ddp-plain")
+    report = server.recovery(run_id)
     (restart,) = report["restarts"]
     assert (restart["resumed_from"], restart["resumed_update"]) == \
         ("u000000003-a0-epoch=0-step=3", 3)

@@ -99,6 +99,36 @@ def test_it_reports_each_ranks_distributed_sampler_positions_through_workers_and
         assert list(range(start, stop, step)) == list(range(rank, micro * accum * world, world))
 
 
+def test_a_distributed_sampler_that_maps_its_order_reports_the_indices_it_fed():
+    # Lightning's DistributedSamplerWrapper (what Lightning puts around a sampler of its own
+    # under DDP) is a DistributedSampler whose indices go through the wrapped sampler: not
+    # torch's order, so not declared as one (the server would re-create other samples) and its
+    # spans name the dataset indices the model got
+    wrapper = pytest.importorskip(
+        "lightning.fabric.utilities.distributed").DistributedSamplerWrapper
+    from recoverydash.sdk.ledger import SAMPLER_ALGORITHM, order_digest
+
+    ds = dataset(20)
+    inner = RandomSampler(ds, generator=torch.Generator().manual_seed(3))
+    rec = recorder(1, 2)
+    got = []
+    for batch in observed_loader(rec, ds, sampler=wrapper(inner, num_replicas=2, rank=1),
+                                 batch_size=5):
+        _x, y = rec.observe(batch)
+        got.extend(y.tolist())
+        rec.commit()
+    spans = [s for ev in rec.client.of("update_committed") for s in ev["spans"]]
+    assert [sorted(s["indices"]) for s in spans] == [sorted(got[:5]), sorted(got[5:])]
+    assert [list(range(*r)) for s in spans for r in s["ranges"]] == \
+        [list(range(1, 10, 2)), list(range(11, 20, 2))]
+    torchs = order_digest(seed=0, epoch=0, dataset_length=20, shuffle=True,
+                          dataset_version="ds-1")
+    assert {s["order"] for s in spans} != {torchs}
+    info = rec.sampler_info()
+    assert info["algorithm"] == "lightning.fabric.utilities.distributed.DistributedSamplerWrapper"
+    assert info["algorithm"] != SAMPLER_ALGORITHM
+
+
 def test_it_reports_distributed_sampler_padding_in_its_own_span():
     ds = dataset(21)                  # 2 ranks: padded to 22, position 21 repeats the head
     rec = recorder(1, 2)
